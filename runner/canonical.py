@@ -1,0 +1,121 @@
+"""Canonical JSON and hashing: one function used for cache keys, cards and idempotency keys.
+
+canonical = json.dumps(sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+allow_nan=False), UTF-8. Values that are not JSON types are an error, never coerced with str().
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+JSONValue = Any
+
+
+class CanonicalError(ValueError):
+    """A value cannot be canonicalised (not a JSON type, NaN, a non-string key)."""
+
+
+def _check(value: object, path: str) -> None:
+    # json.dumps would coerce int subclasses, tuples and non-str keys silently: refuse them here.
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, int):
+        if type(value) is not int:
+            raise CanonicalError(f"{path}: {type(value).__name__} is not a JSON type")
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise CanonicalError(f"{path}: {value!r} is not allowed in canonical JSON")
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _check(v, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise CanonicalError(f"{path}: key {k!r} is not a string")
+            _check(v, f"{path}.{k}")
+        return
+    raise CanonicalError(f"{path}: {type(value).__name__} is not a JSON type")
+
+
+def _sort_key(item: object, by: str | None) -> str:
+    if by is None:
+        if isinstance(item, str):
+            return item
+        return canonical_json(item)
+    if not isinstance(item, Mapping):
+        raise CanonicalError(f"cannot sort by '{by}': element {item!r} is not an object")
+    parts = []
+    for field in by.split("|"):
+        if field not in item:
+            raise CanonicalError(f"cannot sort by '{by}': element lacks '{field}'")
+        v = item[field]
+        parts.append(v if isinstance(v, str) else canonical_json(v))
+    return "\x1f".join(parts)
+
+
+def _get_path(doc: object, path: Sequence[str]) -> tuple[object, str] | None:
+    node = doc
+    for part in path[:-1]:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node, path[-1]
+
+
+def prepare(
+    value: JSONValue,
+    *,
+    exclude: Iterable[str] = (),
+    unordered: Mapping[str, str | None] | Iterable[str] = (),
+) -> JSONValue:
+    """Return a copy of ``value`` with ``exclude`` top-level keys dropped and unordered lists sorted.
+
+    ``unordered`` maps a dotted path ("a.b.list") to a sort key ("field" or "f1|f2"), or None to
+    sort by value; a plain iterable of paths sorts each by value. Missing paths are ignored.
+    """
+    _check(value, "$")
+    doc = json.loads(json.dumps(value))  # a deep copy that is plain JSON
+    if isinstance(doc, dict):
+        for key in exclude:
+            doc.pop(key, None)
+    paths = unordered.items() if isinstance(unordered, Mapping) else ((p, None) for p in unordered)
+    for dotted, by in paths:
+        found = _get_path(doc, dotted.split("."))
+        if found is None:
+            continue
+        parent, last = found
+        if isinstance(parent, dict) and isinstance(parent.get(last), list):
+            parent[last] = sorted(parent[last], key=lambda it: _sort_key(it, by))
+    return doc
+
+
+def canonical_json(value: JSONValue) -> str:
+    """The canonical JSON text of ``value``; raises CanonicalError for non-JSON values."""
+    _check(value, "$")
+    return json.dumps(
+        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+
+
+def canonical_bytes(value: JSONValue) -> bytes:
+    return canonical_json(value).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: JSONValue) -> str:
+    """sha256 hex of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_bytes(value))
+
+
+def short_hash(value: JSONValue, length: int = 16) -> str:
+    return digest(value)[:length]

@@ -1,0 +1,144 @@
+"""The error families of runner, each with its CLI exit code and where it happened.
+
+Setup mistakes (a bad pipeline, an unknown id) are raised as these. Step failures are not: they are
+recorded values in the journal (see ``runner.engine``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a source file: 1-based line and column, as editors show them."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if self.line <= 0:
+            return self.file
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class RunnerError(Exception):
+    """Base of every error runner raises on purpose; carries an exit code and a location."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        where: Location | None = None,
+        step: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.step = step
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = []
+        if self.where is not None:
+            parts.append(f"{self.where}: ")
+        if self.step is not None:
+            parts.append(f"step '{self.step}': ")
+        parts.append(self.message)
+        text = "".join(parts)
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "type": type(self).__name__,
+            "message": self.message,
+            "where": str(self.where) if self.where else None,
+            "step": self.step,
+            "hint": self.hint,
+        }
+
+
+class UsageError(RunnerError):
+    """The command line asked for something that cannot be done as asked."""
+
+    exit_code = 2
+
+
+class InvalidPipeline(RunnerError):
+    """The pipeline file (or a file it names) is not a valid pipeline."""
+
+    exit_code = 2
+
+
+class ExpressionError(InvalidPipeline):
+    """An expression that does not parse, names something unknown, or was refused by the sandbox."""
+
+
+class TemplateError(InvalidPipeline):
+    """A template that does not parse or needs a variable it was not given."""
+
+
+class RuleError(InvalidPipeline):
+    """A rule that is malformed or cannot be evaluated."""
+
+
+class NotFound(RunnerError):
+    """An unknown run, step, iteration or item id."""
+
+    exit_code = 3
+
+
+class StoreError(RunnerError):
+    """The journal or the object store cannot do what was asked (I/O, corruption, a lock)."""
+
+    exit_code = 1
+
+
+class Busy(RunnerError):
+    """Another apply holds what this one needs (the same item, the same state directory)."""
+
+    exit_code = 2
+
+
+class ProviderError(RunnerError):
+    """A model provider call failed; ``transient`` says whether trying again may help."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.status = status
+        self.retry_after = retry_after
+        self.provider = provider
+
+    @property
+    def kind(self) -> str:
+        return "transient" if self.transient else "permanent"
+
+
+class StepFailure(Exception):
+    """Raised inside a step body to fail the attempt with a clear reason (no traceback shown).
+
+    ``retryable`` marks transient trouble (the engine retries it when the step has ``retries``).
+    """
+
+    def __init__(self, reason: str, *, retryable: bool = False, check: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.check = check

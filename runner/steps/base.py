@@ -1,0 +1,142 @@
+"""The step-type interface: what every registered step type implements.
+
+A step body gets plain data (resolved arguments, a handle on the object store, an idempotency
+ledger) and returns plain data (a JSON output and the digests of the objects it references).
+Nothing in a step body reaches into the journal or the scheduler, so a step can later run in
+another process.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from ..errors import InvalidPipeline, Location
+from ..store.objects import ObjectStore
+
+
+class Ledger(Protocol):
+    """Idempotency ledger for paid calls: a key is journaled in-flight before the call.
+
+    ``completed(key)`` returns the stored result of a key that finished (never call it again);
+    ``begin(key, meta)`` records it in-flight; ``complete(key, result)`` records the result.
+    """
+
+    def completed(self, key: str) -> dict[str, Any] | None: ...
+
+    def begin(self, key: str, meta: Mapping[str, Any]) -> None: ...
+
+    def complete(self, key: str, result: Mapping[str, Any]) -> None: ...
+
+    def fail(self, key: str, error: str) -> None: ...
+
+
+class ProviderAccess(Protocol):
+    """How a step reaches model providers without knowing configuration files."""
+
+    def get(self, name: str | None) -> Any: ...
+
+    def default_name(self) -> str: ...
+
+
+@dataclass
+class StepEnv:
+    """What every execution of one pipeline shares: where things are and the handles to use."""
+
+    root: Path  # the pipeline's root; pipeline paths resolve inside it
+    state_dir: Path
+    objects: ObjectStore
+    providers: ProviderAccess | None = None
+    pipeline_file: Path | None = None
+
+
+@dataclass
+class StepContext:
+    """One attempt of one execution (a step, or one for_each element of it)."""
+
+    env: StepEnv
+    run_id: str
+    step_id: str
+    element: int | None = None
+    attempt: int = 1
+    feedback: list[str] = field(default_factory=list)
+    ledger: Ledger | None = None
+    log: Callable[[str], None] = lambda _line: None
+
+    @property
+    def root(self) -> Path:
+        return self.env.root
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self.env.objects
+
+    @property
+    def log_dir(self) -> Path:
+        return self.env.state_dir / "logs" / "runs" / self.run_id
+
+
+class ResultStatus(enum.Enum):
+    OK = "ok"
+    PARTIAL = "partial"  # produced output, but a contract no longer holds (e.g. card drift)
+
+
+@dataclass
+class StepResult:
+    """What a step returns: its JSON output and the objects that output refers to.
+
+    ``files`` maps workspace paths (relative to the root) to object digests: the engine restores
+    them from the store when they are deleted, without running the step.
+    """
+
+    output: dict[str, Any]
+    artifacts: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    status: ResultStatus = ResultStatus.OK
+    report: dict[str, Any] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class StepType:
+    """Base class for step types. Subclasses set the class attributes and implement ``run``.
+
+    Class attributes:
+      name: the ``uses:`` name.  version: part of every key of this type.
+      schema: JSON Schema of ``with:``, checked at compile time.
+      requires_check: a step of this type without ``check:`` is a compile error.
+      produces_prompt: ``runner render`` shows this step's output ``text``.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    description: ClassVar[str] = ""
+    schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    requires_check: ClassVar[bool] = False
+    produces_prompt: ClassVar[bool] = False
+
+    def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        """Extra compile-time checks beyond the schema (e.g. a template file exists).
+
+        ``args`` may still hold unevaluated ``${{ }}`` strings. Raise InvalidPipeline.
+        """
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        """Files (relative to root) whose content is part of this step's key; watched by watch.
+
+        Called with resolved arguments before the key is computed.
+        """
+        return []
+
+    def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
+        """Anything else that can change the output (e.g. a provider profile)."""
+        return {}
+
+    async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        raise NotImplementedError
+
+
+def invalid(message: str, where: Location | None, hint: str | None = None) -> InvalidPipeline:
+    return InvalidPipeline(message, where=where, hint=hint)

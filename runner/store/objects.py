@@ -1,0 +1,119 @@
+"""The content-addressed object store: bytes named by their sha256, written atomically.
+
+An object is durable (temp file, fsync, rename, directory fsync) before anyone records it, so a
+crash never leaves the journal pointing at half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import StoreError
+
+_CHUNK = 1 << 20
+
+
+class ObjectStore:
+    """Objects live at ``<root>/<aa>/<bbbb...>`` where aabbbb... is the sha256 hex."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, digest: str) -> Path:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise StoreError(f"not an object digest: {digest!r}")
+        return self.root / digest[:2] / digest[2:]
+
+    def has(self, digest: str) -> bool:
+        return self.path(digest).is_file()
+
+    def put_bytes(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        target = self.path(digest)
+        if target.is_file():
+            return digest
+        self._write(target, lambda f: f.write(data))
+        return digest
+
+    def put_file(self, source: Path) -> str:
+        h = hashlib.sha256()
+        with open(source, "rb") as f:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                h.update(chunk)
+        digest = h.hexdigest()
+        target = self.path(digest)
+        if not target.is_file():
+
+            def copy(out: object) -> None:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, out)  # type: ignore[misc]
+
+            self._write(target, copy)
+        return digest
+
+    def read_bytes(self, digest: str) -> bytes:
+        try:
+            return self.path(digest).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+
+    def restore(self, digest: str, dest: Path) -> None:
+        """Copy an object to ``dest`` atomically (used to bring back a deleted output file)."""
+        src = self.path(digest)
+        if not src.is_file():
+            raise StoreError(f"object {digest[:12]} is missing from the store")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
+                shutil.copyfileobj(f, out)
+            os.replace(tmp, dest)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def verify(self, digest: str) -> bool:
+        """True when the object exists and its bytes still hash to its name."""
+        p = self.path(digest)
+        if not p.is_file():
+            return False
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                h.update(chunk)
+        return h.hexdigest() == digest
+
+    def delete(self, digest: str) -> None:
+        self.path(digest).unlink(missing_ok=True)
+
+    def iter_digests(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        out = []
+        for sub in self.root.iterdir():
+            if sub.is_dir() and len(sub.name) == 2:
+                out.extend(sub.name + p.name for p in sub.iterdir() if len(p.name) == 62)
+        return out
+
+    def _write(self, target: Path, writer: object) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                writer(out)  # type: ignore[operator]
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+            dfd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise StoreError(f"cannot write object {target.name[:10]}: {exc}") from exc
