@@ -1,0 +1,133 @@
+"""Ollama: chat and generate over its HTTP API, images for experimental image models.
+
+Text: POST /api/chat {model, messages[{role, content, images[b64]}], format, options{temperature,
+seed, num_predict}, stream: false} (or /api/generate when params.endpoint is "generate").
+Images: POST /api/generate with width/height; image models answer with ``image`` or ``images``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ._http import HttpProvider, b64decode, b64encode, usage_ints
+from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
+
+_USAGE = {"prompt_eval_count": "prompt_tokens", "eval_count": "completion_tokens"}
+
+
+class OllamaProvider(HttpProvider):
+    """A local Ollama server (default http://127.0.0.1:11434)."""
+
+    key: ClassVar[str] = "ollama"
+    version: ClassVar[str] = "1"
+    description: ClassVar[str] = "a local Ollama server (chat, generate, experimental images)"
+    default_base_url: ClassVar[str] = "http://127.0.0.1:11434"
+    default_capabilities: ClassVar[Capabilities] = Capabilities(
+        kinds=frozenset({"image", "text"}),
+        supports_seed=True,
+        supports_reference_image=True,
+        max_concurrency=1,  # one local GPU: parallel calls only queue up
+        accepts_idempotency_key=False,
+    )
+    known_settings: ClassVar[frozenset[str]] = frozenset(
+        {"base_url", "model", "image_model", "options", "keep_alive"}
+    )
+    defaults: ClassVar[dict[str, Any]] = {"model": "llama3.2"}
+
+    def _options(self, extra: dict[str, Any]) -> dict[str, Any]:
+        base = self.settings.get("options", {})
+        return {**(base if isinstance(base, dict) else {}), **extra}
+
+    def _common(self, body: dict[str, Any]) -> dict[str, Any]:
+        if "keep_alive" in self.settings:
+            body["keep_alive"] = self.settings["keep_alive"]
+        return body
+
+    async def generate_text(self, request: TextRequest) -> TextResult:
+        model = request.model or str(self.settings["model"])
+        params = dict(request.params)
+        endpoint = params.pop("endpoint", "chat")
+        options: dict[str, Any] = {}
+        if request.temperature is not None:
+            options["temperature"] = request.temperature
+        if request.seed is not None:
+            options["seed"] = request.seed
+        if request.max_tokens is not None:
+            options["num_predict"] = request.max_tokens
+        options = self._options({**params.pop("options", {}), **options})
+        body: dict[str, Any] = {"model": model, "stream": False, "options": options, **params}
+        if request.json_schema is not None:
+            body["format"] = request.json_schema
+        elif request.format == "json":
+            body["format"] = "json"
+        if endpoint == "generate":
+            url = "/api/generate"
+            system = [str(m.get("content", "")) for m in request.messages
+                      if m.get("role") == "system"]
+            rest = [m for m in request.messages if m.get("role") != "system"]
+            body["prompt"] = "\n\n".join(str(m.get("content", "")) for m in rest)
+            if system:
+                body["system"] = "\n\n".join(system)
+            images = [b64encode(i) for m in rest for i in m.get("images") or []]
+            if images:
+                body["images"] = images
+        else:
+            url = "/api/chat"
+            body["messages"] = [self._message(m) for m in request.messages]
+        async with self.client(request.timeout) as client:
+            reply = self.json_of(await self.send(client, "POST", url, json=self._common(body)))
+        if endpoint == "generate":
+            text = reply.get("response")
+        else:
+            message = reply.get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(text, str):
+            raise self.bad_reply(f"POST {url}", "no reply text")
+        meta = {"model": reply.get("model", model), "seed": request.seed,
+                "done_reason": reply.get("done_reason")}
+        return TextResult(text=text, metadata=meta, usage=usage_ints(reply, _USAGE))
+
+    @staticmethod
+    def _message(message: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": message["role"], "content": message.get("content", "")}
+        images = message.get("images") or []
+        if images:
+            out["images"] = [b64encode(i) for i in images]
+        return out
+
+    async def generate_image(self, request: ImageRequest) -> ImageResult:
+        model = str(request.params.get("model") or self.settings.get("image_model")
+                    or self.settings["model"])
+        params = {k: v for k, v in request.params.items() if k != "model"}
+        options = self._options(dict(params.pop("options", {})))
+        if request.seed is not None:
+            options["seed"] = request.seed
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": request.prompt,
+            "stream": False,
+            "width": request.size[0],
+            "height": request.size[1],
+            "options": options,
+            **params,
+        }
+        if request.negative_prompt:
+            body["negative_prompt"] = request.negative_prompt
+        if request.references:
+            body["images"] = [b64encode(r) for r in request.references]
+        url = "/api/generate"
+        async with self.client(request.timeout) as client:
+            reply = self.json_of(await self.send(client, "POST", url, json=self._common(body)))
+        raw = reply.get("image")
+        if raw is None and isinstance(reply.get("images"), list) and reply["images"]:
+            raw = reply["images"][0]
+        if raw is None:
+            raise self.bad_reply(f"POST {url}", "no image or images[] in the reply "
+                                 "(is the model an image model?)")
+        try:
+            image = b64decode(raw, "image")
+        except ValueError as exc:
+            raise self.bad_reply(f"POST {url}", str(exc)) from None
+        meta = {"model": reply.get("model", model), "seed": request.seed,
+                "revised_prompt": None}
+        return ImageResult(image=image, metadata=meta, usage=usage_ints(reply, _USAGE))
