@@ -1,16 +1,20 @@
 """One expression language for ``${{ }}``, ``when``, ``check`` and templates.
 
 Jinja2 expressions, compiled once when the pipeline compiles and evaluated in a hardened
-ImmutableSandboxedEnvironment: StrictUndefined, no globals but a bounded ``range``, huge powers,
-repetitions, ranges and widths refused, and the size of every result bounded. Values that come
+ImmutableSandboxedEnvironment: StrictUndefined, no globals but a bounded ``range``, and every
+evaluation or render runs under a budget (loop iterations + calls, produced characters, wall
+time) so nothing a pipeline or its data says can take unbounded time or memory. Values that come
 from data (an LLM reply, a document) are only ever passed in as variables, never compiled.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
+import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
 from pathlib import Path
@@ -19,22 +23,211 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.visitor import NodeTransformer
 
-from .errors import ExpressionError, Location, TemplateError
+from .errors import ExpressionError, InvalidPipeline, Location, TemplateError
+from .paths import inside
 
 MAX_EXPRESSION_CHARS = 20_000
+MAX_TEMPLATE_CHARS = 1_000_000
 MAX_RANGE = 10_000
 MAX_INT_ARG = 1_000_000
-MAX_RESULT_CHARS = 4_000_000
+MAX_RESULT_CHARS = 16_000_000  # size of one value: string length, or elements + string lengths
+MAX_ELEMENTS = 1_000_000  # elements in one value (nested ones included)
+_ELEMENT_WEIGHT = MAX_RESULT_CHARS // MAX_ELEMENTS
+MAX_PRODUCED_CHARS = 64_000_000  # everything one evaluation or render may produce, summed
+MAX_STEPS = 100_000  # loop iterations + calls in one evaluation or render
+MAX_SECONDS = 0.8  # wall time of one evaluation or render
 MAX_POWER_BITS = 4_096
 MAX_NESTING = 200
+FORBIDDEN_NAMES = frozenset({"self"})
 
 _REF = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 _FORMAT_WIDTH = re.compile(r"[%{][^%{}]*?\d{7,}")
+_LONG_DIGITS = re.compile(r"\d{7,}")
+_DICT_ATTRS = frozenset(dir(dict))
+_LOOP_FILTER = "_runner_loop"
+_SIZED_FILTER = "_runner_sized"
 
 
 class SandboxRefused(Exception):
-    """An operation the sandbox will not do (too big, not allowed)."""
+    """An operation the sandbox will not do (too big, too long, not allowed)."""
+
+
+# -- the budget of one evaluation or render -------------------------------------------------------
+
+
+@dataclass
+class _Budget:
+    deadline: float
+    steps: int = MAX_STEPS
+    produced: int = MAX_PRODUCED_CHARS
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar(
+    "runner_sandbox_budget", default=None
+)
+
+
+def _tick() -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget.steps -= 1
+    if budget.steps < 0:
+        raise SandboxRefused(f"over the limit of {MAX_STEPS} loop iterations and calls")
+    if budget.steps & 63 == 0 and time.monotonic() > budget.deadline:
+        raise SandboxRefused(f"took longer than the limit of {MAX_SECONDS:g} s")
+
+
+def _produced(size: int) -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget.produced -= size
+    if budget.produced < 0:
+        raise SandboxRefused(f"produced more than the limit of {MAX_PRODUCED_CHARS} characters")
+
+
+class _Budgeted:
+    """Runs a block under a fresh budget (nested blocks share the outer one)."""
+
+    def __init__(self, seconds: float = MAX_SECONDS) -> None:
+        self.seconds = seconds
+        self.token: contextvars.Token[_Budget | None] | None = None
+
+    def __enter__(self) -> None:
+        if _BUDGET.get() is None:
+            self.token = _BUDGET.set(_Budget(time.monotonic() + self.seconds))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _BUDGET.reset(self.token)
+
+
+# -- sizes ----------------------------------------------------------------------------------------
+
+
+def _measure(value: object, cap: int = MAX_RESULT_CHARS) -> int:
+    """Approximate size of ``value`` once serialised, in characters.
+
+    Strings count their length and every container element counts ``_ELEMENT_WEIGHT`` (so the
+    limit allows at most ``MAX_ELEMENTS`` elements). Shared references count every time
+    (serialising expands them); the walk stops past ``cap``, so measuring costs at most
+    ``MAX_ELEMENTS`` steps.
+    """
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if not isinstance(value, (list, tuple, dict, set, frozenset)):
+        return _ELEMENT_WEIGHT
+    total = 0
+    stack: list[object] = [value]
+    while stack and total <= cap:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += (2 * len(item) + 1) * _ELEMENT_WEIGHT
+            if total <= cap:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += (len(item) + 1) * _ELEMENT_WEIGHT
+            if total <= cap:
+                stack.extend(item)
+        else:
+            total += _ELEMENT_WEIGHT
+    return total
+
+
+def _check_size(value: object) -> None:
+    size = _measure(value)
+    if size > MAX_RESULT_CHARS:
+        raise SandboxRefused(f"a value of over {MAX_RESULT_CHARS} characters or elements")
+    if isinstance(value, (str, bytes, list, tuple, dict)):
+        _produced(size)
+
+
+def _check_args(
+    args: Iterable[Any], kwargs: Mapping[str, Any], *, formatting: bool = False
+) -> None:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > MAX_INT_ARG:
+            raise SandboxRefused(f"argument {a} is over the limit of {MAX_INT_ARG}")
+        if formatting and isinstance(a, str) and _LONG_DIGITS.search(a):
+            raise SandboxRefused("a format width over the limit")
+        if isinstance(a, (list, tuple, dict, set)) and _measure(a) > MAX_RESULT_CHARS:
+            raise SandboxRefused(f"an argument of over {MAX_RESULT_CHARS} elements")
+
+
+def _check_format(template: object, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+    if isinstance(template, str) and _FORMAT_WIDTH.search(template):
+        raise SandboxRefused("a format width over the limit")
+    _check_args(args, kwargs, formatting=True)
+
+
+def _estimate(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """Size of a result before making it, for the operations that multiply their input."""
+    if not isinstance(value, str):
+        return 0
+    if name in ("replace", "do_replace") and len(args) >= 2:
+        old, new = args[0], args[1]
+        if isinstance(old, str) and isinstance(new, str):
+            count = value.count(old) if old else len(value) + 1
+            return len(value) + count * len(new)
+    if name in ("do_indent", "indent"):
+        width = args[0] if args else kwargs.get("width", 4)
+        width = len(width) if isinstance(width, str) else width
+        if isinstance(width, int):
+            return len(value) + (value.count("\n") + 1) * width
+    if name == "do_wordwrap":
+        width = args[0] if args else kwargs.get("width", 79)
+        wrap = args[3] if len(args) > 3 else kwargs.get("wrapstring") or "\n"
+        if isinstance(width, int) and isinstance(wrap, str):
+            return len(value) + (len(value) // max(width, 1) + 1) * len(wrap)
+    if name == "join" and args and isinstance(args[0], (list, tuple)):
+        return len(value) * len(args[0]) + _measure(args[0])
+    return 0
+
+
+_REFUSED_METHODS = frozenset({"expandtabs"})  # no use in a pipeline, multiplies its input
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a filter: bounded arguments, estimated and measured results, one budget step."""
+    name = getattr(fn, "__name__", "")
+    skip = 1 if getattr(fn, "jinja_pass_arg", None) is not None else 0
+
+    @wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _tick()
+        value, rest = (args[skip], args[skip + 1 :]) if len(args) > skip else (None, ())
+        if name in ("do_format", "format"):
+            _check_format(value, rest, kwargs)
+        else:
+            _check_args(rest, kwargs)
+        if isinstance(value, (list, tuple, dict, set)):
+            _check_size(value)
+        if _estimate(name, value, rest, kwargs) > MAX_RESULT_CHARS:
+            raise SandboxRefused(f"'{name.removeprefix('do_')}' result would be too large")
+        result = fn(*args, **kwargs)
+        _check_size(result)
+        return result
+
+    return guarded
+
+
+def _loop(value: Any) -> Iterator[Any]:
+    """Every ``{% for %}`` iterates through this: each element costs one budget step."""
+    for item in value:
+        _tick()
+        yield item
+
+
+def _sized(value: Any) -> Any:
+    """Every value turned into text (``~``, ``{{ }}``) is measured first."""
+    _check_size(value)
+    return value
 
 
 def _bounded_range(*args: int) -> range:
@@ -44,35 +237,39 @@ def _bounded_range(*args: int) -> range:
     return r
 
 
-def _check_size(value: object) -> None:
-    if isinstance(value, (str, bytes, list, tuple, dict)) and len(value) > MAX_RESULT_CHARS:
-        raise SandboxRefused(f"result of {len(value)} elements is over the limit")
+class _Harden(NodeTransformer):
+    """Rewrites a parsed template so loops, text joins and outputs go through the guards."""
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        self.generic_visit(node)
+        node.iter = nodes.Filter(node.iter, _LOOP_FILTER, [], [], None, None, lineno=node.lineno)
+        return node
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
+        self.generic_visit(node)
+        node.nodes = [_wrap_sized(n) for n in node.nodes]
+        return node
+
+    def visit_Output(self, node: nodes.Output) -> nodes.Node:
+        self.generic_visit(node)
+        node.nodes = [n if isinstance(n, nodes.TemplateData) else _wrap_sized(n)
+                      for n in node.nodes]
+        return node
+
+    def visit_Name(self, node: nodes.Name) -> nodes.Node:
+        if node.name in FORBIDDEN_NAMES or node.name.startswith("_runner"):
+            raise jinja2.TemplateSyntaxError(
+                f"'{node.name}' is not available in the sandbox", node.lineno
+            )
+        return node
 
 
-def _check_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > MAX_INT_ARG:
-            raise SandboxRefused(f"argument {a} is over the limit of {MAX_INT_ARG}")
-        if isinstance(a, str) and _FORMAT_WIDTH.search(a):
-            raise SandboxRefused("a format width over the limit")
-
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        _check_args(args[1:], kwargs)
-        if args and isinstance(args[0], str) and _FORMAT_WIDTH.search(args[0]):
-            if fn.__name__ in ("do_format", "format"):
-                raise SandboxRefused("a format width over the limit")
-        result = fn(*args, **kwargs)
-        _check_size(result)
-        return result
-
-    return guarded
+def _wrap_sized(node: nodes.Expr) -> nodes.Expr:
+    return nodes.Filter(node, _SIZED_FILTER, [], [], None, None, lineno=node.lineno)
 
 
 class HardenedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox with operand limits (Jinja's own sandbox bounds range() only)."""
+    """The sandbox with operand limits and a budget (Jinja's own sandbox bounds range() only)."""
 
     intercepted_binops = frozenset(["**", "*", "+", "//", "%"])
 
@@ -83,12 +280,29 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(**kwargs)
         self.globals.clear()
         self.globals["range"] = _bounded_range
-        for name in ("lipsum", "cycler", "joiner", "namespace", "dict"):
-            self.globals.pop(name, None)
         self.filters = {name: _guard(fn) for name, fn in self.filters.items()}
+        self.filters[_LOOP_FILTER] = _loop
+        self.filters[_SIZED_FILTER] = _sized
         self.tests = dict(self.tests)
 
+    def _generate(self, source: nodes.Template, name: str | None, filename: str | None,
+                  defer_init: bool = False) -> str:
+        # Every template and expression is compiled through here, already parsed.
+        source = _Harden().visit(source)
+        return super()._generate(source, name, filename, defer_init)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Data is mostly dicts: look the key up directly instead of failing getattr() first
+        # (same result as jinja's order, which tries the attribute before the item).
+        if type(obj) is dict and attribute not in _DICT_ATTRS:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _tick()
         if operator == "**":
             if isinstance(left, (int, float)) and isinstance(right, (int, float)):
                 lbits = abs(left).bit_length() if isinstance(left, int) else 64
@@ -96,20 +310,32 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
                     raise SandboxRefused("power result would be too large")
         elif operator == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int):
-                    if len(seq) * n > MAX_RESULT_CHARS:
-                        raise SandboxRefused("repetition result would be too large")
-            if isinstance(left, int) and isinstance(right, int):
-                if left.bit_length() + right.bit_length() > MAX_POWER_BITS:
-                    raise SandboxRefused("product would be too large")
+                if (isinstance(seq, (str, list, tuple)) and isinstance(n, int)
+                        and _measure(seq) * n > MAX_RESULT_CHARS):
+                    raise SandboxRefused("repetition result would be too large")
+            if (isinstance(left, int) and isinstance(right, int)
+                    and left.bit_length() + right.bit_length() > MAX_POWER_BITS):
+                raise SandboxRefused("product would be too large")
         elif operator == "%" and isinstance(left, str):
-            if _FORMAT_WIDTH.search(left):
-                raise SandboxRefused("a format width over the limit")
+            _check_format(left, right if isinstance(right, tuple) else (right,), {})
+        elif operator == "+" and _measure(left) + _measure(right) > MAX_RESULT_CHARS:
+            raise SandboxRefused("sum would be too large")
         result = super().call_binop(context, operator, left, right)
         _check_size(result)
         return result
 
-    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _tick()
+        target = getattr(__obj, "__wrapped__", __obj)
+        owner = getattr(target, "__self__", None)
+        method = getattr(target, "__name__", "")
+        if isinstance(owner, str):
+            if method in _REFUSED_METHODS:
+                raise SandboxRefused(f"str.{method} is not available in the sandbox")
+            if method in ("format", "format_map"):
+                _check_format(owner, args, kwargs)
+            if _estimate(method, owner, args, kwargs) > MAX_RESULT_CHARS:
+                raise SandboxRefused(f"'{method}' result would be too large")
         _check_args(args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
         _check_size(result)
@@ -120,7 +346,8 @@ _ENV: HardenedEnvironment | None = None
 
 
 def environment() -> HardenedEnvironment:
-    global _ENV  # one parser-and-compiler cache per process; it holds no run state
+    """The shared expression environment (a parser-and-compiler cache; it holds no run state)."""
+    global _ENV
     if _ENV is None:
         _ENV = HardenedEnvironment()
     return _ENV
@@ -136,16 +363,36 @@ class Reference:
 
 @dataclass
 class Expression:
-    """A compiled expression; ``refs`` are the names it reads, found at compile time."""
+    """A compiled expression; ``refs`` are the names it reads, found at compile time.
+
+    ``tree`` is the parsed Jinja node (read by linters, never evaluated directly).
+    """
 
     source: str
     where: Location | None
     refs: frozenset[Reference]
     _fn: Callable[..., Any] = field(repr=False)
+    tree: nodes.Expr | None = field(default=None, repr=False, compare=False)
+
+    def _run(self, context: Mapping[str, Any]) -> Any:
+        # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
+        # into every call (half the cost of a small `when`).
+        template = getattr(self._fn, "_template", None)
+        if template is None:
+            return self._fn(**context)
+        ctx = template.new_context({"range": _bounded_range, **context}, shared=True)
+        for _ in template.root_render_func(ctx):
+            pass
+        return ctx.vars["result"]
 
     def evaluate(self, context: Mapping[str, Any]) -> Any:
+        """Evaluate under a fresh budget. Raises ExpressionError (refused, undefined, bad type)."""
+        token = _BUDGET.set(_Budget(time.monotonic() + MAX_SECONDS))
         try:
-            value = self._fn(**context)
+            value = self._run(context)
+            if isinstance(value, jinja2.Undefined):
+                raise ExpressionError(f"'{_clip(self.source)}' is undefined", where=self.where)
+            _check_size(value)
         except SandboxRefused as exc:
             raise ExpressionError(f"expression refused: {exc}", where=self.where) from None
         except jinja2.exceptions.SecurityError as exc:
@@ -155,15 +402,16 @@ class Expression:
                 f"in '{_clip(self.source)}': {exc.message}", where=self.where
             ) from None
         except RecursionError:
-            raise ExpressionError("expression refused: nesting too deep", where=self.where) from None
+            raise ExpressionError(
+                "expression refused: nesting too deep", where=self.where
+            ) from None
         except (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError,
                 IndexError, OverflowError, MemoryError) as exc:
             raise ExpressionError(
                 f"in '{_clip(self.source)}': {type(exc).__name__}: {exc}", where=self.where
             ) from None
-        if isinstance(value, jinja2.Undefined):
-            raise ExpressionError(f"'{_clip(self.source)}' is undefined", where=self.where)
-        _check_size_or_raise(value, self.where)
+        finally:
+            _BUDGET.reset(token)
         return value
 
 
@@ -183,12 +431,13 @@ def _refs(tree: nodes.Node) -> frozenset[Reference]:
     found: set[Reference] = set()
     attrs: set[int] = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        inner = node.node
+        inner = getattr(node, "node", None)
         if isinstance(inner, nodes.Name) and inner.ctx == "load":
             attr: str | None = None
             if isinstance(node, nodes.Getattr):
                 attr = node.attr
-            elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) \
+                    and isinstance(node.arg.value, str):
                 attr = node.arg.value
             found.add(Reference(inner.name, attr))
             attrs.add(id(inner))
@@ -219,7 +468,9 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
     if not source.strip():
         raise ExpressionError("empty expression", where=where)
     if _depth(source) > MAX_NESTING:
-        raise ExpressionError("expression refused: nesting too deep", where=where)
+        raise ExpressionError(
+            f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
+        )
     env = environment()
     try:
         tree = env.parse("{{ (" + source + ") }}")
@@ -230,7 +481,9 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
         ) from None
     except RecursionError:
         raise ExpressionError("expression refused: nesting too deep", where=where) from None
-    return Expression(source, where, _refs(tree), fn)
+    body = tree.body[0]
+    expr = body.nodes[0] if isinstance(body, nodes.Output) else None
+    return Expression(source, where, _refs(tree), fn, expr)
 
 
 # -- values with ${{ }} inside ------------------------------------------------------------------
@@ -334,14 +587,48 @@ def is_static(compiled: Compiled) -> bool:
 # -- templates -----------------------------------------------------------------------------------
 
 
-class _RootLoader(jinja2.FileSystemLoader):
-    """Loads templates from the pipeline root only (includes cannot walk out of it)."""
+class _RootLoader(jinja2.BaseLoader):
+    """Loads templates from the pipeline root only.
+
+    ``..`` walks, absolute paths and symlinks that point out are refused (not merely "not
+    found"), and so are templates over the size limit.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
+        try:
+            path = inside(self.root, template)
+        except InvalidPipeline as exc:
+            raise SandboxRefused(f"template '{template}': {exc.message}") from None
+        if not path.is_file():
+            raise jinja2.TemplateNotFound(template)
+        stat = path.stat()
+        if stat.st_size > MAX_TEMPLATE_CHARS:
+            raise SandboxRefused(
+                f"template '{template}' is over the limit of {MAX_TEMPLATE_CHARS} bytes"
+            )
+        text = path.read_text(encoding="utf-8")
+        if _depth(text) > MAX_NESTING:
+            raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
+
+        def uptodate() -> bool:
+            try:
+                return os.stat(path).st_mtime_ns == stat.st_mtime_ns
+            except OSError:
+                return False
+
+        return text, str(path), uptodate
 
 
 def template_environment(
     root: Path, filters: Mapping[str, Callable[..., Any]] | None = None
 ) -> HardenedEnvironment:
-    env = HardenedEnvironment(loader=_RootLoader(str(root)))
+    """A template environment whose loader reads only inside ``root``; ``filters`` are guarded."""
+    env = HardenedEnvironment(loader=_RootLoader(root))
     for name, fn in (filters or {}).items():
         env.filters[name] = _guard(fn)
     return env
@@ -354,12 +641,31 @@ def render_template(
     text: str | None = None,
     variables: Mapping[str, Any],
     where: Location | None = None,
+    seconds: float = MAX_SECONDS,
 ) -> str:
-    """Render a template file (by name under the root) or inline text. Raises TemplateError."""
+    """Render a template file (by name under the root) or inline text, under a budget.
+
+    Raises TemplateError: not found, syntax, undefined variable, or refused by the sandbox
+    (path outside the root, too many loop iterations or calls, too long, too large).
+    """
     label = name or "<inline>"
+    token: contextvars.Token[_Budget | None] | None = None
     try:
+        if text is not None and (len(text) > MAX_TEMPLATE_CHARS or _depth(text) > MAX_NESTING):
+            raise SandboxRefused(
+                f"inline template over {MAX_TEMPLATE_CHARS} characters or {MAX_NESTING} levels"
+            )
         tmpl = env.get_template(name) if name is not None else env.from_string(text or "")
-        out = tmpl.render(**variables)
+        # The budget starts after compiling: parse time of a large template is not an attack.
+        token = _BUDGET.set(_Budget(time.monotonic() + seconds))
+        chunks: list[str] = []
+        total = 0
+        for chunk in tmpl.generate(**variables):
+            total += len(chunk)
+            if total > MAX_RESULT_CHARS:
+                raise SandboxRefused(f"output over the limit of {MAX_RESULT_CHARS} characters")
+            chunks.append(chunk)
+        out = "".join(chunks)
     except jinja2.TemplateNotFound as exc:
         raise TemplateError(f"template not found: {exc.name}", where=where) from None
     except jinja2.TemplateSyntaxError as exc:
@@ -374,9 +680,12 @@ def render_template(
         raise TemplateError(f"template {label} refused: {exc}", where=where) from None
     except RecursionError:
         raise TemplateError(f"template {label} refused: nesting too deep", where=where) from None
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError, KeyError,
+            IndexError, MemoryError, jinja2.TemplateError) as exc:
         raise TemplateError(f"template {label}: {type(exc).__name__}: {exc}", where=where) from None
-    _check_size_or_raise(out, where)
+    finally:
+        if token is not None:
+            _BUDGET.reset(token)
     return out
 
 
