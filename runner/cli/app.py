@@ -1,0 +1,125 @@
+"""The `runner` command: each command parses, calls one library function, renders the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import RunnerError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Ctx:
+    """Shared CLI state, carried in click's context object."""
+
+    state: str | None = None
+    json: bool = False
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc, ensure_ascii=False, indent=None, default=str))
+
+
+class RunnerGroup(click.Group):
+    """Turns library errors into one clear message and their exit code, in one place."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunnerError as exc:
+            as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+            if as_json:
+                emit_json({"error": exc.to_json(), "exit_code": exc.exit_code})
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except SystemExit:
+            raise
+        except Exception:
+            click.echo(traceback.format_exc(), err=True)
+            click.echo("runner hit a bug (the traceback is above); please report it.", err=True)
+            ctx.exit(1)
+
+
+def json_option(fn: F) -> F:
+    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.ensure_object(Ctx).json = True
+        return value
+
+    return click.option("--json", "as_json", is_flag=True, expose_value=True, callback=set_json,
+                        help="Print one JSON document (with exit_code) on stdout.")(fn)
+
+
+def state_option(fn: F) -> F:
+    return click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
+                        envvar="RUNNER_STATE",
+                        help="State directory (default: .runner/ beside the pipeline).")(fn)
+
+
+def param_option(fn: F) -> F:
+    return click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
+                        help="Override a param (value parsed as YAML, checked by type).")(fn)
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"-p expects KEY=VALUE, got '{pair}'")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def pipeline_arg(fn: F) -> F:
+    return click.argument("file", type=click.Path(dir_okay=False, path_type=Path))(fn)
+
+
+@click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="runner", prog_name="runner")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """runner: declarative, journaled pipelines for generative-AI production work.
+
+    Example: runner apply pipelines/thumbnail.yaml -p video_id=dQw4w9WgXcQ
+    """
+    ctx.ensure_object(Ctx)
+
+
+def _register() -> None:
+    from . import commands_core  # noqa: F401  (commands register themselves on import)
+
+    for optional in ("commands_thumb", "commands_review", "commands_cards", "commands_watch",
+                     "commands_render", "commands_providers", "commands_serve"):
+        try:
+            __import__(f"runner.cli.{optional}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"runner.cli.{optional}":
+                raise
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="runner", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("cancelled", err=True)
+        sys.exit(130)
+
+
+def isatty_stderr() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
+
+_register()

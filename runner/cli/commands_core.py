@@ -1,0 +1,337 @@
+"""Core commands: apply, validate, explain, graph, runs, steps, verify, init."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import NotFound
+from .app import Ctx, cli, emit_json, json_option, param_option, parse_params, pipeline_arg, state_option
+
+
+def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
+    from ..engine.events import FanOut, JsonLinesReporter
+    from .app import isatty_stderr
+    from .console import LiveReporter, PlainReporter
+
+    reporters: list[Any] = []
+    if not quiet:
+        if isatty_stderr() and not as_json:
+            reporters.append(LiveReporter(total))
+        else:
+            reporters.append(PlainReporter())
+    if events_file:
+        reporters.append(JsonLinesReporter(open(events_file, "a", encoding="utf-8"), close_stream=True))
+    return FanOut(*reporters)
+
+
+def _install_sigterm() -> None:
+    # SIGTERM cancels like Ctrl-C: the run is marked cancelled, completed work is kept.
+    def handler(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Steps in flight at once (default: number of cores).")
+@click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
+@click.option("--dry-run", is_flag=True, help="Show what would run; run nothing.")
+@click.option("--item", default=None, help="What this run is for (one active run per item).")
+@click.option("--events", "events_file", type=click.Path(dir_okay=False), default=None,
+              help="Append every event as a JSON line to this file.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@state_option
+@json_option
+@click.pass_obj
+def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force: tuple[str, ...],
+          dry_run: bool, item: str | None, events_file: str | None, out_dir: str | None,
+          quiet: bool, state_dir: str | None, as_json: bool) -> None:
+    """Run the pipeline, re-running only what is missing or out of date.
+
+    Example: runner apply pipeline.yaml -p title=hello --jobs 4
+    """
+    from ..compiler import compile_pipeline
+    from ..engine.apply import State, apply_plan, state_dir_for
+    from ..engine.interpreter import ApplyOptions
+    from ..errors import UsageError
+
+    plan = compile_pipeline(file, parse_params(params))
+    for f in force:
+        if f not in plan.steps:
+            raise UsageError(f"--force: unknown step '{f}'")
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    options = ApplyOptions(force=forced, dry_run=dry_run, item=item)
+    if jobs:
+        options.jobs = jobs
+    state = State.open(state_dir_for(file, state_dir))
+    reporter = _reporter(as_json, len(plan.order), events_file, quiet)
+    _install_sigterm()
+    try:
+        report = apply_plan(plan, state, options, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        state.close()
+        if as_json:
+            emit_json({"run": None, "exit_code": 130, "error": {"message": "cancelled"}})
+        click.echo("cancelled; completed work is kept, the next apply resumes", err=True)
+        sys.exit(130)
+    reporter.close()
+    try:
+        doc = report.to_json()
+        extra = _after_apply(plan, state, report, out_dir, as_json)
+        doc.update(extra)
+        if as_json:
+            emit_json(doc)
+        else:
+            s = doc["summary"]
+            click.echo(
+                f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
+                f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})"
+            )
+            for o in report.steps:
+                if o.status.value in ("failed", "partial") and o.reason:
+                    click.echo(f"  {o.status.value}: {o.id}: {o.reason}")
+    finally:
+        state.close()
+    sys.exit(doc.get("exit_code", report.exit_code))
+
+
+def _after_apply(plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool) -> dict[str, Any]:
+    """Hooks for workflows that add to apply's output (thumbnail iterations, gates)."""
+    try:
+        from ..thumbs.hooks import after_apply
+    except ModuleNotFoundError:
+        return {}
+    result: dict[str, Any] = after_apply(plan, state, report, out_dir=out_dir, as_json=as_json)
+    return result
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@json_option
+def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
+    """Check a pipeline without running it: schema, references, expressions, cycles.
+
+    Example: runner validate pipelines/thumbnail.yaml
+    """
+    from ..compiler import compile_pipeline
+
+    plan = compile_pipeline(file, parse_params(params))
+    if as_json:
+        emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
+    else:
+        click.echo(f"{file}: valid ({len(plan.order)} steps)")
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--force", multiple=True, metavar="STEP")
+@state_option
+@json_option
+def explain(file: Path, params: tuple[str, ...], force: tuple[str, ...], state_dir: str | None,
+            as_json: bool) -> None:
+    """Say, per step, whether the next apply would run it or use the cache, and why.
+
+    Example: runner explain pipeline.yaml
+    """
+    from ..compiler import compile_pipeline
+    from ..engine.apply import State, explain as do_explain, state_dir_for
+
+    plan = compile_pipeline(file, parse_params(params))
+    state = State.open(state_dir_for(file, state_dir))
+    try:
+        forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+        rows = do_explain(plan, state, forced)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"pipeline": plan.name, "steps": [r.to_json() for r in rows], "exit_code": 0})
+        return
+    for r in rows:
+        click.echo(f"{r.action:7} {r.step}: {'; '.join(r.reasons)}")
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--format", "fmt", type=click.Choice(["text", "dot", "mermaid"]), default="text")
+@json_option
+def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
+    """Show the pipeline's DAG, grouped by phase.
+
+    Example: runner graph pipeline.yaml --format mermaid
+    """
+    from ..compiler import compile_pipeline
+    from ..graphview import render_graph
+
+    plan = compile_pipeline(file, parse_params(params))
+    text = render_graph(plan, fmt)
+    if as_json:
+        g = plan.graph()
+        emit_json({"pipeline": plan.name, "format": fmt, "text": text,
+                   "nodes": list(g.nodes), "edges": [list(e) for e in g.edges], "exit_code": 0})
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.group()
+def runs() -> None:
+    """Inspect runs in the journal.
+
+    Example: runner runs list --limit 10
+    """
+
+
+def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
+    from ..engine.apply import State
+
+    path = Path(state_dir).resolve() if state_dir else Path.cwd() / ".runner"
+    if not (path / "journal.db").exists():
+        # Commands without a pipeline file look in ./.runner, then in pipelines/.runner.
+        for candidate in (Path.cwd() / "pipelines" / ".runner",):
+            if (candidate / "journal.db").exists() and not state_dir:
+                path = candidate
+    return State.open(path, readonly=readonly)
+
+
+@runs.command("list")
+@click.option("--pipeline", default=None)
+@click.option("--status", default=None)
+@click.option("--item", default=None)
+@click.option("--awaiting", is_flag=True, help="Only runs waiting for a human decision.")
+@click.option("--limit", default=20, show_default=True)
+@state_option
+@json_option
+def runs_list(pipeline: str | None, status: str | None, item: str | None, awaiting: bool,
+              limit: int, state_dir: str | None, as_json: bool) -> None:
+    """List recent runs, newest first.
+
+    Example: runner runs list --status failed
+    """
+    state = _open_state(state_dir)
+    try:
+        rows = state.journal.list_runs(pipeline=pipeline, status="awaiting_human" if awaiting else status,
+                                       item=item, limit=limit)
+    finally:
+        state.close()
+    keep = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
+    if as_json:
+        emit_json({"runs": [{k: r[k] for k in keep} for r in rows], "exit_code": 0})
+        return
+    if not rows:
+        click.echo("no runs")
+    for r in rows:
+        click.echo(f"{r['id']}  {r['pipeline']:<20} {r['status']:<15} {r['item'] or ''}")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@state_option
+@json_option
+def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
+    """Show one run: its header and every execution.
+
+    Example: runner runs show 20261202-101500-ab12cd
+    """
+    from ..runview import run_view
+
+    state = _open_state(state_dir)
+    try:
+        view = run_view(state, run_id)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({**view.to_json(), "exit_code": 0})
+    else:
+        click.echo(view.render_text(), nl=False)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@json_option
+def steps(name: str | None, as_json: bool) -> None:
+    """List installed step types with their argument schemas.
+
+    Example: runner steps template
+    """
+    from ..steps.registry import default_registry
+
+    reg = default_registry()
+    names = [name] if name else reg.names()
+    out = []
+    for n in names:
+        t = reg.get(n)
+        if t is None:
+            raise NotFound(f"unknown step type '{n}'")
+        out.append({"name": n, "version": t.version, "description": t.description,
+                    "requires_check": t.requires_check, "schema": t.schema})
+    if as_json:
+        emit_json({"steps": out, "exit_code": 0})
+        return
+    for s in out:
+        click.echo(f"{s['name']} v{s['version']}: {s['description']}")
+        if name:
+            click.echo(json.dumps(s["schema"], indent=2))
+
+
+@cli.command()
+@state_option
+@click.option("--pipeline-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Verify the state directory of this pipeline.")
+@json_option
+def verify(state_dir: str | None, pipeline_file: Path | None, as_json: bool) -> None:
+    """Check the journal's integrity and that every referenced object is present and intact.
+
+    Example: runner verify --state .runner
+    """
+    from ..engine.apply import state_dir_for
+    from ..verify import verify_state
+
+    if pipeline_file is not None and not state_dir:
+        state_dir = str(state_dir_for(pipeline_file))
+    state = _open_state(state_dir)
+    try:
+        problems, checked = verify_state(state)
+    finally:
+        state.close()
+    code = 1 if problems else 0
+    if as_json:
+        emit_json({"ok": not problems, "problems": problems, "objects_checked": checked, "exit_code": code})
+    else:
+        for p in problems:
+            click.echo(f"problem: {p}")
+        click.echo(f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
+                   f"{len(problems)} problems")
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("directory", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def init(directory: Path, as_json: bool) -> None:
+    """Create a minimal working project: a pipeline, a prompt, a .gitignore entry.
+
+    Example: runner init myproject && cd myproject && runner apply pipeline.yaml
+    """
+    from ..scaffold import init_project
+
+    created = init_project(directory)
+    if as_json:
+        emit_json({"directory": str(directory), "created": created, "exit_code": 0})
+        return
+    for c in created:
+        click.echo(f"created {c}")
+    click.echo(f"next: cd {directory} && runner apply pipeline.yaml")

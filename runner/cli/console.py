@@ -1,0 +1,89 @@
+"""Console reporters: a live rich progress view on a terminal, plain lines elsewhere."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from ..engine.events import Event, EventType
+
+
+class PlainReporter:
+    """One line per finished step (not a TTY, or --json with progress on stderr)."""
+
+    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.verbose = verbose
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def event(self, event: Event) -> None:
+        t, sid = event.type, event.step_id
+        el = f"[{event.element}]" if event.element is not None else ""
+        d = event.data
+        if t is EventType.RUN_STARTED:
+            self._line(f"run {event.run_id}: {d.get('pipeline')} ({d.get('steps')} steps)")
+        elif t is EventType.PHASE_ENTERED:
+            self._line(f"== phase {d.get('phase')}")
+        elif t is EventType.STEP_PASSED:
+            self._line(f"  ran     {sid}{el} ({d.get('duration_s', 0):.2f}s)")
+        elif t is EventType.STEP_SKIPPED:
+            word = "cached " if d.get("reason") == "cached" else "skipped"
+            extra = "" if d.get("reason") == "cached" else f" ({d.get('reason')})"
+            if self.verbose or word == "skipped":
+                self._line(f"  {word} {sid}{el}{extra}")
+        elif t is EventType.STEP_RETRYING:
+            self._line(f"  retry   {sid}{el} attempt {d.get('attempt')}: {d.get('reason')}")
+        elif t is EventType.STEP_FAILED:
+            self._line(f"  FAILED  {sid}{el}: {d.get('reason')}")
+        elif t is EventType.GATE_AWAITING:
+            self._line(f"  waiting {sid}: a decision is needed")
+        elif t is EventType.RUN_FINISHED:
+            self._line(f"run {event.run_id}: {d.get('status')} in {d.get('duration_s', 0):.2f}s")
+
+    def close(self) -> None:
+        pass
+
+
+class LiveReporter:
+    """A rich progress bar with the steps in flight, for terminals."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(file=stream or sys.stderr)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=self.console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("steps", total=total, current="")
+        self.in_flight: dict[str, Any] = {}
+        self.progress.start()
+
+    def event(self, event: Event) -> None:
+        t, sid, d = event.type, event.step_id, event.data
+        label = f"{sid}[{event.element}]" if event.element is not None else str(sid)
+        if t is EventType.STEP_STARTED:
+            self.in_flight[label] = True
+        elif t in (EventType.STEP_PASSED, EventType.STEP_FAILED, EventType.STEP_SKIPPED):
+            self.in_flight.pop(label, None)
+            if event.element is None:
+                self.progress.advance(self.task)
+            if t is EventType.STEP_FAILED:
+                self.console.print(f"[red]FAILED[/red] {label}: {d.get('reason')}", markup=True,
+                                   highlight=False)
+        elif t is EventType.STEP_RETRYING:
+            self.console.print(f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False)
+        elif t is EventType.PHASE_ENTERED:
+            self.console.print(f"[bold]== phase {d.get('phase')}[/bold]")
+        elif t is EventType.RUN_FINISHED:
+            self.progress.update(self.task, completed=self.progress.tasks[0].total)
+        names = ", ".join(list(self.in_flight)[:4])
+        self.progress.update(self.task, current=names)
+
+    def close(self) -> None:
+        self.progress.stop()

@@ -1,0 +1,408 @@
+"""Validated pipeline document -> Plan: compiled expressions and rules, step types, the DAG.
+
+Everything that can be wrong with a pipeline is found here, before anything runs: unknown step
+types, params and step ids, malformed expressions and rules, schema-invalid ``with:``, cycles.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator
+
+from . import expr as ex
+from .errors import InvalidPipeline, Location
+from .loader import PipelineDoc, did_you_mean, load_document, resolve_params, schema_errors
+from .paths import inside
+from .steps.base import StepType
+from .steps.registry import StepRegistry, default_registry
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from .rules import Rule
+
+EXPRESSION_ROOTS = ("params", "steps", "run", "feedback", "attempt", "item", "index")
+
+
+class CachePolicy(enum.Enum):
+    USE = "use"  # skip when the key matches a completed execution
+    ALWAYS_RUN = "always_run"  # cache: false
+
+
+@dataclass
+class CompiledStep:
+    id: str
+    uses: str
+    type: StepType
+    args: ex.Compiled
+    where: Location
+    deps: tuple[str, ...] = ()
+    phase: str | None = None
+    when: Rule | None = None
+    checks: list[Rule] = field(default_factory=list)
+    retries: int = 0
+    timeout: float | None = None
+    cache: CachePolicy = CachePolicy.USE
+    for_each: ex.Compiled = None
+    concurrency: int | None = None
+    version: str | None = None
+    on_partial: str = "wait"
+    on_skipped: str = "skip"
+    needs_complete: bool = False
+    description: str = ""
+
+    @property
+    def static_args(self) -> bool:
+        return ex.is_static(self.args)
+
+
+@dataclass
+class Limits:
+    wall_clock: float | None = None
+    max_steps: int | None = None
+    token_budget: int | None = None
+
+
+@dataclass
+class Plan:
+    doc: PipelineDoc
+    name: str
+    root: Path
+    params: dict[str, Any]
+    steps: dict[str, CompiledStep]
+    order: list[str]
+    phases: list[str]
+    limits: Limits
+    patterns: dict[str, str]
+    item: ex.Compiled = None
+
+    @property
+    def file(self) -> Path:
+        return self.doc.path
+
+    @property
+    def directory(self) -> Path:
+        return self.doc.path.parent
+
+    def downstream(self, step_ids: set[str]) -> set[str]:
+        out = set(step_ids)
+        for sid in self.order:
+            if any(d in out for d in self.steps[sid].deps):
+                out.add(sid)
+        return out
+
+    def graph(self) -> nx.DiGraph:
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for sid in self.order:
+            s = self.steps[sid]
+            g.add_node(sid, uses=s.uses, phase=s.phase)
+            for d in s.deps:
+                g.add_edge(d, sid)
+        return g
+
+
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(str(value).strip())
+    if not m:
+        raise ValueError(f"not a duration: {value!r}")
+    n = float(m.group(1))
+    return n * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
+
+
+@cache
+def _validator(schema_id: int, schema_json: str) -> Draft202012Validator:
+    import json
+
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def _args_validator(step_type: StepType) -> Draft202012Validator:
+    import json
+
+    text = json.dumps(step_type.schema, sort_keys=True)
+    return _validator(id(step_type), text)
+
+
+def compile_pipeline(
+    path: Path,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    registry: StepRegistry | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Load, validate and compile a pipeline file. Raises InvalidPipeline / UsageError.
+
+    ``params`` (already typed values) bypass command-line parsing; ``overrides`` are the raw
+    ``-p key=value`` strings.
+    """
+    doc = load_document(path)
+    values = resolve_params(doc, overrides or {})
+    if params:
+        values.update(params)
+    return compile_document(doc, values, registry=registry or default_registry())
+
+
+def compile_document(
+    doc: PipelineDoc, params: dict[str, Any], *, registry: StepRegistry
+) -> Plan:
+    data = doc.data
+    root = doc.directory
+    if "root" in data:
+        root = (doc.directory / data["root"]).resolve()
+        if not root.is_dir():
+            raise InvalidPipeline(f"root '{data['root']}' is not a directory", where=doc.where("root"))
+    phases: list[str] = list(data.get("phases") or [])
+    defaults: dict[str, Any] = data.get("defaults") or {}
+    patterns: dict[str, str] = dict(data.get("patterns") or {})
+    named_rules: dict[str, Any] = dict(data.get("rules") or {})
+    declared_params = set((data.get("params") or {}).keys())
+    steps_raw: dict[str, Any] = data["steps"]
+    step_ids = set(steps_raw)
+
+    for pname, pattern in patterns.items():
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidPipeline(
+                f"pattern '{pname}' is not a valid regular expression: {exc}",
+                where=doc.where("patterns", pname),
+            ) from None
+
+    compiled: dict[str, CompiledStep] = {}
+    for sid, raw in steps_raw.items():
+        compiled[sid] = _compile_step(
+            doc, sid, raw, registry=registry, root=root, phases=phases, defaults=defaults,
+            patterns=patterns, named_rules=named_rules, declared_params=declared_params,
+            step_ids=step_ids,
+        )
+
+    order = _order(doc, compiled)
+    limits_raw = data.get("limits") or {}
+    limits = Limits(
+        wall_clock=parse_duration(limits_raw["wall_clock"]) if "wall_clock" in limits_raw else None,
+        max_steps=limits_raw.get("max_steps"),
+        token_budget=limits_raw.get("token_budget"),
+    )
+    item = None
+    if "item" in data:
+        item = ex.compile_value(data["item"], lambda p: doc.where("item", *p))
+        for e in ex.iter_expressions(item):
+            _check_refs(e, doc, None, declared_params, set(), allow=("params",))
+    return Plan(
+        doc=doc, name=data["name"], root=root, params=params, steps=compiled, order=order,
+        phases=phases, limits=limits, patterns=patterns, item=item,
+    )
+
+
+def _compile_step(
+    doc: PipelineDoc,
+    sid: str,
+    raw: dict[str, Any],
+    *,
+    registry: StepRegistry,
+    root: Path,
+    phases: list[str],
+    defaults: dict[str, Any],
+    patterns: dict[str, str],
+    named_rules: dict[str, Any],
+    declared_params: set[str],
+    step_ids: set[str],
+) -> CompiledStep:
+    where = doc.where("steps", sid, key=True)
+    uses = raw["uses"]
+    step_type = registry.get(uses)
+    if step_type is None:
+        raise InvalidPipeline(
+            f"unknown step type '{uses}'",
+            where=doc.where("steps", sid, "uses"),
+            step=sid,
+            hint=did_you_mean(uses, registry.names())
+            or "installed step types: " + ", ".join(registry.names()),
+        )
+    with_raw = raw.get("with") or {}
+    errors = schema_errors(
+        _args_validator(step_type), with_raw,
+        where=lambda p, key=False: doc.where("steps", sid, "with", *p, key=key),
+        step=sid, context="with", tolerate_expressions=True,
+    )
+    if errors:
+        raise errors[0]
+
+    def where_of(p: tuple[Any, ...]) -> Location:
+        return doc.where("steps", sid, "with", *p)
+
+    try:
+        args = ex.compile_value(with_raw, where_of)
+    except InvalidPipeline as exc:
+        exc.step = sid
+        raise
+    has_for_each = "for_each" in raw
+    allowed = EXPRESSION_ROOTS if has_for_each else EXPRESSION_ROOTS[:-2]
+    refs: set[str] = set()
+    for e in ex.iter_expressions(args):
+        refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
+
+    for_each = None
+    if has_for_each:
+        for_each = ex.compile_value(raw["for_each"], lambda p: doc.where("steps", sid, "for_each", *p))
+        for e in ex.iter_expressions(for_each):
+            refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=EXPRESSION_ROOTS[:-2])
+
+    when = None
+    checks: list[Rule] = []
+    if "when" in raw or "check" in raw:
+        from .rules import compile_rule
+
+        def rule_refs(rule: Rule, base: tuple[Any, ...]) -> set[str]:
+            found: set[str] = set()
+            for r in rule.refs:
+                if r.root not in allowed:
+                    raise InvalidPipeline(
+                        f"unknown name '{r.root}' in expression",
+                        where=doc.where("steps", sid, *base), step=sid,
+                        hint=did_you_mean(r.root, allowed) or "names: " + ", ".join(allowed),
+                    )
+                if r.root == "params" and r.attr is not None and r.attr not in declared_params:
+                    raise _unknown_param(doc, sid, r.attr, declared_params, base)
+                if r.root == "steps" and r.attr is not None:
+                    if r.attr not in step_ids:
+                        raise _unknown_step(doc, sid, r.attr, step_ids, base)
+                    found.add(r.attr)
+            return found
+
+        if "when" in raw:
+            when = compile_rule(
+                raw["when"], where_of=lambda p: doc.where("steps", sid, "when", *p),
+                patterns=patterns, named=named_rules, root=root,
+            )
+            refs |= rule_refs(when, ("when",))
+        check_raw = raw.get("check")
+        if check_raw is not None:
+            items = check_raw if isinstance(check_raw, list) else [check_raw]
+            base: tuple[Any, ...] = ("check",) if not isinstance(check_raw, list) else ()
+            for i, item in enumerate(items):
+                path = ("check", *base[1:], i) if isinstance(check_raw, list) else ("check",)
+                rule = compile_rule(
+                    item, where_of=lambda p, path=path: doc.where("steps", sid, *path, *p),
+                    patterns=patterns, named=named_rules, root=root,
+                )
+                refs |= rule_refs(rule, path)
+                checks.append(rule)
+    if step_type.requires_check and not checks:
+        raise InvalidPipeline(
+            f"a '{uses}' step needs a `check:` (its output is model text; say what makes it right)",
+            where=where, step=sid,
+            hint="e.g. check: [\"${{ steps." + sid + ".output.text | length > 0 }}\"]",
+        )
+    refs.discard(sid)  # a check may read the step's own output
+
+    needs = list(raw.get("needs") or [])
+    for i, need in enumerate(needs):
+        if need not in step_ids:
+            raise _unknown_step(doc, sid, need, step_ids, ("needs", i))
+        if need == sid:
+            raise InvalidPipeline("a step cannot need itself", where=doc.where("steps", sid, "needs", i), step=sid)
+    phase = raw.get("phase")
+    if phase is not None and phase not in phases:
+        raise InvalidPipeline(
+            f"unknown phase '{phase}'", where=doc.where("steps", sid, "phase"), step=sid,
+            hint=did_you_mean(phase, phases) or ("declared phases: " + ", ".join(phases) if phases else "declare `phases:` at the top"),
+        )
+    timeout_raw = raw.get("timeout", defaults.get("timeout"))
+    step_type.validate(with_raw, root=root, where=doc.where("steps", sid, "with"))
+    version = raw.get("version")
+    return CompiledStep(
+        id=sid, uses=uses, type=step_type, args=args, where=where,
+        deps=tuple(sorted(refs | set(needs))), phase=phase, when=when, checks=checks,
+        retries=int(raw.get("retries", defaults.get("retries", 0))),
+        timeout=parse_duration(timeout_raw) if timeout_raw is not None else None,
+        cache=CachePolicy.USE if raw.get("cache", defaults.get("cache", True)) else CachePolicy.ALWAYS_RUN,
+        for_each=for_each,
+        concurrency=raw.get("concurrency", defaults.get("concurrency")),
+        version=None if version is None else str(version),
+        on_partial=raw.get("on_partial", "wait"),
+        on_skipped=raw.get("on_skipped", "skip"),
+        needs_complete=bool(raw.get("needs_complete", False)),
+        description=raw.get("description", ""),
+    )
+
+
+def _unknown_step(doc: PipelineDoc, sid: str, name: str, ids: set[str], base: tuple[Any, ...]) -> InvalidPipeline:
+    return InvalidPipeline(
+        f"unknown step '{name}'", where=doc.where("steps", sid, *base), step=sid,
+        hint=did_you_mean(name, ids) or "steps: " + ", ".join(sorted(ids)),
+    )
+
+
+def _unknown_param(doc: PipelineDoc, sid: str | None, name: str, declared: set[str], base: tuple[Any, ...]) -> InvalidPipeline:
+    return InvalidPipeline(
+        f"unknown param '{name}'", where=doc.where("steps", sid, *base) if sid else doc.where(*base), step=sid,
+        hint=did_you_mean(name, declared) or ("declared params: " + ", ".join(sorted(declared)) if declared else "the pipeline declares no params"),
+    )
+
+
+def _check_refs(
+    e: ex.Expression, doc: PipelineDoc, sid: str | None, declared_params: set[str], step_ids: set[str],
+    *, allow: tuple[str, ...],
+) -> set[str]:
+    found: set[str] = set()
+    for r in e.refs:
+        if r.root not in allow:
+            extra = " (only inside a for_each step)" if r.root in ("item", "index") else ""
+            raise InvalidPipeline(
+                f"unknown name '{r.root}' in '${{{{ {e.source} }}}}'{extra}", where=e.where, step=sid,
+                hint=did_you_mean(r.root, allow) or "names: " + ", ".join(allow),
+            )
+        if r.root == "params" and r.attr is not None and r.attr not in declared_params:
+            err = _unknown_param(doc, sid, r.attr, declared_params, ())
+            err.where = e.where
+            raise err
+        if r.root == "steps" and r.attr is not None:
+            if r.attr not in step_ids:
+                err = _unknown_step(doc, sid or "", r.attr, step_ids, ())
+                err.where = e.where
+                raise err
+            found.add(r.attr)
+    return found
+
+
+def _order(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> list[str]:
+    """Topological order, stable by file order; a cycle is an error naming its path."""
+    from graphlib import CycleError, TopologicalSorter
+
+    position = {sid: i for i, sid in enumerate(steps)}
+    ts: TopologicalSorter[str] = TopologicalSorter()
+    for sid, s in steps.items():
+        ts.add(sid, *s.deps)
+    try:
+        ts.prepare()
+    except CycleError as exc:
+        cycle = list(exc.args[1])
+        path = " -> ".join(cycle)
+        raise InvalidPipeline(
+            f"dependency cycle: {path}", where=doc.where("steps", cycle[0], key=True), step=cycle[0]
+        ) from None
+    order: list[str] = []
+    while ts.is_active():
+        ready = sorted(ts.get_ready(), key=position.__getitem__)
+        order.extend(ready)
+        ts.done(*ready)
+    return order
+
+
+def resolve_path(plan: Plan, rel: str, where: Location | None = None) -> Path:
+    return inside(plan.root, rel, where=where)

@@ -1,0 +1,245 @@
+"""The library entry points the CLI (and the web page, and tests) call: apply, explain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..compiler import CachePolicy, Plan, compile_pipeline
+from ..errors import Busy, StepFailure
+from ..store.journal import Journal, loads
+from ..store.objects import ObjectStore
+from .events import Reporter
+from .interpreter import ApplyOptions, Interpreter, RunReport
+from .keys import changed_parts
+
+
+def state_dir_for(pipeline_file: Path, override: str | os.PathLike[str] | None = None) -> Path:
+    """``--state`` wins, then $RUNNER_STATE, then ``.runner/`` beside the pipeline file."""
+    if override:
+        return Path(override).resolve()
+    env = os.environ.get("RUNNER_STATE")
+    if env:
+        return Path(env).resolve()
+    return pipeline_file.resolve().parent / ".runner"
+
+
+@dataclass
+class State:
+    """An opened state directory: the journal and the object store."""
+
+    dir: Path
+    journal: Journal
+    objects: ObjectStore
+
+    @classmethod
+    def open(cls, state_dir: Path, *, readonly: bool = False) -> State:
+        journal = Journal.open(state_dir, readonly=readonly)
+        return cls(state_dir, journal, ObjectStore(state_dir / "objects"))
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+class _LazyProviders:
+    """Providers are configured only when a step asks for one (start-up time matters)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._access: Any = None
+
+    def _get(self) -> Any:
+        if self._access is None:
+            from ..providers.config import load_access
+
+            self._access = load_access(self.root)
+        return self._access
+
+    def get(self, name: str | None) -> Any:
+        return self._get().get(name)
+
+    def default_name(self) -> str:
+        return str(self._get().default_name())
+
+
+@contextlib.contextmanager
+def item_lock(state: State, plan: Plan, item: str | None) -> Iterator[None]:
+    """One active apply per (pipeline, item): a second one is refused, naming the active run."""
+    from filelock import FileLock, Timeout
+
+    tag = hashlib.sha256(f"{plan.name}\0{item}".encode()).hexdigest()[:16]
+    lock_dir = state.dir / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_dir / f"{plan.name}-{tag}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        active = state.journal.active_runs(plan.name, item)
+        running = [r for r in active if r["status"] == "running"]
+        ident = f" (run {running[0]['id']})" if running else ""
+        what = f"pipeline '{plan.name}'" + (f" for item '{item}'" if item else "")
+        raise Busy(f"another apply of {what} is running{ident}",
+                   hint="wait for it to finish, or cancel it with: runner runs cancel RUN") from None
+    try:
+        # Runs still marked running while we hold the lock belong to processes that died.
+        stale = [r["id"] for r in state.journal.active_runs(plan.name, item) if r["status"] == "running"]
+        if stale:
+            state.journal.mark_interrupted(stale)
+        yield
+    finally:
+        lock.release()
+
+
+def resolve_item(plan: Plan, item: str | None) -> str | None:
+    if item is not None:
+        return item
+    if plan.item is None:
+        return None
+    from .. import expr as ex
+
+    value = ex.evaluate_value(plan.item, {"params": plan.params})
+    return None if value is None else str(value)
+
+
+def apply_plan(
+    plan: Plan,
+    state: State,
+    options: ApplyOptions | None = None,
+    reporter: Reporter | None = None,
+) -> RunReport:
+    """Run ``plan`` to convergence against ``state``. Raises Busy when the item is locked."""
+    options = options or ApplyOptions()
+    options.item = resolve_item(plan, options.item)
+    with item_lock(state, plan, options.item):
+        interpreter = Interpreter(
+            plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
+            options=options, reporter=reporter, providers=_LazyProviders(plan.root),
+        )
+        return asyncio.run(interpreter.apply())
+
+
+def apply_file(
+    path: Path,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    state_dir: Path | None = None,
+    options: ApplyOptions | None = None,
+    reporter: Reporter | None = None,
+) -> RunReport:
+    plan = compile_pipeline(path, overrides)
+    state = State.open(state_dir or state_dir_for(path))
+    try:
+        return apply_plan(plan, state, options, reporter)
+    finally:
+        state.close()
+
+
+@dataclass
+class Explanation:
+    step: str
+    action: str  # "run" | "cached" | "skip" | "unknown"
+    reasons: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "action": self.action, "reasons": self.reasons}
+
+
+def explain(plan: Plan, state: State, force: frozenset[str] = frozenset()) -> list[Explanation]:
+    """Per step: would it run or is it cached, and why (without running anything).
+
+    A step whose arguments depend on an upstream output that would change is reported as
+    "run: upstream X will re-run" since its key cannot be known before X runs.
+    """
+    interp = Interpreter(plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
+                         providers=_LazyProviders(plan.root))
+    cached = state.journal.cached_results(plan.name)
+    out: list[Explanation] = []
+    will_run: set[str] = set()
+    for sid in plan.order:
+        step = plan.steps[sid]
+        upstream = [d for d in step.deps if d in will_run]
+        if sid in force:
+            out.append(Explanation(sid, "run", ["forced with --force"]))
+            will_run.add(sid)
+            continue
+        if step.cache is CachePolicy.ALWAYS_RUN:
+            out.append(Explanation(sid, "run", ["cache is off (cache: false)"]))
+            will_run.add(sid)
+            continue
+        if upstream:
+            out.append(Explanation(sid, "run", [f"upstream {', '.join(upstream)} will re-run"]))
+            will_run.add(sid)
+            continue
+        if step.for_each is not None:
+            ok, reasons = _explain_for_each(interp, plan, sid, cached)
+        else:
+            ok, reasons = _explain_one(interp, plan, sid, cached)
+        out.append(Explanation(sid, "cached" if ok else "run", reasons))
+        if not ok:
+            will_run.add(sid)
+        else:
+            hit = interp.context_steps.get(sid)
+            if hit is None:
+                interp.context_steps[sid] = {"status": "cached", "output": None}
+    interp.hasher.flush()
+    return out
+
+
+def _explain_one(interp: Interpreter, plan: Plan, sid: str, cached: Any,
+                 extra: dict[str, Any] | None = None, element: int = -1) -> tuple[bool, list[str]]:
+    step = plan.steps[sid]
+    try:
+        _args, parts = interp._resolve(step, extra or {})
+    except StepFailure as exc:
+        return False, [exc.reason]
+    except Exception as exc:
+        return False, [f"cannot resolve arguments yet: {exc}"]
+    key = parts.key()
+    hit = cached.get((sid, key))
+    if hit is not None:
+        if not interp._usable(hit):
+            return False, ["artifact missing from the store"]
+        interp.context_steps[sid] = {"status": "cached", "output": hit.output}
+        missing = [rel for rel in hit.files if not (plan.root / rel).exists()]
+        reasons = ["key matches a completed execution"]
+        if missing:
+            reasons.append("will restore " + ", ".join(missing) + " from the store")
+        return True, reasons
+    last = interp.journal.last_execution(plan.name, sid, element)
+    if last is None:
+        return False, ["never ran"]
+    if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
+        return False, [f"last attempt {last['status']}" + (f": {last['error']}" if last["error"] else "")]
+    old_parts = loads(last.get("key_parts"))
+    changes = changed_parts(old_parts, parts.summary())
+    return False, changes or ["input changed"]
+
+
+def _explain_for_each(interp: Interpreter, plan: Plan, sid: str, cached: Any) -> tuple[bool, list[str]]:
+    from .. import expr as ex
+
+    step = plan.steps[sid]
+    try:
+        items = ex.evaluate_value(step.for_each, interp._context())
+    except Exception as exc:
+        return False, [f"cannot evaluate for_each yet: {exc}"]
+    if not isinstance(items, list):
+        return False, ["for_each is not a list"]
+    stale = []
+    outputs = []
+    for i, item in enumerate(items):
+        ok, reasons = _explain_one(interp, plan, sid, cached, {"item": item, "index": i}, i)
+        if not ok:
+            stale.append(f"[{i}] {reasons[0]}")
+        else:
+            outputs.append(interp.context_steps.get(sid, {}).get("output"))
+    interp.context_steps[sid] = {"status": "cached", "output": outputs}
+    if stale:
+        return False, [f"{len(stale)} of {len(items)} elements will run", *stale[:5]]
+    return True, [f"all {len(items)} elements cached"]

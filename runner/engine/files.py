@@ -1,0 +1,48 @@
+"""Content hashes of workspace files, cached by (size, mtime, inode) in the journal.
+
+Touching a file changes its mtime: it is re-hashed, its content hash is unchanged, so nothing
+downstream re-runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..store.journal import Journal
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class FileHasher:
+    def __init__(self, journal: Journal | None) -> None:
+        self.journal = journal
+        self.known = journal.file_hashes() if journal is not None else {}
+        self.dirty: list[tuple[str, int, int, int, str]] = []
+
+    def hash(self, path: Path) -> str:
+        """sha256 of the file at ``path``; raises FileNotFoundError when it is missing."""
+        st = os.stat(path)
+        key = str(path)
+        sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+        cached = self.known.get(key)
+        if cached is not None and cached[:3] == sig:
+            return cached[3]
+        digest = sha256_file(path)
+        self.known[key] = (*sig, digest)
+        self.dirty.append((key, *sig, digest))
+        return digest
+
+    def flush(self) -> None:
+        if self.journal is not None and self.dirty:
+            self.journal.save_file_hashes(self.dirty)
+            self.dirty = []

@@ -1,0 +1,633 @@
+"""The journaling interpreter: runs a compiled Plan, converging on what is missing or stale.
+
+Ready steps run concurrently up to ``jobs``. A step whose key matches a completed execution with
+its objects present is not run (``cached``); a deleted output file is restored from the store.
+Step failures are recorded values: they stop the failing step's dependents and let independent
+branches finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import expr as ex
+from ..compiler import CachePolicy, CompiledStep, Plan
+from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerError, StepFailure
+from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
+from ..store.journal import CachedResult, Journal, dumps
+from ..store.objects import ObjectStore
+from .events import Event, EventType, NullReporter, Reporter
+from .files import FileHasher
+from .keys import KeyParts
+
+
+class StepStatus(enum.Enum):
+    RAN = "ran"
+    CACHED = "cached"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    PARTIAL = "partial"
+    AWAITING_HUMAN = "awaiting_human"
+
+    @property
+    def succeeded(self) -> bool:
+        return self in (StepStatus.RAN, StepStatus.CACHED)
+
+
+class RunStatus(enum.Enum):
+    RUNNING = "running"
+    AWAITING_HUMAN = "awaiting_human"
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+@dataclass
+class ElementOutcome:
+    index: int
+    status: StepStatus
+    key: str | None = None
+    output: Any = None
+    reason: str | None = None
+    check_failure: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass
+class StepOutcome:
+    id: str
+    status: StepStatus
+    key: str | None = None
+    output: Any = None
+    reason: str | None = None
+    duration_s: float = 0.0
+    attempts: int = 0
+    check_failure: bool = False
+    elements: list[ElementOutcome] | None = None
+    report: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "status": self.status.value,
+            "key": self.key,
+            "duration_s": round(self.duration_s, 6),
+        }
+        if self.reason:
+            doc["reason"] = self.reason
+        if self.elements is not None:
+            counts: dict[str, int] = {}
+            for e in self.elements:
+                counts[e.status.value] = counts.get(e.status.value, 0) + 1
+            doc["elements"] = {"total": len(self.elements), **counts}
+        if self.report is not None:
+            doc["report"] = self.report
+        return doc
+
+
+@dataclass
+class ApplyOptions:
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
+    force: frozenset[str] = frozenset()
+    dry_run: bool = False
+    item: str | None = None
+    kind: str = "run"
+    parent_run_id: str | None = None
+    reference_asset: str | None = None
+    run_id: str | None = None
+    resume_run_id: str | None = None
+    wall_clock: float | None = None
+    max_steps: int | None = None
+    token_budget: int | None = None
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    pipeline: str
+    status: RunStatus
+    item: str | None
+    steps: list[StepOutcome]
+    exit_code: int
+    reason: str | None = None
+
+    def summary(self) -> dict[str, int]:
+        s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
+        for o in self.steps:
+            if o.status.value in s:
+                s[o.status.value] += 1
+            elif o.status is StepStatus.PARTIAL:
+                s["failed"] += 0
+        return s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": {"id": self.run_id, "pipeline": self.pipeline, "status": self.status.value,
+                    "item": self.item, **({"reason": self.reason} if self.reason else {})},
+            "summary": self.summary(),
+            "steps": [o.to_json() for o in self.steps],
+            "exit_code": self.exit_code,
+        }
+
+
+class _Abort(Exception):
+    """A run limit was hit."""
+
+
+class JournalLedger:
+    """The idempotency ledger a step sees, backed by the journal's calls table."""
+
+    def __init__(self, journal: Journal, run_id: str, step_id: str) -> None:
+        self.journal, self.run_id, self.step_id = journal, run_id, step_id
+
+    def completed(self, key: str) -> dict[str, Any] | None:
+        row = self.journal.call(key)
+        if row and row["status"] == "completed":
+            from ..store.journal import loads
+
+            result: dict[str, Any] = loads(row["result"]) or {}
+            return result
+        return None
+
+    def begin(self, key: str, meta: Mapping[str, Any]) -> None:
+        self.journal.begin_call(key, self.run_id, self.step_id, meta)
+
+    def complete(self, key: str, result: Mapping[str, Any]) -> None:
+        self.journal.complete_call(key, result)
+
+    def fail(self, key: str, error: str) -> None:
+        self.journal.fail_call(key, error)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+class Interpreter:
+    """Runs one plan against one state directory. Use ``await Interpreter(...).apply()``."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        journal: Journal,
+        objects: ObjectStore,
+        state_dir: Path,
+        options: ApplyOptions | None = None,
+        reporter: Reporter | None = None,
+        providers: ProviderAccess | None = None,
+    ) -> None:
+        self.plan = plan
+        self.journal = journal
+        self.objects = objects
+        self.state_dir = state_dir
+        self.options = options or ApplyOptions()
+        self.reporter = reporter or NullReporter()
+        self.env = StepEnv(
+            root=plan.root, state_dir=state_dir, objects=objects, providers=providers,
+            pipeline_file=plan.file,
+        )
+        self.run_id = self.options.run_id or new_run_id()
+        self.hasher = FileHasher(journal)
+        self.outcomes: dict[str, StepOutcome] = {}
+        self.context_steps: dict[str, dict[str, Any]] = {}
+        self.jobs = asyncio.Semaphore(max(1, self.options.jobs))
+        self.executions_started = 0
+        self.tokens_used = 0
+        self.abort_reason: str | None = None
+        self.cached: dict[tuple[str, str], CachedResult] = {}
+        self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
+        self.current_phase: str | None = None
+
+    # -- events --------------------------------------------------------------------------------
+
+    def emit(self, type_: EventType, step: str | None = None, element: int | None = None,
+             **data: Any) -> None:
+        ev = Event(type_, self.run_id, step, element, data)
+        self.reporter.event(ev)
+        if type_ is not EventType.LOG:
+            self._pending_events.append(
+                (self.run_id, ev.ts, type_.value, step, element, dumps(data))
+            )
+
+    def flush_events(self) -> None:
+        if self._pending_events:
+            self.journal.add_events(self._pending_events)
+            self._pending_events = []
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def apply(self) -> RunReport:
+        plan = self.plan
+        self.cached = self.journal.cached_results(plan.name)
+        started = time.time()
+        item = self.options.item
+        if self.options.resume_run_id is None:
+            self.journal.create_run({
+                "id": self.run_id, "pipeline": plan.name, "pipeline_file": str(plan.file),
+                "item": item, "status": RunStatus.RUNNING.value, "kind": self.options.kind,
+                "parent_run_id": self.options.parent_run_id, "params": dumps(plan.params),
+                "pid": os.getpid(), "reference_asset": self.options.reference_asset,
+            })
+        else:
+            self.journal.update_run(self.run_id, status=RunStatus.RUNNING.value, pid=os.getpid(),
+                                    finished_at=None, exit_code=None, reason=None)
+        self.emit(EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order))
+        self.flush_events()
+        status = RunStatus.RUNNING
+        try:
+            wall = self.options.wall_clock or plan.limits.wall_clock
+            if wall is not None:
+                try:
+                    await asyncio.wait_for(self._run_all(), timeout=wall)
+                except TimeoutError:
+                    self.abort_reason = f"limit wall_clock of {wall:g}s reached"
+            else:
+                await self._run_all()
+        except asyncio.CancelledError:
+            status = RunStatus.CANCELLED
+            self._finish(status, started, "cancelled by the user")
+            raise
+        report = self._finish(None, started, self.abort_reason)
+        return report
+
+    def _finish(self, forced: RunStatus | None, started: float, reason: str | None) -> RunReport:
+        steps = [self.outcomes.get(sid) or StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
+                 for sid in self.plan.order]
+        status, exit_code = forced, 130
+        if status is None:
+            status, exit_code = run_status(steps, aborted=reason is not None)
+        self.hasher.flush()
+        self.journal.update_run(
+            self.run_id, status=status.value, finished_at=time.time(), exit_code=exit_code,
+            reason=reason, current_phase=self.current_phase,
+        )
+        self.emit(EventType.RUN_FINISHED, status=status.value, exit_code=exit_code,
+                  duration_s=round(time.time() - started, 6), reason=reason)
+        self.flush_events()
+        return RunReport(self.run_id, self.plan.name, status, self.options.item, steps, exit_code, reason)
+
+    async def _run_all(self) -> None:
+        plan = self.plan
+        remaining = {sid: set(plan.steps[sid].deps) for sid in plan.order}
+        dependents: dict[str, list[str]] = {sid: [] for sid in plan.order}
+        for sid, deps in remaining.items():
+            for d in deps:
+                dependents[d].append(sid)
+        running: dict[asyncio.Task[StepOutcome], str] = {}
+
+        def launch(sid: str) -> None:
+            task = asyncio.create_task(self._step(plan.steps[sid]), name=sid)
+            running[task] = sid
+
+        for sid in plan.order:
+            if not remaining[sid]:
+                launch(sid)
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: plan.order.index(running[t])):
+                    sid = running.pop(task)
+                    self.outcomes[sid] = task.result()
+                    self.flush_events()
+                    for dep in dependents[sid]:
+                        remaining[dep].discard(sid)
+                        if not remaining[dep] and self.abort_reason is None:
+                            launch(dep)
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            self.flush_events()
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def _context(self, **extra: Any) -> dict[str, Any]:
+        ctx = {
+            "params": self.plan.params,
+            "steps": self.context_steps,
+            "run": {"id": self.run_id, "item": self.options.item},
+            "feedback": [],
+            "attempt": 1,
+        }
+        ctx.update(extra)
+        return ctx
+
+    def _blocked(self, step: CompiledStep) -> str | None:
+        for d in step.deps:
+            o = self.outcomes[d]
+            if o.status is StepStatus.FAILED:
+                return f"upstream '{d}' failed"
+            if o.status is StepStatus.AWAITING_HUMAN:
+                return f"waiting for the decision at '{d}'"
+            if o.status is StepStatus.SKIPPED and step.on_skipped != "run":
+                return f"upstream '{d}' was skipped"
+            if o.status is StepStatus.PARTIAL and (step.needs_complete or step.on_partial != "continue"):
+                return f"upstream '{d}' is partial"
+        return None
+
+    def _set_phase(self, step: CompiledStep) -> None:
+        if step.phase and step.phase != self.current_phase:
+            self.current_phase = step.phase
+            self.journal.update_run(self.run_id, current_phase=step.phase)
+            self.emit(EventType.PHASE_ENTERED, phase=step.phase)
+
+    async def _step(self, step: CompiledStep) -> StepOutcome:
+        blocked = self._blocked(step)
+        if blocked is not None:
+            self.emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
+            return self._record_outcome(StepOutcome(step.id, StepStatus.SKIPPED, reason=blocked))
+        self._set_phase(step)
+        started = time.perf_counter()
+        try:
+            if step.when is not None:
+                verdict = await step.when.evaluate(self._context(), root=self.plan.root)
+                if not verdict.passed:
+                    reason = "when: " + "; ".join(verdict.reasons) if verdict.reasons else "when is false"
+                    self.emit(EventType.STEP_SKIPPED, step.id, reason=reason)
+                    return self._record_outcome(StepOutcome(step.id, StepStatus.SKIPPED, reason=reason))
+            if step.for_each is not None:
+                outcome = await self._for_each(step)
+            else:
+                el = await self._execution(step, None, None, has_item=False)
+                outcome = StepOutcome(step.id, el.status, el.key, el.output, el.reason,
+                                      check_failure=el.check_failure)
+        except RunnerError as exc:  # an expression that failed on real data
+            self.emit(EventType.STEP_FAILED, step.id, reason=str(exc))
+            outcome = StepOutcome(step.id, StepStatus.FAILED, reason=str(exc))
+        outcome.duration_s = time.perf_counter() - started
+        return self._record_outcome(outcome)
+
+    def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
+        entry: dict[str, Any] = {"status": outcome.status.value, "output": outcome.output}
+        if outcome.elements is not None:
+            entry["elements"] = [
+                {"index": e.index, "status": e.status.value, "output": e.output, "reason": e.reason}
+                for e in outcome.elements
+            ]
+        self.context_steps[outcome.id] = entry
+        return outcome
+
+    async def _for_each(self, step: CompiledStep) -> StepOutcome:
+        items = ex.evaluate_value(step.for_each, self._context())
+        if isinstance(items, dict):
+            items = list(items.items())
+        if not isinstance(items, list):
+            raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
+        limit = asyncio.Semaphore(step.concurrency or len(items) or 1)
+
+        async def one(index: int, item: Any) -> ElementOutcome:
+            async with limit:
+                return await self._execution(step, index, item, has_item=True)
+
+        elements = list(await asyncio.gather(*(one(i, it) for i, it in enumerate(items))))
+        failed = [e for e in elements if e.status is StepStatus.FAILED]
+        ok = [e for e in elements if e.status.succeeded or e.status is StepStatus.PARTIAL]
+        output = [e.output for e in elements if e.status.succeeded]
+        if failed and not ok:
+            status = StepStatus.FAILED
+        elif failed or any(e.status is StepStatus.PARTIAL for e in elements):
+            status = StepStatus.PARTIAL
+        elif elements and all(e.status is StepStatus.CACHED for e in elements):
+            status = StepStatus.CACHED
+        else:
+            status = StepStatus.RAN
+        reason = None
+        if failed:
+            reason = f"{len(failed)} of {len(elements)} elements failed: " + "; ".join(
+                f"[{e.index}] {e.reason}" for e in failed[:3]
+            )
+        return StepOutcome(
+            step.id, status, None, output, reason, elements=elements,
+            check_failure=bool(failed) and all(e.check_failure for e in failed),
+        )
+
+    def _resolve(self, step: CompiledStep, extra: dict[str, Any]) -> tuple[dict[str, Any], KeyParts]:
+        args = ex.evaluate_value(step.args, self._context(**extra))
+        files: dict[str, str] = {}
+        for rel in step.type.reads(args, root=self.plan.root):
+            path = self.plan.root / rel
+            try:
+                files[rel] = self.hasher.hash(path)
+            except FileNotFoundError:
+                raise StepFailure(f"input file {rel} does not exist") from None
+        parts = KeyParts(
+            step.uses, step.type.version, args, files, step.type.key_extra(args, self.env),
+            step.version, extra.get("item"), "item" in extra,
+        )
+        return args, parts
+
+    def _usable(self, cached: CachedResult) -> bool:
+        return all(self.objects.has(d) for d in cached.artifacts) and all(
+            self.objects.has(d) for d in cached.files.values()
+        )
+
+    def _restore_files(self, files: Mapping[str, str]) -> list[str]:
+        restored = []
+        for rel, digest in files.items():
+            path = self.plan.root / rel
+            if not path.exists():
+                self.objects.restore(digest, path)
+                restored.append(rel)
+        return restored
+
+    async def _execution(
+        self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
+    ) -> ElementOutcome:
+        extra: dict[str, Any] = {"item": item, "index": index} if has_item else {}
+        el_index = -1 if index is None else index
+        try:
+            args, parts = self._resolve(step, extra)
+        except (StepFailure, ExpressionError) as exc:
+            reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
+            self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
+            self._journal_failure(step, el_index, None, reason, 0)
+            return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
+        key = parts.key()
+        forced = step.id in self.options.force
+        if step.cache is CachePolicy.USE and not forced:
+            hit = self.cached.get((step.id, key))
+            if hit is not None and self._usable(hit):
+                restored = self._restore_files(hit.files)
+                status = StepStatus.PARTIAL if hit.status == "partial" else StepStatus.CACHED
+                self.emit(EventType.STEP_SKIPPED, step.id, index, reason="cached", key=key,
+                          restored=restored)
+                self.journal.start_execution({
+                    "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
+                    "status": "cached", "pipeline": self.plan.name, "output": dumps(hit.output),
+                    "started_at": time.time(), "finished_at": time.time(), "attempts": 0,
+                    "why": "cached" + (f"; restored {', '.join(restored)}" if restored else ""),
+                })
+                return ElementOutcome(el_index, status, key, hit.output)
+        if self.options.dry_run:
+            return ElementOutcome(el_index, StepStatus.RAN, key, None, reason="would run")
+        if self.plan.limits.max_steps or self.options.max_steps:
+            limit = self.options.max_steps or self.plan.limits.max_steps or 0
+            if self.executions_started >= limit:
+                self.abort_reason = f"limit max_steps of {limit} reached"
+                reason = self.abort_reason
+                self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
+                return ElementOutcome(el_index, StepStatus.FAILED, key, reason=reason)
+        self.executions_started += 1
+        async with self.jobs:
+            return await self._run_attempts(step, index, el_index, args, parts, key, extra)
+
+    def _journal_failure(self, step: CompiledStep, el_index: int, key: str | None, reason: str,
+                         attempts: int) -> None:
+        self.journal.start_execution({
+            "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
+            "status": "failed", "pipeline": self.plan.name, "error": reason,
+            "started_at": time.time(), "finished_at": time.time(), "attempts": attempts,
+        })
+
+    async def _run_attempts(
+        self, step: CompiledStep, index: int | None, el_index: int, args: dict[str, Any],
+        parts: KeyParts, key: str, extra: dict[str, Any],
+    ) -> ElementOutcome:
+        exec_id = self.journal.start_execution({
+            "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
+            "status": "running", "pipeline": self.plan.name, "started_at": time.time(),
+            "attempts": 0, "key_parts": dumps(parts.summary()),
+        })
+        feedback: list[str] = []
+        reason = ""
+        check_failure = False
+        t0 = time.perf_counter()
+        max_attempts = step.retries + 1
+        attempt = 0
+        for attempt in range(1, max_attempts + 1):
+            self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
+            if attempt > 1:
+                args = ex.evaluate_value(step.args, self._context(**extra, feedback=feedback, attempt=attempt))
+            ctx = StepContext(
+                env=self.env, run_id=self.run_id, step_id=step.id, element=index,
+                attempt=attempt, feedback=list(feedback),
+                ledger=JournalLedger(self.journal, self.run_id, step.id),
+                log=lambda line, sid=step.id, idx=index: self.emit(EventType.LOG, sid, idx, line=line),
+            )
+            retryable = False
+            try:
+                coro = step.type.run(ctx, args)
+                result: StepResult = await (asyncio.wait_for(coro, step.timeout) if step.timeout else coro)
+            except TimeoutError:
+                reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
+            except StepFailure as exc:
+                reason, retryable, check_failure = exc.reason, exc.retryable or exc.check, exc.check
+            except ProviderError as exc:
+                reason, retryable, check_failure = f"{exc.kind} provider error: {exc.message}", exc.transient, False
+            except InvalidPipeline as exc:
+                reason, retryable, check_failure = str(exc), False, False
+            except RunnerError as exc:
+                reason, retryable, check_failure = str(exc), False, False
+            except asyncio.CancelledError:
+                self.journal.finish_execution(exec_id, status="cancelled", finished_at=time.time(),
+                                              attempts=attempt, error="cancelled")
+                raise
+            except Exception as exc:  # a bug in a step type: record it with its traceback
+                tb = traceback.format_exc(limit=8)
+                reason = f"internal error in step type '{step.uses}': {type(exc).__name__}: {exc}"
+                self.emit(EventType.LOG, step.id, index, line=tb)
+            else:
+                failed_checks = await self._checks(step, result, extra, attempt)
+                if not failed_checks:
+                    return self._passed(step, index, el_index, exec_id, key, result, attempt, t0)
+                reason = "; ".join(failed_checks)
+                retryable, check_failure = True, True
+                feedback = failed_checks
+            if attempt < max_attempts and retryable:
+                delay = 0.0 if check_failure else min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+                self.emit(EventType.STEP_RETRYING, step.id, index, attempt=attempt + 1, reason=reason,
+                          delay_s=round(delay, 3))
+                if not check_failure:
+                    feedback = [reason]
+                if delay:
+                    await asyncio.sleep(delay)
+                continue
+            break
+        self.journal.finish_execution(
+            exec_id, status="failed", finished_at=time.time(), attempts=attempt, error=reason,
+            duration_s=time.perf_counter() - t0,
+        )
+        self.emit(EventType.STEP_FAILED, step.id, index, reason=reason, attempts=attempt,
+                  check=check_failure)
+        return ElementOutcome(el_index, StepStatus.FAILED, key, None, reason, check_failure,
+                              time.perf_counter() - t0)
+
+    async def _checks(self, step: CompiledStep, result: StepResult, extra: dict[str, Any],
+                      attempt: int) -> list[str]:
+        if not step.checks:
+            return []
+        steps_view = dict(self.context_steps)
+        steps_view[step.id] = {"status": "ran", "output": result.output}
+        ctx = self._context(**extra, steps=steps_view, output=result.output, attempt=attempt)
+        reasons: list[str] = []
+        for rule in step.checks:
+            verdict = await rule.evaluate(ctx, root=self.plan.root)
+            if not verdict.passed:
+                reasons.extend(verdict.reasons or ["check failed"])
+        return reasons
+
+    def _passed(self, step: CompiledStep, index: int | None, el_index: int, exec_id: int, key: str,
+                result: StepResult, attempt: int, t0: float) -> ElementOutcome:
+        digests = set(result.artifacts) | set(result.files.values())
+        sizes = {}
+        for d in digests:
+            try:
+                sizes[d] = self.objects.path(d).stat().st_size
+            except FileNotFoundError:
+                raise StepFailure(f"step type '{step.uses}' referenced object {d[:12]} it never stored") from None
+        self.journal.record_artifacts(sizes)
+        status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
+        duration = time.perf_counter() - t0
+        self.journal.finish_execution(
+            exec_id, status=status, finished_at=time.time(), attempts=attempt,
+            duration_s=duration, output=dumps(result.output), artifacts=dumps(sorted(digests)),
+            files=dumps(result.files), report=dumps(result.report) if result.report is not None else None,
+            usage=dumps(result.usage) if result.usage else None,
+        )
+        if result.usage:
+            self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
+            budget = self.options.token_budget or self.plan.limits.token_budget
+            if budget is not None and self.tokens_used > budget:
+                self.abort_reason = f"limit token_budget of {budget} reached ({self.tokens_used} tokens used)"
+        if result.status is ResultStatus.PARTIAL:
+            self.emit(EventType.STEP_FAILED, step.id, index, partial=True, report=result.report,
+                      reason="partial")
+            return ElementOutcome(el_index, StepStatus.PARTIAL, key, result.output,
+                                  reason="partial", duration_s=duration)
+        self.emit(EventType.STEP_PASSED, step.id, index, key=key, duration_s=round(duration, 6),
+                  attempts=attempt)
+        return ElementOutcome(el_index, StepStatus.RAN, key, result.output, duration_s=duration)
+
+
+def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunStatus, int]:
+    """The run's status and exit code from its steps (design/overview.md, exit codes)."""
+    if any(s.status is StepStatus.AWAITING_HUMAN for s in steps):
+        return RunStatus.AWAITING_HUMAN, 7
+    failed = [s for s in steps if s.status is StepStatus.FAILED]
+    partial = [s for s in steps if s.status is StepStatus.PARTIAL]
+    succeeded = [s for s in steps if s.status.succeeded or s.status is StepStatus.PARTIAL]
+    if aborted:
+        return RunStatus.FAILED, 4 if not succeeded else 6
+    if not failed and not partial:
+        return RunStatus.COMPLETED, 0
+    all_checks = all(s.check_failure for s in failed) and all(
+        s.check_failure or not s.elements or all(
+            e.check_failure for e in s.elements if e.status is StepStatus.FAILED) for s in partial
+    ) and bool(failed or any(e.status is StepStatus.FAILED for s in partial for e in (s.elements or [])))
+    if failed and not succeeded:
+        return RunStatus.FAILED, 5 if all_checks else 4
+    return RunStatus.PARTIAL, 5 if all_checks else 6

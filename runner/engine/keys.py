@@ -1,0 +1,78 @@
+"""The cache key: one function builds it from named parts (see design/overview.md).
+
+key = sha256(canonical JSON of the parts). Nothing that cannot change the output (retries,
+timeout, concurrency, descriptions) is a part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..canonical import digest
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    step_type: str
+    type_version: str
+    args: Any
+    files: dict[str, str]
+    extra: dict[str, Any]
+    version: str | None
+    item: Any = None
+    has_item: bool = False
+
+    def as_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "type": self.step_type,
+            "type_version": self.type_version,
+            "args": self.args,
+            "files": self.files,
+            "extra": self.extra,
+            "version": self.version,
+        }
+        if self.has_item:
+            doc["item"] = self.item
+        return doc
+
+    def key(self) -> str:
+        return digest(self.as_document())
+
+    def summary(self) -> dict[str, Any]:
+        """Per-part digests, journaled so `explain` can say which part changed."""
+        doc = self.as_document()
+        return {
+            "type": f"{self.step_type}@{self.type_version}",
+            "args": digest(doc["args"]),
+            "files": dict(self.files),
+            "extra": digest(doc["extra"]),
+            "version": self.version,
+            **({"item": digest(self.item)} if self.has_item else {}),
+        }
+
+
+def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """Names of the parts that differ, most specific first (file paths by name)."""
+    if old is None:
+        return ["never ran"]
+    out: list[str] = []
+    if old.get("type") != new.get("type"):
+        out.append(f"step type changed ({old.get('type')} -> {new.get('type')})")
+    if old.get("version") != new.get("version"):
+        out.append("version changed")
+    if old.get("args") != new.get("args"):
+        out.append("arguments changed")
+    old_files, new_files = old.get("files") or {}, new.get("files") or {}
+    for path in sorted(set(old_files) | set(new_files)):
+        if path not in old_files:
+            out.append(f"new input {path}")
+        elif path not in new_files:
+            out.append(f"input {path} no longer read")
+        elif old_files[path] != new_files[path]:
+            out.append(f"input {path} changed")
+    if old.get("extra") != new.get("extra"):
+        out.append("provider profile or settings changed")
+    if old.get("item") != new.get("item"):
+        out.append("element changed")
+    return out

@@ -1,0 +1,58 @@
+"""The DAG as text, Graphviz dot or Mermaid, grouped by phase."""
+
+from __future__ import annotations
+
+from .compiler import Plan
+
+
+def _by_phase(plan: Plan) -> list[tuple[str | None, list[str]]]:
+    groups: dict[str | None, list[str]] = {p: [] for p in plan.phases}
+    groups[None] = []
+    for sid in plan.order:
+        groups.setdefault(plan.steps[sid].phase, []).append(sid)
+    out = [(p, groups[p]) for p in plan.phases if groups[p]]
+    if groups[None]:
+        out.append((None, groups[None]))
+    return out
+
+
+def _id(sid: str) -> str:
+    return "s_" + "".join(c if c.isalnum() else "_" for c in sid)
+
+
+def render_graph(plan: Plan, fmt: str) -> str:
+    lines: list[str] = []
+    if fmt == "text":
+        for phase, sids in _by_phase(plan):
+            lines.append(f"[{phase or 'no phase'}]")
+            for sid in sids:
+                s = plan.steps[sid]
+                deps = f" <- {', '.join(s.deps)}" if s.deps else ""
+                each = " (for_each)" if s.for_each is not None else ""
+                lines.append(f"  {sid} ({s.uses}){each}{deps}")
+    elif fmt == "dot":
+        lines.append(f'digraph "{plan.name}" {{')
+        lines.append("  rankdir=LR;")
+        for n, (phase, sids) in enumerate(_by_phase(plan)):
+            lines.append(f"  subgraph cluster_{n} {{")
+            lines.append(f'    label="{phase or "no phase"}";')
+            for sid in sids:
+                lines.append(f'    {_id(sid)} [label="{sid}\\n({plan.steps[sid].uses})"];')
+            lines.append("  }")
+        for sid in plan.order:
+            for d in plan.steps[sid].deps:
+                lines.append(f"  {_id(d)} -> {_id(sid)};")
+        lines.append("}")
+    elif fmt == "mermaid":
+        lines.append("flowchart LR")
+        for phase, sids in _by_phase(plan):
+            lines.append(f"  subgraph p_{_id(phase or "none")}["{phase or "no phase"}"]')
+            for sid in sids:
+                lines.append(f'    {_id(sid)}["{sid} ({plan.steps[sid].uses})"]')
+            lines.append("  end")
+        for sid in plan.order:
+            for d in plan.steps[sid].deps:
+                lines.append(f"  {_id(d)} --> {_id(sid)}")
+    else:
+        raise ValueError(f"unknown graph format {fmt}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,70 @@
+"""Helpers for steps that make provider calls: redacted per-call logs and policy-driven retries.
+
+Each call keyed by its idempotency key gets ``<key>.out`` (request and response summaries) and
+``<key>.err`` (every failed attempt) in the run's log directory. Lines are appended, so a call
+resumed later in the same run adds to the story instead of erasing it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import ProviderError
+from .base import Provider
+from .redact import Redactor
+from .retry import call_with_retries
+
+T = TypeVar("T")
+
+
+class CallLog:
+    """Appends JSON-line summaries of one keyed call to ``<dir>/<key>.out`` and ``.err``."""
+
+    def __init__(self, directory: Path, key: str, redactor: Redactor) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.out_path = directory / f"{key}.out"
+        self.err_path = directory / f"{key}.err"
+        self.redactor = redactor
+        for p in (self.out_path, self.err_path):
+            p.touch()
+
+    def _write(self, path: Path, event: str, data: Mapping[str, Any]) -> None:
+        record = {"t": round(time.time(), 3), "event": event,
+                  **self.redactor.redact_json(dict(data))}
+        line = self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def out(self, event: str, data: Mapping[str, Any]) -> None:
+        self._write(self.out_path, event, data)
+
+    def err(self, event: str, data: Mapping[str, Any]) -> None:
+        self._write(self.err_path, event, data)
+
+
+def error_summary(exc: ProviderError) -> dict[str, Any]:
+    return {"kind": exc.kind, "status": exc.status, "retry_after": exc.retry_after,
+            "message": exc.message}
+
+
+async def with_provider_retries(
+    provider: Provider,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    on_retry: Callable[[int, ProviderError, float], object] | None = None,
+) -> T:
+    """``fn()`` retried on transient errors as the provider's retry policy says."""
+    policy = provider.retry_policy()
+    return await call_with_retries(
+        fn, attempts=policy.attempts, base_delay=policy.base_delay, cap=policy.cap,
+        on_retry=on_retry,
+    )
+
+
+def jsonable(value: Any) -> Any:
+    """A plain-JSON copy of backend metadata (anything exotic becomes its text)."""
+    return json.loads(json.dumps(value, default=str))

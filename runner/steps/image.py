@@ -1,0 +1,286 @@
+"""The ``image`` step: n image iterations from one prompt, each a keyed, journaled provider call.
+
+Iteration k uses seed + k - 1 (or, for a seedless provider, folds k into its key). Each
+iteration's idempotency key is recorded in the ledger before the call and its result after, so a
+retry or a resume never pays twice for an image it already has. Only the provider call is bounded
+by the concurrency cap; storing overlaps with the next generations. A failed iteration is
+collected while the others complete; the step fails only when every iteration failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..canonical import digest
+from ..errors import Location, ProviderError, StepFailure, StoreError
+from ..paths import inside
+from ..providers.base import ImageRequest, Provider, ProviderConfigError
+from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
+from ..providers.config import Providers
+from .base import (
+    ProviderAccess,
+    ResultStatus,
+    StepContext,
+    StepEnv,
+    StepResult,
+    StepType,
+    invalid,
+)
+
+DEFAULT_SIZE = "1536x1024"
+_SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def parse_size(value: Any) -> tuple[int, int]:
+    """"1280x720" or [1280, 720] -> (1280, 720). Raises ValueError for anything else."""
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m:
+            w, h = int(m[1]), int(m[2])
+            if w > 0 and h > 0:
+                return w, h
+    elif (isinstance(value, (list, tuple)) and len(value) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        return int(value[0]), int(value[1])
+    raise ValueError(f"size must be 'WIDTHxHEIGHT' or [width, height], got {value!r}")
+
+
+def idempotency_key(
+    *,
+    template_hash: str,
+    provider_profile: str,
+    item: str,
+    part: str,
+    prompt: str,
+    seed: int,
+    reference_sha256: str,
+    ordinal: int | None = None,
+    run_id: str | None = None,
+) -> str:
+    """The key of one paid image call, built from its named parts (32 hex chars).
+
+    ``ordinal`` is folded in only for seedless providers (so n iterations get n keys);
+    ``run_id`` only when calls must not be shared across runs.
+    """
+    parts: list[str] = [template_hash, provider_profile, item, part, prompt, str(seed),
+                        reference_sha256]
+    if ordinal is not None:
+        parts.append(f"ordinal:{ordinal}")
+    if run_id is not None:
+        parts.append(f"run:{run_id}")
+    return digest(parts)[:32]
+
+
+def provider_access(env: StepEnv) -> ProviderAccess:
+    """The engine's providers, or the ones configured next to the pipeline when none is given."""
+    return env.providers if env.providers is not None else Providers.for_dir(env.root)
+
+
+def resolve_provider(env: StepEnv, name: str | None, kind: str, step: str | None) -> Provider:
+    """The named (or default) provider, checked to produce ``kind``. Raises ProviderConfigError."""
+    provider = provider_access(env).get(name)
+    if not isinstance(provider, Provider):
+        raise ProviderConfigError(f"provider '{name}' is not a runner Provider", step=step)
+    if kind not in provider.capabilities.kinds:
+        raise ProviderConfigError(
+            f"provider '{provider.name}' does not generate {kind}s", step=step,
+            hint="choose a provider whose capabilities list this kind (runner providers)",
+        )
+    return provider
+
+
+def load_reference(ctx: StepContext, ref: str) -> bytes:
+    """An object digest from the store, or a workspace path inside the pipeline root."""
+    if _DIGEST.match(ref) and ctx.objects.has(ref):
+        return ctx.objects.read_bytes(ref)
+    path: Path = inside(ctx.root, ref, where=Location(ref))
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"reference image '{ref}' cannot be read: {exc}") from None
+
+
+class ImageStep(StepType):
+    name: ClassVar[str] = "image"
+    version: ClassVar[str] = "1"
+    description: ClassVar[str] = "generate n images from a prompt with an image provider"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["prompt"],
+        "properties": {
+            "prompt": {"type": "string", "description": "the rendered prompt"},
+            "negative_prompt": {"type": "string", "description": "what to avoid (if supported)"},
+            "n": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
+                  "description": "number of iterations"},
+            "size": {
+                "description": "'WIDTHxHEIGHT' or [width, height]",
+                "default": DEFAULT_SIZE,
+                "oneOf": [
+                    {"type": "string", "pattern": r"^\s*\d+\s*[xX]\s*\d+\s*$"},
+                    {"type": "array", "items": {"type": "integer", "minimum": 1},
+                     "minItems": 2, "maxItems": 2},
+                ],
+            },
+            "seed": {"type": "integer", "default": 0,
+                     "description": "seed of iteration 1; iteration k uses seed + k - 1"},
+            "provider": {"type": ["string", "null"],
+                         "description": "provider name (null: the default provider)"},
+            "concurrency": {"type": "integer", "minimum": 1, "default": 4,
+                            "description": "max calls in flight (also capped by the provider)"},
+            "references": {"type": "array", "items": {"type": "string"},
+                           "description": "reference images: object digests or workspace paths"},
+            "params": {"type": "object", "description": "provider-specific parameters"},
+            "template_hash": {"type": "string",
+                              "description": "hash of the prompt template spec (key part)"},
+            "video_id": {"type": "string", "description": "item id (key part); alias of item"},
+            "item": {"type": "string", "description": "item id (key part)"},
+            "part": {"type": "string", "description": "part id (key part; '' for hero runs)"},
+            "dedupe_run": {"type": "boolean", "default": False,
+                           "description": "scope call reuse to this run: the run id joins "
+                                          "every idempotency key"},
+        },
+    }
+
+    def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        size = args.get("size", DEFAULT_SIZE)
+        if isinstance(size, str) and "${{" in size:
+            return
+        try:
+            parse_size(size)
+        except ValueError as exc:
+            raise invalid(str(exc), where) from None
+
+    def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
+        provider = resolve_provider(env, args.get("provider"), "image", None)
+        return {"provider": provider.profile()}
+
+    async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        provider = resolve_provider(ctx.env, args.get("provider"), "image", ctx.step_id)
+        profile = provider.profile()
+        caps = provider.capabilities
+        n = int(args.get("n", 1))
+        base_seed = int(args.get("seed", 0))
+        size = parse_size(args.get("size", DEFAULT_SIZE))
+        prompt = str(args["prompt"])
+        refs = [load_reference(ctx, str(r)) for r in args.get("references") or []]
+        ref_sha = ",".join(hashlib.sha256(r).hexdigest() for r in refs)
+        if refs and not caps.supports_reference_image:
+            ctx.log(f"warning: provider '{provider.name}' takes no reference image; "
+                    "generating from the prompt alone")
+        cap = min(int(args.get("concurrency", 4)), caps.max_concurrency)
+        gate = asyncio.Semaphore(max(cap, 1))
+        item = str(args.get("video_id") or args.get("item") or "")
+
+        async def iteration(k: int) -> dict[str, Any]:
+            seed = base_seed + k - 1 if caps.supports_seed else None
+            key = idempotency_key(
+                template_hash=str(args.get("template_hash", "")),
+                provider_profile=profile, item=item, part=str(args.get("part", "")),
+                prompt=prompt, seed=base_seed, reference_sha256=ref_sha,
+                ordinal=None if caps.supports_seed else k,
+                run_id=ctx.run_id if args.get("dedupe_run") else None,
+            )
+            request = ImageRequest(
+                prompt=prompt, negative_prompt=str(args.get("negative_prompt", "")),
+                size=size, seed=seed,
+                references=refs if caps.supports_reference_image else [],
+                params=dict(args.get("params") or {}), idempotency_key=key,
+            )
+            return await self._one(ctx, provider, gate, k, request, ref_sha)
+
+        iterations = await asyncio.gather(*(iteration(k) for k in range(1, n + 1)))
+        return self._result(iterations, provider, profile)
+
+    async def _one(
+        self, ctx: StepContext, provider: Provider, gate: asyncio.Semaphore, k: int,
+        request: ImageRequest, ref_sha: str,
+    ) -> dict[str, Any]:
+        key = request.idempotency_key
+        entry: dict[str, Any] = {"ordinal": k, "seed": request.seed, "idempotency_key": key,
+                                 "raw": None, "status": "failed", "error": None,
+                                 "metadata": {}, "usage": {}, "reused": False}
+        done = ctx.ledger.completed(key) if ctx.ledger is not None else None
+        if done is not None:
+            stored = done.get("digest")
+            if isinstance(stored, str) and ctx.objects.has(stored):
+                ctx.log(f"image #{k}: reusing the completed call {key[:12]}")
+                return {**entry, "raw": stored, "status": "completed",
+                        "metadata": done.get("metadata") or {}, "reused": True}
+            entry["error"] = (f"call {key} is recorded as completed but its image is missing "
+                              "from the store; not paying for it again")
+            return entry
+        summary = {"provider": provider.name, "profile": provider.profile(),
+                   "prompt": request.prompt, "negative_prompt": request.negative_prompt,
+                   "size": list(request.size), "seed": request.seed, "references": ref_sha,
+                   "params": request.params, "ordinal": k, "run_id": ctx.run_id,
+                   "step": ctx.step_id}
+        if ctx.ledger is not None:
+            ctx.ledger.begin(key, jsonable(summary))
+        log = CallLog(ctx.log_dir, key, provider.redactor)
+        log.out("request", summary)
+
+        def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
+            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3),
+                              **error_summary(exc)})
+            ctx.log(f"image #{k}: {exc.message} (retrying in {delay:.1f}s)")
+
+        async def call() -> Any:
+            async with gate:
+                return await provider.generate_image(request)
+
+        try:
+            result = await with_provider_retries(provider, call, on_retry=retrying)
+        except ProviderError as exc:
+            log.err("failed", error_summary(exc))
+            if ctx.ledger is not None:
+                ctx.ledger.fail(key, exc.message)
+            ctx.log(f"image #{k} failed: {exc.message}")
+            return {**entry, "error": exc.message, "transient": exc.transient}
+        stored = ctx.objects.put_bytes(result.image)
+        meta = jsonable(result.metadata)
+        if ctx.ledger is not None:
+            ctx.ledger.complete(key, {"digest": stored, "metadata": meta,
+                                      "usage": dict(result.usage)})
+        log.out("response", {"digest": stored, "bytes": len(result.image), "metadata": meta,
+                             "usage": result.usage})
+        ctx.log(f"image #{k} completed ({stored[:12]})")
+        return {**entry, "raw": stored, "status": "completed", "metadata": meta,
+                "usage": dict(result.usage)}
+
+    @staticmethod
+    def _result(
+        iterations: list[dict[str, Any]], provider: Provider, profile: str
+    ) -> StepResult:
+        failed = [it for it in iterations if it["status"] != "completed"]
+        if failed and len(failed) == len(iterations):
+            reasons = "; ".join(f"#{it['ordinal']}: {it['error']}" for it in failed)
+            raise StepFailure(
+                f"all {len(failed)} image iterations failed: {reasons}",
+                retryable=any(it.get("transient") for it in failed),
+            )
+        usage: dict[str, int] = {}
+        for it in iterations:
+            for name, count in (it.pop("usage", None) or {}).items():
+                if isinstance(count, int):
+                    usage[name] = usage.get(name, 0) + count
+            it.pop("transient", None)
+        output = {
+            "iterations": iterations,
+            "provider": provider.name,
+            "provider_profile": profile,
+            "completed": len(iterations) - len(failed),
+            "failed": len(failed),
+        }
+        return StepResult(
+            output=output,
+            artifacts=[it["raw"] for it in iterations if it["raw"]],
+            status=ResultStatus.PARTIAL if failed else ResultStatus.OK,
+            usage=usage,
+        )

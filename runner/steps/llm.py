@@ -1,0 +1,216 @@
+"""The ``llm`` step: one chat call to a text provider, its reply checked and journaled.
+
+The request is keyed like an image call: the ledger records the key before the call and the
+reply after, so a resume reuses a reply it already paid for. When a previous attempt failed a
+check, the reasons are appended to the user prompt ("Previous attempt failed because:") and the
+attempt number joins the key, so the retry is a new call that carries the feedback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jsonschema
+
+from ..canonical import digest
+from ..errors import Location, ProviderError, StepFailure
+from ..providers.base import Provider, TextRequest, TextResult
+from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
+from .base import StepContext, StepEnv, StepResult, StepType, invalid
+from .image import load_reference, resolve_provider
+
+FEEDBACK_HEADING = "Previous attempt failed because:"
+_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+
+_MESSAGE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": {"type": "string"},
+        "images": {"type": "array", "items": {"type": "string"},
+                   "description": "object digests or workspace paths"},
+    },
+}
+
+
+def with_feedback(messages: list[dict[str, Any]], feedback: list[str]) -> list[dict[str, Any]]:
+    """A copy of ``messages`` whose last user message ends with the feedback section."""
+    if not feedback:
+        return messages
+    section = FEEDBACK_HEADING + "\n" + "\n".join(f"- {reason}" for reason in feedback)
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m["role"] == "user":
+            m["content"] = f"{m['content']}\n\n{section}" if m["content"] else section
+            return out
+    out.append({"role": "user", "content": section})
+    return out
+
+
+def parse_json_reply(text: str) -> Any:
+    """The JSON value of a reply, tolerating a Markdown code fence around it.
+
+    Raises StepFailure(check=True) when the reply is not JSON.
+    """
+    m = _FENCE.match(text)
+    body = m[1] if m else text
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise StepFailure(f"the reply is not valid JSON ({exc}): {text[:200]!r}",
+                          check=True) from None
+
+
+def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
+    """Raise StepFailure(check=True) naming the first place where ``value`` breaks ``schema``."""
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(value)
+    )
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        raise StepFailure(f"the reply does not match the schema at {where}: {error.message}",
+                          check=True)
+
+
+class LlmStep(StepType):
+    name: ClassVar[str] = "llm"
+    version: ClassVar[str] = "1"
+    description: ClassVar[str] = "ask a text provider; the reply must pass the step's check"
+    requires_check: ClassVar[bool] = True
+    produces_prompt: ClassVar[bool] = True
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "system": {"type": "string", "description": "system prompt"},
+            "prompt": {"type": "string", "description": "user prompt (the last user message)"},
+            "messages": {"type": "array", "items": _MESSAGE_SCHEMA,
+                         "description": "chat messages before the prompt"},
+            "provider": {"type": ["string", "null"],
+                         "description": "provider name (null: the default provider)"},
+            "model": {"type": ["string", "null"], "description": "model (provider default)"},
+            "temperature": {"type": ["number", "null"], "minimum": 0},
+            "seed": {"type": ["integer", "null"]},
+            "format": {"enum": ["text", "json"], "default": "text"},
+            "schema": {"type": "object", "description": "JSON Schema the JSON reply must meet"},
+            "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+            "params": {"type": "object", "description": "provider-specific parameters"},
+        },
+        "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
+    }
+
+    def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        if "prompt" not in args and not args.get("messages"):
+            raise invalid("llm needs `prompt` or `messages`", where)
+        schema = args.get("schema")
+        if isinstance(schema, dict):
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise invalid(f"`schema` is not a valid JSON Schema: {exc.message}",
+                              where) from None
+
+    def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
+        provider = resolve_provider(env, args.get("provider"), "text", None)
+        return {"provider": provider.profile()}
+
+    def _messages(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if args.get("system"):
+            out.append({"role": "system", "content": str(args["system"])})
+        for m in args.get("messages") or []:
+            msg = {"role": str(m["role"]), "content": str(m.get("content", ""))}
+            if m.get("images"):
+                msg["images"] = [str(i) for i in m["images"]]
+            out.append(msg)
+        if "prompt" in args:
+            out.append({"role": "user", "content": str(args["prompt"])})
+        return out
+
+    async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        provider = resolve_provider(ctx.env, args.get("provider"), "text", ctx.step_id)
+        profile = provider.profile()
+        messages = with_feedback(self._messages(args), list(ctx.feedback))
+        loaded: list[dict[str, Any]] = []
+        keyed: list[dict[str, Any]] = []
+        for m in messages:
+            images = [load_reference(ctx, ref) for ref in m.get("images", [])]
+            loaded.append({**m, "images": images} if images else dict(m))
+            shas = [hashlib.sha256(i).hexdigest() for i in images]
+            keyed.append({**m, "images": shas} if shas else dict(m))
+        schema = args.get("schema")
+        fmt = "json" if args.get("format") == "json" or schema is not None else None
+        canonical_request = {
+            "messages": keyed, "model": args.get("model"), "temperature": args.get("temperature"),
+            "seed": args.get("seed"), "format": fmt, "schema": schema,
+            "max_tokens": args.get("max_tokens"), "params": args.get("params") or {},
+        }
+        attempt = ctx.attempt if ctx.feedback else None
+        key = digest([canonical_request, profile, attempt])[:32]
+        request = TextRequest(
+            messages=loaded, model=args.get("model"), temperature=args.get("temperature"),
+            seed=args.get("seed"), format=fmt, json_schema=schema,
+            max_tokens=args.get("max_tokens"), params=dict(args.get("params") or {}),
+            idempotency_key=key,
+        )
+        record = await self._call(ctx, provider, request, canonical_request)
+        text = str(record["text"])
+        value = parse_json_reply(text) if fmt == "json" else None
+        if schema is not None:
+            check_schema(value, schema)
+        usage = {k: v for k, v in (record.get("usage") or {}).items() if isinstance(v, int)}
+        output = {
+            "text": text, "json": value, "usage": usage,
+            "model": (record.get("metadata") or {}).get("model") or args.get("model"),
+            "provider": provider.name, "provider_profile": profile,
+            "idempotency_key": key, "sha256": record["digest"],
+            "reused": bool(record.get("reused")),
+        }
+        return StepResult(output=output, artifacts=[record["digest"]], usage=usage)
+
+    async def _call(
+        self, ctx: StepContext, provider: Provider, request: TextRequest,
+        summary: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The ledger record of this call: reused when completed before, else made now."""
+        key = request.idempotency_key
+        done = ctx.ledger.completed(key) if ctx.ledger is not None else None
+        if done is not None and isinstance(done.get("text"), str):
+            ctx.log(f"llm: reusing the completed call {key[:12]}")
+            return {**done, "digest": ctx.objects.put_bytes(done["text"].encode("utf-8")),
+                    "reused": True}
+        meta = {"provider": provider.name, "profile": provider.profile(), "run_id": ctx.run_id,
+                "step": ctx.step_id, "attempt": ctx.attempt, "request": summary}
+        if ctx.ledger is not None:
+            ctx.ledger.begin(key, jsonable(meta))
+        log = CallLog(ctx.log_dir, key, provider.redactor)
+        log.out("request", meta)
+
+        def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
+            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3),
+                              **error_summary(exc)})
+            ctx.log(f"llm: {exc.message} (retrying in {delay:.1f}s)")
+
+        try:
+            result: TextResult = await with_provider_retries(
+                provider, lambda: provider.generate_text(request), on_retry=retrying
+            )
+        except ProviderError as exc:
+            log.err("failed", error_summary(exc))
+            if ctx.ledger is not None:
+                ctx.ledger.fail(key, exc.message)
+            raise StepFailure(exc.message, retryable=exc.transient) from None
+        stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
+        record = {"text": result.text, "digest": stored, "metadata": jsonable(result.metadata),
+                  "usage": dict(result.usage)}
+        if ctx.ledger is not None:
+            ctx.ledger.complete(key, record)
+        log.out("response", {**record, "text": result.text[:2000]})
+        return record

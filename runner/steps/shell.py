@@ -1,0 +1,114 @@
+"""`shell`: run a command with /bin/sh in the pipeline's directory; declared files in and out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import Location, StepFailure
+from ..paths import inside
+from .base import StepContext, StepResult, StepType, invalid
+
+INLINE_LIMIT = 64 * 1024
+
+
+async def run_process_group(
+    command: str, *, cwd: Path, env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> tuple[int, bytes, bytes]:
+    """Run ``/bin/sh -c command`` in its own process group; kill the whole group on cancel.
+
+    Returns (exit code, stdout, stderr). Raises TimeoutError after ``timeout`` seconds (the group
+    is killed first).
+    """
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", command, cwd=str(cwd),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=dict(env) if env is not None else None,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except BaseException:
+        _kill_group(proc.pid)
+        await proc.wait()
+        raise
+    # A command may leave background children behind in its group: they die with it.
+    _kill_group(proc.pid)
+    assert proc.returncode is not None
+    return proc.returncode, out, err
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class ShellStep(StepType):
+    name = "shell"
+    version = "1"
+    description = "Run a command with /bin/sh in the pipeline's directory."
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["run"],
+        "properties": {
+            "run": {"type": "string", "description": "The command, run with /bin/sh -c."},
+            "inputs": {"type": "array", "items": {"type": "string"},
+                       "description": "Files whose content is part of the key."},
+            "outputs": {"type": "array", "items": {"type": "string"},
+                        "description": "Files the command must produce; stored content-addressed."},
+            "env": {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "Extra environment variables."},
+        },
+    }
+
+    def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        for field in ("inputs", "outputs"):
+            for i, rel in enumerate(args.get(field) or []):
+                if isinstance(rel, str) and "${{" not in rel:
+                    inside(root, rel, where=where)
+                elif not isinstance(rel, str):
+                    raise invalid(f"{field}[{i}] must be a path", where)
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        for rel in args.get("inputs") or []:
+            inside(root, rel)
+        return list(args.get("inputs") or [])
+
+    async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        outputs = [str(p) for p in args.get("outputs") or []]
+        targets = {rel: inside(ctx.root, rel) for rel in outputs}
+        for path in targets.values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        env = None
+        if args.get("env"):
+            env = {**os.environ, **args["env"]}
+        code, out, err = await run_process_group(args["run"], cwd=ctx.root, env=env)
+        output: dict[str, Any] = {"exit_code": code, "files": {}}
+        artifacts: list[str] = []
+        for name, data in (("stdout", out), ("stderr", err)):
+            if len(data) <= INLINE_LIMIT:
+                output[name] = data.decode("utf-8", errors="replace")
+            else:
+                digest = ctx.objects.put_bytes(data)
+                artifacts.append(digest)
+                output[name] = data[:INLINE_LIMIT].decode("utf-8", errors="replace")
+                output[f"{name}_object"] = digest
+        if code != 0:
+            tail = err.decode("utf-8", errors="replace").strip().splitlines()[-5:]
+            detail = (": " + " | ".join(tail)) if tail else ""
+            raise StepFailure(f"command exited with {code}{detail}")
+        files: dict[str, str] = {}
+        for rel, path in targets.items():
+            if not path.is_file():
+                raise StepFailure(f"declared output {rel} was not produced")
+            files[rel] = ctx.objects.put_file(path)
+        output["files"] = dict(files)
+        return StepResult(output=output, artifacts=artifacts, files=files)

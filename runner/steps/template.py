@@ -1,0 +1,116 @@
+"""`template`: render a Jinja2 template (a file or inline text) in the sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import expr as ex
+from ..errors import Location, TemplateError
+from ..paths import inside
+from .base import StepContext, StepResult, StepType, invalid
+
+
+def template_filters() -> dict[str, Callable[..., Any]]:
+    """Filters every template gets; step families add theirs here (one line each)."""
+    filters: dict[str, Callable[..., Any]] = {}
+    try:
+        from ..cards import card_block
+    except ImportError:  # cards not installed in this build
+        pass
+    else:
+        filters["card_block"] = card_block
+    return filters
+
+
+_ENVS: dict[Path, ex.HardenedEnvironment] = {}
+
+
+def environment_for(root: Path) -> ex.HardenedEnvironment:
+    env = _ENVS.get(root)
+    if env is None:
+        env = _ENVS[root] = ex.template_environment(root, template_filters())
+    return env
+
+
+class TemplateStep(StepType):
+    name = "template"
+    version = "1"
+    description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
+    produces_prompt = True
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "oneOf": [{"required": ["template"]}, {"required": ["text"]}],
+        "properties": {
+            "template": {"type": "string", "description": "Template file, relative to the pipeline."},
+            "text": {"type": "string", "description": "Inline template text."},
+            "vars": {"type": "object", "description": "Variables the template sees (and only these)."},
+        },
+    }
+
+    def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        name = args.get("template")
+        if isinstance(name, str) and "${{" not in name:
+            path = inside(root, name, where=where)
+            if not path.is_file():
+                raise invalid(f"template file not found: {name}", where)
+            env = environment_for(root)
+            try:
+                source = path.read_text(encoding="utf-8")
+                env.parse(source)
+            except Exception as exc:
+                lineno = getattr(exc, "lineno", 0) or 0
+                msg = getattr(exc, "message", None) or str(exc)
+                raise TemplateError(f"template syntax error: {msg}",
+                                    where=Location(name, lineno, 1)) from None
+            variables = args.get("vars")
+            if isinstance(variables, dict):
+                missing = ex.template_variables(env, source) - set(variables) - {"feedback", "attempt"}
+                if missing:
+                    raise TemplateError(
+                        f"template {name} uses {', '.join(sorted(missing))} but `vars:` does not give "
+                        + ("it" if len(missing) == 1 else "them"),
+                        where=where,
+                    )
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        name = args.get("template")
+        if not name:
+            return []
+        inside(root, name)
+        out = [name]
+        # Templates it includes or extends are part of the key too.
+        out.extend(_referenced(environment_for(root), root, name, set()))
+        return out
+
+    async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        variables = dict(args.get("vars") or {})
+        variables.setdefault("feedback", ctx.feedback)
+        variables.setdefault("attempt", ctx.attempt)
+        text = ex.render_template(
+            environment_for(ctx.root), name=args.get("template"), text=args.get("text"),
+            variables=variables,
+        )
+        return StepResult(output={"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()})
+
+
+def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[str]) -> list[str]:
+    from jinja2 import meta
+
+    if name in seen:
+        return []
+    seen.add(name)
+    try:
+        source = (root / name).read_text(encoding="utf-8")
+        names = [n for n in meta.find_referenced_templates(env.parse(source)) if n]
+    except Exception:
+        return []
+    out = []
+    for n in names:
+        inside(root, n)
+        out.append(n)
+        out.extend(_referenced(env, root, n, seen))
+    return out

@@ -1,0 +1,348 @@
+"""The journal: runs, executions, artifacts, events and idempotency calls in SQLite.
+
+sqlite-utils creates and migrates the tables (ordered migrations, PRAGMA user_version); the hot
+paths use prepared SQL on the same connection. WAL mode lets a reader (``runner runs show``,
+``runner watch``) look while an apply writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import NotFound, StoreError
+
+Migration = Callable[[Any], None]
+
+
+def _m1_core(db: Any) -> None:
+    db["runs"].create(
+        {
+            "id": str, "pipeline": str, "pipeline_file": str, "item": str, "status": str,
+            "kind": str, "parent_run_id": str, "params": str, "created_at": float,
+            "finished_at": float, "exit_code": int, "current_phase": str, "reason": str,
+            "provider_profile": str, "reference_asset": str, "pid": int, "progress": str,
+        },
+        pk="id",
+    )
+    db["runs"].create_index(["pipeline", "item"])
+    db["executions"].create(
+        {
+            "id": int, "run_id": str, "step_id": str, "element": int, "key": str, "status": str,
+            "attempts": int, "started_at": float, "finished_at": float, "duration_s": float,
+            "error": str, "output": str, "artifacts": str, "files": str, "report": str,
+            "usage": str, "why": str, "pipeline": str, "key_parts": str,
+        },
+        pk="id",
+    )
+    db["executions"].create_index(["run_id", "step_id"])
+    db["executions"].create_index(["pipeline", "step_id", "key", "status"])
+    db["artifacts"].create({"digest": str, "size": int, "created_at": float}, pk="digest")
+    db["events"].create(
+        {"seq": int, "run_id": str, "ts": float, "type": str, "step_id": str, "element": int,
+         "data": str},
+        pk="seq",
+    )
+    db["events"].create_index(["run_id", "seq"])
+    db["calls"].create(
+        {"key": str, "run_id": str, "step_id": str, "status": str, "meta": str, "result": str,
+         "error": str, "started_at": float, "finished_at": float, "attempts": int},
+        pk="key",
+    )
+    db["file_hashes"].create(
+        {"path": str, "size": int, "mtime_ns": int, "inode": int, "sha256": str}, pk="path"
+    )
+
+
+def _m2_iterations(db: Any) -> None:
+    db["iterations"].create(
+        {
+            "id": str, "run_id": str, "step_id": str, "ordinal": int, "seed": int,
+            "idempotency_key": str, "raw": str, "final": str, "ext": str, "compliant": int,
+            "compliance": str, "picked": int, "status": str, "error": str, "metadata": str,
+            "created_at": float,
+        },
+        pk="id",
+    )
+    db["iterations"].create_index(["run_id", "ordinal"], unique=True)
+    db["iterations"].create_index(["idempotency_key"], unique=True)
+
+
+def _m3_decisions(db: Any) -> None:
+    db["decisions"].create(
+        {"id": int, "run_id": str, "gate": str, "status": str, "decision": str, "by": str,
+         "comment": str, "input": str, "summary": str, "requested_at": float,
+         "decided_at": float, "artifact": str, "round": int},
+        pk="id",
+    )
+    db["decisions"].create_index(["run_id", "gate"])
+
+
+MIGRATIONS: list[Migration] = [_m1_core, _m2_iterations, _m3_decisions]
+
+
+def now() -> float:
+    return time.time()
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass
+class CachedResult:
+    """A completed execution that can stand in for running a step again."""
+
+    key: str
+    output: Any
+    artifacts: list[str]
+    files: dict[str, str]
+    status: str
+    run_id: str
+    report: Any
+
+
+class Journal:
+    """One SQLite journal. Open with ``Journal.open(state_dir)``; close when done."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, state_dir: Path, *, readonly: bool = False) -> Journal:
+        path = state_dir / "journal.db"
+        if readonly and not path.exists():
+            raise NotFound(f"no journal at {path} (nothing has run here yet)")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open journal {path}: {exc}") from exc
+        journal = cls(conn, path)
+        journal._migrate()
+        return journal
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version >= len(MIGRATIONS):
+            return
+        import sqlite_utils  # only needed to create or change tables
+
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            db = sqlite_utils.Database(self.conn)
+            for i in range(version, len(MIGRATIONS)):
+                MIGRATIONS[i](db)
+            self.conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def transaction(self) -> _Tx:
+        return _Tx(self.conn)
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def create_run(self, run: Mapping[str, Any]) -> None:
+        row = dict(run)
+        row.setdefault("created_at", now())
+        cols = ",".join(row)
+        marks = ",".join("?" for _ in row)
+        self.conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        sets = ",".join(f"{k}=?" for k in fields)
+        self.conn.execute(f"UPDATE runs SET {sets} WHERE id=?", [*fields.values(), run_id])
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        row = self._one("SELECT * FROM runs WHERE id=?", (run_id,))
+        if row is None:
+            # Allow unique prefixes, as git does for commits.
+            rows = self._all("SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (run_id + "%",))
+            if len(rows) == 1 and len(run_id) >= 4:
+                return rows[0]
+            raise NotFound(f"unknown run '{run_id}'", hint="list runs with: runner runs list")
+        return row
+
+    def list_runs(self, *, pipeline: str | None = None, status: str | None = None,
+                  item: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        where, args = [], []
+        for col, val in (("pipeline", pipeline), ("status", status), ("item", item)):
+            if val is not None:
+                where.append(f"{col}=?")
+                args.append(val)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        return self._all(
+            f"SELECT * FROM runs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)
+        )
+
+    def active_runs(self, pipeline: str, item: str | None) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM runs WHERE pipeline=? AND item IS ? AND status IN "
+            "('running','awaiting_human') ORDER BY created_at DESC",
+            (pipeline, item),
+        )
+
+    # -- executions ----------------------------------------------------------------------------
+
+    def start_execution(self, row: Mapping[str, Any]) -> int:
+        cols = ",".join(row)
+        marks = ",".join("?" for _ in row)
+        cur = self.conn.execute(f"INSERT INTO executions ({cols}) VALUES ({marks})", list(row.values()))
+        return int(cur.lastrowid or 0)
+
+    def finish_execution(self, exec_id: int, **fields: Any) -> None:
+        sets = ",".join(f"{k}=?" for k in fields)
+        self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", [*fields.values(), exec_id])
+
+    def cached_results(self, pipeline: str, step_ids: Iterable[str] | None = None) -> dict[tuple[str, str], CachedResult]:
+        """Every completed (or partial) execution of a pipeline by (step_id, key): one query."""
+        rows = self.conn.execute(
+            "SELECT step_id, key, output, artifacts, files, status, run_id, report FROM executions "
+            "WHERE pipeline=? AND status IN ('completed','partial') ORDER BY id",
+            (pipeline,),
+        ).fetchall()
+        out: dict[tuple[str, str], CachedResult] = {}
+        wanted = set(step_ids) if step_ids is not None else None
+        for step_id, key, output, artifacts, files, status, run_id, report in rows:
+            if wanted is not None and step_id not in wanted:
+                continue
+            out[(step_id, key)] = CachedResult(
+                key, loads(output), loads(artifacts) or [], loads(files) or {}, status, run_id,
+                loads(report),
+            )
+        return out
+
+    def executions(self, run_id: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
+
+    def last_execution(self, pipeline: str, step_id: str, element: int = -1) -> dict[str, Any] | None:
+        return self._one(
+            "SELECT * FROM executions WHERE pipeline=? AND step_id=? AND element=? "
+            "AND status NOT IN ('running') ORDER BY id DESC LIMIT 1",
+            (pipeline, step_id, element),
+        )
+
+    def mark_interrupted(self, run_ids: list[str]) -> None:
+        for rid in run_ids:
+            self.conn.execute(
+                "UPDATE executions SET status='interrupted' WHERE run_id=? AND status='running'", (rid,)
+            )
+            self.conn.execute(
+                "UPDATE runs SET status='failed', reason='interrupted: the process ended without "
+                "finishing the run' WHERE id=? AND status='running'",
+                (rid,),
+            )
+
+    # -- artifacts --------------------------------------------------------------------------------
+
+    def record_artifacts(self, digests: Mapping[str, int]) -> None:
+        t = now()
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO artifacts (digest, size, created_at) VALUES (?,?,?)",
+            [(d, s, t) for d, s in digests.items()],
+        )
+
+    def artifact_digests(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT digest FROM artifacts")}
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def add_events(self, rows: list[tuple[str, float, str, str | None, int | None, str]]) -> None:
+        self.conn.executemany(
+            "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)", rows
+        )
+
+    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after))
+
+    # -- idempotent calls ------------------------------------------------------------------------
+
+    def call(self, key: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM calls WHERE key=?", (key,))
+
+    def begin_call(self, key: str, run_id: str, step_id: str, meta: Mapping[str, Any]) -> None:
+        self.conn.execute(
+            "INSERT INTO calls (key, run_id, step_id, status, meta, started_at, attempts) "
+            "VALUES (?,?,?,'in_flight',?,?,1) ON CONFLICT(key) DO UPDATE SET "
+            "status='in_flight', run_id=excluded.run_id, attempts=attempts+1, started_at=excluded.started_at",
+            (key, run_id, step_id, dumps(dict(meta)), now()),
+        )
+
+    def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
+        self.conn.execute(
+            "UPDATE calls SET status='completed', result=?, finished_at=? WHERE key=?",
+            (dumps(dict(result)), now(), key),
+        )
+
+    def fail_call(self, key: str, error: str) -> None:
+        self.conn.execute(
+            "UPDATE calls SET status='failed', error=?, finished_at=? WHERE key=?", (error, now(), key)
+        )
+
+    # -- file hash cache -----------------------------------------------------------------------
+
+    def file_hashes(self) -> dict[str, tuple[int, int, int, str]]:
+        return {
+            r[0]: (r[1], r[2], r[3], r[4])
+            for r in self.conn.execute("SELECT path, size, mtime_ns, inode, sha256 FROM file_hashes")
+        }
+
+    def save_file_hashes(self, rows: list[tuple[str, int, int, int, str]]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256) VALUES (?,?,?,?,?)",
+            rows,
+        )
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        cur = self.conn.execute(sql, args)
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> dict[str, Any] | None:
+        rows = self._all(sql, args)
+        return rows[0] if rows else None
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return self._all(sql, args)
+
+
+class _Tx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
