@@ -126,7 +126,7 @@ class LlmStep(StepType):
         if args.get("system"):
             out.append({"role": "system", "content": str(args["system"])})
         for m in args.get("messages") or []:
-            msg = {"role": str(m["role"]), "content": str(m.get("content", ""))}
+            msg: dict[str, Any] = {"role": str(m["role"]), "content": str(m.get("content", ""))}
             if m.get("images"):
                 msg["images"] = [str(i) for i in m["images"]]
             out.append(msg)
