@@ -177,3 +177,8 @@ class Providers:
         for provider in self._instances.values():
             secrets.extend(provider.secrets.values())
         return Redactor(secrets)
+
+
+def load_access(root: Path, *, environ: Mapping[str, str] | None = None) -> Providers:
+    """The ProviderAccess for a pipeline rooted at ``root`` (nearest runner.toml, or defaults)."""
+    return Providers.for_dir(root, environ=environ)
