@@ -46,6 +46,7 @@ _REF = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 _FORMAT_WIDTH = re.compile(r"[%{][^%{}]*?\d{7,}")
 _LONG_DIGITS = re.compile(r"\d{7,}")
 _DICT_ATTRS = frozenset(dir(dict))
+_MACRO_WEIGHT = 8
 _LOOP_FILTER = "_runner_loop"
 _SIZED_FILTER = "_runner_sized"
 
@@ -294,7 +295,8 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
     def getattr(self, obj: Any, attribute: str) -> Any:
         # Data is mostly dicts: look the key up directly instead of failing getattr() first
         # (same result as jinja's order, which tries the attribute before the item).
-        if type(obj) is dict and attribute not in _DICT_ATTRS:
+        # A key wins over a dict method: `params.items` is the param named items.
+        if type(obj) is dict and (attribute in obj or attribute not in _DICT_ATTRS):
             try:
                 return obj[attribute]
             except KeyError:
@@ -325,7 +327,9 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
         return result
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        _tick()
+        # A macro call renders a whole body: it costs more of the budget than a builtin call.
+        for _ in range(_MACRO_WEIGHT if isinstance(__obj, jinja2.runtime.Macro) else 1):
+            _tick()
         target = getattr(__obj, "__wrapped__", __obj)
         owner = getattr(target, "__self__", None)
         method = getattr(target, "__name__", "")
