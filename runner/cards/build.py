@@ -11,9 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jinja2 import TemplateSyntaxError
+
 from ..canonical import CanonicalError, canonical_json, prepare, short_hash
 from ..errors import ExpressionError
 from ..expr import evaluate_value
+from ._fast import FastCard, Unsupported
 from ._types import type_problem
 from .spec import (
     AllCondition,
@@ -92,14 +95,16 @@ class _Builder:
         self.spec = spec
         self.inputs = inputs
         self.key: Any = None
+        self.ctx: dict[str, Any] = {}
 
     def violation(self, field: str, reason: str) -> ContractViolation:
-        return ContractViolation(self.spec.title, self.key, field, reason, self.spec.key_group)
+        key = self.key if self.key is not None else self._key_label(self.ctx)
+        return ContractViolation(self.spec.title, key, field, reason, self.spec.key_group)
 
     def build(self) -> Card:
         spec = self.spec
         ctx: dict[str, Any] = {name: self.inputs.get(name) for name in spec.inputs}
-        self.key = self._key_label(ctx)
+        self.ctx = ctx
         unknown = sorted(set(self.inputs) - set(spec.inputs))
         if unknown:
             raise self.violation(unknown[0], "is not a declared input of this card")
@@ -115,13 +120,19 @@ class _Builder:
             problem = type_problem(value, decl.type)
             if problem:
                 raise self.violation(name, f"input {problem}")
-        for name, source in spec.lets:
-            ctx[name] = self._evaluate(source, ctx, name)
+        values = _fast_values(spec, ctx)
+        if values is None:
+            for name, source in spec.lets:
+                ctx[name] = self._evaluate(source, ctx, name)
         card: dict[str, Any] = {"schema_version": spec.schema_version}
         for gname, defs in spec.groups.items():
             group: dict[str, Any] = {}
             for fd in defs:
-                group[fd.name] = self._field(fd, ctx)
+                if values is None:
+                    value = self._evaluate(fd.source, ctx, fd.path)
+                else:
+                    value = values[fd.path]
+                group[fd.name] = self._check_field(fd, value)
             card[gname] = group
             if gname == spec.key_group:
                 self.key = group
@@ -134,13 +145,13 @@ class _Builder:
     def _key_label(self, ctx: Mapping[str, Any]) -> Any:
         # Best effort, for messages only: the key of a card whose inputs are broken may not exist.
         try:
-            return {fd.name: self._source(fd.source, ctx)
-                    for fd in self.spec.groups[self.spec.key_group]}
-        except (ExpressionError, ContractViolation, TypeError):
+            key = {fd.name: self._source(fd.source, ctx)
+                   for fd in self.spec.groups[self.spec.key_group]}
+        except (ExpressionError, _RuleError, TypeError):
             return None
+        return key if not any(v is None for v in key.values()) else None
 
-    def _field(self, fd: FieldDef, ctx: Mapping[str, Any]) -> Any:
-        value = self._evaluate(fd.source, ctx, fd.path)
+    def _check_field(self, fd: FieldDef, value: Any) -> Any:
         problem = type_problem(value, fd.type, fd.allowed, fd.nullable)
         if problem:
             raise self.violation(fd.path, problem)
@@ -205,6 +216,22 @@ class _Builder:
             return all(self._holds(c, ctx) for c in cond.parts)
         assert isinstance(cond, AnyCondition)
         return any(self._holds(c, ctx) for c in cond.parts)
+
+
+def _fast_values(spec: CardSpec, ctx: Mapping[str, Any]) -> dict[str, Any] | None:
+    """All let and field values from one template render, or None to take the slow path."""
+    if spec.fast is None:
+        try:
+            spec.fast = FastCard(spec)
+        except (Unsupported, TemplateSyntaxError):
+            spec.fast = False
+    if spec.fast is False:
+        return None
+    try:
+        values: dict[str, Any] = spec.fast.run(ctx)
+    except Exception:  # any failure: the field-by-field path is the reference and names the field
+        return None
+    return values
 
 
 class _RuleError(Exception):

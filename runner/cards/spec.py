@@ -134,6 +134,8 @@ class CardSpec:
     hash_key: str | None
     digest: str  # sha256 of the spec file's bytes
     unordered: dict[str, str | None] = field(default_factory=dict)
+    # The one-template evaluator (runner.cards._fast), made on first build; False: not usable.
+    fast: Any = field(default=None, repr=False, compare=False)
 
     def fields(self) -> Iterator[FieldDef]:
         """Every declared field, key group first, in spec order."""
