@@ -365,9 +365,10 @@ class Interpreter:
                 el = await self._execution(step, None, None, has_item=False)
                 outcome = StepOutcome(step.id, el.status, el.key, el.output, el.reason,
                                       check_failure=el.check_failure)
-        except RunnerError as exc:  # an expression that failed on real data
-            self.emit(EventType.STEP_FAILED, step.id, reason=str(exc))
-            outcome = StepOutcome(step.id, StepStatus.FAILED, reason=str(exc))
+        except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
+            reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
+            self.emit(EventType.STEP_FAILED, step.id, reason=reason)
+            outcome = StepOutcome(step.id, StepStatus.FAILED, reason=reason)
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
 

@@ -1,0 +1,78 @@
+"""Shared fixtures: a throwaway project directory and a CLI runner that speaks JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+class Project:
+    """A temporary project directory with a pipeline and a CLI bound to it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, rel: str, text: str) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        from runner.cli.app import cli
+
+        runner = CliRunner()
+        old = Path.cwd()
+        os.chdir(self.root)
+        try:
+            res = runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+        finally:
+            os.chdir(old)
+        return Result(res.exit_code, res.stdout, res.stderr)
+
+    def apply(self, *args: str, file: str = "pipeline.yaml") -> Any:
+        res = self.cli("apply", file, "--json", *args)
+        assert res.stdout, res.stderr
+        doc = res.json
+        doc["_exit"] = res.exit_code
+        doc["_stderr"] = res.stderr
+        return doc
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path)
+
+
+def statuses(doc: dict[str, Any]) -> dict[str, str]:
+    return {s["id"]: s["status"] for s in doc["steps"]}
+
+
+def ran(doc: dict[str, Any]) -> set[str]:
+    return {s["id"] for s in doc["steps"] if s["status"] == "ran"}
+
+
+RUNNER_BIN: Callable[[], list[str]] = lambda: [sys.executable, "-m", "runner"]
