@@ -1,0 +1,1 @@
+"""Local protocol servers and step-test helpers for the provider tests."""

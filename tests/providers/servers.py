@@ -1,0 +1,325 @@
+"""Small HTTP servers on 127.0.0.1 that speak the subset of each provider protocol we use.
+
+Each server records every request (so tests can count calls) and can be told to answer the next
+requests on a path with scripted replies (429 + Retry-After, 500, 400 with an error body, a slow
+reply, malformed JSON, a wrong content type, a dropped connection) before speaking the protocol.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import hashlib
+import io
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from PIL import Image
+
+
+def png(colour: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (64, 48)) -> bytes:
+    """A real PNG of one colour."""
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, format="PNG")
+    return out.getvalue()
+
+
+def colour_of(text: str) -> tuple[int, int, int]:
+    h = hashlib.sha256(text.encode()).digest()
+    return (h[0], h[1], h[2])
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # bytes are sent as they are; anything else as JSON
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    drop: bool = False  # close the connection without answering
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def parts(self) -> list[tuple[str, str | None, bytes]]:
+        """(name, filename, data) of each multipart/form-data part."""
+        head = f"Content-Type: {self.headers['content-type']}\r\n\r\n".encode()
+        msg = BytesParser(policy=HTTP).parsebytes(head + self.body)
+        out = []
+        for part in msg.iter_parts():
+            payload = part.get_payload(decode=True)
+            out.append((str(part.get_param("name", header="content-disposition")),
+                        part.get_filename(), payload if isinstance(payload, bytes) else b""))
+        return out
+
+
+Handler = Callable[[Recorded], Reply]
+
+
+class ProtocolServer:
+    """A threaded HTTP server with routes; use as a context manager."""
+
+    def __init__(self) -> None:
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.requests: list[Recorded] = []
+        self._queued: dict[tuple[str, str], collections.deque[Reply]] = {}
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        self.routes.append((method, re.compile(pattern + "$"), handler))
+
+    def queue(self, method: str, path: str, *replies: Reply) -> None:
+        """Answer the next requests on ``method path`` with ``replies``, in order."""
+        with self._lock:
+            self._queued.setdefault((method, path), collections.deque()).extend(replies)
+
+    def count(self, method: str, path: str) -> int:
+        with self._lock:
+            return sum(1 for r in self.requests if r.method == method and r.path == path)
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def _answer(self, rec: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(rec)
+            queued = self._queued.get((rec.method, rec.path))
+            if queued:
+                return queued.popleft()
+        for method, pattern, handler in self.routes:
+            if method == rec.method and pattern.match(rec.path):
+                return handler(rec)
+        return Reply(404, {"error": f"no route {rec.method} {rec.path}"})
+
+    def __enter__(self) -> ProtocolServer:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                split = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                rec = Recorded(self.command, split.path, parse_qs(split.query),
+                               {k.lower(): v for k, v in self.headers.items()},
+                               self.rfile.read(length) if length else b"")
+                reply = server._answer(rec)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.drop:
+                    self.close_connection = True
+                    return
+                body = reply.body if isinstance(reply.body, bytes) else (
+                    json.dumps(reply.body).encode())
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", reply.content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    self.close_connection = True  # the client gave up (a timeout test)
+
+            do_GET = _serve
+            do_POST = _serve
+
+        class _Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hung up mid-reply is expected in timeout tests
+
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._httpd is not None and self._thread is not None
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, _, h = text.partition("x")
+    return int(w), int(h)
+
+
+class OpenAIServer(ProtocolServer):
+    """/v1/images/generations, /v1/images/edits (multipart), /v1/chat/completions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.route("POST", "/v1/images/generations", self._generate)
+        self.route("POST", "/v1/images/edits", self._edit)
+        self.route("POST", "/v1/chat/completions", self._chat)
+        self.route("GET", "/files/.*", lambda rec: Reply(body=png((1, 2, 3)),
+                                                          content_type="image/png"))
+
+    def _generate(self, rec: Recorded) -> Reply:
+        body = rec.json()
+        if not body.get("prompt"):
+            return Reply(400, {"error": {"message": "prompt is required",
+                                         "type": "invalid_request_error"}})
+        image = png(colour_of(body["prompt"]), _size(body["size"]))
+        return Reply(body={"created": 1, "data": [{"b64_json": b64(image),
+                                                   "revised_prompt": "revised " + body["prompt"]}],
+                           "usage": {"input_tokens": 7, "output_tokens": 100,
+                                     "total_tokens": 107}})
+
+    def _edit(self, rec: Recorded) -> Reply:
+        parts = rec.parts()
+        fields = {name: data.decode() for name, fn, data in parts if fn is None}
+        images = [data for name, _fn, data in parts if name == "image[]"]
+        if not images:
+            return Reply(400, {"error": {"message": "image[] is required"}})
+        image = png(colour_of(fields["prompt"]), _size(fields["size"]))
+        return Reply(body={"created": 1, "data": [{"b64_json": b64(image)}]})
+
+    def _chat(self, rec: Recorded) -> Reply:
+        body = rec.json()
+        last = body["messages"][-1]["content"]
+        text = last if isinstance(last, str) else last[0]["text"]
+        if "response_format" in body:
+            content = json.dumps({"echo": text})
+        else:
+            content = f"echo: {text}"
+        return Reply(body={"id": "c1", "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": content}}],
+                           "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
+
+
+class OllamaServer(ProtocolServer):
+    """/api/chat and /api/generate; models named img-* answer with images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.route("POST", "/api/chat", self._chat)
+        self.route("POST", "/api/generate", self._generate)
+
+    def _chat(self, rec: Recorded) -> Reply:
+        body = rec.json()
+        if body.get("model") == "missing":
+            return Reply(404, {"error": "model 'missing' not found, try pulling it first"})
+        last = body["messages"][-1]
+        content = json.dumps({"echo": last["content"]}) if body.get("format") else (
+            f"ollama says: {last['content']}")
+        return Reply(body={"model": body["model"], "done": True, "done_reason": "stop",
+                           "message": {"role": "assistant", "content": content},
+                           "prompt_eval_count": 21, "eval_count": 5})
+
+    def _generate(self, rec: Recorded) -> Reply:
+        body = rec.json()
+        if str(body.get("model", "")).startswith("img"):
+            image = png(colour_of(body["prompt"]), (body["width"], body["height"]))
+            key = "images" if "multi" in body["model"] else "image"
+            return Reply(body={"model": body["model"], "done": True,
+                               key: [b64(image)] if key == "images" else b64(image)})
+        return Reply(body={"model": body["model"], "done": True,
+                           "response": f"generated: {body['prompt']}",
+                           "prompt_eval_count": 4, "eval_count": 2})
+
+
+class A1111Server(ProtocolServer):
+    """/sdapi/v1/txt2img and /sdapi/v1/img2img; a seed of -1 becomes 4242."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.route("POST", "/sdapi/v1/txt2img", self._make)
+        self.route("POST", "/sdapi/v1/img2img", self._make)
+
+    def _make(self, rec: Recorded) -> Reply:
+        body = rec.json()
+        if rec.path.endswith("img2img") and not body.get("init_images"):
+            return Reply(422, {"detail": [{"loc": ["body", "init_images"],
+                                           "msg": "field required"}]})
+        seed = 4242 if body["seed"] == -1 else body["seed"]
+        image = png(colour_of(f"{body['prompt']}/{seed}"), (body["width"], body["height"]))
+        info = {"seed": seed, "all_seeds": [seed], "sd_model_name": "sdxl-test"}
+        return Reply(body={"images": [b64(image)], "parameters": body, "info": json.dumps(info)})
+
+
+class ComfyUIServer(ProtocolServer):
+    """/prompt, /history/{id} (empty for ``pending_polls`` polls), /view, /upload/image."""
+
+    def __init__(self, pending_polls: int = 1) -> None:
+        super().__init__()
+        self.pending_polls = pending_polls
+        self.prompts: dict[str, dict[str, Any]] = {}
+        self.polls: dict[str, int] = {}
+        self.uploads: dict[str, bytes] = {}
+        self.route("POST", "/prompt", self._prompt)
+        self.route("GET", "/history/.+", self._history)
+        self.route("GET", "/view", self._view)
+        self.route("POST", "/upload/image", self._upload)
+
+    def _prompt(self, rec: Recorded) -> Reply:
+        graph = rec.json()["prompt"]
+        bad = {nid: {"errors": [{"message": "missing class_type"}], "class_type": None}
+               for nid, node in graph.items() if "class_type" not in node}
+        if bad:
+            return Reply(400, {"error": {"type": "invalid_prompt",
+                                         "message": "Cannot execute because a node is invalid"},
+                               "node_errors": bad})
+        pid = uuid.uuid4().hex
+        self.prompts[pid] = graph
+        return Reply(body={"prompt_id": pid, "number": len(self.prompts), "node_errors": {}})
+
+    def _history(self, rec: Recorded) -> Reply:
+        pid = rec.path.rsplit("/", 1)[1]
+        self.polls[pid] = self.polls.get(pid, 0) + 1
+        if pid not in self.prompts or self.polls[pid] <= self.pending_polls:
+            return Reply(body={})
+        return Reply(body={pid: {
+            "outputs": {"9": {"images": [{"filename": f"{pid}.png", "subfolder": "",
+                                          "type": "output"}]}},
+            "status": {"status_str": "success", "completed": True, "messages": []},
+        }})
+
+    def _view(self, rec: Recorded) -> Reply:
+        pid = rec.query["filename"][0].removesuffix(".png")
+        graph = self.prompts[pid]
+        text = json.dumps(graph, sort_keys=True)
+        return Reply(body=png(colour_of(text), (32, 32)), content_type="image/png")
+
+    def _upload(self, rec: Recorded) -> Reply:
+        parts = rec.parts()
+        name, data = next((fn, d) for n, fn, d in parts if n == "image")
+        assert name is not None
+        self.uploads[name] = data
+        return Reply(body={"name": name, "subfolder": "", "type": "input"})
