@@ -1,0 +1,139 @@
+"""``exec``: a shell command in the pipeline root; exit status 0 passes.
+
+The command runs with /bin/sh in its own process group, so on a timeout the whole group
+(background children included) is killed, and no process it started outlives the check.
+Values of ``${{ }}`` inside ``run`` are shell-quoted: data can never become shell syntax.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..errors import Location
+from ..expr import Compiled, Expression, Interpolation, evaluate_value
+from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
+
+DEFAULT_TIMEOUT = 60.0
+TAIL_CHARS = 400
+_DRAIN_SECONDS = 2.0
+
+
+def _tail(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= TAIL_CHARS else "…" + text[-TAIL_CHARS:]
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class ExecRule(Rule):
+    kind = "exec"
+    is_sync = False
+
+    def __init__(self, run: Compiled, env: Compiled, timeout: float, *, raw: Any,
+                 where: Location | None) -> None:
+        super().__init__(raw=raw, where=where)
+        self.run = run
+        self.env = env
+        self.timeout = timeout
+
+    def own_values(self) -> Iterable[Compiled]:
+        return (self.run, self.env)
+
+    def command(self, context: Mapping[str, Any]) -> str:
+        """The command text, with every expression's value shell-quoted."""
+        if isinstance(self.run, Expression):
+            return str(self.run.evaluate(context))  # the whole command is one expression
+        if isinstance(self.run, Interpolation):
+            return "".join(p if isinstance(p, str) else shlex.quote(_text(p.evaluate(context)))
+                           for p in self.run.parts)
+        return str(self.run)
+
+    async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
+        command = self.command(context)
+        env = {**os.environ, **{k: _text(v) for k, v in evaluate_value(self.env, context).items()}}
+        shown = command if len(command) <= 80 else command[:79] + "…"
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", command, cwd=root, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own process group: killable as a whole
+            )
+        except OSError as exc:
+            return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
+        timed_out = False
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(proc.pid)
+            try:
+                stdout, stderr = await asyncio.wait_for(proc.communicate(), _DRAIN_SECONDS)
+            except TimeoutError:  # a child left the group and holds the pipes
+                stdout, stderr = b"", b""
+        except BaseException:
+            _kill_group(proc.pid)  # cancelled: never leave the command running
+            raise
+        finally:
+            _kill_group(proc.pid)  # background children of a command that already exited
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        output = _tail(stderr) or _tail(stdout)
+        stream = "stderr" if _tail(stderr) else "stdout"
+        detail = f"; {stream}: {output}" if output else ""
+        if timed_out:
+            return Verdict(False, [f"exec: `{shown}` timed out after {self.timeout:g} s "
+                                   f"(its process group was killed){detail}"])
+        if proc.returncode != 0:
+            return Verdict(False, [f"exec: `{shown}` exited with {proc.returncode}{detail}"])
+        return Verdict(True)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+class Exec(CheckType):
+    name = "exec"
+    description = "Runs a command with /bin/sh in the pipeline root (own process group); passes "\
+        "on exit status 0. The reason of a failure holds the exit status and the end of stderr."
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["run"],
+        "additionalProperties": False,
+        "properties": {
+            "run": {"type": "string", "minLength": 1,
+                    "description": "The shell command; values of ${{ }} inside it are "
+                    "shell-quoted."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "default": DEFAULT_TIMEOUT,
+                        "description": "Seconds before the command's whole process group is "
+                        "killed and the check fails."},
+            "env": {"type": "object", "additionalProperties": {"type": ["string", "number",
+                                                                        "boolean"]},
+                    "description": "Extra environment variables (values may be ${{ }})."},
+        },
+    }
+
+    def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
+        return ExecRule(
+            scope.value(args["run"], (*path, "run")),
+            scope.value(args.get("env", {}), (*path, "env")),
+            float(args.get("timeout", DEFAULT_TIMEOUT)),
+            raw=args, where=scope.where(path),
+        )
+
+
+register_check(Exec())
