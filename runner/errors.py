@@ -137,8 +137,17 @@ class StepFailure(Exception):
     ``retryable`` marks transient trouble (the engine retries it when the step has ``retries``).
     """
 
-    def __init__(self, reason: str, *, retryable: bool = False, check: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool = False,
+        check: bool = False,
+        output: dict[str, object] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.check = check
+        # What the step did produce before failing (e.g. every failed iteration): journaled.
+        self.output = output

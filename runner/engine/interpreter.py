@@ -509,6 +509,7 @@ class Interpreter:
         t0 = time.perf_counter()
         max_attempts = step.retries + 1
         attempt = 0
+        failed_output: dict[str, Any] | None = None
         for attempt in range(1, max_attempts + 1):
             self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
             if attempt > 1:
@@ -527,6 +528,7 @@ class Interpreter:
                 reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
             except StepFailure as exc:
                 reason, retryable, check_failure = exc.reason, exc.retryable or exc.check, exc.check
+                failed_output = exc.output
             except ProviderError as exc:
                 reason, retryable, check_failure = f"{exc.kind} provider error: {exc.message}", exc.transient, False
             except InvalidPipeline as exc:
@@ -561,10 +563,11 @@ class Interpreter:
         self.journal.finish_execution(
             exec_id, status="failed", finished_at=time.time(), attempts=attempt, error=reason,
             duration_s=time.perf_counter() - t0,
+            output=dumps(failed_output) if failed_output is not None else None,
         )
         self.emit(EventType.STEP_FAILED, step.id, index, reason=reason, attempts=attempt,
                   check=check_failure)
-        return ElementOutcome(el_index, StepStatus.FAILED, key, None, reason, check_failure,
+        return ElementOutcome(el_index, StepStatus.FAILED, key, failed_output, reason, check_failure,
                               time.perf_counter() - t0)
 
     async def _checks(self, step: CompiledStep, result: StepResult, extra: dict[str, Any],
