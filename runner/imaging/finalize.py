@@ -297,11 +297,13 @@ def draw_title(img: Image.Image, title: str) -> Image.Image:
     out.paste((0, 0, 0), (0, band_top), band.point(lambda v: int(v * 0.55)))
 
     # Shadow: the same text, blurred, drawn dark and offset down-right under the real text.
-    shadow = Image.new("L", img.size, 0)
-    _draw_lines(ImageDraw.Draw(shadow), layout, w, top, fill=200, stroke_fill=200)
+    # Only the band is blurred: the rest of the image never has text in it.
+    shadow = Image.new("L", (w, h - band_top), 0)
+    _draw_lines(ImageDraw.Draw(shadow), layout, w, top - band_top, fill=200, stroke_fill=200)
     offset = max(1, layout.size // 18)
     shadow = shadow.filter(ImageFilter.GaussianBlur(max(1, layout.size // 16)))
-    out.paste((0, 0, 0), (offset, offset), shadow.crop((0, 0, w - offset, h - offset)))
+    visible = shadow.crop((0, 0, w - offset, shadow.height - offset))
+    out.paste((0, 0, 0), (offset, band_top + offset), visible)
 
     _draw_lines(ImageDraw.Draw(out), layout, w, top, fill=(255, 255, 255), stroke_fill=(0, 0, 0))
     return out
