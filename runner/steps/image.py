@@ -183,7 +183,7 @@ class ImageStep(StepType):
             key = idempotency_key(
                 template_hash=str(args.get("template_hash", "")),
                 provider_profile=profile, item=item, part=str(args.get("part", "")),
-                prompt=prompt, seed=base_seed, reference_sha256=ref_sha,
+                prompt=prompt, seed=base_seed + k - 1, reference_sha256=ref_sha,
                 ordinal=None if caps.supports_seed else k,
                 run_id=ctx.run_id if args.get("dedupe_run") else None,
             )
