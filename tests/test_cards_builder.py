@@ -364,8 +364,8 @@ def test_previous_shot_refs_keep_their_order() -> None:
 
 
 def test_fixed_element_without_its_sort_key_is_a_violation() -> None:
-    with pytest.raises(ContractViolation, match="continuity_elements_used.fixed_elements: element "
-                                                "lacks 'element_type'"):
+    with pytest.raises(ContractViolation, match=r"continuity_elements_used\.fixed_elements: "
+                                                r"element lacks 'element_type'"):
         build(fixed_elements=[{"element_id": "x"}])
 
 
