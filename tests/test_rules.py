@@ -188,7 +188,7 @@ def test_json_schema_from_a_file_parsing_json_text(tmp_path: Path) -> None:
 def test_json_schema_compile_errors(tmp_path: Path) -> None:
     with pytest.raises(RuleError, match="invalid schema: 'strin' is not valid"):
         rule({"json_schema": {"value": 1, "schema": {"type": "strin"}}}, tmp_path)
-    with pytest.raises(RuleError, match="cannot read schema file 'missing.json'"):
+    with pytest.raises(RuleError, match=r"cannot read schema file 'missing\.json'"):
         rule({"json_schema": {"value": 1, "schema_file": "missing.json"}}, tmp_path)
 
 
@@ -273,7 +273,7 @@ def test_refs_cover_every_expression_including_named_rules_and_messages() -> Non
 
 def test_evaluate_sync_refuses_a_rule_that_needs_awaiting() -> None:
     compiled = rule({"exec": {"run": "true"}})
-    with pytest.raises(TypeError, match="must be evaluated with `await rule.evaluate"):
+    with pytest.raises(TypeError, match=r"must be evaluated with `await rule\.evaluate"):
         compiled.evaluate_sync({}, root=Path.cwd())
 
 

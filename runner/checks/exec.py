@@ -23,11 +23,21 @@ from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 DEFAULT_TIMEOUT = 60.0
 TAIL_CHARS = 400
 _DRAIN_SECONDS = 2.0
+_KEEP_BYTES = 64 * 1024
 
 
 def _tail(data: bytes) -> str:
     text = data.decode("utf-8", errors="replace").strip()
     return text if len(text) <= TAIL_CHARS else "…" + text[-TAIL_CHARS:]
+
+
+async def _pump(stream: asyncio.StreamReader | None, into: bytearray) -> None:
+    """Read a pipe to its end, keeping only the tail (the reason shows the end)."""
+    if stream is None:
+        return
+    while chunk := await stream.read(65536):
+        into.extend(chunk)
+        del into[:-_KEEP_BYTES]
 
 
 def _kill_group(pgid: int) -> None:
@@ -70,25 +80,24 @@ class ExecRule(Rule):
             )
         except OSError as exc:
             return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
+        out, err = bytearray(), bytearray()
+        readers = [asyncio.create_task(_pump(proc.stdout, out)),
+                   asyncio.create_task(_pump(proc.stderr, err))]
         timed_out = False
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(), self.timeout)
+            await asyncio.wait_for(proc.wait(), self.timeout)
         except TimeoutError:
             timed_out = True
-            _kill_group(proc.pid)
-            try:
-                stdout, stderr = await asyncio.wait_for(proc.communicate(), _DRAIN_SECONDS)
-            except TimeoutError:  # a child left the group and holds the pipes
-                stdout, stderr = b"", b""
-        except BaseException:
-            _kill_group(proc.pid)  # cancelled: never leave the command running
-            raise
         finally:
-            _kill_group(proc.pid)  # background children of a command that already exited
+            # On a timeout, a cancel, or a normal exit that left background children: the
+            # whole group goes, so nothing the check started outlives it.
+            _kill_group(proc.pid)
             if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
                 await proc.wait()
+            _done, pending = await asyncio.wait(readers, timeout=_DRAIN_SECONDS)
+            for task in pending:  # a child that left the group still holds a pipe
+                task.cancel()
+        stdout, stderr = bytes(out), bytes(err)
         output = _tail(stderr) or _tail(stdout)
         stream = "stderr" if _tail(stderr) else "stdout"
         detail = f"; {stream}: {output}" if output else ""
