@@ -282,3 +282,9 @@ def test_corrupt_or_truncated_input_raises_finalize_error(raw: bytes, expected: 
         finalize(raw, load_profile("youtube"))
     assert expected in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_oversized_dimensions_are_refused_before_decoding() -> None:
+    huge = _encode(Image.new("1", (12000, 6000)), "PNG")  # 72M pixels, a tiny file
+    with pytest.raises(FinalizeError, match="12000x6000 pixels is over the limit"):
+        finalize(huge, load_profile("youtube"))

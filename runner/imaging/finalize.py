@@ -10,7 +10,6 @@ Everything here is synchronous, CPU-bound Pillow work; callers run it in a worke
 from __future__ import annotations
 
 import io
-import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,6 +23,7 @@ Format = Literal["jpeg", "png"]
 BACKGROUND = (255, 255, 255)  # what transparent pixels are flattened onto
 JPEG_MAX_QUALITY = 92
 JPEG_MIN_QUALITY = 30
+MAX_PIXELS = 64_000_000  # 8000x8000; far above any generated image, far below a bomb
 _EXT = {"jpeg": "jpg", "png": "png"}
 _ORIENTATION_TAG = 0x0112
 _SWAPPING_ORIENTATIONS = {5, 6, 7, 8}  # rotated a quarter turn: width and height trade places
@@ -97,25 +97,32 @@ def open_image(raw: bytes, *, draft_size: tuple[int, int] | None = None) -> Imag
     """Decode ``raw`` fully and apply its EXIF orientation.
 
     ``draft_size`` lets a JPEG decode at a reduced scale that still covers that size, which
-    makes a 6000x4000 photo cheap. Raises FinalizeError on anything unreadable.
+    makes a 6000x4000 photo cheap. Raises FinalizeError on anything unreadable, and on images
+    over MAX_PIXELS (checked before decoding).
     """
     if not raw:
         raise FinalizeError("cannot read image: no bytes")
     try:
-        with warnings.catch_warnings():
-            # A decompression-bomb warning is advice for interactive use; here the hard limit
-            # (DecompressionBombError) is what protects us, so do not let the warning escape.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            opened = Image.open(io.BytesIO(raw))
-            orientation = _orientation(opened)
-            if draft_size is not None and opened.format == "JPEG":
-                w, h = draft_size
-                opened.draft(None, (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h))
-            # Image.open is lazy: only load() decodes, and only then does truncation show.
-            opened.load()
-            img: Image.Image = opened
-            if orientation not in (None, 1):
-                img = ImageOps.exif_transpose(opened)
+        opened = Image.open(io.BytesIO(raw))
+        # Checked from the header, before decoding: a bomb never gets to allocate. The limit is
+        # below Pillow's own warning threshold, so its (global, thread-unsafe) warning never fires.
+        pixels = opened.width * opened.height
+        if pixels > MAX_PIXELS:
+            raise FinalizeError(
+                f"image of {opened.width}x{opened.height} pixels is over the limit of "
+                f"{MAX_PIXELS} pixels"
+            )
+        orientation = _orientation(opened)
+        if draft_size is not None and opened.format == "JPEG":
+            w, h = draft_size
+            opened.draft(None, (h, w) if orientation in _SWAPPING_ORIENTATIONS else (w, h))
+        # Image.open is lazy: only load() decodes, and only then does truncation show.
+        opened.load()
+        img: Image.Image = opened
+        if orientation not in (None, 1):
+            img = ImageOps.exif_transpose(opened)
+    except FinalizeError:
+        raise
     except Image.DecompressionBombError as exc:
         raise FinalizeError(f"image too large to decode safely: {exc}") from None
     except UnidentifiedImageError:
