@@ -46,7 +46,7 @@ def render_graph(plan: Plan, fmt: str) -> str:
     elif fmt == "mermaid":
         lines.append("flowchart LR")
         for phase, sids in _by_phase(plan):
-            lines.append(f"  subgraph p_{_id(phase or "none")}["{phase or "no phase"}"]')
+            lines.append(f'  subgraph p_{_id(phase or "none")}["{phase or "no phase"}"]')
             for sid in sids:
                 lines.append(f'    {_id(sid)}["{sid} ({plan.steps[sid].uses})"]')
             lines.append("  end")

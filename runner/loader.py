@@ -95,33 +95,86 @@ def schema_errors(
 
     ``where(path, key=bool)`` locates a path; with ``tolerate_expressions`` a value that is a
     ``${{ }}`` expression is accepted wherever a schema expects some other type (it is checked
-    again after evaluation).
+    again after evaluation). When ``step`` is not given, an error under ``steps.ID`` names ID.
     """
     out: list[InvalidPipeline] = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: (-len(e.path), str(e.path))):
-        leaves = [err]
-        if err.validator in ("oneOf", "anyOf") and err.context:
-            best = max(err.context, key=lambda e: len(e.path))
-            leaves = [best]
-        for leaf in leaves:
-            if tolerate_expressions and is_expression_string(leaf.instance):
-                continue
-            converted = _convert(leaf, where, step, context, base)
-            if converted is not None:
-                out.append(converted)
+        if tolerate_expressions and is_expression_string(err.instance):
+            continue
+        converted = _convert(err, where, step, context, base)
+        if converted is not None:
+            out.append(converted)
     return out
+
+
+def _label(context: str, err: ValidationError) -> str:
+    inner = ".".join(str(p) for p in err.absolute_path)
+    return context + ("." if context and inner else "") + inner
+
+
+def _step_of(step: str | None, base: tuple[Any, ...], path: tuple[Any, ...]) -> str | None:
+    # Only a whole pipeline document (no base, no caller-given step) has steps at path[1].
+    if step is None and not base and len(path) >= 2 and path[0] == "steps":
+        return str(path[1])
+    return step
+
+
+def _alternatives(err: ValidationError, where: Any, step: str | None, at: str,
+                  path: tuple[Any, ...], context: str, base: tuple[Any, ...]
+                  ) -> InvalidPipeline | None:
+    """A failed oneOf/anyOf: name the alternatives, or the error of the branch that fits best."""
+    branches = err.validator_value if isinstance(err.validator_value, list) else []
+    only_required = bool(branches) and all(
+        isinstance(b, dict) and set(b) == {"required"} for b in branches
+    )
+    if only_required:
+        keys = [k for b in branches for k in b["required"]]
+        names = " or ".join(f"'{k}'" for k in keys)
+        given = [k for k in keys if isinstance(err.instance, dict) and k in err.instance]
+        if len(given) > 1:
+            return InvalidPipeline(f"give only one of {names}{at}", where=where(path), step=step)
+        return InvalidPipeline(f"missing {names}{at} (one is required)", where=where(path),
+                               step=step)
+    leaves = list(err.context or [])
+    # A branch that failed only on some deeper detail fits better than one of the wrong type.
+    fitting = [e for e in leaves if e.validator != "type" or e.relative_path]
+    if not fitting:
+        kinds: list[str] = []
+        for e in leaves:
+            t = e.validator_value
+            for k in t if isinstance(t, list) else [t]:
+                if k not in kinds:
+                    kinds.append(str(k))
+        expected = " or ".join(kinds) or "another kind of value"
+        return InvalidPipeline(f"expected {expected}{at}, found {_describe(err.instance)}",
+                               where=where(path), step=step, hint=err.schema.get("description"))
+    best = max(fitting, key=lambda e: len(e.path))
+    converted = _convert(best, where, step, context, base)
+    if converted is not None and not converted.hint and isinstance(err.schema, dict):
+        converted.hint = err.schema.get("description")
+    return converted
 
 
 def _convert(
     err: ValidationError, where: Any, step: str | None, context: str, base: tuple[Any, ...]
 ) -> InvalidPipeline | None:
     path = (*base, *err.absolute_path)
-    label = context + ("." if context and err.absolute_path else "") + ".".join(
-        str(p) for p in err.absolute_path
-    )
+    label = _label(context, err)
     at = f" in '{label}'" if label else ""
+    step = _step_of(step, base, path)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    description = schema.get("description")
+    if "propertyNames" in err.relative_schema_path:
+        # The instance is the offending key itself; point at the key, not the mapping.
+        name = str(err.instance)
+        rule = f"names here must match {schema['pattern']}" if "pattern" in schema else None
+        return InvalidPipeline(f"invalid name '{name}'{at}", where=where((*path, name), key=True),
+                               step=_step_of(None, base, (*path, name)) if not step else step,
+                               hint=rule)
+    if err.validator in ("oneOf", "anyOf"):
+        return _alternatives(err, where, step, at, path, context, base)
     if err.validator == "additionalProperties":
-        allowed = list(err.schema.get("properties", {}))
+        allowed = list(schema.get("properties", {}))
         extra = [k for k in err.instance if k not in allowed]
         key = extra[0] if extra else "?"
         hint = did_you_mean(str(key), allowed)
@@ -143,26 +196,60 @@ def _convert(
             f"expected {expected}{at}, found {_describe(err.instance)}", where=where(path), step=step
         )
     if err.validator == "propertyNames":
-        return None  # reported by the nested pattern error on the name itself
-    if err.validator == "pattern" and err.absolute_path == err.path and not err.path:
-        pass
+        return None  # the failing name is reported by its own error (see above)
     if err.validator == "const":
         return InvalidPipeline(
             f"expected {err.validator_value!r}{at}, found {_describe(err.instance)}",
-            where=where(path),
-            step=step,
+            where=where(path), step=step, hint=description,
         )
     if err.validator == "enum":
         choices = ", ".join(repr(v) for v in err.validator_value)
+        hint = None
+        if isinstance(err.instance, str):
+            hint = did_you_mean(err.instance, [str(v) for v in err.validator_value])
         return InvalidPipeline(
             f"expected one of {choices}{at}, found {_describe(err.instance)}",
-            where=where(path),
-            step=step,
+            where=where(path), step=step, hint=hint,
         )
+    if err.validator == "pattern":
+        return InvalidPipeline(
+            f"invalid value{at}: {_describe(err.instance)}", where=where(path), step=step,
+            hint=description or f"it must match {err.validator_value}",
+        )
+    if err.validator in _BOUNDS:
+        return InvalidPipeline(
+            f"{label or 'value'} must be {_BOUNDS[err.validator]} {err.validator_value}, "
+            f"found {_describe(err.instance)}",
+            where=where(path), step=step,
+        )
+    if err.validator in ("minProperties", "minItems") and err.validator_value == 1:
+        return InvalidPipeline(f"'{label or 'value'}' must not be empty", where=where(path),
+                               step=step, hint=description)
+    if err.validator == "uniqueItems" and isinstance(err.instance, list):
+        index, dup = _first_repeat(err.instance)
+        return InvalidPipeline(f"'{dup}' appears twice{at}", where=where((*path, index)),
+                               step=step)
     message = err.message
     if len(message) > 200:
         message = message[:199] + "…"
     return InvalidPipeline(f"{message}{at}", where=where(path), step=step)
+
+
+_BOUNDS = {
+    "minimum": ">=",
+    "maximum": "<=",
+    "exclusiveMinimum": ">",
+    "exclusiveMaximum": "<",
+}
+
+
+def _first_repeat(items: list[Any]) -> tuple[int, Any]:
+    seen: list[Any] = []
+    for i, item in enumerate(items):
+        if item in seen:
+            return i, item
+        seen.append(item)
+    return 0, None
 
 
 def load_document(path: Path) -> PipelineDoc:
@@ -175,21 +262,9 @@ def load_document(path: Path) -> PipelineDoc:
             where=Location(display, 1, 1),
         )
     errors = schema_errors(_pipeline_validator(), src.data, where=src.where)
-    # A propertyNames failure has no located leaf of its own: name the offending key.
-    if not errors:
-        return PipelineDoc(path, src, src.data)
-    first = errors[0]
-    steps = src.data.get("steps")
-    where = first.where
-    step = None
-    if isinstance(steps, dict) and where is not None:
-        for sid in steps:
-            loc = src.keys.get(("steps", sid))
-            if loc and (loc[0] <= where.line):
-                step = sid
-    if step is not None and first.step is None:
-        first.step = step
-    raise first
+    if errors:
+        raise errors[0]
+    return PipelineDoc(path, src, src.data)
 
 
 def _display(path: Path) -> str:

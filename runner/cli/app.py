@@ -44,6 +44,9 @@ class RunnerGroup(click.Group):
             ctx.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # `runner ... | head`: the reader left, nothing to report
+            sys.stderr.close()
+            ctx.exit(0)
         except SystemExit:
             raise
         except Exception:

@@ -246,17 +246,17 @@ def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
 
     Example: runner runs show 20261202-101500-ab12cd
     """
-    from ..runview import run_view
+    from ..thumbs.view import render_run, run_json
 
     state = _open_state(state_dir)
     try:
-        view = run_view(state, run_id)
+        run = state.journal.get_run(run_id)
+        if as_json:
+            emit_json({**run_json(state, run["id"]), "exit_code": 0})
+        else:
+            click.echo(render_run(state, run["id"], with_preview=False), nl=False)
     finally:
         state.close()
-    if as_json:
-        emit_json({**view.to_json(), "exit_code": 0})
-    else:
-        click.echo(view.render_text(), nl=False)
 
 
 @cli.command()

@@ -116,6 +116,8 @@ def apply_plan(
     """Run ``plan`` to convergence against ``state``. Raises Busy when the item is locked."""
     options = options or ApplyOptions()
     options.item = resolve_item(plan, options.item)
+    if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
+        options.kind = "hero"  # image runs are heroes unless `iterate` says otherwise
     with item_lock(state, plan, options.item):
         interpreter = Interpreter(
             plan, journal=state.journal, objects=state.objects, state_dir=state.dir,

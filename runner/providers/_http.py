@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +25,12 @@ from ..errors import ProviderError
 from .base import Provider
 
 MAX_MESSAGE_CHARS = 600
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    # Building a verifying context loads the CA bundle (~0.1 s); share one per process.
+    return httpx.create_ssl_context()
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -100,7 +108,8 @@ class HttpProvider(Provider):
         t = timeout if timeout is not None else self.timeout
         limits = httpx.Timeout(t, connect=min(t, 10.0))
         async with httpx.AsyncClient(
-            base_url=self.base_url, timeout=limits, headers=self.headers(), trust_env=False
+            base_url=self.base_url, timeout=limits, headers=self.headers(), trust_env=False,
+            verify=tls_context(),
         ) as client:
             yield client
 

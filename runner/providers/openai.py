@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ._http import HttpProvider, b64decode, b64encode, usage_ints
+from ._http import HttpProvider, tls_context, b64decode, b64encode, usage_ints
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
 
 MAX_REFERENCES = 16
@@ -102,7 +102,8 @@ class OpenAIProvider(HttpProvider):
 
     async def _download(self, client: httpx.AsyncClient, url: str) -> bytes:
         # A hosted URL is on another origin: fetch it with a client that carries no credentials.
-        async with httpx.AsyncClient(timeout=client.timeout, trust_env=False) as plain:
+        async with httpx.AsyncClient(timeout=client.timeout, trust_env=False,
+                                     verify=tls_context()) as plain:
             resp = await self.send(plain, "GET", url)
         ctype = resp.headers.get("Content-Type", "")
         if not ctype.startswith("image/"):

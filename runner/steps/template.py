@@ -94,7 +94,12 @@ class TemplateStep(StepType):
             environment_for(ctx.root), name=args.get("template"), text=args.get("text"),
             variables=variables,
         )
-        return StepResult(output={"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()})
+        output = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        if args.get("template"):
+            # The template's own content hash: the "template spec" part of idempotency keys.
+            source = (ctx.root / args["template"]).read_bytes()
+            output["template_sha256"] = hashlib.sha256(source).hexdigest()
+        return StepResult(output=output)
 
 
 def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[str]) -> list[str]:

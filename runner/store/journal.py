@@ -70,7 +70,7 @@ def _m2_iterations(db: Any) -> None:
         pk="id",
     )
     db["iterations"].create_index(["run_id", "ordinal"], unique=True)
-    db["iterations"].create_index(["idempotency_key"], unique=True)
+    db["iterations"].create_index(["idempotency_key"])
 
 
 def _m3_decisions(db: Any) -> None:

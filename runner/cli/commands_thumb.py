@@ -1,0 +1,138 @@
+"""Image-run commands: pick, iterate, export, show (and the image view of `runs show`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from .app import cli, emit_json, json_option, state_option
+from .commands_core import _open_state
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("which")
+@state_option
+@json_option
+def pick(run_id: str, which: str, state_dir: str | None, as_json: bool) -> None:
+    """Pick one iteration of a run (by ordinal or iteration id); picking again moves the pick.
+
+    Example: runner pick 20261202-101500-ab12cd 2
+    """
+    from ..thumbs.records import pick as do_pick
+
+    state = _open_state(state_dir, readonly=True)
+    try:
+        it = do_pick(state.journal, run_id, which)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"run_id": it.run_id, "picked": {"id": it.id, "ordinal": it.ordinal}, "exit_code": 0})
+    else:
+        click.echo(f"picked #{it.ordinal} ({it.id}) of run {it.run_id}")
+
+
+@cli.command()
+@click.argument("target")
+@state_option
+@json_option
+def show(target: str, state_dir: str | None, as_json: bool) -> None:
+    """Show a run with a preview of its images (a grid on colour terminals, a table otherwise).
+
+    Example: runner show 20261202-101500-ab12cd
+    """
+    from ..thumbs.view import render_run, run_json
+
+    state = _open_state(state_dir, readonly=True)
+    try:
+        run = state.journal.get_run(target)
+        if as_json:
+            emit_json({**run_json(state, run["id"]), "exit_code": 0})
+        else:
+            click.echo(render_run(state, run["id"], with_preview=True, stream=sys.stdout), nl=False)
+    finally:
+        state.close()
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--n", "n", type=click.IntRange(1, 32), default=4, show_default=True)
+@click.option("--prompt-append", default="", help="Text added after a blank line.")
+@click.option("--var", "variables", multiple=True, metavar="K=V",
+              help="Template variable (nothing is inherited from the parent).")
+@click.option("--from-picked", is_flag=True, help="Walk up the parent chain to the newest pick.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@state_option
+@json_option
+def iterate(target: str, n: int, prompt_append: str, variables: tuple[str, ...],
+            from_picked: bool, quiet: bool, state_dir: str | None, as_json: bool) -> None:
+    """Refine a picked iteration: a child run that uses its raw image as the reference.
+
+    Example: runner iterate RUN --n 4 --prompt-append "warmer colours" --var mood=calm
+    """
+    import yaml
+
+    from ..engine.apply import apply_plan
+    from ..engine.interpreter import ApplyOptions
+    from ..store.journal import dumps
+    from ..thumbs.hooks import after_apply
+    from ..thumbs.iterate import find_source, plan_child
+    from .commands_core import _reporter
+
+    var_map: dict[str, Any] = {}
+    for pair in variables:
+        if "=" not in pair:
+            raise UsageError(f"--var expects K=V, got '{pair}'")
+        k, v = pair.split("=", 1)
+        var_map[k] = yaml.safe_load(v) if v else ""
+    state = _open_state(state_dir, readonly=True)
+    try:
+        parent, it = find_source(state.journal, target, from_picked=from_picked)
+        plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
+        options = ApplyOptions(kind="iterate", parent_run_id=parent["id"], item=parent["item"],
+                               reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}))
+        report = apply_plan(plan, state, options, _reporter(as_json, len(plan.order), None, quiet))
+        doc = report.to_json()
+        doc.update(after_apply(plan, state, report, out_dir=None, as_json=as_json))
+    finally:
+        state.close()
+    if as_json:
+        emit_json(doc)
+    sys.exit(doc["exit_code"])
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--to", "dest", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--raw", is_flag=True, help="Copy the raw provider images instead of the finals.")
+@state_option
+@json_option
+def export(target: str, dest: Path, raw: bool, state_dir: str | None, as_json: bool) -> None:
+    """Copy (never move) a run's finals (or raws) to a folder as <item>-<ordinal>.<ext>.
+
+    Example: runner export RUN --to out/
+    """
+    from ..thumbs.hooks import copy_finals
+    from ..thumbs.records import iterations_of, resolve_target
+
+    state = _open_state(state_dir, readonly=True)
+    try:
+        run, it = resolve_target(state.journal, target)
+        its = [it] if it is not None else iterations_of(state.journal, run["id"])
+        completed = [i for i in its if i.status == "completed"]
+        if not completed:
+            raise UsageError(f"run {run['id']} has no completed iteration to export",
+                             hint=f"see: runner runs show {run['id']}")
+        files = copy_finals(state, completed, dest, run["item"] or run["pipeline"], raw=raw)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"run_id": run["id"], "iteration_id": it.id if it else None, "raw": raw,
+                   "files": [str(f) for f in files], "exit_code": 0})
+    else:
+        for f in files:
+            click.echo(f"wrote {f}")

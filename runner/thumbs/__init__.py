@@ -1,0 +1,1 @@
+"""Image iterations as first-class records: record, pick, iterate, export, show."""

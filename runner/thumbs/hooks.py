@@ -1,0 +1,97 @@
+"""After an apply of a pipeline with image steps: record iterations, settle the run, copy --out."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import StoreError
+from .records import record_iterations, run_outcome
+
+
+def after_apply(plan: Any, state: Any, report: Any, *, out_dir: str | None, as_json: bool) -> dict[str, Any]:
+    image_steps = [sid for sid in plan.order if plan.steps[sid].uses == "image"]
+    if not image_steps:
+        return {}
+    final_steps = [sid for sid in plan.order if plan.steps[sid].uses == "finalize"]
+    outputs = {o.id: o.output for o in report.steps}
+    its = record_iterations(state.journal, report.run_id, outputs, image_steps, final_steps)
+    status, code = run_outcome(its)
+    if report.exit_code in (7, 130):  # a gate or a cancel wins over iteration counts
+        status, code = report.status.value, report.exit_code
+    profile = None
+    for sid in image_steps:
+        out = outputs.get(sid)
+        if isinstance(out, dict) and out.get("provider_profile"):
+            profile = out["provider_profile"]
+    state.journal.update_run(report.run_id, status=status, exit_code=code, provider_profile=profile)
+    run_dir = state.dir / "runs" / report.run_id
+    for it in its:
+        if it.final:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            target = run_dir / f"final-{it.ordinal}.{it.ext or 'jpg'}"
+            if not target.exists():
+                shutil.copyfile(state.objects.path(it.final), target)
+    files = []
+    if out_dir:
+        files = copy_finals(state, its, Path(out_dir), report.item or plan.name)
+    from .view import render_run, run_json
+
+    if not as_json:
+        click.echo(render_run(state, report.run_id, with_preview=True, stream=sys.stdout), nl=False)
+    doc = run_json(state, report.run_id)
+    run = {"id": report.run_id, "pipeline": plan.name, "status": status, "item": report.item,
+           "parent_run_id": doc["run"].get("parent_run_id"),
+           "reference_asset": doc["run"].get("reference_asset"),
+           "provider_profile": profile}
+    extra: dict[str, Any] = {"run": run, "iterations": doc["iterations"], "exit_code": code}
+    if out_dir:
+        extra["out"] = [str(f) for f in files]
+    return extra
+
+
+def copy_finals(state: Any, its: list[Any], dest: Path, stem: str, *, raw: bool = False,
+                only_compliant: bool = True) -> list[Path]:
+    """Copy (never move) finals (or raws) to dest/<stem>-<ordinal>.<ext>. Raises StoreError."""
+    from ..paths import inside
+
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {dest}: {exc.strerror}") from None
+    safe_stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem).strip(".") or "image"
+    out = []
+    for it in its:
+        if it.status != "completed" and only_compliant:
+            continue
+        digest = it.raw if raw else it.final
+        if not digest:
+            continue
+        ext = sniff_ext(state.objects.path(digest)) if raw else (it.ext or "jpg")
+        name = f"{safe_stem}-{it.ordinal}.{ext.lstrip('.')}"
+        target = inside(dest, name)
+        try:
+            shutil.copyfile(state.objects.path(digest), target)
+        except OSError as exc:
+            raise StoreError(f"cannot write {target}: {exc.strerror}") from None
+        out.append(target)
+    return out
+
+
+def sniff_ext(path: Path) -> str:
+    """The file extension for an image's bytes (providers return PNG, JPEG, WebP or GIF)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if head.startswith(b"\x89PNG"):
+        return "png"
+    if head.startswith(b"\xff\xd8"):
+        return "jpg"
+    if head.startswith(b"GIF8"):
+        return "gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return "bin"

@@ -1,0 +1,464 @@
+"""`runner watch`: re-apply a pipeline whenever a file it reads changes, by content.
+
+The watched set is recomputed from every successful compile: the pipeline file, every file a
+step reads (``StepType.reads`` over the arguments that can be evaluated before running), rule
+files (``*_file`` arguments of checks) and the globs of ``read`` steps. Directories are watched,
+not files, because editors save by writing a temporary file and renaming it over the original.
+The state directory and the pipeline's declared outputs are never watched, so a run cannot
+trigger itself; the journal is watched only while a run awaits a human decision.
+
+An event counts only when the file's sha256 differs from the last one seen (a ``touch`` runs
+nothing). A change during a run cancels it (or, with ``interrupt=False``, queues the next cycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import hashlib
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import expr as ex
+from .compiler import Plan, compile_pipeline
+from .engine.apply import State, _LazyProviders, item_lock, resolve_item, state_dir_for
+from .engine.events import Event, EventType, FanOut, Reporter
+from .engine.interpreter import ApplyOptions, Interpreter, RunReport, RunStatus, StepStatus
+from .errors import RunnerError
+
+# Editor droppings: vim backups (file~), swap files (.file.swp/.swo/...), vim's write test file
+# (4913, 5036, ...), emacs lock files (.#file), LibreOffice locks.
+_JUNK = re.compile(r"(~$|^\.#|^\..*\.sw[a-p]$|^[0-9]{4,5}$|^\.~lock\.)")
+_JOURNAL_FILES = ("journal.db", "journal.db-wal")
+_GLOB_CHARS = "*?["
+
+
+def is_editor_junk(name: str) -> bool:
+    """True for editor temp/backup file names that must never trigger a cycle."""
+    return bool(_JUNK.search(name))
+
+
+def _norm(path: Path) -> Path:
+    """Absolute path with its directory resolved (the file itself may not exist yet)."""
+    path = path.absolute()
+    return path.parent.resolve() / path.name
+
+
+def _existing_dir(path: Path) -> Path:
+    """``path`` if it is a directory, else its nearest existing ancestor."""
+    while not path.is_dir() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def sha256_or_none(path: Path) -> str | None:
+    """Content hash of ``path``; None when it does not exist or is not a regular file."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        return None
+
+
+@dataclass(frozen=True)
+class WatchSet:
+    """What to watch for one compiled pipeline, and which events count."""
+
+    root: Path
+    files: frozenset[Path]
+    globs: tuple[tuple[Path, str], ...] = ()  # (base directory, pattern relative to the root)
+    excluded: frozenset[Path] = frozenset()  # declared outputs
+    state_dir: Path | None = None
+    journal: bool = False  # also watch the journal (a run is awaiting a human decision)
+
+    def directories(self) -> list[Path]:
+        """The directories to watch (non-recursively), each existing."""
+        dirs = {_existing_dir(p.parent) for p in self.files}
+        dirs |= {_existing_dir(base) for base, _ in self.globs}
+        if self.journal and self.state_dir is not None:
+            dirs.add(self.state_dir)
+        return sorted(dirs)
+
+    def journal_paths(self) -> frozenset[Path]:
+        if self.state_dir is None:
+            return frozenset()
+        return frozenset(self.state_dir / n for n in _JOURNAL_FILES)
+
+    def matches_glob(self, path: Path) -> bool:
+        for base, pattern in self.globs:
+            try:
+                rel = path.relative_to(self.root).as_posix()
+            except ValueError:
+                continue
+            if path.is_relative_to(base) and fnmatch.fnmatchcase(rel, pattern):
+                return True
+        return False
+
+    def accepts(self, path: Path) -> bool:
+        """Does an event on ``path`` possibly matter? (content is checked later)"""
+        if is_editor_junk(path.name) or path in self.excluded:
+            return False
+        if self.state_dir is not None and path.is_relative_to(self.state_dir):
+            return self.journal and path in self.journal_paths()
+        return path in self.files or self.matches_glob(path)
+
+
+def _probe_args(plan: Plan, sid: str) -> dict[str, Any]:
+    """The step's top-level arguments that can be evaluated before running (params only)."""
+    step = plan.steps[sid]
+    if not isinstance(step.args, dict):
+        return {}
+    context = {"params": plan.params, "steps": {}, "run": {"id": "watch", "item": None},
+               "feedback": [], "attempt": 1}
+    out: dict[str, Any] = {}
+    for key, value in step.args.items():
+        if ex.is_static(value):
+            out[key] = value
+            continue
+        # A value that needs an upstream output or the for_each item is unknown until run time.
+        with contextlib.suppress(Exception):
+            out[key] = ex.evaluate_value(value, context)
+    return out
+
+
+def _rule_files(rule: Any) -> Iterable[str]:
+    raw = getattr(rule, "raw", None)
+    if isinstance(raw, Mapping):
+        for key, value in raw.items():
+            if isinstance(key, str) and key.endswith("_file") and isinstance(value, str):
+                yield value
+    for child in rule.children():
+        yield from _rule_files(child)
+
+
+def watch_set_for(plan: Plan, state_dir: Path | None = None, *,
+                  produced: Iterable[str] = (), journal: bool = False) -> WatchSet:
+    """The files and globs ``plan`` reads, minus its outputs (declared or ``produced``)."""
+    root = plan.root
+    files: set[Path] = {_norm(plan.file)}
+    globs: list[tuple[Path, str]] = []
+    outputs: set[Path] = {_norm(root / rel) for rel in produced}
+    for sid in plan.order:
+        step = plan.steps[sid]
+        args = _probe_args(plan, sid)
+        for rel in args.get("outputs") or () if step.uses == "shell" else ():
+            if isinstance(rel, str):
+                outputs.add(_norm(root / rel))
+        pattern = args.get("path")
+        if step.uses == "read" and isinstance(pattern, str) and any(c in pattern for c in _GLOB_CHARS):
+            magic = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
+            base = (root / pattern[:magic]).parent if "/" in pattern[:magic] else root
+            globs.append((_norm(base) if base != root else root.resolve(), pattern))
+        try:
+            read = step.type.reads(args, root=root)
+        except Exception:  # arguments unknown before the run (KeyError, a bad path): skip
+            read = []
+        files.update(_norm(root / rel) for rel in read)
+        for rule in [r for r in (step.when, *step.checks) if r is not None]:
+            files.update(_norm(root / rel) for rel in _rule_files(rule))
+    state = state_dir.resolve() if state_dir is not None else None
+    return WatchSet(root=root.resolve(), files=frozenset(files - outputs), globs=tuple(globs),
+                    excluded=frozenset(outputs), state_dir=state, journal=journal)
+
+
+def produced_files(report: RunReport) -> list[str]:
+    """Workspace files the run's steps reported writing (``output.files``)."""
+    out: list[str] = []
+    for outcome in report.steps:
+        files = outcome.output.get("files") if isinstance(outcome.output, dict) else None
+        if isinstance(files, dict):
+            out.extend(str(k) for k in files)
+    return out
+
+
+@dataclass
+class WatchOptions:
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    state_dir: Path | None = None
+    debounce_ms: int = 300
+    interrupt: bool = True
+    jobs: int | None = None
+
+
+@dataclass
+class Cycle:
+    """One re-apply: what changed, what the run did (or the compile error)."""
+
+    number: int
+    changed: list[str]
+    report: RunReport | None = None
+    error: str | None = None
+    exit_code: int = 0
+    duration_s: float = 0.0
+    ran: list[str] = field(default_factory=list)
+    cancelled_run: str | None = None  # id of a run stopped by a newer change or Ctrl-C
+
+    @property
+    def summary(self) -> dict[str, int] | None:
+        return self.report.summary() if self.report is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        run: dict[str, Any] | None = None
+        if self.report is not None:
+            run = self.report.to_json()["run"]
+        elif self.cancelled_run is not None:
+            run = {"id": self.cancelled_run, "status": RunStatus.CANCELLED.value}
+        return {"cycle": self.number, "changed": self.changed, "run": run,
+                "summary": self.summary, "ran": self.ran, "duration_s": round(self.duration_s, 4),
+                "error": self.error, "exit_code": self.exit_code}
+
+    def line(self) -> str:
+        """The one-line human summary."""
+        changed = ", ".join(self.changed) if self.changed else "(start)"
+        head = f"cycle {self.number}: {changed}"
+        if self.error is not None:
+            return f"{head} -> error: {self.error}"
+        if self.report is None:
+            return f"{head} -> cancelled after {len(self.ran)} ran ({self.duration_s:.2f}s)"
+        s = self.report.summary()
+        return (f"{head} -> ran {s['ran']}, cached {s['cached']}, failed {s['failed']}"
+                f" [{self.report.status.value}] in {self.duration_s:.2f}s")
+
+
+class _RanCollector:
+    """Remembers which steps passed, for a run cancelled before it could report."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def event(self, event: Event) -> None:
+        if event.type is EventType.STEP_PASSED and event.step_id and event.step_id not in self.ran:
+            self.ran.append(event.step_id)
+
+    def close(self) -> None:
+        pass
+
+
+class Watcher:
+    """Runs the watch loop for one pipeline file. ``await Watcher(...).run(stop)``.
+
+    ``on_cycle`` receives every finished cycle; ``on_start(number, changed)`` is called before a
+    cycle begins; ``reporter`` (optional) receives the engine's events of every run.
+    """
+
+    def __init__(self, file: Path, options: WatchOptions | None = None, *,
+                 on_cycle: Callable[[Cycle], None],
+                 on_start: Callable[[int, list[str]], None] | None = None,
+                 reporter: Reporter | None = None) -> None:
+        self.file = _norm(file)
+        self.options = options or WatchOptions()
+        self.on_cycle = on_cycle
+        self.on_start = on_start
+        self.reporter = reporter
+        self.state_dir = state_dir_for(file, self.options.state_dir)
+        self.plan: Plan | None = None
+        self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}))
+        self.hashes: dict[Path, str | None] = {}
+        self.cycles = 0
+        self.produced: list[str] = []
+        self.awaiting = False
+        self.decisions: Any = None
+        self._queue: asyncio.Queue[set[Path]] = asyncio.Queue()
+        self._restart = asyncio.Event()
+        self._state: State | None = None
+
+    # -- what counts as a change ---------------------------------------------------------------
+
+    def _display(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.file.parent).as_posix()
+        except ValueError:
+            return str(path)
+
+    def _content_changes(self, paths: Iterable[Path]) -> list[str]:
+        changed = []
+        for path in sorted(paths):
+            if not self.watch_set.accepts(path) or path in self.watch_set.journal_paths():
+                continue
+            digest = sha256_or_none(path)
+            if path not in self.hashes and digest is None:
+                continue  # a file that came and went
+            if self.hashes.get(path) != digest:
+                self.hashes[path] = digest
+                changed.append(self._display(path))
+        return changed
+
+    def _decision_signature(self) -> Any:
+        assert self._state is not None
+        try:
+            return self._state.journal.query(
+                "SELECT COUNT(*) AS n, MAX(id) AS last FROM decisions")
+        except sqlite3.Error:
+            return None
+
+    def _decided(self, paths: set[Path]) -> bool:
+        """While awaiting a human, a journal write that added a decision means re-apply."""
+        if not self.awaiting or not paths & self.watch_set.journal_paths():
+            return False
+        sig = self._decision_signature()
+        if sig == self.decisions:
+            return False
+        self.decisions = sig
+        return True
+
+    def _set_watch(self, ws: WatchSet) -> None:
+        """Switch to a new watch set: hash newly watched files, restart the watcher if needed."""
+        old = self.watch_set
+        for path in ws.files - set(self.hashes):
+            self.hashes[path] = sha256_or_none(path)
+        for path in set(self.hashes) - ws.files:
+            if not ws.matches_glob(path):
+                del self.hashes[path]
+        self.watch_set = ws
+        if ws.directories() != old.directories():
+            self._restart.set()
+
+    def _refresh_watch(self) -> None:
+        if self.plan is not None:
+            self._set_watch(watch_set_for(self.plan, self.state_dir, produced=self.produced,
+                                          journal=self.awaiting))
+
+    # -- the file watcher ----------------------------------------------------------------------
+
+    async def _watch_files(self) -> None:
+        from watchfiles import awatch
+
+        debounce = max(1, self.options.debounce_ms)
+        step = max(5, min(50, debounce // 2))
+        while True:
+            self._restart.clear()
+            ws = self.watch_set
+            # Events between the old watcher stopping and this one starting are not lost: the
+            # content check over every watched file catches what changed meanwhile.
+            self._queue.put_nowait(set(ws.files))
+            async for batch in awatch(
+                *ws.directories(), watch_filter=lambda _c, p: self.watch_set.accepts(Path(p)),
+                debounce=debounce, step=step, stop_event=self._restart, recursive=False,
+            ):
+                self._queue.put_nowait({Path(p) for _, p in batch})
+
+    # -- one cycle -----------------------------------------------------------------------------
+
+    def _compile(self) -> Plan:
+        return compile_pipeline(self.file, self.options.overrides)
+
+    async def _apply(self, number: int, changed: list[str], plan: Plan) -> Cycle:
+        assert self._state is not None
+        started = time.perf_counter()
+        collector = _RanCollector()
+        reporters: list[Reporter] = [collector]
+        if self.reporter is not None:
+            reporters.append(self.reporter)
+        options = ApplyOptions()
+        if self.options.jobs:
+            options.jobs = self.options.jobs
+        run_id: str | None = None
+        try:
+            options.item = resolve_item(plan, None)
+            with item_lock(self._state, plan, options.item):
+                interpreter = Interpreter(
+                    plan, journal=self._state.journal, objects=self._state.objects,
+                    state_dir=self._state.dir, options=options, reporter=FanOut(*reporters),
+                    providers=_LazyProviders(plan.root),
+                )
+                run_id = interpreter.run_id
+                report = await interpreter.apply()
+        except asyncio.CancelledError:
+            # Superseded by a newer change, or Ctrl-C: the interpreter marked the run cancelled.
+            return Cycle(number, changed, exit_code=130, ran=collector.ran,
+                         duration_s=time.perf_counter() - started, cancelled_run=run_id)
+        except RunnerError as exc:
+            return Cycle(number, changed, error=str(exc), exit_code=exc.exit_code,
+                         duration_s=time.perf_counter() - started)
+        ran = [o.id for o in report.steps if o.status is StepStatus.RAN]
+        return Cycle(number, changed, report=report, exit_code=report.exit_code, ran=ran,
+                     duration_s=time.perf_counter() - started)
+
+    def _start(self, changed: list[str]) -> asyncio.Task[Cycle] | None:
+        """Recompile and start a run; an invalid pipeline ends the cycle at once."""
+        self.cycles += 1
+        number = self.cycles
+        if self.on_start is not None:
+            self.on_start(number, changed)
+        started = time.perf_counter()
+        try:
+            plan = self._compile()
+        except RunnerError as exc:
+            # Keep the last good pipeline's watch set, so fixing any file brings it back.
+            self.on_cycle(Cycle(number, changed, error=str(exc), exit_code=exc.exit_code,
+                                duration_s=time.perf_counter() - started))
+            return None
+        self.plan = plan
+        self.awaiting = False
+        self._refresh_watch()
+        return asyncio.create_task(self._apply(number, changed, plan), name=f"cycle-{number}")
+
+    def _finished(self, cycle: Cycle) -> None:
+        if cycle.report is not None:
+            self.produced = produced_files(cycle.report)
+            self.awaiting = cycle.report.status is RunStatus.AWAITING_HUMAN
+            if self.awaiting:
+                self.decisions = self._decision_signature()
+            self._refresh_watch()
+        self.on_cycle(cycle)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Apply once, then on every real change, until ``stop`` is set.
+
+        Returns 130 when a run was cancelled by the stop, else 0.
+        """
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._state = State.open(self.state_dir)
+        self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}),
+                                  state_dir=self.state_dir.resolve())
+        self.hashes = {self.file: sha256_or_none(self.file)}
+        watcher = asyncio.create_task(self._watch_files(), name="watchfiles")
+        getter: asyncio.Task[set[Path]] = asyncio.create_task(self._queue.get())
+        stopper = asyncio.create_task(stop.wait())
+        running = self._start([])
+        pending: list[str] = []
+        code = 0
+        try:
+            while True:
+                waits: set[asyncio.Future[Any]] = {getter, stopper, watcher}
+                if running is not None:
+                    waits.add(running)
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if watcher in done:
+                    watcher.result()  # the watcher died: raise its error
+                if stopper in done:
+                    if running is not None:
+                        running.cancel()
+                        cycle = await running
+                        self._finished(cycle)
+                        code = 130
+                    return code
+                if running is not None and running in done:
+                    self._finished(running.result())
+                    running = None
+                if getter in done:
+                    paths = getter.result()
+                    getter = asyncio.create_task(self._queue.get())
+                    changed = self._content_changes(paths)
+                    if self._decided(paths):
+                        changed.append(self._display(self.state_dir.resolve() / "journal.db"))
+                    pending.extend(c for c in changed if c not in pending)
+                    if changed and running is not None and self.options.interrupt:
+                        running.cancel()
+                        continue  # its cycle is reported when the task ends, then we restart
+                if pending and running is None:
+                    running = self._start(pending)
+                    pending = []
+        finally:
+            for task in (watcher, getter, stopper):
+                task.cancel()
+            await asyncio.gather(watcher, getter, stopper, return_exceptions=True)
+            self._state.close()
