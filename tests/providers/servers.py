@@ -163,7 +163,7 @@ class ProtocolServer:
                 pass  # a client that hung up mid-reply is expected in timeout tests
 
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self
 

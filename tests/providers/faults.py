@@ -1,0 +1,78 @@
+"""The error replies every HTTP provider must classify, and one routine that checks them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from runner.errors import ProviderError
+from runner.providers.retry import call_with_retries
+
+from .servers import ProtocolServer, Reply
+
+TIMEOUT = 0.3  # seconds; the provider under test is configured with it
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    reply: Reply
+    transient: bool
+    says: str  # must appear in the user-facing message
+
+    def __str__(self) -> str:
+        return self.name
+
+
+FAULTS = [
+    Fault("429", Reply(429, {"error": {"message": "Rate limit reached for requests"}},
+                       headers={"Retry-After": "3"}),
+          True, "HTTP 429: Rate limit reached for requests"),
+    Fault("500", Reply(500, {"error": "upstream exploded"}), True, "HTTP 500: upstream exploded"),
+    Fault("400", Reply(400, {"error": {"message": "Invalid value for size"}}), False,
+          "HTTP 400: Invalid value for size"),
+    Fault("slow", Reply(delay=TIMEOUT * 2, body={}), True,
+          f"no reply within {TIMEOUT} s (read timeout)"),
+    Fault("malformed-json", Reply(body=b'{"data": ['), False, "malformed JSON reply"),
+    Fault("content-type", Reply(body=b"<html>oops</html>", content_type="text/html"), False,
+          "expected a JSON reply, got content type 'text/html'"),
+    Fault("connection-reset", Reply(drop=True), True, "connection failed"),
+]
+
+
+def check_fault(
+    server: ProtocolServer, method: str, path: str,
+    call: Callable[[], Awaitable[Any]], fault: Fault,
+) -> None:
+    """Queue ``fault`` once on ``method path`` and check classification, retries and message."""
+    server.queue(method, path, fault.reply)
+    before = server.count(method, path)
+    slept: list[float] = []
+    seen: list[ProviderError] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    def attempt(attempts: int) -> Any:
+        return asyncio.run(call_with_retries(
+            call, attempts=attempts, base_delay=0, cap=0, sleep=sleep,
+            on_retry=lambda _a, exc, _d: seen.append(exc)))
+
+    if fault.transient:
+        assert attempt(2) is not None
+        assert server.count(method, path) - before == 2  # failed once, then succeeded
+        [error] = seen
+        assert error.transient
+        if fault.name == "429":
+            assert error.status == 429 and slept == [3.0]  # Retry-After honoured
+    else:
+        with pytest.raises(ProviderError) as info:
+            attempt(3)
+        error = info.value
+        assert not error.transient
+        assert server.count(method, path) - before == 1  # never retried
+    assert fault.says in error.message, error.message
