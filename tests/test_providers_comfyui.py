@@ -100,7 +100,7 @@ def test_execution_error_in_history_is_permanent(tmp_path: Path) -> None:
 def test_a_prompt_that_never_finishes_times_out_transiently(tmp_path: Path) -> None:
     with ComfyUIServer(pending_polls=10_000) as server:
         p = provider(tmp_path, server, timeout=0.2)
-        with pytest.raises(ProviderError, match="not finished within 0.2 s") as info:
+        with pytest.raises(ProviderError, match=r"not finished within 0\.2 s") as info:
             asyncio.run(p.generate_image(ImageRequest(prompt="x", seed=1)))
     assert info.value.transient
 

@@ -8,10 +8,10 @@ import io
 import pytest
 from PIL import Image
 
-from tests.providers.servers import png
 from runner.errors import ProviderError
 from runner.providers import ImageRequest, TextRequest, call_with_retries, create
 from runner.providers.fake import FakeProvider
+from tests.providers.servers import png
 
 
 def image(p: FakeProvider, prompt: str, seed: int | None, size: tuple[int, int] = (320, 200),

@@ -214,10 +214,7 @@ class OpenAIServer(ProtocolServer):
         body = rec.json()
         last = body["messages"][-1]["content"]
         text = last if isinstance(last, str) else last[0]["text"]
-        if "response_format" in body:
-            content = json.dumps({"echo": text})
-        else:
-            content = f"echo: {text}"
+        content = json.dumps({"echo": text}) if "response_format" in body else f"echo: {text}"
         return Reply(body={"id": "c1", "model": body["model"],
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": content}}],
