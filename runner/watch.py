@@ -127,6 +127,19 @@ def _probe_args(plan: Plan, sid: str) -> dict[str, Any]:
     return out
 
 
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in _GLOB_CHARS)
+
+
+def _glob_base(root: Path, pattern: str) -> Path:
+    """The deepest directory of ``pattern`` without glob characters (new matches appear there;
+    matches in deeper directories are caught through their parents once they are read)."""
+    magic = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
+    prefix = pattern[:magic]
+    base = root / prefix.rsplit("/", 1)[0] if "/" in prefix else root
+    return base.resolve()
+
+
 def _rule_files(rule: Any) -> Iterable[str]:
     raw = getattr(rule, "raw", None)
     if isinstance(raw, Mapping):
@@ -151,10 +164,8 @@ def watch_set_for(plan: Plan, state_dir: Path | None = None, *,
             if isinstance(rel, str):
                 outputs.add(_norm(root / rel))
         pattern = args.get("path")
-        if step.uses == "read" and isinstance(pattern, str) and any(c in pattern for c in _GLOB_CHARS):
-            magic = min(pattern.index(c) for c in _GLOB_CHARS if c in pattern)
-            base = (root / pattern[:magic]).parent if "/" in pattern[:magic] else root
-            globs.append((_norm(base) if base != root else root.resolve(), pattern))
+        if step.uses == "read" and isinstance(pattern, str) and _is_glob(pattern):
+            globs.append((_glob_base(root, pattern), pattern))
         try:
             read = step.type.reads(args, root=root)
         except Exception:  # arguments unknown before the run (KeyError, a bad path): skip
