@@ -136,6 +136,8 @@ def _measure(value: object, cap: int = MAX_RESULT_CHARS) -> int:
             total += (len(item) + 1) * _ELEMENT_WEIGHT
             if total <= cap:
                 stack.extend(item)
+        elif isinstance(item, jinja2.Undefined):  # e.g. map(attribute='__class__')
+            raise SandboxRefused("a value holds an undefined (missing or unsafe) attribute")
         else:
             total += _ELEMENT_WEIGHT
     return total

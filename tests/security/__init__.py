@@ -1,0 +1,1 @@
+"""Hostile expressions and templates: each refused quickly, in bounded memory, touching nothing."""
