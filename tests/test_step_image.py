@@ -166,7 +166,9 @@ def test_one_failing_iteration_is_collected_and_the_others_complete(tmp_path: Pa
     failed = result.output["iterations"][1]
     assert "seed refused by the test" in failed["error"] and failed["raw"] is None
     assert ("fail", failed["idempotency_key"]) in ledger.ops
-    assert result.status is ResultStatus.PARTIAL and len(result.artifacts) == 2
+    # listed as failed, not a partial step: downstream (finalize) still runs on the rest
+    assert result.status is ResultStatus.OK and len(result.artifacts) == 2
+    assert (result.output["completed"], result.output["failed"]) == (2, 1)
 
 
 def test_every_iteration_failing_raises_with_the_reasons(tmp_path: Path) -> None:
@@ -178,6 +180,16 @@ def test_every_iteration_failing_raises_with_the_reasons(tmp_path: Path) -> None
     assert info.value.reason.count("[[FAIL_PERMANENT]]") == 4 and not info.value.retryable
     assert env.providers is not None and env.providers.get(None).calls == 4  # no retries
     assert [op for op, _k in ledger.ops].count("fail") == 4
+    assert info.value.output is not None and info.value.output["failed"] == 4
+
+
+def test_transient_failures_that_outlast_the_retries_make_the_step_retryable(
+    tmp_path: Path,
+) -> None:
+    env = make_env(tmp_path, "[providers.fake]\nmax_retries = 1\n")
+    with pytest.raises(StepFailure) as info:
+        run(env, {"prompt": "x [[FAIL_TRANSIENT:5]]", "n": 2, "size": "16x16"})
+    assert info.value.retryable and "transient failure 2 of 5" in info.value.reason
 
 
 def test_transient_failures_are_retried_and_logged(tmp_path: Path) -> None:

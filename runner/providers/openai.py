@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ._http import HttpProvider, tls_context, b64decode, b64encode, usage_ints
+from ._http import HttpProvider, b64decode, b64encode, tls_context, usage_ints
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
 
 MAX_REFERENCES = 16

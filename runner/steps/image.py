@@ -261,9 +261,15 @@ class ImageStep(StepType):
         failed = [it for it in iterations if it["status"] != "completed"]
         if failed and len(failed) == len(iterations):
             reasons = "; ".join(f"#{it['ordinal']}: {it['error']}" for it in failed)
+            retryable = any(it.get("transient") for it in failed)
+            for it in iterations:
+                it.pop("usage", None)
+                it.pop("transient", None)
             raise StepFailure(
                 f"all {len(failed)} image iterations failed: {reasons}",
-                retryable=any(it.get("transient") for it in failed),
+                retryable=retryable,
+                output={"iterations": iterations, "provider": provider.name,
+                        "provider_profile": profile, "completed": 0, "failed": len(failed)},
             )
         usage: dict[str, int] = {}
         for it in iterations:
@@ -281,6 +287,7 @@ class ImageStep(StepType):
         return StepResult(
             output=output,
             artifacts=[it["raw"] for it in iterations if it["raw"]],
-            status=ResultStatus.PARTIAL if failed else ResultStatus.OK,
+            # Failed iterations are listed, not a partial step: finalize still runs on the rest.
+            status=ResultStatus.OK,
             usage=usage,
         )
