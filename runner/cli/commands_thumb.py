@@ -53,7 +53,7 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
-            click.echo(render_run(state, run["id"], with_preview=True, stream=sys.stdout), nl=False)
+            click.echo(render_run(state, run["id"], with_preview=True, stream=sys.stdout), nl=False, color=True)
     finally:
         state.close()
 

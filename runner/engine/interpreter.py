@@ -527,7 +527,9 @@ class Interpreter:
             except TimeoutError:
                 reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
             except StepFailure as exc:
-                reason, retryable, check_failure = exc.reason, exc.retryable or exc.check, exc.check
+                # A check failure raised by the step body itself (e.g. compliance) is
+                # deterministic: only `check:` rules get retries with feedback.
+                reason, retryable, check_failure = exc.reason, exc.retryable, exc.check
                 failed_output = exc.output
             except ProviderError as exc:
                 reason, retryable, check_failure = f"{exc.kind} provider error: {exc.message}", exc.transient, False

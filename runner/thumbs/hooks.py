@@ -42,7 +42,7 @@ def after_apply(plan: Any, state: Any, report: Any, *, out_dir: str | None, as_j
     from .view import render_run, run_json
 
     if not as_json:
-        click.echo(render_run(state, report.run_id, with_preview=True, stream=sys.stdout), nl=False)
+        click.echo(render_run(state, report.run_id, with_preview=True, stream=sys.stdout), nl=False, color=True)
     doc = run_json(state, report.run_id)
     run = {"id": report.run_id, "pipeline": plan.name, "status": status, "item": report.item,
            "parent_run_id": doc["run"].get("parent_run_id"),
