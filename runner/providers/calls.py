@@ -1,8 +1,8 @@
 """Helpers for steps that make provider calls: redacted per-call logs and policy-driven retries.
 
-Each call keyed by its idempotency key gets ``<key>.out`` (request and response summaries) and
-``<key>.err`` (every failed attempt) in the run's log directory. Lines are appended, so a call
-resumed later in the same run adds to the story instead of erasing it.
+Each call keyed by its idempotency key gets ``<key>.out`` (request and response summaries) and,
+when an attempt failed, ``<key>.err`` (every failed attempt) in the run's log directory. Lines
+are appended, so a call resumed later in the same run adds to the story instead of erasing it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ class CallLog:
         self.out_path = directory / f"{key}.out"
         self.err_path = directory / f"{key}.err"
         self.redactor = redactor
-        for p in (self.out_path, self.err_path):
-            p.touch()
 
     def _write(self, path: Path, event: str, data: Mapping[str, Any]) -> None:
         record = {"t": round(time.time(), 3), "event": event,

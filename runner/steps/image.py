@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure, StoreError
 from ..paths import inside
-from ..providers.base import ImageRequest, Provider, ProviderConfigError
+from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
 from ..providers.config import Providers
 from .base import (
@@ -208,10 +208,10 @@ class ImageStep(StepType):
                                  "metadata": {}, "usage": {}, "reused": False}
         done = ctx.ledger.completed(key) if ctx.ledger is not None else None
         if done is not None:
-            stored = done.get("digest")
-            if isinstance(stored, str) and ctx.objects.has(stored):
+            previous = done.get("digest")
+            if isinstance(previous, str) and ctx.objects.has(previous):
                 ctx.log(f"image #{k}: reusing the completed call {key[:12]}")
-                return {**entry, "raw": stored, "status": "completed",
+                return {**entry, "raw": previous, "status": "completed",
                         "metadata": done.get("metadata") or {}, "reused": True}
             entry["error"] = (f"call {key} is recorded as completed but its image is missing "
                               "from the store; not paying for it again")
@@ -231,7 +231,7 @@ class ImageStep(StepType):
                               **error_summary(exc)})
             ctx.log(f"image #{k}: {exc.message} (retrying in {delay:.1f}s)")
 
-        async def call() -> Any:
+        async def call() -> ImageResult:
             async with gate:
                 return await provider.generate_image(request)
 
@@ -243,9 +243,10 @@ class ImageStep(StepType):
                 ctx.ledger.fail(key, exc.message)
             ctx.log(f"image #{k} failed: {exc.message}")
             return {**entry, "error": exc.message, "transient": exc.transient}
-        stored = ctx.objects.put_bytes(result.image)
+        # Storing fsyncs: off the event loop, so it overlaps with the other calls in flight.
+        stored = await asyncio.to_thread(ctx.objects.put_bytes, result.image)
         meta = jsonable(result.metadata)
-        if ctx.ledger is not None:
+        if ctx.ledger is not None:  # the ledger stays on the loop's thread (SQLite)
             ctx.ledger.complete(key, {"digest": stored, "metadata": meta,
                                       "usage": dict(result.usage)})
         log.out("response", {"digest": stored, "bytes": len(result.image), "metadata": meta,
