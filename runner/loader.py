@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -17,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import SchemaError, ValidationError
 
 from .errors import InvalidPipeline, Location, UsageError
 from .yamlsrc import Sourced, parse_file
@@ -147,11 +148,12 @@ def _alternatives(err: ValidationError, where: Any, step: str | None, at: str,
                     kinds.append(str(k))
         expected = " or ".join(kinds) or "another kind of value"
         return InvalidPipeline(f"expected {expected}{at}, found {_describe(err.instance)}",
-                               where=where(path), step=step, hint=err.schema.get("description"))
+                               where=where(path), step=step, hint=_schema_hint(err))
     best = max(fitting, key=lambda e: len(e.path))
     converted = _convert(best, where, step, context, base)
-    if converted is not None and not converted.hint and isinstance(err.schema, dict):
-        converted.hint = err.schema.get("description")
+    hint = _schema_hint(err)
+    if converted is not None and hint:
+        converted.hint = hint
     return converted
 
 
@@ -163,19 +165,19 @@ def _convert(
     at = f" in '{label}'" if label else ""
     step = _step_of(step, base, path)
     schema = err.schema if isinstance(err.schema, dict) else {}
-    description = schema.get("description")
+    description = _schema_hint(err)
     if "propertyNames" in err.relative_schema_path:
         # The instance is the offending key itself; point at the key, not the mapping.
         name = str(err.instance)
         rule = f"names here must match {schema['pattern']}" if "pattern" in schema else None
         return InvalidPipeline(f"invalid name '{name}'{at}", where=where((*path, name), key=True),
-                               step=_step_of(None, base, (*path, name)) if not step else step,
-                               hint=rule)
+                               step=None if not base else step, hint=rule)
     if err.validator in ("oneOf", "anyOf"):
         return _alternatives(err, where, step, at, path, context, base)
     if err.validator == "additionalProperties":
         allowed = list(schema.get("properties", {}))
-        extra = [k for k in err.instance if k not in allowed]
+        instance = err.instance if isinstance(err.instance, dict) else {}
+        extra = [k for k in instance if k not in allowed]
         key = extra[0] if extra else "?"
         hint = did_you_mean(str(key), allowed)
         if not hint and allowed:
@@ -192,9 +194,8 @@ def _convert(
         expected = err.validator_value
         if isinstance(expected, list):
             expected = " or ".join(expected)
-        return InvalidPipeline(
-            f"expected {expected}{at}, found {_describe(err.instance)}", where=where(path), step=step
-        )
+        return InvalidPipeline(f"expected {expected}{at}, found {_describe(err.instance)}",
+                               where=where(path), step=step)
     if err.validator == "propertyNames":
         return None  # the failing name is reported by its own error (see above)
     if err.validator == "const":
@@ -203,10 +204,11 @@ def _convert(
             where=where(path), step=step, hint=description,
         )
     if err.validator == "enum":
-        choices = ", ".join(repr(v) for v in err.validator_value)
+        options = list(err.validator_value) if isinstance(err.validator_value, list) else []
+        choices = ", ".join(repr(v) for v in options)
         hint = None
         if isinstance(err.instance, str):
-            hint = did_you_mean(err.instance, [str(v) for v in err.validator_value])
+            hint = did_you_mean(err.instance, [str(v) for v in options])
         return InvalidPipeline(
             f"expected one of {choices}{at}, found {_describe(err.instance)}",
             where=where(path), step=step, hint=hint,
@@ -218,7 +220,7 @@ def _convert(
         )
     if err.validator in _BOUNDS:
         return InvalidPipeline(
-            f"{label or 'value'} must be {_BOUNDS[err.validator]} {err.validator_value}, "
+            f"'{label or 'value'}' must be {_BOUNDS[err.validator]} {err.validator_value}, "
             f"found {_describe(err.instance)}",
             where=where(path), step=step,
         )
@@ -233,6 +235,18 @@ def _convert(
     if len(message) > 200:
         message = message[:199] + "…"
     return InvalidPipeline(f"{message}{at}", where=where(path), step=step)
+
+
+def _schema_hint(err: ValidationError) -> str | None:
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    text = schema.get("description")
+    return _sentence(text) if isinstance(text, str) and text else None
+
+
+def _sentence(text: str) -> str:
+    """The first sentence of a schema description: enough for a hint."""
+    head, dot, _rest = text.partition(". ")
+    return head + "." if dot else text
 
 
 _BOUNDS = {
@@ -258,7 +272,8 @@ def load_document(path: Path) -> PipelineDoc:
     src = parse_file(path, display)
     if not isinstance(src.data, dict):
         raise InvalidPipeline(
-            f"a pipeline must be a mapping with runner:, name: and steps:, found {_describe(src.data)}",
+            "a pipeline must be a mapping with runner:, name: and steps:, "
+            f"found {_describe(src.data)}",
             where=Location(display, 1, 1),
         )
     errors = schema_errors(_pipeline_validator(), src.data, where=src.where)
@@ -297,48 +312,76 @@ def param_schema(decl: Mapping[str, Any]) -> dict[str, Any]:
 def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, Any]:
     """Declared defaults + `-p key=value` overrides (parsed as YAML), each checked by type.
 
-    Raises UsageError for an unknown or ill-typed override, InvalidPipeline for a bad default.
+    Raises UsageError for an unknown, ill-typed or missing override (located at the param's
+    declaration, so the reader sees what it expects), InvalidPipeline for a bad declaration or
+    default.
     """
     decls: dict[str, Any] = doc.data.get("params") or {}
+    for key, decl in decls.items():
+        _check_declaration(doc, key, decl)
     values: dict[str, Any] = {}
     for key, raw in overrides.items():
         if key not in decls:
             hint = did_you_mean(key, decls) or (
-                "declared params: " + ", ".join(sorted(decls)) if decls else "it declares none"
+                "declared params: " + ", ".join(sorted(decls)) if decls
+                else "the pipeline declares no params"
             )
-            raise UsageError(f"unknown param '{key}' (-p {key}=...)", hint=hint)
+            where = doc.where("params", key=True) if decls else doc.where()
+            raise UsageError(f"unknown param '{key}' (-p {key}=...)", where=where, hint=hint)
         decl = decls[key]
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
-        if decl["type"] == "string" and not isinstance(value, str):
-            value = raw  # -p title=123 means the text "123" for a string param
-        if decl["type"] == "number" and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        _check_param(key, value, decl, UsageError, None)
+        value = _parse_override(raw, decl["type"])
+        problem = _param_problem(key, value, decl)
+        if problem:
+            raise UsageError(f"{problem} (from -p {key}={raw})",
+                             where=doc.where("params", key, key=True))
         values[key] = value
     for key, decl in decls.items():
         if key in values:
             continue
         if "default" not in decl:
-            raise UsageError(f"param '{key}' is required", hint=f"pass it with -p {key}=VALUE")
-        _check_param(key, decl["default"], decl, InvalidPipeline, doc.where("params", key, "default"))
+            raise UsageError(f"param '{key}' is required", where=doc.where("params", key, key=True),
+                             hint=f"pass it with -p {key}=VALUE")
+        problem = _param_problem(key, decl["default"], decl)
+        if problem:
+            raise InvalidPipeline(problem, where=doc.where("params", key, "default"))
         values[key] = decl["default"]
     return values
 
 
-def _check_param(
-    key: str, value: Any, decl: Mapping[str, Any], exc: type[Exception], where: Location | None
-) -> None:
-    schema = param_schema(decl)
+def _parse_override(raw: str, kind: str) -> Any:
     try:
-        jsonschema.validate(value, schema, cls=Draft202012Validator)
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    if kind == "string" and not isinstance(value, str):
+        value = raw  # -p title=123 means the text "123" for a string param
+    if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    return value
+
+
+def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> None:
+    """A declaration whose own schema is broken (bad regex, bad `items`) is a pipeline error."""
+    if "pattern" in decl:
+        try:
+            re.compile(decl["pattern"])
+        except re.error as exc:
+            raise InvalidPipeline(
+                f"param '{key}': pattern is not a valid regular expression: {exc}",
+                where=doc.where("params", key, "pattern"),
+            ) from None
+    try:
+        Draft202012Validator.check_schema(param_schema(decl))
+    except SchemaError as exc:
+        raise InvalidPipeline(f"param '{key}': invalid declaration: {exc.message}",
+                              where=doc.where("params", key)) from None
+
+
+def _param_problem(key: str, value: Any, decl: Mapping[str, Any]) -> str | None:
+    try:
+        jsonschema.validate(value, param_schema(decl), cls=Draft202012Validator)
     except ValidationError as err:
         if err.validator == "type":
-            msg = f"param '{key}' must be {decl['type']}, found {_describe(value)}"
-        else:
-            msg = f"param '{key}': {err.message}"
-        if exc is InvalidPipeline:
-            raise InvalidPipeline(msg, where=where) from None
-        raise UsageError(msg) from None
+            return f"param '{key}' must be {decl['type']}, found {_describe(value)}"
+        return f"param '{key}': {err.message}"
+    return None

@@ -71,9 +71,8 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
                 )
             key = _construct(key_node, (*path, "<key>"), src, depth + 1)
             if not isinstance(key, Hashable) or isinstance(key, (list, dict)):
-                raise InvalidPipeline(
-                    "a mapping key must be a plain value", where=Location(src.file, *_mark(key_node))
-                )
+                raise InvalidPipeline("a mapping key must be a plain value",
+                                      where=Location(src.file, *_mark(key_node)))
             if key in out:
                 first = src.keys.get((*path, key))
                 where_first = f" (first at line {first[0]})" if first else ""
@@ -120,6 +119,7 @@ def parse_text(text: str, file: str) -> Sourced:
 
 
 def parse_file(path: Path, display: str | None = None) -> Sourced:
+    """Read and parse a YAML file (UTF-8). Raises InvalidPipeline with a location."""
     name = display or str(path)
     try:
         raw = path.read_bytes()
@@ -130,7 +130,11 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        # Point at the offending byte the way an editor would: line, then column in that line.
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise InvalidPipeline(
-            f"not UTF-8 text (byte {exc.start})", where=Location(name, 1, 1)
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            where=Location(name, line, column),
         ) from None
     return parse_text(text, name)
