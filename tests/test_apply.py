@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
@@ -202,18 +201,27 @@ def test_concurrent_apply_of_same_item_is_refused(project: Project) -> None:
         runner: 1
         name: slow
         steps:
-          wait: {uses: shell, with: {run: "sleep 1.5"}, cache: false}
+          wait: {uses: shell, with: {run: "sleep 2"}, cache: false}
     """)
-    results: list = []
-    t = threading.Thread(target=lambda: results.append(project.apply()))
     import subprocess
     import sys
     proc = subprocess.Popen([sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json"],
                             cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)
+    deadline = time.time() + 20
+    while time.time() < deadline:  # wait until the first apply holds the item (machines are slow)
+        db_path = project.root / ".runner/journal.db"
+        if db_path.exists():
+            db = sqlite3.connect(db_path)
+            try:
+                busy = db.execute("SELECT COUNT(*) FROM runs WHERE status='running'").fetchone()[0]
+            except sqlite3.OperationalError:
+                busy = 0
+            db.close()
+            if busy:
+                break
+        time.sleep(0.05)
     second = project.cli("apply", "pipeline.yaml", "--json")
     out, _err = proc.communicate(timeout=30)
-    del t
     assert json.loads(out)["exit_code"] == 0
     assert second.exit_code == 2
     assert "another apply of pipeline 'slow' is running (run " in second.stderr
