@@ -269,12 +269,14 @@ def _compile_step(
 
         def rule_refs(rule: Rule, base: tuple[Any, ...]) -> set[str]:
             found: set[str] = set()
+            # A check also sees `output`: the output of the attempt it judges.
+            names = (*allowed, "output") if base[:1] == ("check",) else allowed
             for r in rule.refs:
-                if r.root not in allowed:
+                if r.root not in names:
                     raise InvalidPipeline(
                         f"unknown name '{r.root}' in expression",
                         where=doc.where("steps", sid, *base), step=sid,
-                        hint=did_you_mean(r.root, allowed) or "names: " + ", ".join(allowed),
+                        hint=did_you_mean(r.root, names) or "names: " + ", ".join(names),
                     )
                 if r.root == "params" and r.attr is not None and r.attr not in declared_params:
                     raise _unknown_param(doc, sid, r.attr, declared_params, base)
