@@ -202,6 +202,9 @@ def compile_document(
         item = ex.compile_value(data["item"], lambda p: doc.where("item", *p))
         for e in ex.iter_expressions(item):
             _check_refs(e, doc, None, declared_params, set(), allow=("params",))
+    from .prompt_lock import enforce
+
+    enforce(root)
     return Plan(
         doc=doc, name=data["name"], root=root, params=params, steps=compiled, order=order,
         phases=phases, limits=limits, patterns=patterns, item=item,

@@ -47,3 +47,25 @@ def test_runs_end_to_end_and_edits_rerun_one_shot(scenes: Project) -> None:
         assert els[step] == {"total": 6, "cached": 5, "ran": 1}, (step, els[step])
     statuses = {s["id"]: s["status"] for s in doc["steps"]}
     assert statuses["system"] == "cached"
+
+
+def test_locked_prompt_version_refuses_edits_and_new_version_reruns(scenes: Project) -> None:
+    shutil.copy(REPO / "prompts.lock", scenes.root / "prompts.lock")
+    assert run(scenes)["_exit"] == 0
+    user = scenes.root / "prompts/scene_detail/16/user.j2"
+    original = user.read_text(encoding="utf-8")
+    user.write_text(original + "Be brief.\n", encoding="utf-8")
+    res = scenes.cli("apply", "pipelines/scene-detail.yaml", "--state", ".runner", "-q")
+    assert res.exit_code == 2
+    assert "published prompt version prompts/scene_detail/16 is locked" in res.stderr
+    assert "create a new version directory instead" in res.stderr
+    # a new version is a new directory: its prompt steps and their downstream re-run
+    user.write_text(original, encoding="utf-8")
+    shutil.copytree(scenes.root / "prompts/scene_detail/16", scenes.root / "prompts/scene_detail/17")
+    (scenes.root / "prompts/scene_detail/17/user.j2").write_text(original + "Be brief.\n", encoding="utf-8")
+    res = scenes.cli("apply", "pipelines/scene-detail.yaml", "--json", "-q", "--state", ".runner",
+                     "-p", "prompt_version=17")
+    els = elements(res.json)
+    assert res.exit_code == 0
+    assert els["user"] == {"total": 6, "ran": 6} and els["detail"] == {"total": 6, "ran": 6}
+    assert els["card"] == {"total": 6, "cached": 6}
