@@ -1,11 +1,12 @@
 """Render a pipeline's prompts without calling a paid provider (``runner render``, pytest plugin).
 
 A render is what a prompt-producing step would hand to a model: a template step's text, an llm
-step's messages, a card step's block. The steps a render needs run on the ``fake`` provider in a
-scratch copy of the pipeline's directory with a throwaway state directory, so neither the user's
-tree nor their ``.runner/`` is touched. llm steps are never called: their render is built from
-their resolved arguments. Renders hold nothing run-specific (the run id is fixed), so the same
-pipeline, params and files render byte-identically in any process and with any state directory.
+step's messages, a card step's block. The steps a render needs run on the ``fake`` provider with a
+throwaway state directory, in a scratch copy of the pipeline's tree (steps that only read, such as
+templates, read it in place), so neither the user's tree nor their ``.runner/`` is touched. llm
+steps are never called: their render is built from their resolved arguments. Renders hold nothing
+run-specific (the run id is fixed), so the same pipeline, params and files render byte-identically
+in any process and with any state directory.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,10 +119,16 @@ def render_pipeline(
     doc = load_document(path)
     spec = _fixture_spec(doc, fixture)
     values = resolve_params(doc, _merged_overrides(doc, fixture, spec, params, overrides))
-    with _scratch(doc, fixture, spec, state_dir) as (workdoc, state):
+    files: dict[str, str] = dict(spec.get("files") or {})
+    with tempfile.TemporaryDirectory(prefix="runner-render-") as tmp:
+        scratch = Path(tmp)
+        workdoc = _copy_tree(doc, fixture, files, scratch, state_dir) if files else doc
         plan = compile_document(workdoc, values, registry=_registry())
         wanted = _wanted_steps(doc, plan, fixture, spec, steps)
-        renders = _render(plan, wanted, state)
+        if workdoc is doc and _may_write(plan, wanted):
+            workdoc = _copy_tree(doc, fixture, files, scratch, state_dir)
+            plan = compile_document(workdoc, values, registry=_registry())
+        renders = _render(plan, wanted, state_dir or scratch / "state")
     return RenderResult(pipeline=plan.name, file=path, fixture=fixture, renders=renders)
 
 
@@ -198,30 +204,34 @@ def _registry() -> Any:
 
 # -- the scratch workspace ----------------------------------------------------------------------
 
-@contextmanager
-def _scratch(
-    doc: PipelineDoc, fixture: str | None, spec: Mapping[str, Any], state_dir: Path | None
-) -> Iterator[tuple[PipelineDoc, Path]]:
-    """A copy of the pipeline's tree (plus the fixture's files) and a state directory.
+def _may_write(plan: Plan, wanted: Sequence[str]) -> bool:
+    """Whether a step the renders run may write into the workspace (then it runs in a copy)."""
+    run = _ancestors(plan, wanted) | set(wanted)
+    return any(plan.steps[sid].type.name not in _READ_ONLY for sid in run)
 
-    Yields a PipelineDoc that reads like the original (same source, so errors name the user's
+
+def _copy_tree(
+    doc: PipelineDoc, fixture: str | None, files: Mapping[str, str], scratch: Path,
+    state_dir: Path | None,
+) -> PipelineDoc:
+    """Copy the pipeline's tree into ``scratch`` and write the fixture's files there.
+
+    Returns a PipelineDoc that reads like the original (same source, so errors name the user's
     file) but lives in the copy.
     """
     pipeline = doc.path.resolve()
     root = (pipeline.parent / str(doc.data.get("root", "."))).resolve()
     base = Path(os.path.commonpath([pipeline.parent, root]))
+    work = scratch / "work"
     state = state_dir.resolve() if state_dir is not None else None
-    with tempfile.TemporaryDirectory(prefix="runner-render-") as tmp:
-        work = Path(tmp) / "work"
-        shutil.copytree(base, work, ignore=_ignore(state), symlinks=True)
-        work_root = work / root.relative_to(base)
-        for rel, text in (spec.get("files") or {}).items():
-            where = doc.where("tests", fixture, "files", rel, key=True)
-            target = inside(work_root, rel, where=where)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        copy = PipelineDoc(work / pipeline.relative_to(base), doc.src, doc.data)
-        yield copy, state if state is not None else Path(tmp) / "state"
+    shutil.copytree(base, work, ignore=_ignore(state), symlinks=True)
+    work_root = work / root.relative_to(base)
+    for rel, text in files.items():
+        where = doc.where("tests", fixture, "files", rel, key=True)
+        target = work_root / inside(root, rel, where=where).relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return PipelineDoc(work / pipeline.relative_to(base), doc.src, doc.data)
 
 
 def _ignore(state: Path | None) -> Callable[[str, list[str]], set[str]]:
@@ -405,4 +415,6 @@ def _messages_text(args: Mapping[str, Any]) -> str:
 # Step types whose render is not their output text; and those never run (they would pay).
 _RENDERERS: dict[str, Callable[[Any], str]] = {"card": _card_text}
 _UNCALLED = frozenset({"llm"})
+# Step types that only read the workspace: renders needing nothing else run without a copy.
+_READ_ONLY = frozenset({"template", "card", "verify_card", "hash", "read", "llm"})
 
