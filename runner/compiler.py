@@ -298,12 +298,14 @@ def _compile_step(
         check_raw = raw.get("check")
         if check_raw is not None:
             items = check_raw if isinstance(check_raw, list) else [check_raw]
-            base: tuple[Any, ...] = ("check",) if not isinstance(check_raw, list) else ()
             for i, item in enumerate(items):
-                path = ("check", *base[1:], i) if isinstance(check_raw, list) else ("check",)
+                path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
+
+                def located(p: tuple[Any, ...], path: tuple[Any, ...] = path) -> Location:
+                    return doc.where("steps", sid, *path, *p)
+
                 rule = compile_rule(
-                    item, where_of=lambda p, path=path: doc.where("steps", sid, *path, *p),
-                    patterns=patterns, named=named_rules, root=root,
+                    item, where_of=located, patterns=patterns, named=named_rules, root=root,
                 )
                 refs |= rule_refs(rule, path)
                 checks.append(rule)

@@ -10,7 +10,7 @@ def _by_phase(plan: Plan) -> list[tuple[str | None, list[str]]]:
     groups[None] = []
     for sid in plan.order:
         groups.setdefault(plan.steps[sid].phase, []).append(sid)
-    out = [(p, groups[p]) for p in plan.phases if groups[p]]
+    out: list[tuple[str | None, list[str]]] = [(p, groups[p]) for p in plan.phases if groups[p]]
     if groups[None]:
         out.append((None, groups[None]))
     return out

@@ -11,6 +11,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
+from collections.abc import Callable
 
 from ..errors import StoreError
 
@@ -48,9 +50,9 @@ class ObjectStore:
         target = self.path(digest)
         if not target.is_file():
 
-            def copy(out: object) -> None:
+            def copy(out: BinaryIO) -> None:
                 with open(source, "rb") as src:
-                    shutil.copyfileobj(src, out)  # type: ignore[misc]
+                    shutil.copyfileobj(src, out)
 
             self._write(target, copy)
         return digest
@@ -93,18 +95,18 @@ class ObjectStore:
     def iter_digests(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        out = []
+        out: list[str] = []
         for sub in self.root.iterdir():
             if sub.is_dir() and len(sub.name) == 2:
                 out.extend(sub.name + p.name for p in sub.iterdir() if len(p.name) == 62)
         return out
 
-    def _write(self, target: Path, writer: object) -> None:
+    def _write(self, target: Path, writer: Callable[[BinaryIO], object]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as out:
-                writer(out)  # type: ignore[operator]
+                writer(out)
                 out.flush()
                 os.fsync(out.fileno())
             os.chmod(tmp, 0o444)

@@ -35,7 +35,7 @@ def find_source(journal: Journal, ident: str, *, from_picked: bool) -> tuple[dic
 
 def child_params(parent: dict[str, Any], *, n: int, prompt_append: str, variables: dict[str, Any],
                  reference: str) -> dict[str, Any]:
-    params = json.loads(parent["params"] or "{}")
+    params: dict[str, Any] = json.loads(parent["params"] or "{}")
     params.update({"n": n, "prompt_append": prompt_append, "vars": variables, "reference": reference,
                    "seed": 0})
     return params

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from ..runview import run_view
 from .records import Iteration, iterations_of
@@ -30,10 +30,11 @@ def final_path(state: Any, it: Iteration, raw: bool = False) -> Path | None:
     if not digest:
         return None
     if not raw:
-        named = state.dir / "runs" / it.run_id / f"final-{it.ordinal}.{it.ext or 'jpg'}"
+        named: Path = state.dir / "runs" / it.run_id / f"final-{it.ordinal}.{it.ext or 'jpg'}"
         if named.is_file():
             return named
-    return Path(state.objects.path(digest))
+    path: Path = state.objects.path(digest)
+    return path
 
 
 def run_json(state: Any, run_id: str) -> dict[str, Any]:
@@ -83,7 +84,7 @@ def table_lines(state: Any, its: list[Iteration]) -> list[str]:
     return lines
 
 
-def preview(state: Any, its: list[Iteration], stream: IO[str] | None = None,
+def preview(state: Any, its: list[Iteration], stream: TextIO | None = None,
             sheet_dir: Path | None = None) -> tuple[str, Path | None]:
     """The terminal preview (grid or numbered table) and the contact sheet path, if written."""
     from ..imaging.preview import Tile, render_preview
@@ -104,7 +105,7 @@ def preview(state: Any, its: list[Iteration], stream: IO[str] | None = None,
     return text, sheet
 
 
-def render_run(state: Any, run_id: str, *, with_preview: bool, stream: IO[str] | None = None) -> str:
+def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | None = None) -> str:
     view = run_view(state, run_id)
     its = iterations_of(state.journal, view.run["id"])
     lines = header_lines(state, view.run, view.children)
