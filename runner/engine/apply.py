@@ -119,6 +119,12 @@ def apply_plan(
     if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
         options.kind = "hero"  # image runs are heroes unless `iterate` says otherwise
     with item_lock(state, plan, options.item):
+        if options.resume_run_id is None and options.run_id is None and not options.dry_run:
+            # A run suspended at a human gate for this item continues (same run id).
+            waiting = [r for r in state.journal.active_runs(plan.name, options.item)
+                       if r["status"] == "awaiting_human"]
+            if waiting:
+                options.resume_run_id = waiting[0]["id"]
         interpreter = Interpreter(
             plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
             options=options, reporter=reporter, providers=_LazyProviders(plan.root),

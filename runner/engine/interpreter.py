@@ -26,9 +26,13 @@ from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerErro
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResult, Journal, dumps
 from ..store.objects import ObjectStore
+from . import gates
 from .events import Event, EventType, NullReporter, Reporter
 from .files import FileHasher
 from .keys import KeyParts
+
+CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
+REJECTED_EXIT = 8  # a reviewer rejected the run: not an error, but nothing was committed
 
 
 class StepStatus(enum.Enum):
@@ -38,6 +42,7 @@ class StepStatus(enum.Enum):
     FAILED = "failed"
     PARTIAL = "partial"
     AWAITING_HUMAN = "awaiting_human"
+    REJECTED = "rejected"  # a human_gate's decision: nothing downstream of it runs
 
     @property
     def succeeded(self) -> bool:
@@ -199,7 +204,7 @@ class Interpreter:
             root=plan.root, state_dir=state_dir, objects=objects, providers=providers,
             pipeline_file=plan.file,
         )
-        self.run_id = self.options.run_id or new_run_id()
+        self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
         self.hasher = FileHasher(journal)
         self.outcomes: dict[str, StepOutcome] = {}
         self.context_steps: dict[str, dict[str, Any]] = {}
@@ -210,6 +215,9 @@ class Interpreter:
         self.cached: dict[tuple[str, str], CachedResult] = {}
         self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
         self.current_phase: str | None = None
+        self.reviews: dict[str, dict[str, Any]] = {}  # revise target step -> review context
+        self.cancel_requested = False
+        self.finished: dict[str, StepStatus] = {}  # step id -> status, for phase progress
 
     # -- events --------------------------------------------------------------------------------
 
@@ -231,9 +239,13 @@ class Interpreter:
 
     async def apply(self) -> RunReport:
         plan = self.plan
+        self._check_gates()
         self.cached = self.journal.cached_results(plan.name)
         started = time.time()
         item = self.options.item
+        from ..collections import bind_state
+
+        bind_state(self.state_dir)  # collection_has checks read this state's collections
         if self.options.resume_run_id is None:
             self.journal.create_run({
                 "id": self.run_id, "pipeline": plan.name, "pipeline_file": str(plan.file),
@@ -243,36 +255,92 @@ class Interpreter:
             })
         else:
             self.journal.update_run(self.run_id, status=RunStatus.RUNNING.value, pid=os.getpid(),
-                                    finished_at=None, exit_code=None, reason=None)
+                                    finished_at=None, exit_code=None, reason=None,
+                                    cancel_requested=None, params=dumps(plan.params))
+            self._load_reviews()
         self.emit(EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order))
         self.flush_events()
         status = RunStatus.RUNNING
+        main = asyncio.create_task(self._run_all())
+        watcher = asyncio.create_task(self._watch_cancel(main))
         try:
             wall = self.options.wall_clock or plan.limits.wall_clock
             if wall is not None:
                 try:
-                    await asyncio.wait_for(self._run_all(), timeout=wall)
+                    await asyncio.wait_for(main, timeout=wall)
                 except TimeoutError:
                     self.abort_reason = f"limit wall_clock of {wall:g}s reached"
             else:
-                await self._run_all()
+                await main
         except asyncio.CancelledError:
+            current = asyncio.current_task()
             status = RunStatus.CANCELLED
+            if self.cancel_requested and (current is None or not current.cancelling()):
+                # `runner runs cancel` from elsewhere: a normal end with exit 130
+                return self._finish(status, started, "cancelled with runner runs cancel")
+            main.cancel()
             self._finish(status, started, "cancelled by the user")
             raise
+        finally:
+            watcher.cancel()
         report = self._finish(None, started, self.abort_reason)
         return report
 
+    async def _watch_cancel(self, main: asyncio.Task[None]) -> None:
+        """Poll the journal for a cancel request; cancel the run's work when one appears."""
+        while not main.done():
+            await asyncio.sleep(CANCEL_POLL_S)
+            rows = self.journal.query("SELECT cancel_requested FROM runs WHERE id=?",
+                                      (self.run_id,))
+            if rows and rows[0]["cancel_requested"]:
+                self.cancel_requested = True
+                main.cancel()
+                return
+
+    def _check_gates(self) -> None:
+        for step in self.plan.steps.values():
+            if not getattr(step.type, "is_gate", False):
+                continue
+            if step.for_each is not None:
+                raise InvalidPipeline(f"step '{step.id}': a human_gate cannot use for_each",
+                                      where=step.where)
+            revise = self._revise_target(step)
+            if revise is not None and revise not in self.plan.steps:
+                raise InvalidPipeline(f"step '{step.id}': revise names an unknown step "
+                                      f"'{revise}'", where=step.where)
+
+    def _revise_target(self, step: CompiledStep) -> str | None:
+        raw = step.args.get("revise") if isinstance(step.args, dict) else None
+        return raw if isinstance(raw, str) else None
+
+    def _load_reviews(self) -> None:
+        rows = gates.decisions(self.journal, self.run_id)
+        for step in self.plan.steps.values():
+            target = self._revise_target(step) if getattr(step.type, "is_gate", False) else None
+            if target is None:
+                continue
+            review = gates.review_for([r for r in rows if r.gate == step.id])
+            if review is not None:
+                self.reviews[target] = review
+
     def _finish(self, forced: RunStatus | None, started: float, reason: str | None) -> RunReport:
-        steps = [self.outcomes.get(sid) or StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
-                 for sid in self.plan.order]
+        steps = []
+        for sid in self.plan.order:
+            outcome = self.outcomes.get(sid)
+            if outcome is None:
+                # Never reached (cancelled, aborted): shown skipped, in the stream as well.
+                outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
+                if sid not in self.finished:
+                    self.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
+                    self.finished[sid] = StepStatus.SKIPPED
+            steps.append(outcome)
         status, exit_code = forced, 130
         if status is None:
             status, exit_code = run_status(steps, aborted=reason is not None)
         self.hasher.flush()
         self.journal.update_run(
             self.run_id, status=status.value, finished_at=time.time(), exit_code=exit_code,
-            reason=reason, current_phase=self.current_phase,
+            reason=reason, current_phase=self.current_phase, progress=dumps(self.progress()),
         )
         self.emit(EventType.RUN_FINISHED, status=status.value, exit_code=exit_code,
                   duration_s=round(time.time() - started, 6), reason=reason)
@@ -326,6 +394,27 @@ class Interpreter:
         ctx.update(extra)
         return ctx
 
+    def progress(self) -> dict[str, dict[str, int]]:
+        """Per phase (steps without one under "default"): total, done, skipped, failed, waiting."""
+        out: dict[str, dict[str, int]] = {}
+        for sid in self.plan.order:
+            phase = self.plan.steps[sid].phase or "default"
+            entry = out.setdefault(phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0,
+                                           "waiting": 0})
+            entry["total"] += 1
+            status = self.finished.get(sid)
+            if status is None:
+                continue
+            if status.succeeded:
+                entry["done"] += 1
+            elif status is StepStatus.SKIPPED:
+                entry["skipped"] += 1
+            elif status is StepStatus.AWAITING_HUMAN:
+                entry["waiting"] += 1
+            else:  # failed, partial, rejected
+                entry["failed"] += 1
+        return out
+
     def _blocked(self, step: CompiledStep) -> str | None:
         for d in step.deps:
             o = self.outcomes[d]
@@ -333,6 +422,8 @@ class Interpreter:
                 return f"upstream '{d}' failed"
             if o.status is StepStatus.AWAITING_HUMAN:
                 return f"waiting for the decision at '{d}'"
+            if o.status is StepStatus.REJECTED:
+                return f"rejected at '{d}'"
             if o.status is StepStatus.SKIPPED and step.on_skipped != "run":
                 return f"upstream '{d}' was skipped"
             if o.status is StepStatus.PARTIAL and (step.needs_complete or step.on_partial != "continue"):
@@ -359,7 +450,9 @@ class Interpreter:
                     reason = "when: " + "; ".join(verdict.reasons) if verdict.reasons else "when is false"
                     self.emit(EventType.STEP_SKIPPED, step.id, reason=reason)
                     return self._record_outcome(StepOutcome(step.id, StepStatus.SKIPPED, reason=reason))
-            if step.for_each is not None:
+            if getattr(step.type, "is_gate", False):
+                outcome = await self._gate(step)
+            elif step.for_each is not None:
                 outcome = await self._for_each(step)
             else:
                 el = await self._execution(step, None, None, has_item=False)
@@ -372,7 +465,76 @@ class Interpreter:
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
 
+    async def _gate(self, step: CompiledStep) -> StepOutcome:
+        """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
+        args, parts = self._resolve(step, {})
+        key = parts.key()
+        hit = self.cached.get((step.id, key))
+        if (hit is not None and hit.status == "completed" and step.cache is CachePolicy.USE
+                and step.id not in self.options.force and self._usable(hit)):
+            # Approved before with these very inputs (an earlier run): no need to ask again.
+            self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
+            self.journal.start_execution({
+                "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
+                "status": "cached", "pipeline": self.plan.name, "output": dumps(hit.output),
+                "started_at": time.time(), "finished_at": time.time(), "attempts": 0,
+                "why": "approved before with the same inputs",
+            })
+            return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
+        rows = gates.decisions(self.journal, self.run_id, step.id)
+        last = rows[-1] if rows else None
+        if (last is not None and last.status is gates.RowStatus.DECIDED and last.key == key
+                and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)):
+            return self._decided(step, key, last)
+        if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
+            return self._awaiting(step, key, last.round, last.summary, again=True)
+        # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
+        round_ = (last.round + 1) if last is not None else 1
+        summary = {"summary": args.get("summary"), "show": args.get("show"),
+                   "images": args.get("images") or [], "revise": args.get("revise"),
+                   "round": round_, "step": step.id}
+        gates.request_decision(self.journal, run_id=self.run_id, gate=step.id, round_=round_,
+                               key=key, summary=summary)
+        return self._awaiting(step, key, round_, summary, again=False)
+
+    def _awaiting(self, step: CompiledStep, key: str, round_: int, summary: dict[str, Any], *,
+                  again: bool) -> StepOutcome:
+        reason = (f"waiting for a decision: runner decide {self.run_id} {step.id} "
+                  "approve|reject|revise")
+        self.emit(EventType.GATE_AWAITING, step.id, key=key, round=round_, summary=summary,
+                  again=again)
+        self.journal.start_execution({
+            "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
+            "status": "awaiting_human", "pipeline": self.plan.name, "started_at": time.time(),
+            "finished_at": time.time(), "attempts": 0, "why": f"round {round_}",
+        })
+        return StepOutcome(step.id, StepStatus.AWAITING_HUMAN, key, reason=reason)
+
+    def _decided(self, step: CompiledStep, key: str, row: gates.DecisionRow) -> StepOutcome:
+        assert row.decision is not None
+        output = {"decision": row.decision.value, "by": row.by, "comment": row.comment,
+                  "input": row.input, "round": row.round}
+        self.emit(EventType.GATE_DECIDED, step.id, decision=row.decision.value, by=row.by,
+                  round=row.round, key=key)
+        artifacts = [row.artifact] if row.artifact else []
+        approved = row.decision is gates.Decision.APPROVE
+        self.journal.start_execution({
+            "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
+            "status": "completed" if approved else "rejected", "pipeline": self.plan.name,
+            "output": dumps(output), "artifacts": dumps(artifacts), "files": dumps({}),
+            "started_at": time.time(), "finished_at": time.time(), "attempts": 1,
+            "why": f"{row.decision.value} by {row.by} (round {row.round})",
+        })
+        if approved:
+            self.emit(EventType.STEP_PASSED, step.id, key=key, duration_s=0.0, attempts=1)
+            return StepOutcome(step.id, StepStatus.RAN, key, output)
+        reason = f"rejected by {row.by}" + (f": {row.comment}" if row.comment else "")
+        self.emit(EventType.STEP_FAILED, step.id, reason=reason, rejected=True)
+        return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)
+
     def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
+        self.finished[outcome.id] = outcome.status
+        self.journal.update_run(self.run_id, progress=dumps(self.progress()))
         entry: dict[str, Any] = {"status": outcome.status.value, "output": outcome.output}
         if outcome.elements is not None:
             entry["elements"] = [
@@ -417,6 +579,9 @@ class Interpreter:
         )
 
     def _resolve(self, step: CompiledStep, extra: dict[str, Any]) -> tuple[dict[str, Any], KeyParts]:
+        review = self.reviews.get(step.id)
+        if review is not None:
+            extra = {"feedback": list(review["feedback"]), "review": review, **extra}
         args = ex.evaluate_value(step.args, self._context(**extra))
         files: dict[str, str] = {}
         for rel in step.type.reads(args, root=self.plan.root):
@@ -425,8 +590,11 @@ class Interpreter:
                 files[rel] = self.hasher.hash(path)
             except FileNotFoundError:
                 raise StepFailure(f"input file {rel} does not exist") from None
+        key_extra = step.type.key_extra(args, self.env)
+        if review is not None:  # a revision is an input: it and its downstream re-run
+            key_extra = {**key_extra, "review": review}
         parts = KeyParts(
-            step.uses, step.type.version, args, files, step.type.key_extra(args, self.env),
+            step.uses, step.type.version, args, files, key_extra,
             step.version, extra.get("item"), "item" in extra,
         )
         return args, parts
@@ -503,7 +671,12 @@ class Interpreter:
             "status": "running", "pipeline": self.plan.name, "started_at": time.time(),
             "attempts": 0, "key_parts": dumps(parts.summary()),
         })
-        feedback: list[str] = []
+        # A revision's reviewer input is the first attempt's feedback.
+        review = self.reviews.get(step.id)
+        review_feedback: list[str] = list(review["feedback"]) if review else []
+        if review is not None:
+            extra = {**extra, "review": review}
+        feedback: list[str] = list(review_feedback)
         reason = ""
         check_failure = False
         t0 = time.perf_counter()
@@ -513,7 +686,8 @@ class Interpreter:
         for attempt in range(1, max_attempts + 1):
             self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
             if attempt > 1:
-                args = ex.evaluate_value(step.args, self._context(**extra, feedback=feedback, attempt=attempt))
+                args = ex.evaluate_value(step.args, self._context(
+                    **{**extra, "feedback": feedback, "attempt": attempt}))
             ctx = StepContext(
                 env=self.env, run_id=self.run_id, step_id=step.id, element=index,
                 attempt=attempt, feedback=list(feedback),
@@ -551,13 +725,13 @@ class Interpreter:
                     return self._passed(step, index, el_index, exec_id, key, result, attempt, t0)
                 reason = "; ".join(failed_checks)
                 retryable, check_failure = True, True
-                feedback = failed_checks
+                feedback = review_feedback + failed_checks
             if attempt < max_attempts and retryable:
                 delay = 0.0 if check_failure else min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
                 self.emit(EventType.STEP_RETRYING, step.id, index, attempt=attempt + 1, reason=reason,
                           delay_s=round(delay, 3))
                 if not check_failure:
-                    feedback = [reason]
+                    feedback = [*review_feedback, reason]
                 if delay:
                     await asyncio.sleep(delay)
                 continue
@@ -620,7 +794,13 @@ class Interpreter:
 
 
 def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunStatus, int]:
-    """The run's status and exit code from its steps (design/overview.md, exit codes)."""
+    """The run's status and exit code from its steps (design/overview.md, exit codes).
+
+    A rejected gate ends the run ``rejected`` with exit 8 (REJECTED_EXIT): not a failure, but
+    not a success either, so `runner apply ... && upload` never uploads a rejected draft.
+    """
+    if any(s.status is StepStatus.REJECTED for s in steps):
+        return RunStatus.REJECTED, REJECTED_EXIT
     if any(s.status is StepStatus.AWAITING_HUMAN for s in steps):
         return RunStatus.AWAITING_HUMAN, 7
     failed = [s for s in steps if s.status is StepStatus.FAILED]

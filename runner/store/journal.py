@@ -83,7 +83,14 @@ def _m3_decisions(db: Any) -> None:
     db["decisions"].create_index(["run_id", "gate"])
 
 
-MIGRATIONS: list[Migration] = [_m1_core, _m2_iterations, _m3_decisions]
+def _m4_gates_cancel(db: Any) -> None:
+    # cancel_requested: set by `runner runs cancel` in another process, polled by the run.
+    db["runs"].add_column("cancel_requested", float)
+    # key: digest of what the reviewer was shown; a decision applies only to that.
+    db["decisions"].add_column("key", str)
+
+
+MIGRATIONS: list[Migration] = [_m1_core, _m2_iterations, _m3_decisions, _m4_gates_cancel]
 
 
 def now() -> float:

@@ -1,0 +1,282 @@
+"""Review commands: decide, resume, runs cancel/events, collections, gc."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from .app import cli, emit_json, json_option, state_option
+from .commands_core import _open_state, _reporter, runs
+
+
+def _parse_inputs(pairs: tuple[str, ...], input_file: str | None) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if input_file:
+        try:
+            loaded = json.loads(Path(input_file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--input-file {input_file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--input-file {input_file}: expected a JSON object")
+        values.update(loaded)
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"--input expects KEY=VALUE, got '{pair}'")
+        k, v = pair.split("=", 1)
+        values[k.strip()] = v
+    return values
+
+
+@cli.command()
+@click.argument("run_id")
+@click.argument("gate")
+@click.argument("decision", type=click.Choice(["approve", "reject", "revise"]))
+@click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE",
+              help="Reviewer input (revise: fed back to the gate's `revise` step).")
+@click.option("--input-file", type=click.Path(dir_okay=False), default=None,
+              help="A JSON object of reviewer input.")
+@click.option("--by", default=None, help="Who decides (default: the login name).")
+@click.option("--comment", default=None, help="Why.")
+@state_option
+@json_option
+def decide(run_id: str, gate: str, decision: str, inputs: tuple[str, ...],
+           input_file: str | None, by: str | None, comment: str | None, state_dir: str | None,
+           as_json: bool) -> None:
+    """Record a decision for a run waiting at a human gate; then `runner resume RUN`.
+
+    Example: runner decide 20261202-101500-ab12cd review revise --input feedback="shorter"
+    """
+    from ..engine.gates import Decision, record_decision
+
+    values = _parse_inputs(inputs, input_file)
+    state = _open_state(state_dir, readonly=False)
+    try:
+        row = record_decision(state.journal, state.objects, run_id, gate, Decision(decision),
+                              input=values, by=by, comment=comment)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0})
+        return
+    click.echo(f"{row.gate}: {decision} by {row.by} (round {row.round}); "
+               f"continue with: runner resume {row.run_id}")
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@state_option
+@json_option
+def resume(run_id: str, jobs: int | None, quiet: bool, state_dir: str | None,
+           as_json: bool) -> None:
+    """Continue a suspended, cancelled or failed run (same run id; completed steps are cached).
+
+    Example: runner resume 20261202-101500-ab12cd
+    """
+    from ..engine.runctl import resume_run
+
+    state = _open_state(state_dir, readonly=False)
+    reporter = _reporter(as_json, 0, None, quiet)
+    try:
+        report = resume_run(state, run_id, reporter=reporter, jobs=jobs)
+    finally:
+        reporter.close()
+        state.close()
+    doc = report.to_json()
+    if as_json:
+        emit_json(doc)
+    else:
+        s = doc["summary"]
+        click.echo(f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
+                   f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})")
+    sys.exit(report.exit_code)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for the run to stop (0: do not wait).")
+@state_option
+@json_option
+def runs_cancel(run_id: str, wait_s: float, state_dir: str | None, as_json: bool) -> None:
+    """Cancel a running (or suspended) run from another terminal; completed work is kept.
+
+    Example: runner runs cancel 20261202-101500-ab12cd
+    """
+    from ..engine.runctl import request_cancel, wait_for_end
+
+    state = _open_state(state_dir, readonly=False)
+    try:
+        result = request_cancel(state.journal, run_id)
+        if result["status"] == "cancelling" and wait_s > 0:
+            result["status"] = wait_for_end(state.journal, result["run_id"], wait_s)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({**result, "exit_code": 0})
+    else:
+        click.echo(f"run {result['run_id']}: {result['status']}")
+
+
+@runs.command("events")
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run finishes.")
+@state_option
+def runs_events(run_id: str, follow: bool, state_dir: str | None) -> None:
+    """Print a run's journaled events as JSON lines, in order.
+
+    Example: runner runs events 20261202-101500-ab12cd --follow
+    """
+    from ..engine.runctl import stream_events
+
+    state = _open_state(state_dir)
+    try:
+        for ev in stream_events(state.journal, run_id, follow=follow):
+            click.echo(json.dumps(ev, ensure_ascii=False, default=str))
+    finally:
+        state.close()
+
+
+@runs.command("decisions")
+@click.argument("run_id")
+@state_option
+@json_option
+def runs_decisions(run_id: str, state_dir: str | None, as_json: bool) -> None:
+    """Show a run's gate decisions (pending and made), oldest first.
+
+    Example: runner runs decisions 20261202-101500-ab12cd
+    """
+    from ..engine.gates import decisions
+
+    state = _open_state(state_dir)
+    try:
+        run = state.journal.get_run(run_id)
+        rows = decisions(state.journal, run["id"])
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"run_id": run["id"], "decisions": [r.to_json() for r in rows],
+                   "exit_code": 0})
+        return
+    click.echo(render_decisions([r.to_json() for r in rows]), nl=False)
+
+
+def render_decisions(rows: list[dict[str, Any]]) -> str:
+    """Decisions as text: one line per round, then what the reviewer was shown."""
+    if not rows:
+        return "no decisions\n"
+    lines = []
+    for r in rows:
+        what = r["decision"] or r["status"]
+        who = f" by {r['by']}" if r["by"] else ""
+        lines.append(f"{r['gate']} round {r['round']}: {what}{who}"
+                     + (f" ({r['comment']})" if r["comment"] else ""))
+        if r["input"]:
+            lines.append(f"    input: {json.dumps(r['input'], ensure_ascii=False)}")
+        summary = r["summary"] or {}
+        if r["status"] == "pending":
+            if summary.get("summary"):
+                lines.append(f"    {summary['summary']}")
+            show = summary.get("show")
+            if isinstance(show, dict):
+                width = max((len(str(k)) for k in show), default=0)
+                for k, v in show.items():
+                    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                    lines.append(f"    {k!s:<{width}}  {text}")
+    return "\n".join(lines) + "\n"
+
+
+# -- collections ------------------------------------------------------------------------------
+
+
+def _state_path(state_dir: str | None) -> Path:
+    path = Path(state_dir).resolve() if state_dir else Path.cwd() / ".runner"
+    if not state_dir and not (path / "journal.db").exists():
+        alt = Path.cwd() / "pipelines" / ".runner"
+        if (alt / "journal.db").exists():
+            path = alt
+    return path
+
+
+@cli.group()
+def collections() -> None:
+    """Document collections filled by `ingest` steps (SQLite full-text search).
+
+    Example: runner collections search docs "invoice"
+    """
+
+
+@collections.command("list")
+@state_option
+@json_option
+def collections_list(state_dir: str | None, as_json: bool) -> None:
+    """List collections with their document counts.
+
+    Example: runner collections list --json
+    """
+    from ..collections import Collections
+
+    with Collections(_state_path(state_dir)) as cols:
+        rows = cols.names_and_counts()
+    if as_json:
+        emit_json({"collections": rows, "exit_code": 0})
+        return
+    if not rows:
+        click.echo("no collections")
+    for r in rows:
+        click.echo(f"{r['name']:<24} {r['count']:>6} documents")
+
+
+@collections.command("show")
+@click.argument("name")
+@click.option("--limit", default=50, show_default=True)
+@state_option
+@json_option
+def collections_show(name: str, limit: int, state_dir: str | None, as_json: bool) -> None:
+    """Show a collection's documents (id, metadata, start of the text).
+
+    Example: runner collections show docs --limit 10
+    """
+    from ..collections import Collections
+
+    with Collections(_state_path(state_dir)) as cols:
+        docs = cols.documents(name, limit)
+        count = cols.count(name)
+    if as_json:
+        emit_json({"collection": name, "count": count, "documents": docs, "exit_code": 0})
+        return
+    click.echo(f"{name}: {count} documents")
+    for d in docs:
+        text = " ".join(d["text"].split())[:60]
+        click.echo(f"  {d['id']:<32} {json.dumps(d['metadata'], ensure_ascii=False)}  {text}")
+
+
+@collections.command("search")
+@click.argument("name")
+@click.argument("query")
+@click.option("--limit", default=20, show_default=True)
+@state_option
+@json_option
+def collections_search(name: str, query: str, limit: int, state_dir: str | None,
+                       as_json: bool) -> None:
+    """Full-text search in a collection (SQLite FTS5 query syntax), best match first.
+
+    Example: runner collections search docs "invoice OR receipt"
+    """
+    from ..collections import Collections
+
+    with Collections(_state_path(state_dir)) as cols:
+        hits = cols.search(name, query, limit)
+    if as_json:
+        emit_json({"collection": name, "query": query, "hits": hits, "exit_code": 0})
+        return
+    if not hits:
+        click.echo("no matches")
+    for h in hits:
+        click.echo(f"{h['id']:<32} {h['snippet']}")

@@ -1,0 +1,175 @@
+"""Human gates: pending and recorded decisions in the journal's ``decisions`` table.
+
+A gate asks once per round: the interpreter records a pending row (with what the reviewer must
+see and the digest of it, ``key``); ``record_decision`` fills it in. A decision applies only to
+what was shown: when the gate's inputs change, the next apply asks again (a new round).
+"""
+
+from __future__ import annotations
+
+import enum
+import getpass
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..canonical import canonical_json
+from ..errors import NotFound, UsageError
+from ..store.journal import Journal, dumps, loads
+from ..store.objects import ObjectStore
+
+
+class Decision(enum.Enum):
+    APPROVE = "approve"
+    REJECT = "reject"
+    REVISE = "revise"
+
+
+class RowStatus(enum.Enum):
+    PENDING = "pending"
+    DECIDED = "decided"
+    SUPERSEDED = "superseded"  # the gate's inputs changed before anyone decided
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    id: int
+    run_id: str
+    gate: str
+    status: RowStatus
+    decision: Decision | None
+    by: str | None
+    comment: str | None
+    input: dict[str, Any]
+    summary: dict[str, Any]
+    round: int
+    key: str | None
+    artifact: str | None
+    requested_at: float | None
+    decided_at: float | None
+
+    @classmethod
+    def from_row(cls, r: dict[str, Any]) -> DecisionRow:
+        return cls(
+            id=int(r["id"]), run_id=r["run_id"], gate=r["gate"], status=RowStatus(r["status"]),
+            decision=Decision(r["decision"]) if r["decision"] else None, by=r["by"],
+            comment=r["comment"], input=loads(r["input"]) or {},
+            summary=loads(r["summary"]) or {}, round=int(r["round"] or 1), key=r.get("key"),
+            artifact=r["artifact"], requested_at=r["requested_at"], decided_at=r["decided_at"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gate": self.gate, "round": self.round, "status": self.status.value,
+            "decision": self.decision.value if self.decision else None, "by": self.by,
+            "comment": self.comment, "input": self.input, "summary": self.summary,
+            "artifact": self.artifact, "requested_at": self.requested_at,
+            "decided_at": self.decided_at,
+        }
+
+
+def decisions(journal: Journal, run_id: str, gate: str | None = None) -> list[DecisionRow]:
+    """Every decision row of a run (of one gate when given), oldest first."""
+    sql = "SELECT * FROM decisions WHERE run_id=?"
+    args: tuple[Any, ...] = (run_id,)
+    if gate is not None:
+        sql += " AND gate=?"
+        args = (run_id, gate)
+    return [DecisionRow.from_row(r) for r in journal.query(sql + " ORDER BY id", args)]
+
+
+def request_decision(journal: Journal, *, run_id: str, gate: str, round_: int, key: str,
+                     summary: dict[str, Any]) -> None:
+    """Record a pending decision; an older pending row of the gate is superseded."""
+    journal.conn.execute(
+        "UPDATE decisions SET status=? WHERE run_id=? AND gate=? AND status=?",
+        (RowStatus.SUPERSEDED.value, run_id, gate, RowStatus.PENDING.value),
+    )
+    journal.conn.execute(
+        "INSERT INTO decisions (run_id, gate, status, summary, requested_at, round, key) "
+        "VALUES (?,?,?,?,?,?,?)",
+        (run_id, gate, RowStatus.PENDING.value, dumps(summary), time.time(), round_, key),
+    )
+
+
+def review_for(rows: list[DecisionRow]) -> dict[str, Any] | None:
+    """The revision context of a gate's target step: every `revise` so far, in order.
+
+    None when nothing was revised. ``feedback`` holds one line per comment or input field, so a
+    step type that takes feedback (llm) sees the reviewer's words.
+    """
+    revisions = [r for r in rows if r.decision is Decision.REVISE]
+    if not revisions:
+        return None
+    feedback: list[str] = []
+    merged: dict[str, Any] = {}
+    for r in revisions:
+        if r.comment:
+            feedback.append(f"reviewer: {r.comment}")
+        for k, v in r.input.items():
+            feedback.append(f"reviewer {k}: {v}")
+            merged[k] = v
+    return {"round": len(revisions), "feedback": feedback, "input": merged}
+
+
+def default_reviewer() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "unknown")
+
+
+def record_decision(
+    journal: Journal, objects: ObjectStore, run_id: str, gate: str, decision: Decision, *,
+    input: dict[str, Any] | None = None, by: str | None = None, comment: str | None = None,
+) -> DecisionRow:
+    """Decide the pending gate ``gate`` of ``run_id``; the decision document is stored as an
+    object and referenced by the row. The next apply (or ``runner resume``) acts on it.
+
+    Raises NotFound (exit 3) for an unknown run or a gate the run never reached, UsageError
+    (exit 2) when the run is not waiting or the gate's pending round is already decided.
+    """
+    run = journal.get_run(run_id)
+    run_id = run["id"]
+    rows = decisions(journal, run_id, gate)
+    if run["status"] != "awaiting_human":
+        raise UsageError(f"run {run_id} is not waiting for a decision (status {run['status']})",
+                         hint="list waiting runs with: runner runs list --awaiting")
+    if not rows:
+        waiting = sorted({r.gate for r in decisions(journal, run_id)
+                          if r.status is RowStatus.PENDING})
+        raise NotFound(f"run {run_id} has no gate '{gate}'",
+                       hint=f"gates waiting: {', '.join(waiting) or 'none'}")
+    pending = [r for r in rows if r.status is RowStatus.PENDING]
+    if not pending:
+        last = rows[-1]
+        shown = last.decision.value if last.decision else last.status.value
+        raise UsageError(
+            f"gate '{gate}' of run {run_id} is already decided ({shown} by {last.by})",
+            hint=f"continue the run with: runner resume {run_id}",
+        )
+    row = pending[-1]
+    by = by or default_reviewer()
+    decided_at = time.time()
+    document = {"run_id": run_id, "gate": gate, "round": row.round, "decision": decision.value,
+                "by": by, "comment": comment, "input": input or {}, "decided_at": decided_at,
+                "key": row.key}
+    data = canonical_json(document).encode("utf-8")
+    artifact = objects.put_bytes(data)
+    journal.record_artifacts({artifact: len(data)})
+    cur = journal.conn.execute(
+        "UPDATE decisions SET status=?, decision=?, by=?, comment=?, input=?, decided_at=?, "
+        "artifact=? WHERE id=? AND status=?",
+        (RowStatus.DECIDED.value, decision.value, by, comment, dumps(input or {}), decided_at,
+         artifact, row.id, RowStatus.PENDING.value),
+    )
+    if cur.rowcount != 1:  # another `decide` got there first
+        raise UsageError(f"gate '{gate}' of run {run_id} was decided meanwhile")
+    found = decisions(journal, run_id, gate)
+    return next(r for r in found if r.id == row.id)
+
+
+def pending_gates(journal: Journal, run_id: str) -> list[DecisionRow]:
+    return [r for r in decisions(journal, run_id) if r.status is RowStatus.PENDING]
+
