@@ -188,7 +188,9 @@ def render_decisions(rows: list[dict[str, Any]]) -> str:
                 width = max((len(str(k)) for k in show), default=0)
                 for k, v in show.items():
                     text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                    lines.append(f"    {k!s:<{width}}  {text}")
+                    first, *rest = text.splitlines() or [""]
+                    lines.append(f"    {k!s:<{width}}  {first}")
+                    lines.extend(f"    {'':<{width}}  {line}" for line in rest)
     return "\n".join(lines) + "\n"
 
 
