@@ -247,17 +247,29 @@ def _ignore(state: Path | None) -> Callable[[str, list[str]], set[str]]:
 # -- running what the renders need --------------------------------------------------------------
 
 class _FakeProviders:
-    """Every provider name resolves to one `fake` provider: rendering never pays for a call."""
+    """Every provider name resolves to a `fake` provider: rendering never pays for a call.
 
-    def __init__(self) -> None:
-        self._fake: Any = None
+    A provider the project's runner.toml configures with type `fake` (e.g. with scripted
+    replies) is used as configured; any other name gets the project's `fake`.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._access: Any = None
 
     def get(self, name: str | None) -> Any:
-        if self._fake is None:
+        if self._access is None:
+            from .providers.config import load_access
+
+            self._access = load_access(self.root)
+        sections = self._access.config.providers
+        if name and sections.get(name, {}).get("type", name) == "fake":
+            return self._access.get(name)
+        if sections.get("fake", {}).get("type", "fake") != "fake":
             from .providers.registry import create
 
-            self._fake = create("fake")
-        return self._fake
+            return create("fake")  # a project that named another provider "fake"
+        return self._access.get("fake")
 
     def default_name(self) -> str:
         return "fake"
@@ -281,7 +293,7 @@ def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
         options = ApplyOptions(run_id=RUN_ID, item=item, resume_run_id=RUN_ID if again else None)
         interp = Interpreter(
             sub, journal=state.journal, objects=state.objects, state_dir=state.dir,
-            options=options, providers=_FakeProviders(),
+            options=options, providers=_FakeProviders(plan.root),
         )
         report = asyncio.run(interp.apply()) if sub.order else None
     finally:

@@ -254,3 +254,25 @@ def test_render_text_output_and_exit_codes(project: Project) -> None:
     invalid = project.cli("render", "broken.yaml")
     assert invalid.exit_code == 2
     assert "broken.yaml:4:" in invalid.stderr and "unknown step type 'nope'" in invalid.stderr
+
+
+def test_a_project_fake_script_answers_upstream_llm_steps(project: Project) -> None:
+    # The project's runner.toml scripts the fake provider; the render's upstream llm call uses
+    # it even though the step names a paid provider.
+    project.write("runner.toml", """\
+        [providers.fake]
+        script = [{match = "tagline", reply = "Small is beautiful"}]
+        """)
+    path = make(project, """\
+        runner: 1
+        name: scripted
+        steps:
+          draft:
+            uses: llm
+            with: {provider: openai, prompt: "Write a tagline"}
+            check: ["${{ steps.draft.output.text | length > 0 }}"]
+          prompt:
+            uses: template
+            with: {text: "Tagline: {{ t }}", vars: {t: "${{ steps.draft.output.text }}"}}
+        """)
+    assert render_pipeline(path).texts()["prompt"] == "Tagline: Small is beautiful"

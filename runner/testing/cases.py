@@ -73,7 +73,12 @@ def pipeline_cases(*directories: Path | str, rootdir: Path | None = None) -> lis
 
 def snapshot_dir_of(config: pytest.Config) -> Path:
     """``--runner-snapshot-dir``, else the ``runner_snapshot_dir`` ini value, under rootdir."""
-    value = config.getoption("runner_snapshot_dir", None) or config.getini("runner_snapshot_dir")
+    value = config.getoption("runner_snapshot_dir", None)
+    if not value:
+        try:
+            value = config.getini("runner_snapshot_dir")
+        except ValueError:  # the plugin is not loaded (check_pipeline called from a test module)
+            value = None
     path = Path(str(value or DEFAULT_SNAPSHOT_DIR))
     return path if path.is_absolute() else config.rootpath / path
 
