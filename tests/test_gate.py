@@ -1,0 +1,177 @@
+"""human_gate: suspend (exit 7), decide, resume; approve, reject, revise; decision errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conftest import Project, statuses
+
+GATED = """\
+    runner: 1
+    name: gated
+    phases: [make, check, ship]
+    steps:
+      draft:
+        uses: shell
+        phase: make
+        with:
+          run: "mkdir -p out && echo 'draft ${{ feedback | join(\\",\\") }}' > out/draft.txt && cat out/draft.txt"
+          outputs: [out/draft.txt]
+      other:
+        uses: shell
+        phase: make
+        with: {run: "echo independent"}
+      review:
+        uses: human_gate
+        phase: check
+        with:
+          summary: "Publish this draft?"
+          show: {draft: "${{ steps.draft.output.stdout }}"}
+          revise: draft
+      publish:
+        uses: shell
+        phase: ship
+        needs: [review, other]
+        with:
+          run: "mkdir -p published && cp out/draft.txt published/draft.txt"
+          outputs: [published/draft.txt]
+"""
+
+
+def _suspended(project: Project) -> dict[str, Any]:
+    project.write("pipeline.yaml", GATED)
+    doc = project.apply()
+    assert doc["_exit"] == 7, doc
+    return doc
+
+
+def _decisions(project: Project, run_id: str) -> list[dict[str, Any]]:
+    res = project.cli("runs", "decisions", run_id, "--state", ".runner", "--json")
+    assert res.exit_code == 0, res.stderr
+    rows: list[dict[str, Any]] = res.json["decisions"]
+    return rows
+
+
+def test_gate_suspends_with_a_pending_decision(project: Project) -> None:
+    doc = _suspended(project)
+    run_id = doc["run"]["id"]
+    assert doc["run"]["status"] == "awaiting_human"
+    assert statuses(doc) == {"draft": "ran", "other": "ran", "review": "awaiting_human",
+                             "publish": "skipped"}
+    [row] = _decisions(project, run_id)
+    assert row["status"] == "pending" and row["round"] == 1 and row["decision"] is None
+    assert row["summary"]["summary"] == "Publish this draft?"
+    assert row["summary"]["show"] == {"draft": "draft \n"}
+    assert not (project.root / "published").exists()
+    listed = project.cli("runs", "list", "--awaiting", "--state", ".runner", "--json").json
+    assert [r["id"] for r in listed["runs"]] == [run_id]
+    # an apply without a decision stays suspended: same run, no new round
+    again = project.apply()
+    assert again["_exit"] == 7 and again["run"]["id"] == run_id
+    assert len(_decisions(project, run_id)) == 1
+
+
+def test_approve_continues_the_same_run_and_completes(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    res = project.cli("decide", run_id, "review", "approve", "--by", "alice", "--comment", "ok",
+                      "--state", ".runner", "--json")
+    assert res.exit_code == 0, res.stderr
+    artifact = res.json["decision"]["artifact"]
+    assert (project.root / ".runner" / "objects").exists() and artifact
+    doc = project.apply()
+    assert doc["_exit"] == 0 and doc["run"]["id"] == run_id and doc["run"]["status"] == "completed"
+    assert statuses(doc) == {"draft": "cached", "other": "cached", "review": "ran",
+                             "publish": "ran"}
+    assert (project.root / "published/draft.txt").read_text() == "draft \n"
+    [row] = _decisions(project, run_id)
+    assert (row["decision"], row["by"], row["comment"]) == ("approve", "alice", "ok")
+    shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
+    assert shown["run"]["status"] == "completed"
+    events = project.cli("runs", "events", run_id, "--state", ".runner").stdout.splitlines()
+    types = [__import__("json").loads(line)["type"] for line in events]
+    assert "GateAwaiting" in types and "GateDecided" in types
+    # nothing changed: a fresh apply converges without asking again
+    fresh = project.apply()
+    assert fresh["_exit"] == 0 and set(statuses(fresh).values()) == {"cached"}
+
+
+def test_reject_ends_the_run_and_publishes_nothing(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    assert project.cli("decide", run_id, "review", "reject", "--comment", "no",
+                       "--state", ".runner").exit_code == 0
+    res = project.cli("resume", run_id, "--state", ".runner", "--json")
+    assert res.exit_code == 8, res.stderr
+    doc = res.json
+    assert doc["run"]["status"] == "rejected"
+    assert statuses(doc)["review"] == "rejected" and statuses(doc)["publish"] == "skipped"
+    assert not (project.root / "published").exists()
+    execs = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json["executions"]
+    assert "publish" not in {e["step_id"] for e in execs}
+    again = project.cli("decide", run_id, "review", "approve", "--state", ".runner")
+    assert again.exit_code == 2 and "not waiting" in again.stderr
+
+
+def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(
+        project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    res = project.cli("decide", run_id, "review", "revise", "--input", "feedback=shorter",
+                      "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+    doc = project.apply()
+    assert doc["_exit"] == 7 and doc["run"]["id"] == run_id
+    assert statuses(doc) == {"draft": "ran", "other": "cached", "review": "awaiting_human",
+                             "publish": "skipped"}
+    assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+    rows = _decisions(project, run_id)
+    assert [(r["round"], r["status"], r["decision"]) for r in rows] == [
+        (1, "decided", "revise"), (2, "pending", None)]
+    assert rows[1]["summary"]["show"]["draft"] == "draft reviewer feedback: shorter\n"
+    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
+    done = project.apply()
+    assert done["_exit"] == 0
+    assert statuses(done) == {"draft": "cached", "other": "cached", "review": "ran",
+                              "publish": "ran"}
+    assert (project.root / "published/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+
+
+def test_decision_errors(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    unknown_run = project.cli("decide", "nope-nope", "review", "approve", "--state", ".runner")
+    assert unknown_run.exit_code == 3 and "unknown run" in unknown_run.stderr
+    unknown_gate = project.cli("decide", run_id, "publish", "approve", "--state", ".runner")
+    assert unknown_gate.exit_code == 3 and "no gate 'publish'" in unknown_gate.stderr
+    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
+    twice = project.cli("decide", run_id, "review", "reject", "--state", ".runner")
+    assert twice.exit_code == 2 and "already decided" in twice.stderr
+    bad_input = project.cli("decide", run_id, "review", "revise", "--input", "novalue",
+                            "--state", ".runner")
+    assert bad_input.exit_code == 2
+
+
+def test_gate_changes_make_an_earlier_decision_void(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
+    # what the reviewer saw changes before the run resumes: the approval does not carry over
+    project.write("pipeline.yaml", GATED.replace("'draft ", "'edited "))
+    doc = project.apply()
+    assert doc["_exit"] == 7 and statuses(doc)["draft"] == "ran"
+    rows = _decisions(project, run_id)
+    assert [(r["round"], r["status"]) for r in rows] == [(1, "decided"), (2, "pending")]
+    assert not (project.root / "published").exists()
+
+
+def test_progress_per_phase(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    run = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json["run"]
+    assert run["progress"] == {
+        "make": {"total": 2, "done": 2, "skipped": 0, "failed": 0, "waiting": 0},
+        "check": {"total": 1, "done": 0, "skipped": 0, "failed": 0, "waiting": 1},
+        "ship": {"total": 1, "done": 0, "skipped": 1, "failed": 0, "waiting": 0},
+    }
+    assert run["current_phase"] == "check"
+
+
+def test_revise_target_must_exist(project: Project) -> None:
+    project.write("pipeline.yaml", GATED.replace("revise: draft", "revise: drfat"))
+    res = project.cli("apply", "pipeline.yaml")
+    assert res.exit_code == 2 and "unknown step 'drfat'" in res.stderr
