@@ -276,3 +276,12 @@ def test_a_project_fake_script_answers_upstream_llm_steps(project: Project) -> N
             with: {text: "Tagline: {{ t }}", vars: {t: "${{ steps.draft.output.text }}"}}
         """)
     assert render_pipeline(path).texts()["prompt"] == "Tagline: Small is beautiful"
+
+
+def test_a_fixture_can_limit_the_rendered_steps(project: Project) -> None:
+    path = make(project, PIPELINE + "  only:\n    steps: [prompt]\n  wrong:\n    steps: [greet]\n")
+    assert list(render_pipeline(path, fixture="only").texts()) == ["prompt"]
+    with pytest.raises(InvalidPipeline) as ei:
+        render_pipeline(path, fixture="wrong")
+    assert "does not produce a prompt" in str(ei.value)
+    assert ei.value.where is not None and ei.value.where.line == PIPELINE.count("\n") + 4
