@@ -160,7 +160,7 @@ def compile_document(
     doc: PipelineDoc, params: dict[str, Any], *, registry: StepRegistry
 ) -> Plan:
     data = doc.data
-    root = doc.directory
+    root = doc.directory.resolve()
     if "root" in data:
         root = (doc.directory / data["root"]).resolve()
         if not root.is_dir():

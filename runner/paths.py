@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import InvalidPipeline, Location
@@ -21,8 +22,7 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
         raise InvalidPipeline(
             f"path '{text}' is absolute; pipeline paths are relative to {root}", where=where
         )
-    base = root.resolve()
-    target = (base / text).resolve()
+    base, target = _resolved(os.path.abspath(root), text)
     if target != base and base not in target.parents:
         raise InvalidPipeline(
             f"path '{text}' escapes the pipeline root {base}",
@@ -30,6 +30,13 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
             hint="declare a wider `root:` in the pipeline if this is intended",
         )
     return target
+
+
+@lru_cache(maxsize=65536)
+def _resolved(root: str, rel: str) -> tuple[Path, Path]:
+    # Resolving walks every component with lstat: cache it for the life of one command.
+    base = Path(os.path.realpath(root))
+    return base, Path(os.path.realpath(os.path.join(base, rel)))
 
 
 def relative(root: Path, path: Path) -> str:

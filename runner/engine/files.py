@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from ..store.journal import Journal
 
 _CHUNK = 1 << 20
+_RACY_NS = 2_000_000_000
 
 
 def sha256_file(path: Path) -> str:
@@ -38,8 +40,11 @@ class FileHasher:
         if cached is not None and cached[:3] == sig:
             return cached[3]
         digest = sha256_file(path)
-        self.known[key] = (*sig, digest)
-        self.dirty.append((key, *sig, digest))
+        # A file modified within the clock's granularity of now could change again without its
+        # (size, mtime) changing ("racily clean"): only trust signatures that are old enough.
+        if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+            self.known[key] = (*sig, digest)
+            self.dirty.append((key, *sig, digest))
         return digest
 
     def flush(self) -> None:
