@@ -79,7 +79,8 @@ def test_approve_continues_the_same_run_and_completes(project: Project) -> None:
     artifact = res.json["decision"]["artifact"]
     assert (project.root / ".runner" / "objects").exists() and artifact
     doc = project.apply()
-    assert doc["_exit"] == 0 and doc["run"]["id"] == run_id and doc["run"]["status"] == "completed"
+    assert doc["_exit"] == 0, doc
+    assert doc["run"]["id"] == run_id and doc["run"]["status"] == "completed"
     assert statuses(doc) == {"draft": "cached", "other": "cached", "review": "ran",
                              "publish": "ran"}
     assert (project.root / "published/draft.txt").read_text() == "draft \n"

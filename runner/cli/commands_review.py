@@ -282,3 +282,37 @@ def collections_search(name: str, query: str, limit: int, state_dir: str | None,
         click.echo("no matches")
     for h in hits:
         click.echo(f"{h['id']:<32} {h['snippet']}")
+
+
+@cli.command()
+@click.option("--keep-last", type=int, default=None, metavar="K",
+              help="Keep the last K runs of every pipeline/item.")
+@click.option("--older-than", default=None, metavar="AGE",
+              help="Delete runs older than AGE (30d, 12h, 90m); with --keep-last, both must hold.")
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@state_option
+@json_option
+def gc(keep_last: int | None, older_than: str | None, dry_run: bool, state_dir: str | None,
+       as_json: bool) -> None:
+    """Delete old runs and the objects nothing references any more.
+
+    Never deleted: running or waiting runs, runs with a picked iteration, cache entries a kept
+    run uses, objects a kept run, iteration or decision references.
+
+    Example: runner gc --keep-last 5 --older-than 30d --dry-run
+    """
+    from ..gc import collect_garbage, parse_age
+
+    age = parse_age(older_than) if older_than else None
+    state = _open_state(state_dir, readonly=False)
+    try:
+        result = collect_garbage(state, keep_last=keep_last, older_than=age, dry_run=dry_run)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({**result.to_json(), "exit_code": 0})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
+               f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects "
+               f"({result.bytes_freed} bytes)")

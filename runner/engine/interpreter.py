@@ -15,12 +15,13 @@ import random
 import time
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
+from ..canonical import digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerError, StepFailure
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
@@ -468,7 +469,10 @@ class Interpreter:
     async def _gate(self, step: CompiledStep) -> StepOutcome:
         """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
         args, parts = self._resolve(step, {})
-        key = parts.key()
+        # A decision is about this item and these upstream results, not only the text shown.
+        upstream = {d: self.outcomes[d].key or [e.key for e in self.outcomes[d].elements or []]
+                    for d in step.deps}
+        key = digest({"args": parts.key(), "item": self.options.item, "upstream": upstream})
         hit = self.cached.get((step.id, key))
         if (hit is not None and hit.status == "completed" and step.cache is CachePolicy.USE
                 and step.id not in self.options.force and self._usable(hit)):
@@ -692,7 +696,7 @@ class Interpreter:
                 env=self.env, run_id=self.run_id, step_id=step.id, element=index,
                 attempt=attempt, feedback=list(feedback),
                 ledger=JournalLedger(self.journal, self.run_id, step.id),
-                log=lambda line, sid=step.id, idx=index: self.emit(EventType.LOG, sid, idx, line=line),
+                log=self._logger(step.id, index),
             )
             retryable = False
             try:
@@ -745,6 +749,12 @@ class Interpreter:
                   check=check_failure)
         return ElementOutcome(el_index, StepStatus.FAILED, key, failed_output, reason, check_failure,
                               time.perf_counter() - t0)
+
+    def _logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
+        def log(line: str) -> None:
+            self.emit(EventType.LOG, step_id, index, line=line)
+
+        return log
 
     async def _checks(self, step: CompiledStep, result: StepResult, extra: dict[str, Any],
                       attempt: int) -> list[str]:
