@@ -37,6 +37,7 @@ from .errors import RunnerError
 _JUNK = re.compile(r"(~$|^\.#|^\..*\.sw[a-p]$|^[0-9]{4,5}$|^\.~lock\.)")
 _JOURNAL_FILES = ("journal.db", "journal.db-wal")
 _GLOB_CHARS = "*?["
+_MAX_SETTLE = 10  # a file written non-stop still triggers after this many debounce periods
 
 
 def is_editor_junk(name: str) -> bool:
@@ -192,7 +193,7 @@ def produced_files(report: RunReport) -> list[str]:
 class WatchOptions:
     overrides: Mapping[str, str] = field(default_factory=dict)
     state_dir: Path | None = None
-    debounce_ms: int = 300
+    debounce_ms: int = 150
     interrupt: bool = True
     jobs: int | None = None
 
@@ -340,14 +341,19 @@ class Watcher:
     async def _watch_files(self) -> None:
         from watchfiles import awatch
 
+        # watchfiles yields once its set of (change, path) stops growing for one step; a file
+        # saved repeatedly adds no new pair, so the real debounce is done in ``run``.
         debounce = max(1, self.options.debounce_ms)
-        step = max(5, min(50, debounce // 2))
+        step = max(5, min(25, debounce // 4))
+        restarted = False
         while True:
             self._restart.clear()
             ws = self.watch_set
-            # Events between the old watcher stopping and this one starting are not lost: the
-            # content check over every watched file catches what changed meanwhile.
-            self._queue.put_nowait(set(ws.files))
+            if restarted:
+                # Events between the old watcher stopping and this one starting are not lost:
+                # the content check over every watched file catches what changed meanwhile.
+                self._queue.put_nowait(set(ws.files))
+            restarted = True
             async for batch in awatch(
                 *ws.directories(), watch_filter=lambda _c, p: self.watch_set.accepts(Path(p)),
                 debounce=debounce, step=step, stop_event=self._restart, recursive=False,
@@ -424,8 +430,11 @@ class Watcher:
     async def run(self, stop: asyncio.Event) -> int:
         """Apply once, then on every real change, until ``stop`` is set.
 
-        Returns 130 when a run was cancelled by the stop, else 0.
+        Events are gathered until none arrived for ``debounce_ms`` (at most ``_MAX_SETTLE``
+        debounces), then compared by content. Returns 130 when the stop cancelled a run, else 0.
         """
+        loop = asyncio.get_running_loop()
+        quiet = self.options.debounce_ms / 1000
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._state = State.open(self.state_dir)
         self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}),
@@ -436,31 +445,39 @@ class Watcher:
         stopper = asyncio.create_task(stop.wait())
         running = self._start([])
         pending: list[str] = []
-        code = 0
+        buffer: set[Path] = set()
+        first_at = last_at = 0.0
         try:
             while True:
                 waits: set[asyncio.Future[Any]] = {getter, stopper, watcher}
                 if running is not None:
                     waits.add(running)
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                settle_at = min(last_at + quiet, first_at + quiet * _MAX_SETTLE)
+                timeout = max(0.0, settle_at - loop.time()) if buffer else None
+                done, _ = await asyncio.wait(waits, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
                 if watcher in done:
                     watcher.result()  # the watcher died: raise its error
                 if stopper in done:
-                    if running is not None:
-                        running.cancel()
-                        cycle = await running
-                        self._finished(cycle)
-                        code = 130
-                    return code
+                    if running is None:
+                        return 0
+                    running.cancel()
+                    self._finished(await running)
+                    return 130
                 if running is not None and running in done:
                     self._finished(running.result())
                     running = None
                 if getter in done:
-                    paths = getter.result()
+                    if not buffer:
+                        first_at = loop.time()
+                    buffer |= getter.result()
+                    last_at = loop.time()
                     getter = asyncio.create_task(self._queue.get())
-                    changed = self._content_changes(paths)
-                    if self._decided(paths):
+                if buffer and loop.time() >= min(last_at + quiet, first_at + quiet * _MAX_SETTLE):
+                    changed = self._content_changes(buffer)
+                    if self._decided(buffer):
                         changed.append(self._display(self.state_dir.resolve() / "journal.db"))
+                    buffer = set()
                     pending.extend(c for c in changed if c not in pending)
                     if changed and running is not None and self.options.interrupt:
                         running.cancel()

@@ -16,8 +16,9 @@ from .app import cli, emit_json, json_option, param_option, parse_params, pipeli
 @cli.command()
 @pipeline_arg
 @param_option
-@click.option("--debounce", "debounce_ms", type=click.IntRange(min=1), default=300,
-              show_default=True, metavar="MS", help="Group changes arriving within MS ms.")
+@click.option("--debounce", "debounce_ms", type=click.IntRange(min=1), default=150,
+              show_default=True, metavar="MS",
+              help="Start a cycle once no change arrived for MS ms.")
 @click.option("--clear", is_flag=True, help="Clear the screen before each cycle.")
 @click.option("--no-interrupt", is_flag=True,
               help="Let a running apply finish before starting the next (default: cancel it).")
