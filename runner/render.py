@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import expr as ex
 from .canonical import canonical_json
@@ -29,6 +29,9 @@ from .compiler import CompiledStep, Plan, compile_document
 from .errors import InvalidPipeline, RunnerError, UsageError
 from .loader import PipelineDoc, did_you_mean, load_document, resolve_params
 from .paths import inside
+
+if TYPE_CHECKING:
+    from .rules import Rule
 
 RUN_ID = "render"  # fixed so that `run.id` in a prompt renders the same everywhere
 
@@ -207,7 +210,18 @@ def _registry() -> Any:
 def _may_write(plan: Plan, wanted: Sequence[str]) -> bool:
     """Whether a step the renders run may write into the workspace (then it runs in a copy)."""
     run = _ancestors(plan, wanted) | set(wanted)
-    return any(plan.steps[sid].type.name not in _READ_ONLY for sid in run)
+    return any(
+        plan.steps[sid].type.name not in _READ_ONLY
+        or any(_runs_commands(r) for r in [plan.steps[sid].when, *plan.steps[sid].checks])
+        for sid in run
+    )
+
+
+def _runs_commands(rule: Rule | None) -> bool:
+    """Whether a rule (or a part of it) is an `exec` check: a shell command may write."""
+    if rule is None:
+        return False
+    return rule.kind == "exec" or any(_runs_commands(c) for c in rule.children())
 
 
 def _copy_tree(
@@ -375,7 +389,7 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
                           skipped=True)
     try:
         if step.when is not None:
-            verdict = step.when.evaluate_sync(context, root=plan.root)
+            verdict = asyncio.run(step.when.evaluate(context, root=plan.root))
             if not verdict.passed:
                 reasons = "; ".join(verdict.reasons)
                 reason = f"when: {reasons}" if reasons else "when is false"

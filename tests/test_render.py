@@ -285,3 +285,17 @@ def test_a_fixture_can_limit_the_rendered_steps(project: Project) -> None:
         render_pipeline(path, fixture="wrong")
     assert "does not produce a prompt" in str(ei.value)
     assert ei.value.where is not None and ei.value.where.line == PIPELINE.count("\n") + 4
+
+
+def test_a_check_that_runs_a_command_runs_in_the_scratch_copy(project: Project) -> None:
+    path = make(project, """\
+        runner: 1
+        name: exec-check
+        steps:
+          prompt:
+            uses: template
+            with: {text: "hi"}
+            check: [{exec: {run: "touch made-by-check"}}]
+        """)
+    assert render_pipeline(path).texts() == {"prompt": "hi"}
+    assert not (project.root / "made-by-check").exists()
