@@ -28,12 +28,14 @@ def write_pipeline(root: Path) -> None:
         for j in range(WIDTH):
             sid = step_id(layer, j)
             ins = [f"out/{step_id(layer - 1, k)}.txt" for k in range(WIDTH)] if layer else []
-            cat = f"cat {' '.join(ins)} | wc -l > out/{sid}.txt" if ins else f"echo 1 > out/{sid}.txt"
+            cat = f"cat {' '.join(ins)} | wc -l" if ins else "echo 1"
+            cat += f" > out/{sid}.txt"
             run = f"sleep 0.05 && {cat} && echo {sid} >> ran.log"
             lines += [f"  {sid}:", "    uses: shell", "    with:", f"      run: \"{run}\"",
                       f"      inputs: {json.dumps(ins)}", f"      outputs: [out/{sid}.txt]"]
             if layer:  # inputs alone do not order steps; `needs` does
-                lines.append(f"    needs: {json.dumps([step_id(layer - 1, k) for k in range(WIDTH)])}")
+                needs = [step_id(layer - 1, k) for k in range(WIDTH)]
+                lines.append(f"    needs: {json.dumps(needs)}")
     (root / "pipeline.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -82,7 +84,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path: Path) -> None:
     done_at_kill: list[set[str]] = []
     for point in ({"after_s": 0.3}, {"new_outputs": 6}, {"after_s": 0.7},
                   {"new_outputs": 10}, {"after_s": 1.2}):
-        if kill_when(start(root, state), root, **point):  # type: ignore[arg-type]
+        if kill_when(start(root, state), root, **point):
             kills += 1
             time.sleep(0.1)  # let orphaned shell children of the killed process finish
             done_at_kill.append(completed_steps(state))
@@ -91,7 +93,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path: Path) -> None:
 
     for _ in range(5):
         proc = start(root, state)
-        out, err = proc.communicate(timeout=120)
+        out, _err = proc.communicate(timeout=120)
         doc = json.loads(out)
         if doc["exit_code"] == 0:
             break
@@ -100,7 +102,8 @@ def test_sigkill_at_several_points_then_resume(tmp_path: Path) -> None:
 
     ids = {step_id(layer, j) for layer in range(LAYERS) for j in range(WIDTH)}
     with sqlite3.connect(state / "journal.db") as db:
-        rows = db.execute("SELECT id, step_id, status, run_id FROM executions ORDER BY id").fetchall()
+        cursor = db.execute("SELECT id, step_id, status, run_id FROM executions ORDER BY id")
+        rows = cursor.fetchall()
         statuses = {r[0] for r in db.execute("SELECT status FROM runs")}
     completed: dict[str, int] = {}
     for exec_id, sid, status, _run in rows:
