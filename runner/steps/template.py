@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,7 @@ class TemplateStep(StepType):
                 raise invalid(f"template file not found: {name}", where)
             env = environment_for(root)
             try:
-                source = path.read_text(encoding="utf-8")
-                env.parse(source)
+                needed = _needed_variables(env, str(path))
             except Exception as exc:
                 lineno = getattr(exc, "lineno", 0) or 0
                 msg = getattr(exc, "message", None) or str(exc)
@@ -68,7 +68,7 @@ class TemplateStep(StepType):
                                     where=Location(name, lineno, 1)) from None
             variables = args.get("vars")
             if isinstance(variables, dict):
-                missing = ex.template_variables(env, source) - set(variables) - {"feedback", "attempt"}
+                missing = needed - set(variables) - {"feedback", "attempt"}
                 if missing:
                     raise TemplateError(
                         f"template {name} uses {', '.join(sorted(missing))} but `vars:` does not give "
@@ -100,6 +100,20 @@ class TemplateStep(StepType):
             source = (ctx.root / args["template"]).read_bytes()
             output["template_sha256"] = hashlib.sha256(source).hexdigest()
         return StepResult(output=output)
+
+
+_NEEDED: dict[tuple[str, int, int], frozenset[str]] = {}
+
+
+def _needed_variables(env: ex.HardenedEnvironment, path: str) -> frozenset[str]:
+    """Variables a template file reads; parsed once per file version (many steps share one)."""
+    st = os.stat(path)
+    sig = (path, st.st_mtime_ns, st.st_size)
+    found = _NEEDED.get(sig)
+    if found is None:
+        with open(path, encoding="utf-8") as f:
+            found = _NEEDED[sig] = frozenset(ex.template_variables(env, f.read()))
+    return found
 
 
 def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[str]) -> list[str]:
