@@ -330,7 +330,12 @@ def _compile_step(
             hint=did_you_mean(phase, phases) or ("declared phases: " + ", ".join(phases) if phases else "declare `phases:` at the top"),
         )
     timeout_raw = raw.get("timeout", defaults.get("timeout"))
-    step_type.validate(with_raw, root=root, where=doc.where("steps", sid, "with"))
+    try:
+        step_type.validate(with_raw, root=root, where=doc.where("steps", sid, "with"))
+    except InvalidPipeline as exc:
+        if exc.step is None:
+            exc.step = sid
+        raise
     version = raw.get("version")
     return CompiledStep(
         id=sid, uses=uses, type=step_type, args=args, where=where,

@@ -133,8 +133,6 @@ def chdir_bad(bad_dir: Path) -> Iterator[Path]:
         os.chdir(old)
 
 
-@pytest.mark.xfail(strict=True, reason="compiler: errors raised by StepType.validate (paths, "
-                   "template files) are not given the step id; see report")
 @pytest.mark.parametrize("name", ["missing_template.yaml", "path_parent.yaml",
                                   "path_absolute.yaml", "template_var_missing.yaml"])
 def test_step_type_validate_errors_name_the_step(bad_dir: Path, name: str) -> None:
