@@ -10,6 +10,8 @@ from data (an LLM reply, a document) are only ever passed in as variables, never
 from __future__ import annotations
 
 import contextvars
+import copy
+import functools
 import math
 import os
 import re
@@ -22,6 +24,8 @@ from typing import Any
 
 import jinja2
 from jinja2 import nodes
+from jinja2.environment import TemplateExpression
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
@@ -295,9 +299,8 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
         return super()._generate(source, name, filename, defer_init)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        # Data is mostly dicts: look the key up directly instead of failing getattr() first
-        # (same result as jinja's order, which tries the attribute before the item).
-        # A key wins over a dict method: `params.items` is the param named items.
+        # Data is mostly dicts: look the key up directly instead of failing getattr() first.
+        # Unlike jinja, a key wins over a dict method: `params.items` is the param named items.
         if type(obj) is dict and (attribute in obj or attribute not in _DICT_ATTRS):
             try:
                 return obj[attribute]
@@ -383,9 +386,10 @@ class Expression:
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
         # into every call (half the cost of a small `when`).
-        template = getattr(self._fn, "_template", None)
+        fn = self._fn
+        template = fn.template if isinstance(fn, _Lazy) else getattr(fn, "_template", None)
         if template is None:
-            return self._fn(**context)
+            return fn(**context)
         ctx = template.new_context({"range": _bounded_range, **context}, shared=True)
         for _ in template.root_render_func(ctx):
             pass
@@ -477,19 +481,65 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
         raise ExpressionError(
             f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
         )
-    env = environment()
     try:
-        tree = env.parse("{{ (" + source + ") }}")
-        fn = env.compile_expression(source, undefined_to_none=False)
+        refs, tree, fn = _compile_source(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ExpressionError(
             f"invalid expression '{_clip(source)}': {exc.message}", where=where
         ) from None
     except RecursionError:
         raise ExpressionError("expression refused: nesting too deep", where=where) from None
-    body = tree.body[0]
-    expr = body.nodes[0] if isinstance(body, nodes.Output) else None
-    return Expression(source, where, _refs(tree), fn, expr)
+    return Expression(source, where, refs, fn, tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_source(source: str) -> tuple[frozenset[Reference], nodes.Expr, _Lazy]:
+    # Parsing finds every error a pipeline author can make (syntax, unknown filter or test,
+    # forbidden name); generating Python code costs ~10x more and waits for first use.
+    env = environment()
+    parser = Parser(env, source, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:
+        raise jinja2.TemplateSyntaxError(
+            f"unexpected '{parser.stream.current.value}' after the expression",
+            parser.stream.current.lineno,
+        )
+    holder = nodes.Output([expr], lineno=1)  # find_all skips the node it starts from
+    for node in holder.find_all((nodes.Filter, nodes.Test, nodes.Name)):
+        if isinstance(node, nodes.Filter) and node.name not in env.filters:
+            raise jinja2.TemplateSyntaxError(f"no filter named '{node.name}'", node.lineno)
+        if isinstance(node, nodes.Test) and node.name not in env.tests:
+            raise jinja2.TemplateSyntaxError(f"no test named '{node.name}'", node.lineno)
+        if isinstance(node, nodes.Name) and (
+            node.name in FORBIDDEN_NAMES or node.name.startswith("_runner")
+        ):
+            raise jinja2.TemplateSyntaxError(
+                f"'{node.name}' is not available in the sandbox", node.lineno
+            )
+    return _refs(holder), expr, _Lazy(expr)
+
+
+class _Lazy:
+    """An expression's compiled template, generated on first evaluation and then kept."""
+
+    __slots__ = ("_template", "expr")
+
+    def __init__(self, expr: nodes.Expr) -> None:
+        self.expr = expr
+        self._template: jinja2.Template | None = None
+
+    @property
+    def template(self) -> jinja2.Template:
+        if self._template is None:
+            # Code generation rewrites the tree (guards): work on a copy, keep the original
+            # for readers such as the rule linter.
+            body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(self.expr),
+                                 lineno=1)]
+            self._template = environment().from_string(nodes.Template(body, lineno=1))
+        return self._template
+
+    def __call__(self, **context: Any) -> Any:
+        return TemplateExpression(self.template, False)(**context)
 
 
 # -- values with ${{ }} inside ------------------------------------------------------------------

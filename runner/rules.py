@@ -269,7 +269,8 @@ def _const_types(node: nodes.Node) -> set[str] | None:
 
 def _type_warnings(tree: nodes.Node, source: str, where: Location | None,
                    param_types: Mapping[str, str]) -> Iterable[LintWarning]:
-    for compare in tree.find_all(nodes.Compare):
+    roots = [tree] if isinstance(tree, nodes.Compare) else []  # find_all skips the node itself
+    for compare in (*roots, *tree.find_all(nodes.Compare)):
         left = compare.expr
         for operand in compare.ops:
             right = operand.expr

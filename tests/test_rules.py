@@ -200,7 +200,15 @@ def test_fail_always_fails_with_its_message() -> None:
 
 
 def test_collection_has_without_a_backend_is_an_error_verdict() -> None:
-    result = verdict({"collection_has": {"collection": "docs", "id": "${{ output.label }}"}}, OUT)
+    from runner.checks.collection_has import collection_backend, set_collection_backend
+
+    installed = collection_backend()  # the collections module installs one when imported
+    set_collection_backend(None)
+    try:
+        result = verdict({"collection_has": {"collection": "docs",
+                                             "id": "${{ output.label }}"}}, OUT)
+    finally:
+        set_collection_backend(installed)
     assert result == Verdict(False, ["collection_has: no collection backend is installed (the "
                                      "ingest module provides it)"], error=True)
 
@@ -214,13 +222,16 @@ def test_collection_has_asks_the_installed_backend() -> None:
         asked.append(query)
         return Verdict(query.ids == ("cow",), [] if query.ids == ("cow",) else ["missing"])
 
+    from runner.checks.collection_has import collection_backend
+
+    installed = collection_backend()
     set_collection_backend(backend)
     try:
         raw = {"collection_has": {"collection": "docs", "id": "${{ output.label }}"}}
         assert verdict(raw, OUT).passed
         assert asked[0].collection == "docs" and asked[0].min_count == 1
     finally:
-        set_collection_backend(None)
+        set_collection_backend(installed)
 
 
 # -- composition -----------------------------------------------------------------------------------

@@ -36,6 +36,11 @@ def set_collection_backend(backend: CollectionBackend | None) -> None:
         _BACKEND.append(backend)
 
 
+def collection_backend() -> CollectionBackend | None:
+    """The installed backend, if any (so a caller can put it back after replacing it)."""
+    return _BACKEND[0] if _BACKEND else None
+
+
 class CollectionHasRule(Rule):
     kind = "collection_has"
     is_sync = False
