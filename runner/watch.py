@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fnmatch
 import hashlib
 import re
@@ -122,7 +123,10 @@ def _probe_args(plan: Plan, sid: str) -> dict[str, Any]:
         if ex.is_static(value):
             out[key] = value
             continue
-        # A value that needs an upstream output or the for_each item is unknown until run time.
+        # A value that needs an upstream output or the for_each item is unknown until run time;
+        # skipping it before evaluating keeps this cheap (evaluation compiles the expression).
+        if any(r.root != "params" for e in ex.iter_expressions(value) for r in e.refs):
+            continue
         with contextlib.suppress(Exception):
             out[key] = ex.evaluate_value(value, context)
     return out
@@ -270,11 +274,13 @@ class Watcher:
         self.reporter = reporter
         self.state_dir = state_dir_for(file, self.options.state_dir)
         self.plan: Plan | None = None
+        self._plan_watch: WatchSet | None = None
         self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}))
         self.hashes: dict[Path, str | None] = {}
         self.cycles = 0
         self.produced: list[str] = []
         self.awaiting = False
+        self.awaiting_run: str | None = None
         self.decisions: Any = None
         self._queue: asyncio.Queue[set[Path]] = asyncio.Queue()
         self._restart = asyncio.Event()
@@ -302,10 +308,12 @@ class Watcher:
         return changed
 
     def _decision_signature(self) -> Any:
+        """The awaiting run's decision rows: a decision changes a row's status."""
         assert self._state is not None
         try:
             return self._state.journal.query(
-                "SELECT COUNT(*) AS n, MAX(id) AS last FROM decisions")
+                "SELECT id, status, decision, decided_at FROM decisions WHERE run_id=? "
+                "ORDER BY id", (self.awaiting_run,))
         except sqlite3.Error:
             return None
 
@@ -331,10 +339,16 @@ class Watcher:
         if ws.directories() != old.directories():
             self._restart.set()
 
-    def _refresh_watch(self) -> None:
-        if self.plan is not None:
-            self._set_watch(watch_set_for(self.plan, self.state_dir, produced=self.produced,
-                                          journal=self.awaiting))
+    def _refresh_watch(self, *, recompiled: bool = False) -> None:
+        if self.plan is None:
+            return
+        if recompiled or self._plan_watch is None:
+            # Walking every step is the costly part: once per compile, not per cycle end.
+            self._plan_watch = watch_set_for(self.plan, self.state_dir)
+        base = self._plan_watch
+        outputs = base.excluded | {_norm(base.root / rel) for rel in self.produced}
+        self._set_watch(dataclasses.replace(base, files=base.files - outputs, excluded=outputs,
+                                            journal=self.awaiting))
 
     # -- the file watcher ----------------------------------------------------------------------
 
@@ -365,9 +379,9 @@ class Watcher:
     def _compile(self) -> Plan:
         return compile_pipeline(self.file, self.options.overrides)
 
-    async def _apply(self, number: int, changed: list[str], plan: Plan) -> Cycle:
+    async def _apply(self, number: int, changed: list[str], plan: Plan, started: float) -> Cycle:
+        """Run ``plan``; ``started`` (perf_counter) is when the cycle began, compile included."""
         assert self._state is not None
-        started = time.perf_counter()
         collector = _RanCollector()
         reporters: list[Reporter] = [collector]
         if self.reporter is not None:
@@ -378,7 +392,14 @@ class Watcher:
         run_id: str | None = None
         try:
             options.item = resolve_item(plan, None)
+            # Mirrors engine.apply.apply_plan, which cannot be awaited (it calls asyncio.run).
+            if any(s.uses == "image" for s in plan.steps.values()):
+                options.kind = "hero"
             with item_lock(self._state, plan, options.item):
+                waiting = [r for r in self._state.journal.active_runs(plan.name, options.item)
+                           if r["status"] == RunStatus.AWAITING_HUMAN.value]
+                if waiting:  # a run suspended at a human gate continues (same run id)
+                    options.resume_run_id = waiting[0]["id"]
                 interpreter = Interpreter(
                     plan, journal=self._state.journal, objects=self._state.objects,
                     state_dir=self._state.dir, options=options, reporter=FanOut(*reporters),
@@ -413,13 +434,15 @@ class Watcher:
             return None
         self.plan = plan
         self.awaiting = False
-        self._refresh_watch()
-        return asyncio.create_task(self._apply(number, changed, plan), name=f"cycle-{number}")
+        self._refresh_watch(recompiled=True)
+        cycle = self._apply(number, changed, plan, started)
+        return asyncio.create_task(cycle, name=f"cycle-{number}")
 
     def _finished(self, cycle: Cycle) -> None:
         if cycle.report is not None:
             self.produced = produced_files(cycle.report)
             self.awaiting = cycle.report.status is RunStatus.AWAITING_HUMAN
+            self.awaiting_run = cycle.report.run_id if self.awaiting else None
             if self.awaiting:
                 self.decisions = self._decision_signature()
             self._refresh_watch()

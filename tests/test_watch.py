@@ -302,3 +302,42 @@ def test_ctrl_c_during_a_run_exits_cleanly(watching: WatchProcess) -> None:
 
 def test_ctrl_c_when_idle_exits_zero(watching: WatchProcess) -> None:
     assert watching.interrupt() == 0
+
+
+GATED = """\
+runner: 1
+name: gated
+steps:
+  draft:
+    uses: shell
+    with: {run: "cat data/in.txt", inputs: [data/in.txt]}
+  review:
+    uses: human_gate
+    with: {summary: "Publish?", show: {draft: "${{ steps.draft.output.stdout }}"}}
+  publish:
+    uses: shell
+    needs: [review]
+    with: {run: "echo published"}
+"""
+
+
+def test_a_decision_resumes_a_run_awaiting_a_human(workspace: Path) -> None:
+    (workspace / "pipeline.yaml").write_text(GATED, encoding="utf-8")
+    w = WatchProcess(workspace)
+    try:
+        first = w.cycle()
+        assert first["run"]["status"] == "awaiting_human" and first["exit_code"] == 7
+        assert first["ran"] == ["draft"]
+        decided = subprocess.run(
+            [sys.executable, "-m", "runner", "decide", first["run"]["id"], "review", "approve",
+             "--state", ".runner", "--by", "tester"],
+            cwd=workspace, capture_output=True, text=True, timeout=30,
+        )
+        assert decided.returncode == 0, decided.stderr
+        second = w.cycle()
+        assert second["changed"] == [".runner/journal.db"]
+        assert second["run"]["id"] == first["run"]["id"]  # the suspended run continues
+        assert second["run"]["status"] == "completed" and "publish" in second["ran"]
+        w.quiet(1.0)  # its own journal writes do not start another cycle
+    finally:
+        w.close()
