@@ -1,0 +1,285 @@
+"""Benchmark: whole-process wall time of runner against GNU make (and doit, when installed).
+
+Shapes, each of N steps:
+  chain    N `shell` steps, each `cat previous [mid] > out`; the middle one also reads src/mid.txt
+  fan      one root, N-2 leaves reading the root (the second half also reads src/mid.txt), a join
+  hash     (runner only) N in-process `hash` steps in a chain after two `read` steps
+
+Scenarios, run in this order in a fresh directory per tool and shape:
+  cold     first apply / make
+  noop     again, nothing changed
+  source   src/in.txt edited: everything re-runs
+  mid      src/mid.txt edited: half re-runs
+  validate `runner validate` (and, separately, validate of 10,000 hash steps)
+
+Every number is one subprocess's wall time (time.perf_counter around subprocess.run), so it
+includes interpreter start-up. Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`).
+
+Run: /work/venv/bin/python bench/bench_core.py [--n 1000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MAKE = "/usr/bin/make"
+JOBS = 2
+
+
+@dataclass
+class Row:
+    shape: str
+    scenario: str
+    tool: str
+    seconds: float
+    ran: int | None = None
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - began
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
+    return elapsed, proc
+
+
+# -- shapes -------------------------------------------------------------------------------------
+
+
+def _sources(root: Path) -> None:
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / "src" / "in.txt").write_text("source 0\n")
+    (root / "src" / "mid.txt").write_text("middle 0\n")
+    (root / "out").mkdir(exist_ok=True)
+
+
+def _runner_step(sid: str, run: str, inputs: list[str], output: str, needs: list[str]) -> str:
+    text = (f"  {sid}:\n    uses: shell\n    with:\n      run: {json.dumps(run)}\n"
+            f"      inputs: {json.dumps(inputs)}\n      outputs: [{output}]\n")
+    if needs:
+        text += f"    needs: {json.dumps(needs)}\n"
+    return text
+
+
+def write_chain(root: Path, n: int) -> None:
+    _sources(root)
+    mid = n // 2
+    steps, rules = [], [f"all: out/{n - 1:05d}.txt\n"]
+    for i in range(n):
+        out = f"out/{i:05d}.txt"
+        ins = ["src/in.txt"] if i == 0 else [f"out/{i - 1:05d}.txt"]
+        if i == mid:
+            ins.append("src/mid.txt")
+        run = f"cat {' '.join(ins)} > {out}"
+        steps.append(_runner_step(f"s{i:05d}", run, ins, out, [f"s{i - 1:05d}"] if i else []))
+        rules.append(f"{out}: {' '.join(ins)}\n\t@{run}\n")
+    (root / "pipeline.yaml").write_text("runner: 1\nname: chain\nsteps:\n" + "".join(steps))
+    (root / "Makefile").write_text("".join(rules))
+    _write_dodo(root, [(f"s{i:05d}", r) for i, r in enumerate(rules[1:])])
+
+
+def write_fan(root: Path, n: int) -> None:
+    _sources(root)
+    leaves = n - 2
+    half = leaves // 2
+    steps = [_runner_step("root", "cat src/in.txt > out/root.txt", ["src/in.txt"],
+                          "out/root.txt", [])]
+    rules = ["all: out/join.txt\n", "out/root.txt: src/in.txt\n\t@cat src/in.txt > $@\n"]
+    outs = []
+    for i in range(leaves):
+        out = f"out/l{i:05d}.txt"
+        outs.append(out)
+        ins = ["out/root.txt"] + (["src/mid.txt"] if i >= half else [])
+        run = f"cat {' '.join(ins)} > {out}"
+        steps.append(_runner_step(f"l{i:05d}", run, ins, out, ["root"]))
+        rules.append(f"{out}: {' '.join(ins)}\n\t@{run}\n")
+    join = "cat out/l*.txt > out/join.txt"
+    steps.append(_runner_step("join", join, outs, "out/join.txt",
+                              [f"l{i:05d}" for i in range(leaves)]))
+    rules.append(f"out/join.txt: {' '.join(outs)}\n\t@{join}\n")
+    (root / "pipeline.yaml").write_text("runner: 1\nname: fan\nsteps:\n" + "".join(steps))
+    (root / "Makefile").write_text("".join(rules))
+    _write_dodo(root, [(f"t{i}", r) for i, r in enumerate(rules[1:])])
+
+
+def hash_pipeline(n: int, name: str = "hashes") -> str:
+    mid = n // 2
+    lines = [f"runner: 1\nname: {name}\nsteps:\n",
+             "  src: {uses: read, with: {path: src/in.txt}}\n",
+             "  mid: {uses: read, with: {path: src/mid.txt}}\n"]
+    for i in range(n):
+        prev = "steps.src.output.text" if i == 0 else f"steps.h{i - 1:05d}.output.short"
+        value = f'"${{{{ {prev} }}}}"'
+        if i == mid:
+            value = f'["${{{{ {prev} }}}}", "${{{{ steps.mid.output.text }}}}"]'
+        lines.append(f"  h{i:05d}: {{uses: hash, with: {{value: {value}}}}}\n")
+    return "".join(lines)
+
+
+def write_hash(root: Path, n: int) -> None:
+    _sources(root)
+    (root / "pipeline.yaml").write_text(hash_pipeline(n))
+
+
+def _write_dodo(root: Path, rules: list[tuple[str, str]]) -> None:
+    """The same rules as doit tasks (file_dep/targets; doit checks content by md5)."""
+    tasks = []
+    for name, rule in rules:
+        head, recipe = rule.split("\n\t@", 1)
+        target, deps = head.split(": ", 1)
+        tasks.append({"name": name, "file_dep": deps.split(), "targets": [target],
+                      "actions": [recipe.strip()]})
+    (root / "dodo.py").write_text(
+        "import json\n"
+        f"TASKS = json.loads({json.dumps(json.dumps(tasks))})\n\n"
+        "def task_build():\n"
+        "    for t in TASKS:\n"
+        "        yield dict(t)\n"
+    )
+
+
+SHAPES: dict[str, Callable[[Path, int], None]] = {
+    "chain": write_chain, "fan": write_fan, "hash": write_hash,
+}
+
+
+# -- tools --------------------------------------------------------------------------------------
+
+
+def runner_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner", *args]
+
+
+def run_runner(root: Path) -> tuple[float, int]:
+    seconds, proc = timed(runner_cmd("apply", "pipeline.yaml", "--json", "--quiet",
+                                     "--jobs", str(JOBS)), root)
+    return seconds, int(json.loads(proc.stdout)["summary"]["ran"])
+
+
+def run_make(root: Path) -> tuple[float, int | None]:
+    seconds, _ = timed([MAKE, f"-j{JOBS}", "-s"], root)
+    return seconds, None
+
+
+def doit_cmd() -> list[str] | None:
+    exe = shutil.which("doit")
+    if exe:
+        return [exe]
+    if importlib.util.find_spec("doit") is not None:
+        return [sys.executable, "-m", "doit"]
+    return None
+
+
+def run_doit(root: Path) -> tuple[float, int | None]:
+    cmd = doit_cmd()
+    assert cmd is not None
+    seconds, _ = timed([*cmd, "-n", str(JOBS), "--db-file", ".doit.db"], root)
+    return seconds, None
+
+
+def edit(root: Path, rel: str, n: int) -> None:
+    (root / rel).write_text(f"{rel} edit {n}\n")
+
+
+def scenarios(shape: str, tool: str, run: Callable[[Path], tuple[float, int | None]],
+              n: int, base: Path) -> list[Row]:
+    root = base / f"{shape}-{tool}"
+    root.mkdir()
+    SHAPES[shape](root, n)
+    rows: list[Row] = []
+    for scenario, before in (("cold", None), ("noop", None), ("source", "src/in.txt"),
+                             ("mid", "src/mid.txt")):
+        if before:
+            edit(root, before, len(rows))
+        seconds, ran = run(root)
+        rows.append(Row(shape, scenario, tool, seconds, ran))
+    if tool == "runner":
+        seconds, _ = timed(runner_cmd("validate", "pipeline.yaml"), root)
+        rows.append(Row(shape, "validate", tool, seconds))
+    return rows
+
+
+def validate_big(base: Path, n: int = 10_000) -> Row:
+    root = base / "validate-big"
+    root.mkdir()
+    _sources(root)
+    (root / "pipeline.yaml").write_text(hash_pipeline(n, "big"))
+    seconds, _ = timed(runner_cmd("validate", "pipeline.yaml"), root)
+    return Row(f"hash x{n}", "validate", "runner", seconds)
+
+
+def table(rows: list[Row], tools: list[str]) -> str:
+    keyed = {(r.shape, r.scenario, r.tool): r for r in rows}
+    head = f"{'shape':<12}{'scenario':<10}" + "".join(f"{t + ' s':>12}" for t in tools)
+    head += f"{'ran':>7}" + "".join(f"{'runner/' + t:>14}" for t in tools if t != "runner")
+    lines = [head, "-" * len(head)]
+    seen = []
+    for r in rows:
+        if (r.shape, r.scenario) in seen:
+            continue
+        seen.append((r.shape, r.scenario))
+        cells, ratio = "", ""
+        mine = keyed.get((r.shape, r.scenario, "runner"))
+        for t in tools:
+            other = keyed.get((r.shape, r.scenario, t))
+            cells += f"{other.seconds:>12.3f}" if other else f"{'-':>12}"
+            if t != "runner":
+                if other is not None and mine is not None and other.seconds > 0:
+                    ratio += f"{mine.seconds / other.seconds:>13.1f}x"
+                else:
+                    ratio += f"{'-':>14}"
+        ran = mine.ran if mine and mine.ran is not None else "-"
+        lines.append(f"{r.shape:<12}{r.scenario:<10}{cells}{ran!s:>7}{ratio}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=1000, help="steps per shape (default 1000)")
+    parser.add_argument("--quick", action="store_true", help="N=100 and a 1,000-step validate")
+    args = parser.parse_args()
+    n = 100 if args.quick else args.n
+    tools = ["runner", "make"]
+    runs: dict[str, Callable[[Path], tuple[float, int | None]]] = {
+        "runner": run_runner, "make": run_make,
+    }
+    notes = []
+    if doit_cmd() is not None:
+        tools.append("doit")
+        runs["doit"] = run_doit
+    else:
+        notes.append("doit: not installed (neither on PATH nor importable); column skipped")
+    if not os.access(MAKE, os.X_OK):
+        tools.remove("make")
+        notes.append(f"make: {MAKE} not found; column skipped")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
+        base = Path(tmp)
+        for shape in ("chain", "fan", "hash"):
+            for tool in tools:
+                if shape == "hash" and tool != "runner":
+                    continue  # in-process steps have no make/doit equivalent
+                rows.extend(scenarios(shape, tool, runs[tool], n, base))
+                print(f"  done {shape} with {tool}", file=sys.stderr)
+        rows.append(validate_big(base, 1000 if args.quick else 10_000))
+    print(f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
+          f"python {sys.version.split()[0]}")
+    print(table(rows, tools))
+    for note in notes:
+        print("note:", note)
+
+
+if __name__ == "__main__":
+    main()
