@@ -26,7 +26,7 @@ from .steps.registry import StepRegistry, default_registry
 if TYPE_CHECKING:
     import networkx as nx
 
-    from .rules import Rule
+    from .rules import Rule, RuleBook
 
 EXPRESSION_ROOTS = ("params", "steps", "run", "feedback", "attempt", "item", "index")
 
@@ -82,6 +82,7 @@ class Plan:
     limits: Limits
     patterns: dict[str, str]
     item: ex.Compiled = None
+    rulebook: RuleBook | None = None
 
     @property
     def file(self) -> Path:
@@ -182,12 +183,17 @@ def compile_document(
                 where=doc.where("patterns", pname),
             ) from None
 
+    rulebook = None
+    if patterns or named_rules or any("when" in r or "check" in r for r in steps_raw.values()):
+        from .rules import RuleBook
+
+        rulebook = RuleBook(lambda p: doc.where(*p), patterns, named_rules, root)
     compiled: dict[str, CompiledStep] = {}
     for sid, raw in steps_raw.items():
         compiled[sid] = _compile_step(
             doc, sid, raw, registry=registry, root=root, phases=phases, defaults=defaults,
             patterns=patterns, named_rules=named_rules, declared_params=declared_params,
-            step_ids=step_ids,
+            step_ids=step_ids, rulebook=rulebook,
         )
 
     order = _order(doc, compiled)
@@ -207,7 +213,7 @@ def compile_document(
     enforce(root)
     return Plan(
         doc=doc, name=data["name"], root=root, params=params, steps=compiled, order=order,
-        phases=phases, limits=limits, patterns=patterns, item=item,
+        phases=phases, limits=limits, patterns=patterns, item=item, rulebook=rulebook,
     )
 
 
@@ -224,6 +230,7 @@ def _compile_step(
     named_rules: dict[str, Any],
     declared_params: set[str],
     step_ids: set[str],
+    rulebook: RuleBook | None,
 ) -> CompiledStep:
     where = doc.where("steps", sid, key=True)
     uses = raw["uses"]
@@ -268,7 +275,7 @@ def _compile_step(
     when = None
     checks: list[Rule] = []
     if "when" in raw or "check" in raw:
-        from .rules import compile_rule
+        assert rulebook is not None
 
         def rule_refs(rule: Rule, base: tuple[Any, ...]) -> set[str]:
             found: set[str] = set()
@@ -289,26 +296,20 @@ def _compile_step(
                     found.add(r.attr)
             return found
 
-        if "when" in raw:
-            when = compile_rule(
-                raw["when"], where_of=lambda p: doc.where("steps", sid, "when", *p),
-                patterns=patterns, named=named_rules, root=root,
-            )
+        try:
+            compiled_rules = rulebook.add_step(sid, when=raw.get("when"), check=raw.get("check"))
+        except InvalidPipeline as exc:
+            if exc.step is None and exc.where is not None:
+                exc.step = sid
+            raise
+        when = compiled_rules.when
+        if when is not None:
             refs |= rule_refs(when, ("when",))
         check_raw = raw.get("check")
-        if check_raw is not None:
-            items = check_raw if isinstance(check_raw, list) else [check_raw]
-            for i, item in enumerate(items):
-                path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
-
-                def located(p: tuple[Any, ...], path: tuple[Any, ...] = path) -> Location:
-                    return doc.where("steps", sid, *path, *p)
-
-                rule = compile_rule(
-                    item, where_of=located, patterns=patterns, named=named_rules, root=root,
-                )
-                refs |= rule_refs(rule, path)
-                checks.append(rule)
+        for i, rule in enumerate(compiled_rules.checks):
+            path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
+            refs |= rule_refs(rule, path)
+            checks.append(rule)
     if step_type.requires_check and not checks:
         raise InvalidPipeline(
             f"a '{uses}' step needs a `check:` (its output is model text; say what makes it right)",

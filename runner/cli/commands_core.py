@@ -335,3 +335,31 @@ def init(directory: Path, as_json: bool) -> None:
     for c in created:
         click.echo(f"created {c}")
     click.echo(f"next: cd {directory} && runner apply pipeline.yaml")
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--strict", is_flag=True, help="Exit 2 when there is any warning.")
+@json_option
+def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> None:
+    """Validate a pipeline and lint its rules: unused patterns and named rules, comparisons that
+    can never be true for a param's declared type, a `when` reading a conditionally skipped step.
+
+    Example: runner check pipelines/report.yaml --strict
+    """
+    from ..compiler import compile_pipeline
+
+    plan = compile_pipeline(file, parse_params(params))
+    decls = plan.doc.data.get("params") or {}
+    warnings = plan.rulebook.lint({k: v["type"] for k, v in decls.items()}) if plan.rulebook else []
+    code = 2 if strict and warnings else 0
+    if as_json:
+        emit_json({"pipeline": plan.name, "warnings": [
+            {"code": w.code, "message": w.message, "where": str(w.where) if w.where else None}
+            for w in warnings], "exit_code": code})
+    else:
+        for w in warnings:
+            click.echo(f"warning: {w} [{w.code}]")
+        click.echo(f"{file}: {len(warnings)} warning(s)")
+    sys.exit(code)
