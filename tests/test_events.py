@@ -63,7 +63,7 @@ def test_stream_order_and_progress_match(project: Project) -> None:
     assert types[0] == "RunStarted" and types[-1] == "RunFinished"
     assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
     assert types.index("PhaseEntered") < types.index("StepStarted")
-    assert [e["phase"] for e in events if e["type"] == "PhaseEntered"][0] == "one"
+    assert next(e["phase"] for e in events if e["type"] == "PhaseEntered") == "one"
     run = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json["run"]
     phase_of = {"a": "one", "b": "one", "c": "two", "d": "three", "e": "three"}
     assert run["progress"] == _progress_from(events, phase_of)

@@ -15,7 +15,9 @@ GATED = """\
         uses: shell
         phase: make
         with:
-          run: "mkdir -p out && echo 'draft ${{ feedback | join(\\",\\") }}' > out/draft.txt && cat out/draft.txt"
+          run: >-
+            mkdir -p out && echo 'draft ${{ feedback | join(",") }}' > out/draft.txt
+            && cat out/draft.txt
           outputs: [out/draft.txt]
       other:
         uses: shell
@@ -132,7 +134,8 @@ def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(
     assert done["_exit"] == 0
     assert statuses(done) == {"draft": "cached", "other": "cached", "review": "ran",
                               "publish": "ran"}
-    assert (project.root / "published/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+    published = (project.root / "published/draft.txt").read_text()
+    assert published == "draft reviewer feedback: shorter\n"
 
 
 def test_decision_errors(project: Project) -> None:

@@ -85,10 +85,12 @@ def item_lock(state: State, plan: Plan, item: str | None) -> Iterator[None]:
         ident = f" (run {running[0]['id']})" if running else ""
         what = f"pipeline '{plan.name}'" + (f" for item '{item}'" if item else "")
         raise Busy(f"another apply of {what} is running{ident}",
-                   hint="wait for it to finish, or cancel it with: runner runs cancel RUN") from None
+                   hint="wait for it to finish, or cancel it with: runner runs cancel RUN",
+                   ) from None
     try:
         # Runs still marked running while we hold the lock belong to processes that died.
-        stale = [r["id"] for r in state.journal.active_runs(plan.name, item) if r["status"] == "running"]
+        stale = [r["id"] for r in state.journal.active_runs(plan.name, item)
+                 if r["status"] == "running"]
         if stale:
             state.journal.mark_interrupted(stale)
         yield
@@ -223,13 +225,15 @@ def _explain_one(interp: Interpreter, plan: Plan, sid: str, cached: Any,
     if last is None:
         return False, ["never ran"]
     if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
-        return False, [f"last attempt {last['status']}" + (f": {last['error']}" if last["error"] else "")]
+        error = f": {last['error']}" if last["error"] else ""
+        return False, [f"last attempt {last['status']}{error}"]
     old_parts = loads(last.get("key_parts"))
     changes = changed_parts(old_parts, parts.summary())
     return False, changes or ["input changed"]
 
 
-def _explain_for_each(interp: Interpreter, plan: Plan, sid: str, cached: Any) -> tuple[bool, list[str]]:
+def _explain_for_each(interp: Interpreter, plan: Plan, sid: str,
+                      cached: Any) -> tuple[bool, list[str]]:
     from .. import expr as ex
 
     step = plan.steps[sid]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
-from ..canonical import digest
+from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerError, StepFailure
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
@@ -346,7 +346,8 @@ class Interpreter:
         self.emit(EventType.RUN_FINISHED, status=status.value, exit_code=exit_code,
                   duration_s=round(time.time() - started, 6), reason=reason)
         self.flush_events()
-        return RunReport(self.run_id, self.plan.name, status, self.options.item, steps, exit_code, reason)
+        return RunReport(self.run_id, self.plan.name, status, self.options.item, steps,
+                         exit_code, reason)
 
     async def _run_all(self) -> None:
         plan = self.plan
@@ -427,7 +428,8 @@ class Interpreter:
                 return f"rejected at '{d}'"
             if o.status is StepStatus.SKIPPED and step.on_skipped != "run":
                 return f"upstream '{d}' was skipped"
-            if o.status is StepStatus.PARTIAL and (step.needs_complete or step.on_partial != "continue"):
+            if o.status is StepStatus.PARTIAL and (
+                    step.needs_complete or step.on_partial != "continue"):
                 return f"upstream '{d}' is partial"
         return None
 
@@ -448,9 +450,11 @@ class Interpreter:
             if step.when is not None:
                 verdict = await step.when.evaluate(self._context(), root=self.plan.root)
                 if not verdict.passed:
-                    reason = "when: " + "; ".join(verdict.reasons) if verdict.reasons else "when is false"
+                    reason = ("when: " + "; ".join(verdict.reasons) if verdict.reasons
+                              else "when is false")
                     self.emit(EventType.STEP_SKIPPED, step.id, reason=reason)
-                    return self._record_outcome(StepOutcome(step.id, StepStatus.SKIPPED, reason=reason))
+                    return self._record_outcome(
+                        StepOutcome(step.id, StepStatus.SKIPPED, reason=reason))
             if getattr(step.type, "is_gate", False):
                 outcome = await self._gate(step)
             elif step.for_each is not None:
@@ -472,7 +476,8 @@ class Interpreter:
         # A decision is about this item and these upstream results, not only the text shown.
         upstream = {d: self.outcomes[d].key or [e.key for e in self.outcomes[d].elements or []]
                     for d in step.deps}
-        key = digest({"args": parts.key(), "item": self.options.item, "upstream": upstream})
+        key = canonical_digest({"args": parts.key(), "item": self.options.item,
+                                "upstream": upstream})
         hit = self.cached.get((step.id, key))
         if (hit is not None and hit.status == "completed" and step.cache is CachePolicy.USE
                 and step.id not in self.options.force and self._usable(hit)):
@@ -582,7 +587,8 @@ class Interpreter:
             check_failure=bool(failed) and all(e.check_failure for e in failed),
         )
 
-    def _resolve(self, step: CompiledStep, extra: dict[str, Any]) -> tuple[dict[str, Any], KeyParts]:
+    def _resolve(self, step: CompiledStep,
+                 extra: dict[str, Any]) -> tuple[dict[str, Any], KeyParts]:
         review = self.reviews.get(step.id)
         if review is not None:
             extra = {"feedback": list(review["feedback"]), "review": review, **extra}
@@ -701,7 +707,8 @@ class Interpreter:
             retryable = False
             try:
                 coro = step.type.run(ctx, args)
-                result: StepResult = await (asyncio.wait_for(coro, step.timeout) if step.timeout else coro)
+                result: StepResult = await (
+                    asyncio.wait_for(coro, step.timeout) if step.timeout else coro)
             except TimeoutError:
                 reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
             except StepFailure as exc:
@@ -710,7 +717,8 @@ class Interpreter:
                 reason, retryable, check_failure = exc.reason, exc.retryable, exc.check
                 failed_output = exc.output
             except ProviderError as exc:
-                reason, retryable, check_failure = f"{exc.kind} provider error: {exc.message}", exc.transient, False
+                reason = f"{exc.kind} provider error: {exc.message}"
+                retryable, check_failure = exc.transient, False
             except InvalidPipeline as exc:
                 reason, retryable, check_failure = str(exc), False, False
             except RunnerError as exc:
@@ -731,9 +739,10 @@ class Interpreter:
                 retryable, check_failure = True, True
                 feedback = review_feedback + failed_checks
             if attempt < max_attempts and retryable:
-                delay = 0.0 if check_failure else min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-                self.emit(EventType.STEP_RETRYING, step.id, index, attempt=attempt + 1, reason=reason,
-                          delay_s=round(delay, 3))
+                delay = 0.0 if check_failure else (
+                    min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+                self.emit(EventType.STEP_RETRYING, step.id, index, attempt=attempt + 1,
+                          reason=reason, delay_s=round(delay, 3))
                 if not check_failure:
                     feedback = [*review_feedback, reason]
                 if delay:
@@ -747,8 +756,8 @@ class Interpreter:
         )
         self.emit(EventType.STEP_FAILED, step.id, index, reason=reason, attempts=attempt,
                   check=check_failure)
-        return ElementOutcome(el_index, StepStatus.FAILED, key, failed_output, reason, check_failure,
-                              time.perf_counter() - t0)
+        return ElementOutcome(el_index, StepStatus.FAILED, key, failed_output, reason,
+                              check_failure, time.perf_counter() - t0)
 
     def _logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
         def log(line: str) -> None:
@@ -778,21 +787,24 @@ class Interpreter:
             try:
                 sizes[d] = self.objects.path(d).stat().st_size
             except FileNotFoundError:
-                raise StepFailure(f"step type '{step.uses}' referenced object {d[:12]} it never stored") from None
+                raise StepFailure(f"step type '{step.uses}' referenced object {d[:12]} "
+                                  "it never stored") from None
         self.journal.record_artifacts(sizes)
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
         self.journal.finish_execution(
             exec_id, status=status, finished_at=time.time(), attempts=attempt,
             duration_s=duration, output=dumps(result.output), artifacts=dumps(sorted(digests)),
-            files=dumps(result.files), report=dumps(result.report) if result.report is not None else None,
+            files=dumps(result.files),
+            report=dumps(result.report) if result.report is not None else None,
             usage=dumps(result.usage) if result.usage else None,
         )
         if result.usage:
             self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
             budget = self.options.token_budget or self.plan.limits.token_budget
             if budget is not None and self.tokens_used > budget:
-                self.abort_reason = f"limit token_budget of {budget} reached ({self.tokens_used} tokens used)"
+                self.abort_reason = (f"limit token_budget of {budget} reached "
+                                     f"({self.tokens_used} tokens used)")
         if result.status is ResultStatus.PARTIAL:
             self.emit(EventType.STEP_FAILED, step.id, index, partial=True, report=result.report,
                       reason="partial")
@@ -823,7 +835,8 @@ def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunS
     all_checks = all(s.check_failure for s in failed) and all(
         s.check_failure or not s.elements or all(
             e.check_failure for e in s.elements if e.status is StepStatus.FAILED) for s in partial
-    ) and bool(failed or any(e.status is StepStatus.FAILED for s in partial for e in (s.elements or [])))
+    ) and bool(failed or any(
+        e.status is StepStatus.FAILED for s in partial for e in (s.elements or [])))
     if failed and not succeeded:
         return RunStatus.FAILED, 5 if all_checks else 4
     return RunStatus.PARTIAL, 5 if all_checks else 6
