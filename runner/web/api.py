@@ -1,0 +1,191 @@
+"""The JSON API under /api/: each endpoint parses, calls one service function, returns JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import NotFound, UsageError
+from . import adapters, service
+from .openapi import openapi_document
+from .security import Guard
+from .sse import event_stream
+
+MAX_BODY = 1 << 20
+
+
+@dataclass
+class Settings:
+    """What every request needs, kept on ``app.state.runner``."""
+
+    state_dir: Path
+    guard: Guard
+    jobs: adapters.Jobs
+    cwd: Path
+
+
+def settings(request: Request) -> Settings:
+    value: Settings = request.app.state.runner
+    return value
+
+
+async def in_state(request: Request, fn: Callable[..., Any], *args: Any,
+                    readonly: bool = True) -> Any:
+    """Run ``fn(state, *args)`` in a worker thread with the state directory opened."""
+    cfg = settings(request)
+
+    def call() -> Any:
+        with service.opened(cfg.state_dir, readonly=readonly) as state:
+            return fn(state, *args)
+
+    return await run_in_threadpool(call)
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "").lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise UsageError(f"query parameter '{name}' must be true or false")
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"query parameter '{name}' must be an integer") from None
+    if not low <= value <= high:
+        raise UsageError(f"query parameter '{name}' must be from {low} to {high}")
+    return value
+
+
+def _text(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value or None
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise UsageError("request body is too large")
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise UsageError("request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise UsageError("request body must be a JSON object")
+    return value
+
+
+async def list_runs(request: Request) -> Response:
+    doc = await in_state(
+        request, lambda s: service.list_runs(
+            s, pipeline=_text(request, "pipeline"), status=_text(request, "status"),
+            item=_text(request, "item"), awaiting=_flag(request, "awaiting"),
+            limit=_int(request, "limit", 50, 1, 1000)))
+    return JSONResponse(doc)
+
+
+async def show_run(request: Request) -> Response:
+    run_id = request.path_params["run_id"]
+    return JSONResponse(await in_state(request, service.run_document, run_id))
+
+
+async def run_events(request: Request) -> Response:
+    after = _int(request, "after", 0, 0, 2**62)
+    last_id = request.headers.get("last-event-id", "")
+    if last_id.isdigit():
+        after = max(after, int(last_id))
+    run_id = request.path_params["run_id"]
+    accept = request.headers.get("accept", "")
+    wants_stream = _flag(request, "stream") or "text/event-stream" in accept
+    if not wants_stream:
+        return JSONResponse(await in_state(request, service.events, run_id, after))
+    exact = await in_state(request, lambda s: s.journal.get_run(run_id)["id"])
+    cfg = settings(request)
+    return StreamingResponse(event_stream(cfg.state_dir, exact, after, cfg.jobs),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def steps(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(service.step_types))
+
+
+async def providers(request: Request) -> Response:
+    return JSONResponse(await run_in_threadpool(service.providers))
+
+
+async def image(request: Request) -> Response:
+    digest = request.path_params["digest"]
+    path = await in_state(request, service.image_object, digest)
+    if path is None:
+        raise NotFound(f"no image '{digest[:64]}' in the store")
+    from ..thumbs.hooks import sniff_ext
+
+    ext = sniff_ext(path)
+    media = {"jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp"}
+    return FileResponse(path, media_type=media.get(ext, "application/octet-stream"),
+                        headers={"Cache-Control": "private, max-age=31536000, immutable"})
+
+
+async def pick(request: Request) -> Response:
+    body = await _body(request)
+    doc = await in_state(request, service.pick, request.path_params["run_id"], body)
+    return JSONResponse(doc)
+
+
+async def export(request: Request) -> Response:
+    body = await _body(request)
+    cwd = settings(request).cwd
+    doc = await in_state(request, lambda s: adapters.export(
+        s, request.path_params["run_id"], body, cwd=cwd))
+    return JSONResponse(doc)
+
+
+async def iterate(request: Request) -> Response:
+    body = await _body(request)
+    cfg = settings(request)
+    doc = await in_state(request, lambda s: adapters.iterate(
+        cfg.state_dir, s, request.path_params["run_id"], body, cfg.jobs))
+    return JSONResponse(doc, status_code=202 if doc.get("status") == "running" else 200)
+
+
+async def decide(request: Request) -> Response:
+    body = await _body(request)
+    doc = await in_state(request, service.decide, request.path_params["run_id"],
+                          request.path_params["gate"], body, readonly=False)
+    return JSONResponse(doc)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
+
+
+ROUTES = [
+    Route("/api/openapi.json", openapi),
+    Route("/api/runs", list_runs),
+    Route("/api/runs/{run_id}", show_run),
+    Route("/api/runs/{run_id}/events", run_events),
+    Route("/api/runs/{run_id}/pick", pick, methods=["POST"]),
+    Route("/api/runs/{run_id}/export", export, methods=["POST"]),
+    Route("/api/runs/{run_id}/iterate", iterate, methods=["POST"]),
+    Route("/api/runs/{run_id}/gates/{gate}/decide", decide, methods=["POST"]),
+    Route("/api/steps", steps),
+    Route("/api/providers", providers),
+    Route("/api/objects/{digest}", image),
+]
