@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runner.web.app import create_app
 
@@ -368,3 +370,82 @@ def test_pages_render(site: Site, client: TestClient) -> None:
     css = client.get("/static/app.css")
     assert css.status_code == 200 and "tile" in css.text
     assert client.get("/static/app.js").status_code == 200
+
+
+# -- no request makes the server fail ------------------------------------------------------------
+
+JUNK = st.text(max_size=12)
+SAFE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=10)
+
+
+def _value(schema: dict[str, Any], name: str) -> st.SearchStrategy[Any]:
+    """A value for one schema: mostly of the declared type, sometimes of another."""
+    if name == "to":  # a folder the server will create: keep it inside its working directory
+        return SAFE
+    types = schema.get("type", "string")
+    types = types if isinstance(types, list) else [types]
+    options: list[st.SearchStrategy[Any]] = []
+    for t in types:
+        if t == "string":
+            options.append(st.sampled_from(schema["enum"]) if "enum" in schema else JUNK)
+        elif t == "integer":
+            options.append(st.integers(-3, 40))
+        elif t == "boolean":
+            options.append(st.booleans())
+        elif t == "object":
+            options.append(st.dictionaries(SAFE, JUNK | st.integers(), max_size=3))
+    options.append(st.none() | st.integers() | st.lists(st.integers(), max_size=2))
+    return st.one_of(*options)
+
+
+def _body(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    props = {k: _value(v, k) for k, v in schema["properties"].items() if k != "wait"}
+    shaped = st.fixed_dictionaries({}, optional=props)
+    return st.one_of(shaped, shaped, shaped, JUNK, st.lists(st.integers(), max_size=2))
+
+
+@st.composite
+def api_request(draw: st.DrawFn, spec: dict[str, Any], site: Site
+                ) -> tuple[str, str, dict[str, str], Any]:
+    from urllib.parse import quote
+
+    path = draw(st.sampled_from(sorted(spec["paths"])))
+    method = draw(st.sampled_from(sorted(spec["paths"][path])))
+    op = spec["paths"][path][method]
+    known = {"run_id": [site.hero, site.gated, site.hero[:8], "nope-nope"],
+             "gate": ["review", "nope"], "digest": ["0" * 64, "g" * 64]}
+    query: dict[str, str] = {}
+    for p in op.get("parameters", []):
+        if p["in"] == "path":
+            value = draw(st.sampled_from(known[p["name"]]) | JUNK.filter(bool))
+            path = path.replace("{" + p["name"] + "}", quote(value, safe=""))
+        elif p["in"] == "query" and draw(st.booleans()):
+            query[p["name"]] = str(draw(_value(p["schema"], p["name"]) | JUNK))
+    body = None
+    if "requestBody" in op:
+        body = draw(_body(op["requestBody"]["content"]["application/json"]["schema"]))
+    return method.upper(), path, query, body
+
+
+def test_no_request_from_the_openapi_paths_fails_the_server(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    site = build_site(tmp_path_factory.mktemp("fuzz"))
+    with site.client() as client:
+        spec = client.get("/api/openapi.json").json()
+        seen: set[int] = set()
+
+        @settings(max_examples=300, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow])
+        @given(req=api_request(spec, site))
+        def check(req: tuple[str, str, dict[str, str], Any]) -> None:
+            method, path, query, body = req
+            headers = {**AUTH, "Origin": ORIGIN, "Accept": "application/json"}
+            res = client.request(method, path, params=query, json=body, headers=headers)
+            seen.add(res.status_code)
+            assert res.status_code < 500, (method, path, query, body, res.text)
+            if res.status_code >= 400:
+                err = res.json()
+                assert err["error"]["message"] and err["exit_code"] in (1, 2, 3), err
+
+        check()
+    assert 200 in seen and 404 in seen and 400 in seen

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine.apply import State
 from ..errors import RunnerError, UsageError
-from .service import body_bool, body_object, body_str
+from .service import body_bool, body_object, body_str, pipeline_file
 
 
 def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> dict[str, Any]:
@@ -122,6 +122,8 @@ def iterate(state_dir: Path, state: State, run_id: str, body: Mapping[str, Any],
     run = state.journal.get_run(run_id)
     ident = run["id"] if which is None else _iteration_ident(state, run, which)
     parent, it = find_source(state.journal, ident, from_picked=body_bool(body, "from_picked"))
+    # The journal keeps the file as `apply` was given it (maybe relative to another cwd).
+    parent = {**parent, "pipeline_file": str(pipeline_file(state, parent))}
     plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=variables)
     options = ApplyOptions(kind="iterate", parent_run_id=parent["id"], item=parent["item"],
                            reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
