@@ -28,9 +28,9 @@ from typing import Any
 
 from . import expr as ex
 from .compiler import Plan, compile_pipeline
-from .engine.apply import State, _LazyProviders, item_lock, resolve_item, state_dir_for
+from .engine.apply import State, apply_plan_async, state_dir_for
 from .engine.events import Event, EventType, FanOut, Reporter
-from .engine.interpreter import ApplyOptions, Interpreter, RunReport, RunStatus, StepStatus
+from .engine.interpreter import ApplyOptions, RunReport, RunStatus, StepStatus
 from .errors import RunnerError
 
 # Editor droppings: vim backups (file~), swap files (.file.swp/.swo/...), vim's write test file
@@ -389,24 +389,14 @@ class Watcher:
         options = ApplyOptions()
         if self.options.jobs:
             options.jobs = self.options.jobs
+        run_ids: list[str] = []
         run_id: str | None = None
         try:
-            options.item = resolve_item(plan, None)
-            # Mirrors engine.apply.apply_plan, which cannot be awaited (it calls asyncio.run).
-            if any(s.uses == "image" for s in plan.steps.values()):
-                options.kind = "hero"
-            with item_lock(self._state, plan, options.item):
-                waiting = [r for r in self._state.journal.active_runs(plan.name, options.item)
-                           if r["status"] == RunStatus.AWAITING_HUMAN.value]
-                if waiting:  # a run suspended at a human gate continues (same run id)
-                    options.resume_run_id = waiting[0]["id"]
-                interpreter = Interpreter(
-                    plan, journal=self._state.journal, objects=self._state.objects,
-                    state_dir=self._state.dir, options=options, reporter=FanOut(*reporters),
-                    providers=_LazyProviders(plan.root),
-                )
-                run_id = interpreter.run_id
-                report = await interpreter.apply()
+            try:
+                report = await apply_plan_async(plan, self._state, options, FanOut(*reporters),
+                                                on_start=run_ids.append)
+            finally:
+                run_id = run_ids[0] if run_ids else None
         except asyncio.CancelledError:
             # Superseded by a newer change, or Ctrl-C: the interpreter marked the run cancelled.
             return Cycle(number, changed, exit_code=130, ran=collector.ran,

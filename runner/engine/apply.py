@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,19 @@ def apply_plan(
     reporter: Reporter | None = None,
 ) -> RunReport:
     """Run ``plan`` to convergence against ``state``. Raises Busy when the item is locked."""
+    return asyncio.run(apply_plan_async(plan, state, options, reporter))
+
+
+async def apply_plan_async(
+    plan: Plan,
+    state: State,
+    options: ApplyOptions | None = None,
+    reporter: Reporter | None = None,
+    *,
+    on_start: Callable[[str], None] | None = None,
+) -> RunReport:
+    """The awaitable form of apply_plan (watch runs it in its own loop); ``on_start`` receives
+    the run id before anything runs."""
     options = options or ApplyOptions()
     options.item = resolve_item(plan, options.item)
     if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
@@ -131,7 +144,9 @@ def apply_plan(
             plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
             options=options, reporter=reporter, providers=_LazyProviders(plan.root),
         )
-        return asyncio.run(interpreter.apply())
+        if on_start is not None:
+            on_start(interpreter.run_id)
+        return await interpreter.apply()
 
 
 def apply_file(

@@ -30,12 +30,14 @@ class FileHasher:
         self.journal = journal
         self.known = journal.file_hashes() if journal is not None else {}
         self.dirty: list[tuple[str, int, int, int, str]] = []
+        self.used: dict[str, tuple[int, int, int]] = {}  # every file hashed in this run
 
     def hash(self, path: Path) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing."""
         st = os.stat(path)
         key = str(path)
         sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+        self.used[key] = sig
         cached = self.known.get(key)
         if cached is not None and cached[:3] == sig:
             return cached[3]

@@ -128,6 +128,11 @@ class RunReport:
     steps: list[StepOutcome]
     exit_code: int
     reason: str | None = None
+    # What this run depended on, for the no-op fast path (engine/fastpath.py): input files with
+    # their stat signatures, workspace files that must exist, objects that must be present.
+    inputs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    workspace: dict[str, str] = field(default_factory=dict)
+    objects: set[str] = field(default_factory=set)
 
     def summary(self) -> dict[str, int]:
         s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
@@ -219,6 +224,10 @@ class Interpreter:
         self.reviews: dict[str, dict[str, Any]] = {}  # revise target step -> review context
         self.cancel_requested = False
         self.finished: dict[str, StepStatus] = {}  # step id -> status, for phase progress
+        self._progress: dict[str, dict[str, int]] | None = None
+        self.workspace_used: dict[str, str] = {}
+        self.objects_used: set[str] = set()
+        self._progress_written = 0.0
 
     # -- events --------------------------------------------------------------------------------
 
@@ -333,7 +342,7 @@ class Interpreter:
                 outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
                 if sid not in self.finished:
                     self.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
-                    self.finished[sid] = StepStatus.SKIPPED
+                    self._mark_finished(sid, StepStatus.SKIPPED)
             steps.append(outcome)
         status, exit_code = forced, 130
         if status is None:
@@ -347,7 +356,8 @@ class Interpreter:
                   duration_s=round(time.time() - started, 6), reason=reason)
         self.flush_events()
         return RunReport(self.run_id, self.plan.name, status, self.options.item, steps,
-                         exit_code, reason)
+                         exit_code, reason, inputs=dict(self.hasher.used),
+                         workspace=self.workspace_used, objects=self.objects_used)
 
     async def _run_all(self) -> None:
         plan = self.plan
@@ -357,6 +367,7 @@ class Interpreter:
             for d in deps:
                 dependents[d].append(sid)
         running: dict[asyncio.Task[StepOutcome], str] = {}
+        position = {sid: i for i, sid in enumerate(plan.order)}
 
         def launch(sid: str) -> None:
             task = asyncio.create_task(self._step(plan.steps[sid]), name=sid)
@@ -368,7 +379,7 @@ class Interpreter:
         try:
             while running:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: plan.order.index(running[t])):
+                for task in sorted(done, key=lambda t: position[running[t]]):
                     sid = running.pop(task)
                     self.outcomes[sid] = task.result()
                     self.flush_events()
@@ -397,25 +408,38 @@ class Interpreter:
         return ctx
 
     def progress(self) -> dict[str, dict[str, int]]:
-        """Per phase (steps without one under "default"): total, done, skipped, failed, waiting."""
-        out: dict[str, dict[str, int]] = {}
-        for sid in self.plan.order:
-            phase = self.plan.steps[sid].phase or "default"
-            entry = out.setdefault(phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0,
-                                           "waiting": 0})
-            entry["total"] += 1
-            status = self.finished.get(sid)
-            if status is None:
-                continue
-            if status.succeeded:
-                entry["done"] += 1
-            elif status is StepStatus.SKIPPED:
-                entry["skipped"] += 1
-            elif status is StepStatus.AWAITING_HUMAN:
-                entry["waiting"] += 1
-            else:  # failed, partial, rejected
-                entry["failed"] += 1
-        return out
+        """Per phase (steps without one under "default"): total, done, skipped, failed, waiting.
+
+        Kept incrementally (``_count``): recomputing it per finished step was quadratic.
+        """
+        if self._progress is None:
+            self._progress = {}
+            for sid in self.plan.order:
+                phase = self.plan.steps[sid].phase or "default"
+                entry = self._progress.setdefault(
+                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0})
+                entry["total"] += 1
+            for sid, status in self.finished.items():
+                self._count(sid, status)
+        return self._progress
+
+    def _count(self, sid: str, status: StepStatus) -> None:
+        entry = self.progress()[self.plan.steps[sid].phase or "default"]
+        if status.succeeded:
+            entry["done"] += 1
+        elif status is StepStatus.SKIPPED:
+            entry["skipped"] += 1
+        elif status is StepStatus.AWAITING_HUMAN:
+            entry["waiting"] += 1
+        else:  # failed, partial, rejected
+            entry["failed"] += 1
+
+    def _mark_finished(self, sid: str, status: StepStatus) -> None:
+        if sid in self.finished:
+            return
+        self.finished[sid] = status
+        if self._progress is not None:
+            self._count(sid, status)
 
     def _blocked(self, step: CompiledStep) -> str | None:
         for d in step.deps:
@@ -542,8 +566,11 @@ class Interpreter:
         return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)
 
     def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
-        self.finished[outcome.id] = outcome.status
-        self.journal.update_run(self.run_id, progress=dumps(self.progress()))
+        self._mark_finished(outcome.id, outcome.status)
+        now = time.monotonic()
+        if now - self._progress_written > 0.2:  # the final record is written by _finish
+            self._progress_written = now
+            self.journal.update_run(self.run_id, progress=dumps(self.progress()))
         entry: dict[str, Any] = {"status": outcome.status.value, "output": outcome.output}
         if outcome.elements is not None:
             entry["elements"] = [
@@ -610,9 +637,13 @@ class Interpreter:
         return args, parts
 
     def _usable(self, cached: CachedResult) -> bool:
-        return all(self.objects.has(d) for d in cached.artifacts) and all(
+        usable = all(self.objects.has(d) for d in cached.artifacts) and all(
             self.objects.has(d) for d in cached.files.values()
         )
+        if usable:
+            self.objects_used.update(cached.artifacts)
+            self.workspace_used.update(cached.files)
+        return usable
 
     def _restore_files(self, files: Mapping[str, str]) -> list[str]:
         restored = []
@@ -782,6 +813,8 @@ class Interpreter:
     def _passed(self, step: CompiledStep, index: int | None, el_index: int, exec_id: int, key: str,
                 result: StepResult, attempt: int, t0: float) -> ElementOutcome:
         digests = set(result.artifacts) | set(result.files.values())
+        self.objects_used.update(result.artifacts)
+        self.workspace_used.update(result.files)
         sizes = {}
         for d in digests:
             try:
