@@ -1,0 +1,213 @@
+"""`runner serve` in a real headless Chromium: tiles, picking, a gate decision, live iterate.
+
+The server runs under uvicorn in a thread on a free 127.0.0.1 port. Skipped when Debian's
+chromium or chromium-driver is not installed. Screenshots go to tests/web_screens/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.web.app import create_app
+
+from .test_web_api import TOKEN, Site, build_site
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SCREENS = Path(__file__).parent / "web_screens"
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                reason="needs /usr/bin/chromium and /usr/bin/chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver")
+
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", "--window-size=1280,1000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Served:
+    """uvicorn serving the app in a thread until stopped."""
+
+    def __init__(self, site: Site) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        app = create_app(site.state, TOKEN, cwd=site.project.root)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    return build_site(tmp_path_factory.mktemp("browser"))
+
+
+@pytest.fixture(scope="module")
+def served(site: Site) -> Iterator[Served]:
+    with Served(site) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)),
+                              options=options)
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: Any, name: str) -> Path:
+    SCREENS.mkdir(exist_ok=True)
+    path = SCREENS / f"{name}.png"
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, min(max(int(height), 600), 3000))
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1280, 1000)
+    assert path.stat().st_size > 5000
+    return path
+
+
+def picked_ordinals(site: Site, run_id: str) -> list[int]:
+    doc = json.loads(site.cli("runs", "show", run_id, "--json").stdout)
+    return [it["ordinal"] for it in doc["iterations"] if it["picked"]]
+
+
+def wait(driver: Any, what: Any, timeout: float = 10) -> Any:
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(what)
+
+
+def test_pick_in_the_grid_moves_the_star(site: Site, served: Served, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{site.hero}")
+    tiles = browser.find_elements(By.CSS_SELECTOR, "#grid .tile")
+    assert [t.get_attribute("data-ordinal") for t in tiles] == ["1", "2", "3", "4"]
+    wait(browser, lambda d: all(d.execute_script(
+        "return arguments[0].complete && arguments[0].naturalWidth", img)
+        for img in d.find_elements(By.CSS_SELECTOR, "#grid img")))
+    assert not any(t.find_element(By.CLASS_NAME, "star").is_displayed() for t in tiles)
+    shot(browser, "run-before-pick")
+    for ordinal in (2, 3):
+        browser.find_element(By.CSS_SELECTOR, f"#tile-{ordinal} button.pick").click()
+        wait(browser, lambda d, o=ordinal: "picked" in d.find_element(
+            By.ID, f"tile-{o}").get_attribute("class"))
+        stars = [t.get_attribute("data-ordinal") for t in
+                 browser.find_elements(By.CSS_SELECTOR, "#grid .tile")
+                 if t.find_element(By.CLASS_NAME, "star").is_displayed()]
+        assert stars == [str(ordinal)]
+        assert picked_ordinals(site, site.hero) == [ordinal]
+        assert f"picked #{ordinal}" in browser.find_element(By.ID, "flash").text
+    shot(browser, "run-picked")
+    browser.refresh()  # the server-rendered page agrees after a reload
+    assert "picked" in browser.find_element(By.ID, "tile-3").get_attribute("class")
+
+
+def test_iterate_from_a_tile_follows_the_child_live(site: Site, served: Served,
+                                                    browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{site.hero}")
+    tile = browser.find_element(By.ID, "tile-1")
+    tile.find_element(By.TAG_NAME, "summary").click()
+    tile.find_element(By.CLASS_NAME, "prompt-append").send_keys("warmer colours")
+    n = tile.find_element(By.CLASS_NAME, "iterate-n")
+    n.clear()
+    n.send_keys("2")
+    tile.find_element(By.CLASS_NAME, "iterate-go").click()
+    wait(browser, lambda d: "/runs/" in d.current_url and site.hero not in d.current_url)
+    child = browser.current_url.rsplit("/", 1)[1]
+    # the page follows the run's events and reloads when it ends: two tiles appear
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#grid .tile")) == 2, 30)
+    assert browser.find_element(By.ID, "run-status").text == "completed"
+    doc = json.loads(site.cli("runs", "show", child, "--json").stdout)
+    assert doc["run"]["parent_run_id"] == site.hero
+    assert doc["run"]["params"]["prompt_append"] == "warmer colours"
+    shot(browser, "run-child")
+
+
+def test_export_from_the_page(site: Site, served: Served, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{site.hero}")
+    box = browser.find_element(By.ID, "export-to")
+    box.clear()
+    box.send_keys("browser-out")
+    browser.find_element(By.ID, "export-all").click()
+    wait(browser, lambda d: "wrote 4 file(s)" in d.find_element(By.ID, "flash").text)
+    assert sorted(p.name for p in (site.project.root / "browser-out").iterdir()) == [
+        f"dQw4w9WgXcQ-{i}.jpg" for i in (1, 2, 3, 4)]
+    shutil.rmtree(site.project.root / "browser-out")
+
+
+def test_gate_card_approves(site: Site, served: Served, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{site.gated}")
+    card = browser.find_element(By.ID, "gate-review")
+    assert "Publish this draft?" in card.text
+    shot(browser, "run-gate")
+    card.find_element(By.CLASS_NAME, "gate-comment").send_keys("looks right")
+    card.find_element(By.CLASS_NAME, "gate-by").send_keys("grace")
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    decided = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"))
+    assert f"runner resume {site.gated}" in decided[0].text
+    rows = json.loads(site.cli("runs", "decisions", site.gated, "--json").stdout)["decisions"]
+    assert (rows[-1]["decision"], rows[-1]["by"], rows[-1]["comment"]) == (
+        "approve", "grace", "looks right")
+    # decided: the card is gone once the page is rendered again
+    browser.refresh()
+    assert not browser.find_elements(By.ID, "gate-review")
+
+
+def test_list_pages_render(site: Site, served: Served, browser: Any) -> None:
+    browser.get(f"{served.url}/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    assert {r.get_attribute("data-run") for r in rows} >= {site.hero, site.gated, site.gated2}
+    shot(browser, "runs")
+    browser.get(f"{served.url}/?awaiting=1")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    assert {r.get_attribute("data-run") for r in rows} == {site.gated, site.gated2}
+    browser.get(f"{served.url}/steps")
+    assert "template" in browser.find_element(By.ID, "step-types").text
+    shot(browser, "steps")
+    browser.get(f"{served.url}/providers")
+    assert "fake" in browser.find_element(By.ID, "providers").text
+    shot(browser, "providers")
