@@ -61,12 +61,30 @@ def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force
 
     Example: runner apply pipeline.yaml -p title=hello --jobs 4
     """
+    from ..engine import fastpath
+    from ..engine.locate import state_dir_for
+
+    overrides = parse_params(params)
+    state_path = state_dir_for(file, state_dir)
+    pipeline_path = file.resolve()
+    if not (force or dry_run or out_dir or events_file):
+        held = fastpath.check(state_path, pipeline_path, overrides, item)
+        if held is not None:
+            doc = fastpath.journal_noop(state_path, pipeline_path, held)
+            if as_json:
+                emit_json(doc)
+            else:
+                n = doc["summary"]["cached"]
+                click.echo(f"completed: ran 0, cached {n}, skipped 0, failed 0  "
+                           f"(run {doc['run']['id']}; nothing changed)")
+            sys.exit(0)
+
     from ..compiler import compile_pipeline
-    from ..engine.apply import State, apply_plan, state_dir_for
+    from ..engine.apply import State, apply_plan
     from ..engine.interpreter import ApplyOptions
     from ..errors import UsageError
 
-    plan = compile_pipeline(file, parse_params(params))
+    plan = compile_pipeline(file, overrides)
     for f in force:
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
@@ -74,7 +92,7 @@ def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force
     options = ApplyOptions(force=forced, dry_run=dry_run, item=item)
     if jobs:
         options.jobs = jobs
-    state = State.open(state_dir_for(file, state_dir))
+    state = State.open(state_path)
     reporter = _reporter(as_json, len(plan.order), events_file, quiet)
     _install_sigterm()
     try:
@@ -88,6 +106,10 @@ def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force
         sys.exit(130)
     reporter.close()
     try:
+        if fastpath.eligible(plan, options):
+            fastpath.record(state_path, pipeline_path, overrides, item, plan, report)
+        else:
+            fastpath.forget(state_path, pipeline_path, overrides, item)
         doc = report.to_json()
         extra = _after_apply(plan, state, report, out_dir, as_json)
         doc.update(extra)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,6 +59,8 @@ def watch(file: Path, params: tuple[str, ...], debounce_ms: int, clear: bool, no
     if not as_json:
         click.echo(f"watching {file} (Ctrl-C to stop)", err=True)
     try:
+        import asyncio
+
         code = asyncio.run(_until_signal(watcher))
     finally:
         reporter.close()
@@ -69,6 +69,9 @@ def watch(file: Path, params: tuple[str, ...], debounce_ms: int, clear: bool, no
 
 async def _until_signal(watcher: Any) -> int:
     """Run the watcher until SIGINT/SIGTERM; a second signal stops without waiting."""
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,16 +17,7 @@ from ..store.objects import ObjectStore
 from .events import Reporter
 from .interpreter import ApplyOptions, Interpreter, RunReport
 from .keys import changed_parts
-
-
-def state_dir_for(pipeline_file: Path, override: str | os.PathLike[str] | None = None) -> Path:
-    """``--state`` wins, then $RUNNER_STATE, then ``.runner/`` beside the pipeline file."""
-    if override:
-        return Path(override).resolve()
-    env = os.environ.get("RUNNER_STATE")
-    if env:
-        return Path(env).resolve()
-    return pipeline_file.resolve().parent / ".runner"
+from .locate import state_dir_for as state_dir_for
 
 
 @dataclass

@@ -1,0 +1,206 @@
+"""The no-op fast path: prove that nothing changed without compiling the pipeline.
+
+After an apply that converged (completed, nothing forced, every step cacheable), a fingerprint
+records what the run depended on: the pipeline file's bytes, the params given, every input file
+with its (size, mtime, inode) signature, the config files that could change providers, the
+workspace files and objects that must exist, and each step's key. The next apply with the same
+arguments checks that fingerprint with stat calls and one hash of the pipeline file; when it
+holds, the run is journaled as fully cached without importing the compiler, jsonschema or Jinja.
+Anything it cannot vouch for falls through to the normal path, which is always correct.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+
+FORMAT = 1
+# A signature this close to the recording time may hide a later same-size write (racy-git).
+_RACY_NS = 2_000_000_000
+# Step types whose apply has side effects beyond their outputs (records, gates, collections).
+_NOT_FAST = frozenset({"image", "finalize", "human_gate", "ingest", "llm"})
+CONFIG_FILES = ("runner.toml", "prompts.lock")
+
+
+def _tag(pipeline: Path, overrides: dict[str, str], item: str | None) -> str:
+    doc = json.dumps([str(pipeline), sorted(overrides.items()), item], sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()[:24]
+
+
+def _record_path(state_dir: Path, tag: str) -> Path:
+    return state_dir / "converged" / f"{tag}.json"
+
+
+def _sig(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _config_candidates(root: Path) -> list[str]:
+    out: list[str] = []
+    for directory in (root, *root.parents):
+        out.extend(str(directory / name) for name in CONFIG_FILES)
+    return out
+
+
+def eligible(plan: Any, options: Any) -> bool:
+    """Whether a converged run of this plan may be fingerprinted at all."""
+    if options.force or options.dry_run or options.resume_run_id or options.kind != "run":
+        return False
+    for step in plan.steps.values():
+        if step.uses in _NOT_FAST or step.cache.value != "use":
+            return False
+        if step.uses == "read":
+            path = step.args.get("path") if isinstance(step.args, dict) else None
+            if not isinstance(path, str) or any(c in path for c in "*?["):
+                return False  # a new file matching a glob is invisible to stat checks
+        if step.when is not None or step.checks:
+            return False  # rules may run commands (exec) whose answer can change
+    return True
+
+
+def record(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None,
+           plan: Any, report: Any) -> None:
+    """Write the fingerprint of a converged run (best effort: a failure only costs speed)."""
+    if report.exit_code != 0 or report.status.value != "completed":
+        return
+    now = time.time_ns()
+    inputs = {p: list(sig) for p, sig in report.inputs.items()}
+    if any(now - sig[1] < _RACY_NS for sig in inputs.values()):
+        return  # an input changed a moment ago: do not vouch for it
+    pipeline_bytes = pipeline.read_bytes()
+    doc = {
+        "format": FORMAT,
+        "version": __version__,
+        "pipeline": {"path": str(pipeline), "sha256": hashlib.sha256(pipeline_bytes).hexdigest(),
+                     "sig": _sig(str(pipeline))},
+        "name": plan.name,
+        "item": report.item,
+        "inputs": inputs,
+        "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
+        "workspace": sorted(str(plan.root / rel) for rel in report.workspace),
+        "objects": sorted(report.objects),
+        "steps": [o.to_json() for o in report.steps],
+        "recorded_at_ns": now,
+    }
+    path = _record_path(state_dir, _tag(pipeline, overrides, item))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None) -> None:
+    _record_path(state_dir, _tag(pipeline, overrides, item)).unlink(missing_ok=True)
+
+
+def check(state_dir: Path, pipeline: Path, overrides: dict[str, str],
+          item: str | None) -> dict[str, Any] | None:
+    """The fingerprint when everything it names is unchanged, else None."""
+    path = _record_path(state_dir, _tag(pipeline, overrides, item))
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    if doc.get("format") != FORMAT or doc.get("version") != __version__:
+        return None
+    try:
+        data = pipeline.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != doc["pipeline"]["sha256"]:
+        return None
+    for p, sig in doc["inputs"].items():
+        if _sig(p) != sig:
+            return None
+    for p, sig in doc["configs"].items():
+        if _sig(p) != sig:
+            return None
+    for p in doc["workspace"]:
+        if not os.path.exists(p):
+            return None
+    objects = state_dir / "objects"
+    for d in doc["objects"]:
+        if not os.path.exists(objects / d[:2] / d[2:]):
+            return None
+    return doc
+
+
+def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """Journal a fully cached run for a fingerprint that held; returns the --json document.
+
+    Uses the journal's own schema through plain SQL (the journal exists: a fingerprint is only
+    written after a run). Raises Busy-like RuntimeError when the item's lock is held.
+    """
+    import sqlite3
+    import uuid
+
+    from filelock import FileLock, Timeout
+
+    from ..errors import Busy
+
+    name, item = doc["name"], doc["item"]
+    tag = hashlib.sha256(f"{name}\0{item}".encode()).hexdigest()[:16]
+    lock = FileLock(str(state_dir / "locks" / f"{name}-{tag}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise Busy(f"another apply of pipeline '{name}' is running") from None
+    try:
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        now = time.time()
+        conn = sqlite3.connect(state_dir / "journal.db", timeout=30.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, "
+                "created_at, finished_at, exit_code, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, name, str(pipeline), item, "completed", "run", None, now, now, 0,
+                 os.getpid()),
+            )
+            conn.executemany(
+                "INSERT INTO executions (run_id, step_id, element, key, status, pipeline, "
+                "started_at, finished_at, attempts, why) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [(run_id, s["id"], -1, s["key"], "cached", name, now, now, 0,
+                  "cached (fingerprint unchanged)") for s in doc["steps"]],
+            )
+            events = [(run_id, now, "RunStarted", None, None,
+                       json.dumps({"pipeline": name, "item": item, "steps": len(doc["steps"]),
+                                   "fast_path": True}))]
+            events += [(run_id, now, "StepSkipped", s["id"], None,
+                        json.dumps({"reason": "cached", "key": s["key"]})) for s in doc["steps"]]
+            events.append((run_id, now, "RunFinished", None, None,
+                           json.dumps({"status": "completed", "exit_code": 0, "duration_s": 0.0})))
+            conn.executemany(
+                "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)",
+                events)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    finally:
+        lock.release()
+    steps = []
+    for s in doc["steps"]:
+        entry = dict(s)
+        entry["status"] = "cached"
+        entry["duration_s"] = 0.0
+        if "elements" in entry:
+            total = entry["elements"]["total"]
+            entry["elements"] = {"total": total, "cached": total}
+        steps.append(entry)
+    return {
+        "run": {"id": run_id, "pipeline": name, "status": "completed", "item": item},
+        "summary": {"ran": 0, "cached": len(steps), "skipped": 0, "failed": 0},
+        "steps": steps,
+        "exit_code": 0,
+    }

@@ -1,0 +1,101 @@
+"""The no-op fast path: it answers only when nothing changed, and falls through otherwise."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from .conftest import Project, ran
+from .test_apply import chain
+
+
+def age_files(root: Path) -> None:
+    """Push every workspace file's mtime into the past (past the racily-clean window)."""
+    past = time.time() - 60
+    for p in root.rglob("*"):
+        if p.is_file() and ".runner" not in p.parts:
+            os.utime(p, (past, past))
+
+
+def converge(project: Project) -> dict:
+    project.apply()
+    age_files(project.root)
+    return project.apply()  # re-hashes the aged files and records the fingerprint
+
+
+def fast(doc: dict, project: Project) -> bool:
+    db = sqlite3.connect(project.root / ".runner/journal.db")
+    try:
+        row = db.execute("SELECT data FROM events WHERE run_id=? AND type='RunStarted'",
+                         (doc["run"]["id"],)).fetchone()
+    finally:
+        db.close()
+    return '"fast_path": true' in row[0]
+
+
+def test_nothing_changed_is_answered_by_the_fingerprint(project: Project) -> None:
+    chain(project)
+    second = converge(project)
+    assert not fast(second, project)
+    third = project.apply()
+    assert fast(third, project)
+    assert third["summary"] == {"ran": 0, "cached": 4, "skipped": 0, "failed": 0}
+    assert [s["key"] for s in third["steps"]] == [s["key"] for s in second["steps"]]
+    assert project.cli("runs", "show", third["run"]["id"], "--state", ".runner").exit_code == 0
+    assert project.cli("verify", "--state", ".runner").exit_code == 0
+
+
+def test_an_edit_falls_through_and_reruns(project: Project) -> None:
+    chain(project)
+    converge(project)
+    project.write("in3.txt", "edited\n")
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"s3", "s4"}
+
+
+def test_deleted_output_and_object_fall_through(project: Project) -> None:
+    chain(project)
+    converge(project)
+    (project.root / "out/2.txt").unlink()
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == set()
+    assert (project.root / "out/2.txt").exists()
+    age_files(project.root)
+    project.apply()
+    objects = [p for p in (project.root / ".runner/objects").rglob("*") if p.is_file()]
+    objects[0].chmod(0o644)
+    objects[0].unlink()
+    doc = project.apply()
+    assert not fast(doc, project) and len(ran(doc)) >= 1
+
+
+def test_pipeline_params_and_config_changes_fall_through(project: Project) -> None:
+    project.write("pipeline.yaml", """\
+        runner: 1
+        name: p
+        params:
+          word: {type: string, default: a}
+        steps:
+          h: {uses: hash, with: {value: "${{ params.word }}"}}
+    """)
+    converge(project)
+    assert fast(project.apply(), project)
+    assert not fast(project.apply("-p", "word=b"), project)
+    project.write("runner.toml", "[general]\ndefault_provider = \"fake\"\n")
+    assert not fast(project.apply(), project)
+    text = (project.root / "pipeline.yaml").read_text() + "\n# a comment\n"
+    (project.root / "pipeline.yaml").write_text(text)
+    assert not fast(project.apply(), project)
+
+
+def test_steps_with_rules_are_never_fingerprinted(project: Project) -> None:
+    project.write("pipeline.yaml", """\
+        runner: 1
+        name: p
+        steps:
+          h: {uses: hash, with: {value: 1}, when: {exec: {run: "test -f go"}}}
+    """)
+    converge(project)
+    assert not fast(project.apply(), project)
