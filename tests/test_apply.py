@@ -241,3 +241,25 @@ def test_init_project_applies(tmp_path: Path) -> None:
     doc = sub.apply()
     assert doc["_exit"] == 0 and doc["summary"]["ran"] == 2
     assert ".runner/" in (tmp_path / "demo/.gitignore").read_text()
+
+
+def test_when_false_skips_and_when_error_fails(project: Project) -> None:
+    project.write("pipeline.yaml", """\
+        runner: 1
+        name: w
+        params:
+          go: {type: boolean, default: false}
+          data: {type: object, default: {}}
+        steps:
+          maybe: {uses: shell, with: {run: "echo hi"}, when: "${{ params.go }}"}
+          after: {uses: shell, with: {run: "echo after"}, needs: [maybe]}
+          opt_in: {uses: shell, with: {run: "echo anyway"}, needs: [maybe], on_skipped: run}
+          broken: {uses: shell, with: {run: "echo x"}, when: "${{ params.data.missing.deeper }}"}
+    """)
+    doc = project.apply()
+    assert statuses(doc) == {"maybe": "skipped", "after": "skipped", "opt_in": "ran",
+                             "broken": "failed"}
+    reason = next(s["reason"] for s in doc["steps"] if s["id"] == "broken")
+    assert reason.startswith("when: ") and "missing" in reason
+    doc = project.apply("-p", "go=true")
+    assert statuses(doc)["maybe"] == "ran" and statuses(doc)["after"] == "ran"

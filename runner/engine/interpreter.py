@@ -473,6 +473,11 @@ class Interpreter:
         try:
             if step.when is not None:
                 verdict = await step.when.evaluate(self._context(), root=self.plan.root)
+                if verdict.error:  # a condition that cannot be evaluated is a failure, not a skip
+                    reason = "when: " + "; ".join(verdict.reasons or ["cannot be evaluated"])
+                    self.emit(EventType.STEP_FAILED, step.id, reason=reason)
+                    return self._record_outcome(
+                        StepOutcome(step.id, StepStatus.FAILED, reason=reason))
                 if not verdict.passed:
                     reason = ("when: " + "; ".join(verdict.reasons) if verdict.reasons
                               else "when is false")
