@@ -179,3 +179,17 @@ def test_revise_target_must_exist(project: Project) -> None:
     project.write("pipeline.yaml", GATED.replace("revise: draft", "revise: drfat"))
     res = project.cli("apply", "pipeline.yaml")
     assert res.exit_code == 2 and "unknown step 'drfat'" in res.stderr
+
+
+def test_runs_show_lists_decisions(project: Project) -> None:
+    doc = _suspended(project)
+    run_id = doc["run"]["id"]
+    shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
+    assert [(d["gate"], d["status"]) for d in shown["decisions"]] == [("review", "pending")]
+    res = project.cli("decide", run_id, "review", "approve", "--by", "ana", "--comment", "ship it",
+                      "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+    text = project.cli("runs", "show", run_id, "--state", ".runner").stdout
+    assert "Decisions" in text and "review round 1: approve by ana" in text and "ship it" in text
+    shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
+    assert shown["decisions"][0]["decision"] == "approve" and shown["decisions"][0]["by"] == "ana"

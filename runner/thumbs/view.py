@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..engine.gates import decisions
 from ..runview import run_view
 from .records import Iteration, iterations_of
 
@@ -43,6 +45,7 @@ def run_json(state: Any, run_id: str) -> dict[str, Any]:
     run = doc["run"]
     run["reference_asset"] = reference_of(view.run)
     its = iterations_of(state.journal, view.run["id"])
+    doc["decisions"] = [d.to_json() for d in decisions(state.journal, view.run["id"])]
     doc["iterations"] = [
         {**it.to_json(), "final_path": str(final_path(state, it)) if it.final else None}
         for it in its
@@ -105,6 +108,21 @@ def preview(state: Any, its: list[Iteration], stream: TextIO | None = None,
     return text, sheet
 
 
+def decision_lines(state: Any, run_id: str) -> list[str]:
+    rows = decisions(state.journal, run_id)
+    if not rows:
+        return []
+    lines = ["", "Decisions"]
+    for d in rows:
+        what = d.decision.value if d.decision else "pending"
+        who = f" by {d.by}" if d.by else ""
+        when = time.strftime(" %Y-%m-%d %H:%M", time.localtime(d.decided_at)) if d.decided_at else ""
+        note = f": {d.comment}" if d.comment else ""
+        extra = f" {d.input}" if d.input else ""
+        lines.append(f"  {d.gate} round {d.round}: {what}{who}{when}{note}{extra}")
+    return lines
+
+
 def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | None = None) -> str:
     view = run_view(state, run_id)
     its = iterations_of(state.journal, view.run["id"])
@@ -113,7 +131,8 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
     if its:
         lines.extend(table_lines(state, its))
     else:
-        return view.render_text()
+        return view.render_text() + "\n".join(decision_lines(state, view.run["id"])) + (
+            "\n" if decisions(state.journal, view.run["id"]) else "")
     out = "\n".join(lines) + "\n"
     if with_preview:
         sheet_dir = state.dir / "runs" / view.run["id"]
