@@ -7,7 +7,8 @@ Shapes, each of N steps:
 
 Scenarios, run in this order in a fresh directory per tool and shape:
   cold     first apply / make
-  noop     again, nothing changed
+  noop     again, nothing changed (runner: the first no-op after work takes the full path)
+  noop2    once more (runner: answered by the converged-run fingerprint, without compiling)
   source   src/in.txt edited: everything re-runs
   mid      src/mid.txt edited: half re-runs
   validate `runner validate` (and, separately, validate of 10,000 hash steps)
@@ -199,8 +200,8 @@ def scenarios(shape: str, tool: str, run: Callable[[Path], tuple[float, int | No
     root.mkdir()
     SHAPES[shape](root, n)
     rows: list[Row] = []
-    for scenario, before in (("cold", None), ("noop", None), ("source", "src/in.txt"),
-                             ("mid", "src/mid.txt")):
+    for scenario, before in (("cold", None), ("noop", None), ("noop2", None),
+                             ("source", "src/in.txt"), ("mid", "src/mid.txt")):
         if before:
             edit(root, before, len(rows))
         seconds, ran = run(root)

@@ -100,12 +100,21 @@ def schema_errors(
     """
     out: list[InvalidPipeline] = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: (-len(e.path), str(e.path))):
-        if tolerate_expressions and is_expression_string(err.instance):
+        if tolerate_expressions and _about_expression(err):
             continue
         converted = _convert(err, where, step, context, base)
         if converted is not None:
             out.append(converted)
     return out
+
+
+def _about_expression(err: ValidationError) -> bool:
+    """The failing value (or, for oneOf/anyOf, one branch's failing value) is a ${{ }}."""
+    if is_expression_string(err.instance):
+        return True
+    return err.validator in ("oneOf", "anyOf") and any(
+        is_expression_string(e.instance) for e in err.context or []
+    )
 
 
 def _label(context: str, err: ValidationError) -> str:
