@@ -57,6 +57,7 @@ class CompiledStep:
     on_skipped: str = "skip"
     needs_complete: bool = False
     description: str = ""
+    contract: ex.Compiled = None
 
     @property
     def static_args(self) -> bool:
@@ -157,15 +158,15 @@ def compile_pipeline(
     return compile_document(doc, values, registry=registry or default_registry())
 
 
-def compile_document(
-    doc: PipelineDoc, params: dict[str, Any], *, registry: StepRegistry
-) -> Plan:
+def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: StepRegistry) -> Plan:
     data = doc.data
     root = doc.directory.resolve()
     if "root" in data:
         root = (doc.directory / data["root"]).resolve()
         if not root.is_dir():
-            raise InvalidPipeline(f"root '{data['root']}' is not a directory", where=doc.where("root"))
+            raise InvalidPipeline(
+                f"root '{data['root']}' is not a directory", where=doc.where("root")
+            )
     phases: list[str] = list(data.get("phases") or [])
     defaults: dict[str, Any] = data.get("defaults") or {}
     patterns: dict[str, str] = dict(data.get("patterns") or {})
@@ -191,9 +192,18 @@ def compile_document(
     compiled: dict[str, CompiledStep] = {}
     for sid, raw in steps_raw.items():
         compiled[sid] = _compile_step(
-            doc, sid, raw, registry=registry, root=root, phases=phases, defaults=defaults,
-            patterns=patterns, named_rules=named_rules, declared_params=declared_params,
-            step_ids=step_ids, rulebook=rulebook,
+            doc,
+            sid,
+            raw,
+            registry=registry,
+            root=root,
+            phases=phases,
+            defaults=defaults,
+            patterns=patterns,
+            named_rules=named_rules,
+            declared_params=declared_params,
+            step_ids=step_ids,
+            rulebook=rulebook,
         )
 
     order = _order(doc, compiled)
@@ -212,8 +222,17 @@ def compile_document(
 
     enforce(root)
     return Plan(
-        doc=doc, name=data["name"], root=root, params=params, steps=compiled, order=order,
-        phases=phases, limits=limits, patterns=patterns, item=item, rulebook=rulebook,
+        doc=doc,
+        name=data["name"],
+        root=root,
+        params=params,
+        steps=compiled,
+        order=order,
+        phases=phases,
+        limits=limits,
+        patterns=patterns,
+        item=item,
+        rulebook=rulebook,
     )
 
 
@@ -245,9 +264,12 @@ def _compile_step(
         )
     with_raw = raw.get("with") or {}
     errors = schema_errors(
-        _args_validator(step_type), with_raw,
+        _args_validator(step_type),
+        with_raw,
         where=lambda p, key=False: doc.where("steps", sid, "with", *p, key=key),
-        step=sid, context="with", tolerate_expressions=True,
+        step=sid,
+        context="with",
+        tolerate_expressions=True,
     )
     if errors:
         raise errors[0]
@@ -268,9 +290,19 @@ def _compile_step(
 
     for_each = None
     if has_for_each:
-        for_each = ex.compile_value(raw["for_each"], lambda p: doc.where("steps", sid, "for_each", *p))
+        for_each = ex.compile_value(
+            raw["for_each"], lambda p: doc.where("steps", sid, "for_each", *p)
+        )
         for e in ex.iter_expressions(for_each):
             refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=EXPRESSION_ROOTS[:-2])
+
+    contract = None
+    if "contract" in raw:
+        contract = ex.compile_value(
+            raw["contract"], lambda p: doc.where("steps", sid, "contract", *p)
+        )
+        for e in ex.iter_expressions(contract):
+            refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
 
     when = None
     checks: list[Rule] = []
@@ -285,7 +317,8 @@ def _compile_step(
                 if r.root not in names:
                     raise InvalidPipeline(
                         f"unknown name '{r.root}' in expression",
-                        where=doc.where("steps", sid, *base), step=sid,
+                        where=doc.where("steps", sid, *base),
+                        step=sid,
                         hint=did_you_mean(r.root, names) or "names: " + ", ".join(names),
                     )
                 if r.root == "params" and r.attr is not None and r.attr not in declared_params:
@@ -313,8 +346,9 @@ def _compile_step(
     if step_type.requires_check and not checks:
         raise InvalidPipeline(
             f"a '{uses}' step needs a `check:` (its output is model text; say what makes it right)",
-            where=where, step=sid,
-            hint="e.g. check: [\"${{ steps." + sid + ".output.text | length > 0 }}\"]",
+            where=where,
+            step=sid,
+            hint='e.g. check: ["${{ steps.' + sid + '.output.text | length > 0 }}"]',
         )
     refs.discard(sid)  # a check may read the step's own output
 
@@ -323,12 +357,21 @@ def _compile_step(
         if need not in step_ids:
             raise _unknown_step(doc, sid, need, step_ids, ("needs", i))
         if need == sid:
-            raise InvalidPipeline("a step cannot need itself", where=doc.where("steps", sid, "needs", i), step=sid)
+            raise InvalidPipeline(
+                "a step cannot need itself", where=doc.where("steps", sid, "needs", i), step=sid
+            )
     phase = raw.get("phase")
     if phase is not None and phase not in phases:
         raise InvalidPipeline(
-            f"unknown phase '{phase}'", where=doc.where("steps", sid, "phase"), step=sid,
-            hint=did_you_mean(phase, phases) or ("declared phases: " + ", ".join(phases) if phases else "declare `phases:` at the top"),
+            f"unknown phase '{phase}'",
+            where=doc.where("steps", sid, "phase"),
+            step=sid,
+            hint=did_you_mean(phase, phases)
+            or (
+                "declared phases: " + ", ".join(phases)
+                if phases
+                else "declare `phases:` at the top"
+            ),
         )
     timeout_raw = raw.get("timeout", defaults.get("timeout"))
     try:
@@ -339,45 +382,75 @@ def _compile_step(
         raise
     version = raw.get("version")
     return CompiledStep(
-        id=sid, uses=uses, type=step_type, args=args, where=where,
-        deps=tuple(sorted(refs | set(needs))), phase=phase, when=when, checks=checks,
+        id=sid,
+        uses=uses,
+        type=step_type,
+        args=args,
+        where=where,
+        deps=tuple(sorted(refs | set(needs))),
+        phase=phase,
+        when=when,
+        checks=checks,
         retries=int(raw.get("retries", defaults.get("retries", 0))),
         timeout=parse_duration(timeout_raw) if timeout_raw is not None else None,
-        cache=CachePolicy.USE if raw.get("cache", defaults.get("cache", True)) else CachePolicy.ALWAYS_RUN,
+        cache=CachePolicy.USE
+        if raw.get("cache", defaults.get("cache", True))
+        else CachePolicy.ALWAYS_RUN,
         for_each=for_each,
         concurrency=raw.get("concurrency", defaults.get("concurrency")),
         version=None if version is None else str(version),
         on_partial=raw.get("on_partial", "wait"),
         on_skipped=raw.get("on_skipped", "skip"),
         needs_complete=bool(raw.get("needs_complete", False)),
+        contract=contract,
         description=raw.get("description", ""),
     )
 
 
-def _unknown_step(doc: PipelineDoc, sid: str, name: str, ids: set[str], base: tuple[Any, ...]) -> InvalidPipeline:
+def _unknown_step(
+    doc: PipelineDoc, sid: str, name: str, ids: set[str], base: tuple[Any, ...]
+) -> InvalidPipeline:
     return InvalidPipeline(
-        f"unknown step '{name}'", where=doc.where("steps", sid, *base), step=sid,
+        f"unknown step '{name}'",
+        where=doc.where("steps", sid, *base),
+        step=sid,
         hint=did_you_mean(name, ids) or "steps: " + ", ".join(sorted(ids)),
     )
 
 
-def _unknown_param(doc: PipelineDoc, sid: str | None, name: str, declared: set[str], base: tuple[Any, ...]) -> InvalidPipeline:
+def _unknown_param(
+    doc: PipelineDoc, sid: str | None, name: str, declared: set[str], base: tuple[Any, ...]
+) -> InvalidPipeline:
     return InvalidPipeline(
-        f"unknown param '{name}'", where=doc.where("steps", sid, *base) if sid else doc.where(*base), step=sid,
-        hint=did_you_mean(name, declared) or ("declared params: " + ", ".join(sorted(declared)) if declared else "the pipeline declares no params"),
+        f"unknown param '{name}'",
+        where=doc.where("steps", sid, *base) if sid else doc.where(*base),
+        step=sid,
+        hint=did_you_mean(name, declared)
+        or (
+            "declared params: " + ", ".join(sorted(declared))
+            if declared
+            else "the pipeline declares no params"
+        ),
     )
 
 
 def _check_refs(
-    e: ex.Expression, doc: PipelineDoc, sid: str | None, declared_params: set[str], step_ids: set[str],
-    *, allow: tuple[str, ...],
+    e: ex.Expression,
+    doc: PipelineDoc,
+    sid: str | None,
+    declared_params: set[str],
+    step_ids: set[str],
+    *,
+    allow: tuple[str, ...],
 ) -> set[str]:
     found: set[str] = set()
     for r in e.refs:
         if r.root not in allow:
             extra = " (only inside a for_each step)" if r.root in ("item", "index") else ""
             raise InvalidPipeline(
-                f"unknown name '{r.root}' in '${{{{ {e.source} }}}}'{extra}", where=e.where, step=sid,
+                f"unknown name '{r.root}' in '${{{{ {e.source} }}}}'{extra}",
+                where=e.where,
+                step=sid,
                 hint=did_you_mean(r.root, allow) or "names: " + ", ".join(allow),
             )
         if r.root == "params" and r.attr is not None and r.attr not in declared_params:

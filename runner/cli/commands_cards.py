@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .app import cli, emit_json, json_option
+from .app import cli, emit_json, json_option, state_option
 
 
 @cli.group()
@@ -18,8 +18,13 @@ def prompts() -> None:
 
 
 @prompts.command("lock")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Project root holding prompts/.")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Project root holding prompts/.",
+)
 @json_option
 def prompts_lock(root: Path, as_json: bool) -> None:
     """Record every versioned prompt directory's content hash in prompts.lock.
@@ -36,8 +41,9 @@ def prompts_lock(root: Path, as_json: bool) -> None:
 
 
 @prompts.command("check")
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True)
+@click.option(
+    "--root", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True
+)
 @json_option
 def prompts_check(root: Path, as_json: bool) -> None:
     """Fail (exit 2) when a locked prompt version's content changed.
@@ -51,3 +57,102 @@ def prompts_check(root: Path, as_json: bool) -> None:
         emit_json({"ok": True, "exit_code": 0})
     else:
         click.echo("prompt versions match prompts.lock")
+
+
+@cli.command("edit")
+@click.argument("run_id")
+@click.argument("step")
+@click.option("--element", type=int, default=None, help="The for_each element to edit.")
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Take the edited text from this file instead of $EDITOR.",
+)
+@state_option
+@json_option
+def edit_output(
+    run_id: str,
+    step: str,
+    element: int | None,
+    from_file: Path | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Correct a step's stored output; later applies reuse the edit while its contract holds.
+
+    The edit is bound to the step's `contract:` (e.g. its prompt card's hash): when the card
+    drifts the edit is set aside (kept, reported) and the step regenerates.
+
+    Example: runner edit RUN detail --element 2 --from fixed.txt
+    """
+    import json
+    import os
+    import shlex
+    import subprocess
+    import tempfile
+
+    from .. import overrides
+    from ..errors import UsageError
+    from .commands_core import _open_state
+
+    state = _open_state(state_dir, readonly=True)
+    try:
+        found = overrides.execution_for(
+            state.journal, run_id, step, -1 if element is None else element
+        )
+        execution = found["execution"]
+        output = json.loads(execution["output"])
+        textual = isinstance(output, dict) and isinstance(output.get("text"), str)
+        current = output["text"] if textual else json.dumps(output, indent=2, ensure_ascii=False)
+        if from_file is not None:
+            new_text = from_file.read_text(encoding="utf-8")
+        else:
+            editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+            if not editor:
+                raise UsageError("no editor: set $EDITOR, or pass --from FILE")
+            with tempfile.NamedTemporaryFile(
+                "w", suffix=".txt", delete=False, encoding="utf-8"
+            ) as tmp:
+                tmp.write(current)
+            try:
+                subprocess.run([*shlex.split(editor), tmp.name], check=True)
+                new_text = Path(tmp.name).read_text(encoding="utf-8")
+            except subprocess.CalledProcessError as exc:
+                raise UsageError(
+                    f"the editor exited with {exc.returncode}; nothing stored"
+                ) from None
+            finally:
+                Path(tmp.name).unlink(missing_ok=True)
+        if new_text == current:
+            changed, ov = False, None
+        else:
+            if textual:
+                new_output = {**output, "text": new_text}
+            else:
+                try:
+                    new_output = json.loads(new_text)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"the edited output is not JSON: {exc}") from None
+            ov = overrides.record(
+                state.journal,
+                pipeline=found["run"]["pipeline"],
+                step_id=step,
+                element=-1 if element is None else element,
+                contract=execution["contract"] or execution["key"],
+                output=new_output,
+            )
+            changed = True
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"changed": changed, "override": ov.to_json() if ov else None, "exit_code": 0})
+    elif changed and ov is not None:
+        click.echo(
+            f"stored edit #{ov.id} of {step}"
+            + (f"[{element}]" if element is not None else "")
+            + "; the next apply reuses it while its contract holds"
+        )
+    else:
+        click.echo("no change; nothing stored")

@@ -74,13 +74,15 @@ def item_lock(state: State, plan: Plan, item: str | None) -> Iterator[None]:
         running = [r for r in active if r["status"] == "running"]
         ident = f" (run {running[0]['id']})" if running else ""
         what = f"pipeline '{plan.name}'" + (f" for item '{item}'" if item else "")
-        raise Busy(f"another apply of {what} is running{ident}",
-                   hint="wait for it to finish, or cancel it with: runner runs cancel RUN",
-                   ) from None
+        raise Busy(
+            f"another apply of {what} is running{ident}",
+            hint="wait for it to finish, or cancel it with: runner runs cancel RUN",
+        ) from None
     try:
         # Runs still marked running while we hold the lock belong to processes that died.
-        stale = [r["id"] for r in state.journal.active_runs(plan.name, item)
-                 if r["status"] == "running"]
+        stale = [
+            r["id"] for r in state.journal.active_runs(plan.name, item) if r["status"] == "running"
+        ]
         if stale:
             state.journal.mark_interrupted(stale)
         yield
@@ -126,13 +128,21 @@ async def apply_plan_async(
     with item_lock(state, plan, options.item):
         if options.resume_run_id is None and options.run_id is None and not options.dry_run:
             # A run suspended at a human gate for this item continues (same run id).
-            waiting = [r for r in state.journal.active_runs(plan.name, options.item)
-                       if r["status"] == "awaiting_human"]
+            waiting = [
+                r
+                for r in state.journal.active_runs(plan.name, options.item)
+                if r["status"] == "awaiting_human"
+            ]
             if waiting:
                 options.resume_run_id = waiting[0]["id"]
         interpreter = Interpreter(
-            plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
-            options=options, reporter=reporter, providers=_LazyProviders(plan.root),
+            plan,
+            journal=state.journal,
+            objects=state.objects,
+            state_dir=state.dir,
+            options=options,
+            reporter=reporter,
+            providers=_LazyProviders(plan.root),
         )
         if on_start is not None:
             on_start(interpreter.run_id)
@@ -171,8 +181,13 @@ def explain(plan: Plan, state: State, force: frozenset[str] = frozenset()) -> li
     A step whose arguments depend on an upstream output that would change is reported as
     "run: upstream X will re-run" since its key cannot be known before X runs.
     """
-    interp = Interpreter(plan, journal=state.journal, objects=state.objects, state_dir=state.dir,
-                         providers=_LazyProviders(plan.root))
+    interp = Interpreter(
+        plan,
+        journal=state.journal,
+        objects=state.objects,
+        state_dir=state.dir,
+        providers=_LazyProviders(plan.root),
+    )
     cached = state.journal.cached_results(plan.name)
     out: list[Explanation] = []
     will_run: set[str] = set()
@@ -206,8 +221,14 @@ def explain(plan: Plan, state: State, force: frozenset[str] = frozenset()) -> li
     return out
 
 
-def _explain_one(interp: Interpreter, plan: Plan, sid: str, cached: Any,
-                 extra: dict[str, Any] | None = None, element: int = -1) -> tuple[bool, list[str]]:
+def _explain_one(
+    interp: Interpreter,
+    plan: Plan,
+    sid: str,
+    cached: Any,
+    extra: dict[str, Any] | None = None,
+    element: int = -1,
+) -> tuple[bool, list[str]]:
     step = plan.steps[sid]
     try:
         _args, parts = interp._resolve(step, extra or {})
@@ -237,8 +258,9 @@ def _explain_one(interp: Interpreter, plan: Plan, sid: str, cached: Any,
     return False, changes or ["input changed"]
 
 
-def _explain_for_each(interp: Interpreter, plan: Plan, sid: str,
-                      cached: Any) -> tuple[bool, list[str]]:
+def _explain_for_each(
+    interp: Interpreter, plan: Plan, sid: str, cached: Any
+) -> tuple[bool, list[str]]:
     from .. import expr as ex
 
     step = plan.steps[sid]

@@ -24,6 +24,8 @@ class EventType(enum.Enum):
     GATE_AWAITING = "GateAwaiting"
     GATE_DECIDED = "GateDecided"
     RUN_FINISHED = "RunFinished"
+    OVERRIDE_USED = "OverrideUsed"
+    OVERRIDE_SET_ASIDE = "OverrideSetAside"
     LOG = "Log"
 
 

@@ -68,8 +68,14 @@ def eligible(plan: Any, options: Any) -> bool:
     return True
 
 
-def record(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None,
-           plan: Any, report: Any) -> None:
+def record(
+    state_dir: Path,
+    pipeline: Path,
+    overrides: dict[str, str],
+    item: str | None,
+    plan: Any,
+    report: Any,
+) -> None:
     """Write the fingerprint of a converged run (best effort: a failure only costs speed)."""
     if report.exit_code != 0 or report.status.value != "completed":
         return
@@ -81,8 +87,11 @@ def record(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str
     doc = {
         "format": FORMAT,
         "version": __version__,
-        "pipeline": {"path": str(pipeline), "sha256": hashlib.sha256(pipeline_bytes).hexdigest(),
-                     "sig": _sig(str(pipeline))},
+        "pipeline": {
+            "path": str(pipeline),
+            "sha256": hashlib.sha256(pipeline_bytes).hexdigest(),
+            "sig": _sig(str(pipeline)),
+        },
         "name": plan.name,
         "item": report.item,
         "inputs": inputs,
@@ -103,8 +112,9 @@ def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str
     _record_path(state_dir, _tag(pipeline, overrides, item)).unlink(missing_ok=True)
 
 
-def check(state_dir: Path, pipeline: Path, overrides: dict[str, str],
-          item: str | None) -> dict[str, Any] | None:
+def check(
+    state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None
+) -> dict[str, Any] | None:
     """The fingerprint when everything it names is unchanged, else None."""
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     try:
@@ -165,25 +175,82 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
             conn.execute(
                 "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, "
                 "created_at, finished_at, exit_code, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, name, str(pipeline), item, "completed", "run", None, now, now, 0,
-                 os.getpid()),
+                (
+                    run_id,
+                    name,
+                    str(pipeline),
+                    item,
+                    "completed",
+                    "run",
+                    None,
+                    now,
+                    now,
+                    0,
+                    os.getpid(),
+                ),
             )
             conn.executemany(
                 "INSERT INTO executions (run_id, step_id, element, key, status, pipeline, "
                 "started_at, finished_at, attempts, why) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(run_id, s["id"], -1, s["key"], "cached", name, now, now, 0,
-                  "cached (fingerprint unchanged)") for s in doc["steps"]],
+                [
+                    (
+                        run_id,
+                        s["id"],
+                        -1,
+                        s["key"],
+                        "cached",
+                        name,
+                        now,
+                        now,
+                        0,
+                        "cached (fingerprint unchanged)",
+                    )
+                    for s in doc["steps"]
+                ],
             )
-            events = [(run_id, now, "RunStarted", None, None,
-                       json.dumps({"pipeline": name, "item": item, "steps": len(doc["steps"]),
-                                   "fast_path": True}))]
-            events += [(run_id, now, "StepSkipped", s["id"], None,
-                        json.dumps({"reason": "cached", "key": s["key"]})) for s in doc["steps"]]
-            events.append((run_id, now, "RunFinished", None, None,
-                           json.dumps({"status": "completed", "exit_code": 0, "duration_s": 0.0})))
+            events = [
+                (
+                    run_id,
+                    now,
+                    "RunStarted",
+                    None,
+                    None,
+                    json.dumps(
+                        {
+                            "pipeline": name,
+                            "item": item,
+                            "steps": len(doc["steps"]),
+                            "fast_path": True,
+                        }
+                    ),
+                )
+            ]
+            events += [
+                (
+                    run_id,
+                    now,
+                    "StepSkipped",
+                    s["id"],
+                    None,
+                    json.dumps({"reason": "cached", "key": s["key"]}),
+                )
+                for s in doc["steps"]
+            ]
+            events.append(
+                (
+                    run_id,
+                    now,
+                    "RunFinished",
+                    None,
+                    None,
+                    json.dumps({"status": "completed", "exit_code": 0, "duration_s": 0.0}),
+                )
+            )
             conn.executemany(
-                "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)",
-                events)
+                "INSERT INTO events (run_id, ts, type, step_id, element, data) "
+                "VALUES (?,?,?,?,?,?)",
+                events,
+            )
             conn.execute("COMMIT")
         finally:
             conn.close()

@@ -52,19 +52,34 @@ class DecisionRow:
     @classmethod
     def from_row(cls, r: dict[str, Any]) -> DecisionRow:
         return cls(
-            id=int(r["id"]), run_id=r["run_id"], gate=r["gate"], status=RowStatus(r["status"]),
-            decision=Decision(r["decision"]) if r["decision"] else None, by=r["by"],
-            comment=r["comment"], input=loads(r["input"]) or {},
-            summary=loads(r["summary"]) or {}, round=int(r["round"] or 1), key=r.get("key"),
-            artifact=r["artifact"], requested_at=r["requested_at"], decided_at=r["decided_at"],
+            id=int(r["id"]),
+            run_id=r["run_id"],
+            gate=r["gate"],
+            status=RowStatus(r["status"]),
+            decision=Decision(r["decision"]) if r["decision"] else None,
+            by=r["by"],
+            comment=r["comment"],
+            input=loads(r["input"]) or {},
+            summary=loads(r["summary"]) or {},
+            round=int(r["round"] or 1),
+            key=r.get("key"),
+            artifact=r["artifact"],
+            requested_at=r["requested_at"],
+            decided_at=r["decided_at"],
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "gate": self.gate, "round": self.round, "status": self.status.value,
-            "decision": self.decision.value if self.decision else None, "by": self.by,
-            "comment": self.comment, "input": self.input, "summary": self.summary,
-            "artifact": self.artifact, "requested_at": self.requested_at,
+            "gate": self.gate,
+            "round": self.round,
+            "status": self.status.value,
+            "decision": self.decision.value if self.decision else None,
+            "by": self.by,
+            "comment": self.comment,
+            "input": self.input,
+            "summary": self.summary,
+            "artifact": self.artifact,
+            "requested_at": self.requested_at,
             "decided_at": self.decided_at,
         }
 
@@ -79,8 +94,9 @@ def decisions(journal: Journal, run_id: str, gate: str | None = None) -> list[De
     return [DecisionRow.from_row(r) for r in journal.query(sql + " ORDER BY id", args)]
 
 
-def request_decision(journal: Journal, *, run_id: str, gate: str, round_: int, key: str,
-                     summary: dict[str, Any]) -> None:
+def request_decision(
+    journal: Journal, *, run_id: str, gate: str, round_: int, key: str, summary: dict[str, Any]
+) -> None:
     """Record a pending decision; an older pending row of the gate is superseded."""
     journal.conn.execute(
         "UPDATE decisions SET status=? WHERE run_id=? AND gate=? AND status=?",
@@ -121,8 +137,15 @@ def default_reviewer() -> str:
 
 
 def record_decision(
-    journal: Journal, objects: ObjectStore, run_id: str, gate: str, decision: Decision, *,
-    input: dict[str, Any] | None = None, by: str | None = None, comment: str | None = None,
+    journal: Journal,
+    objects: ObjectStore,
+    run_id: str,
+    gate: str,
+    decision: Decision,
+    *,
+    input: dict[str, Any] | None = None,
+    by: str | None = None,
+    comment: str | None = None,
 ) -> DecisionRow:
     """Decide the pending gate ``gate`` of ``run_id``; the decision document is stored as an
     object and referenced by the row. The next apply (or ``runner resume``) acts on it.
@@ -134,13 +157,18 @@ def record_decision(
     run_id = run["id"]
     rows = decisions(journal, run_id, gate)
     if run["status"] != "awaiting_human":
-        raise UsageError(f"run {run_id} is not waiting for a decision (status {run['status']})",
-                         hint="list waiting runs with: runner runs list --awaiting")
+        raise UsageError(
+            f"run {run_id} is not waiting for a decision (status {run['status']})",
+            hint="list waiting runs with: runner runs list --awaiting",
+        )
     if not rows:
-        waiting = sorted({r.gate for r in decisions(journal, run_id)
-                          if r.status is RowStatus.PENDING})
-        raise NotFound(f"run {run_id} has no gate '{gate}'",
-                       hint=f"gates waiting: {', '.join(waiting) or 'none'}")
+        waiting = sorted(
+            {r.gate for r in decisions(journal, run_id) if r.status is RowStatus.PENDING}
+        )
+        raise NotFound(
+            f"run {run_id} has no gate '{gate}'",
+            hint=f"gates waiting: {', '.join(waiting) or 'none'}",
+        )
     pending = [r for r in rows if r.status is RowStatus.PENDING]
     if not pending:
         last = rows[-1]
@@ -152,17 +180,34 @@ def record_decision(
     row = pending[-1]
     by = by or default_reviewer()
     decided_at = time.time()
-    document = {"run_id": run_id, "gate": gate, "round": row.round, "decision": decision.value,
-                "by": by, "comment": comment, "input": input or {}, "decided_at": decided_at,
-                "key": row.key}
+    document = {
+        "run_id": run_id,
+        "gate": gate,
+        "round": row.round,
+        "decision": decision.value,
+        "by": by,
+        "comment": comment,
+        "input": input or {},
+        "decided_at": decided_at,
+        "key": row.key,
+    }
     data = canonical_json(document).encode("utf-8")
     artifact = objects.put_bytes(data)
     journal.record_artifacts({artifact: len(data)})
     cur = journal.conn.execute(
         "UPDATE decisions SET status=?, decision=?, by=?, comment=?, input=?, decided_at=?, "
         "artifact=? WHERE id=? AND status=?",
-        (RowStatus.DECIDED.value, decision.value, by, comment, dumps(input or {}), decided_at,
-         artifact, row.id, RowStatus.PENDING.value),
+        (
+            RowStatus.DECIDED.value,
+            decision.value,
+            by,
+            comment,
+            dumps(input or {}),
+            decided_at,
+            artifact,
+            row.id,
+            RowStatus.PENDING.value,
+        ),
     )
     if cur.rowcount != 1:  # another `decide` got there first
         raise UsageError(f"gate '{gate}' of run {run_id} was decided meanwhile")
@@ -172,4 +217,3 @@ def record_decision(
 
 def pending_gates(journal: Journal, run_id: str) -> list[DecisionRow]:
     return [r for r in decisions(journal, run_id) if r.status is RowStatus.PENDING]
-

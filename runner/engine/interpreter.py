@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
+from .. import overrides
 from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerError, StepFailure
@@ -145,8 +146,13 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run": {"id": self.run_id, "pipeline": self.pipeline, "status": self.status.value,
-                    "item": self.item, **({"reason": self.reason} if self.reason else {})},
+            "run": {
+                "id": self.run_id,
+                "pipeline": self.pipeline,
+                "status": self.status.value,
+                "item": self.item,
+                **({"reason": self.reason} if self.reason else {}),
+            },
             "summary": self.summary(),
             "steps": [o.to_json() for o in self.steps],
             "exit_code": self.exit_code,
@@ -207,7 +213,10 @@ class Interpreter:
         self.options = options or ApplyOptions()
         self.reporter = reporter or NullReporter()
         self.env = StepEnv(
-            root=plan.root, state_dir=state_dir, objects=objects, providers=providers,
+            root=plan.root,
+            state_dir=state_dir,
+            objects=objects,
+            providers=providers,
             pipeline_file=plan.file,
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
@@ -226,13 +235,16 @@ class Interpreter:
         self.finished: dict[str, StepStatus] = {}  # step id -> status, for phase progress
         self._progress: dict[str, dict[str, int]] | None = None
         self.workspace_used: dict[str, str] = {}
+        self._contract_of: dict[tuple[str, int], str | None] = {}
+        self.edited_steps: set[str] = set()
         self.objects_used: set[str] = set()
         self._progress_written = 0.0
 
     # -- events --------------------------------------------------------------------------------
 
-    def emit(self, type_: EventType, step: str | None = None, element: int | None = None,
-             **data: Any) -> None:
+    def emit(
+        self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
+    ) -> None:
         ev = Event(type_, self.run_id, step, element, data)
         self.reporter.event(ev)
         if type_ is not EventType.LOG:
@@ -251,22 +263,38 @@ class Interpreter:
         plan = self.plan
         self._check_gates()
         self.cached = self.journal.cached_results(plan.name)
+        self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item
         from ..collections import bind_state
 
         bind_state(self.state_dir)  # collection_has checks read this state's collections
         if self.options.resume_run_id is None:
-            self.journal.create_run({
-                "id": self.run_id, "pipeline": plan.name, "pipeline_file": str(plan.file),
-                "item": item, "status": RunStatus.RUNNING.value, "kind": self.options.kind,
-                "parent_run_id": self.options.parent_run_id, "params": dumps(plan.params),
-                "pid": os.getpid(), "reference_asset": self.options.reference_asset,
-            })
+            self.journal.create_run(
+                {
+                    "id": self.run_id,
+                    "pipeline": plan.name,
+                    "pipeline_file": str(plan.file),
+                    "item": item,
+                    "status": RunStatus.RUNNING.value,
+                    "kind": self.options.kind,
+                    "parent_run_id": self.options.parent_run_id,
+                    "params": dumps(plan.params),
+                    "pid": os.getpid(),
+                    "reference_asset": self.options.reference_asset,
+                }
+            )
         else:
-            self.journal.update_run(self.run_id, status=RunStatus.RUNNING.value, pid=os.getpid(),
-                                    finished_at=None, exit_code=None, reason=None,
-                                    cancel_requested=None, params=dumps(plan.params))
+            self.journal.update_run(
+                self.run_id,
+                status=RunStatus.RUNNING.value,
+                pid=os.getpid(),
+                finished_at=None,
+                exit_code=None,
+                reason=None,
+                cancel_requested=None,
+                params=dumps(plan.params),
+            )
             self._load_reviews()
         self.emit(EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order))
         self.flush_events()
@@ -300,8 +328,9 @@ class Interpreter:
         """Poll the journal for a cancel request; cancel the run's work when one appears."""
         while not main.done():
             await asyncio.sleep(CANCEL_POLL_S)
-            rows = self.journal.query("SELECT cancel_requested FROM runs WHERE id=?",
-                                      (self.run_id,))
+            rows = self.journal.query(
+                "SELECT cancel_requested FROM runs WHERE id=?", (self.run_id,)
+            )
             if rows and rows[0]["cancel_requested"]:
                 self.cancel_requested = True
                 main.cancel()
@@ -312,12 +341,14 @@ class Interpreter:
             if not getattr(step.type, "is_gate", False):
                 continue
             if step.for_each is not None:
-                raise InvalidPipeline(f"step '{step.id}': a human_gate cannot use for_each",
-                                      where=step.where)
+                raise InvalidPipeline(
+                    f"step '{step.id}': a human_gate cannot use for_each", where=step.where
+                )
             revise = self._revise_target(step)
             if revise is not None and revise not in self.plan.steps:
-                raise InvalidPipeline(f"step '{step.id}': revise names an unknown step "
-                                      f"'{revise}'", where=step.where)
+                raise InvalidPipeline(
+                    f"step '{step.id}': revise names an unknown step '{revise}'", where=step.where
+                )
 
     def _revise_target(self, step: CompiledStep) -> str | None:
         raw = step.args.get("revise") if isinstance(step.args, dict) else None
@@ -349,15 +380,34 @@ class Interpreter:
             status, exit_code = run_status(steps, aborted=reason is not None)
         self.hasher.flush()
         self.journal.update_run(
-            self.run_id, status=status.value, finished_at=time.time(), exit_code=exit_code,
-            reason=reason, current_phase=self.current_phase, progress=dumps(self.progress()),
+            self.run_id,
+            status=status.value,
+            finished_at=time.time(),
+            exit_code=exit_code,
+            reason=reason,
+            current_phase=self.current_phase,
+            progress=dumps(self.progress()),
         )
-        self.emit(EventType.RUN_FINISHED, status=status.value, exit_code=exit_code,
-                  duration_s=round(time.time() - started, 6), reason=reason)
+        self.emit(
+            EventType.RUN_FINISHED,
+            status=status.value,
+            exit_code=exit_code,
+            duration_s=round(time.time() - started, 6),
+            reason=reason,
+        )
         self.flush_events()
-        return RunReport(self.run_id, self.plan.name, status, self.options.item, steps,
-                         exit_code, reason, inputs=dict(self.hasher.used),
-                         workspace=self.workspace_used, objects=self.objects_used)
+        return RunReport(
+            self.run_id,
+            self.plan.name,
+            status,
+            self.options.item,
+            steps,
+            exit_code,
+            reason,
+            inputs=dict(self.hasher.used),
+            workspace=self.workspace_used,
+            objects=self.objects_used,
+        )
 
     async def _run_all(self) -> None:
         plan = self.plan
@@ -417,7 +467,8 @@ class Interpreter:
             for sid in self.plan.order:
                 phase = self.plan.steps[sid].phase or "default"
                 entry = self._progress.setdefault(
-                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0})
+                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0}
+                )
                 entry["total"] += 1
             for sid, status in self.finished.items():
                 self._count(sid, status)
@@ -453,7 +504,8 @@ class Interpreter:
             if o.status is StepStatus.SKIPPED and step.on_skipped != "run":
                 return f"upstream '{d}' was skipped"
             if o.status is StepStatus.PARTIAL and (
-                    step.needs_complete or step.on_partial != "continue"):
+                step.needs_complete or step.on_partial != "continue"
+            ):
                 return f"upstream '{d}' is partial"
         return None
 
@@ -477,21 +529,27 @@ class Interpreter:
                     reason = "when: " + "; ".join(verdict.reasons or ["cannot be evaluated"])
                     self.emit(EventType.STEP_FAILED, step.id, reason=reason)
                     return self._record_outcome(
-                        StepOutcome(step.id, StepStatus.FAILED, reason=reason))
+                        StepOutcome(step.id, StepStatus.FAILED, reason=reason)
+                    )
                 if not verdict.passed:
-                    reason = ("when: " + "; ".join(verdict.reasons) if verdict.reasons
-                              else "when is false")
+                    reason = (
+                        "when: " + "; ".join(verdict.reasons)
+                        if verdict.reasons
+                        else "when is false"
+                    )
                     self.emit(EventType.STEP_SKIPPED, step.id, reason=reason)
                     return self._record_outcome(
-                        StepOutcome(step.id, StepStatus.SKIPPED, reason=reason))
+                        StepOutcome(step.id, StepStatus.SKIPPED, reason=reason)
+                    )
             if getattr(step.type, "is_gate", False):
                 outcome = await self._gate(step)
             elif step.for_each is not None:
                 outcome = await self._for_each(step)
             else:
                 el = await self._execution(step, None, None, has_item=False)
-                outcome = StepOutcome(step.id, el.status, el.key, el.output, el.reason,
-                                      check_failure=el.check_failure)
+                outcome = StepOutcome(
+                    step.id, el.status, el.key, el.output, el.reason, check_failure=el.check_failure
+                )
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
             reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
             self.emit(EventType.STEP_FAILED, step.id, reason=reason)
@@ -503,66 +561,126 @@ class Interpreter:
         """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
         args, parts = self._resolve(step, {})
         # A decision is about this item and these upstream results, not only the text shown.
-        upstream = {d: self.outcomes[d].key or [e.key for e in self.outcomes[d].elements or []]
-                    for d in step.deps}
-        key = canonical_digest({"args": parts.key(), "item": self.options.item,
-                                "upstream": upstream})
+        upstream = {
+            d: self.outcomes[d].key or [e.key for e in self.outcomes[d].elements or []]
+            for d in step.deps
+        }
+        key = canonical_digest(
+            {"args": parts.key(), "item": self.options.item, "upstream": upstream}
+        )
         hit = self.cached.get((step.id, key))
-        if (hit is not None and hit.status == "completed" and step.cache is CachePolicy.USE
-                and step.id not in self.options.force and self._usable(hit)):
+        if (
+            hit is not None
+            and hit.status == "completed"
+            and step.cache is CachePolicy.USE
+            and step.id not in self.options.force
+            and self._usable(hit)
+        ):
             # Approved before with these very inputs (an earlier run): no need to ask again.
             self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
-            self.journal.start_execution({
-                "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
-                "status": "cached", "pipeline": self.plan.name, "output": dumps(hit.output),
-                "started_at": time.time(), "finished_at": time.time(), "attempts": 0,
-                "why": "approved before with the same inputs",
-            })
+            self.journal.start_execution(
+                {
+                    "run_id": self.run_id,
+                    "step_id": step.id,
+                    "element": -1,
+                    "key": key,
+                    "status": "cached",
+                    "pipeline": self.plan.name,
+                    "output": dumps(hit.output),
+                    "started_at": time.time(),
+                    "finished_at": time.time(),
+                    "attempts": 0,
+                    "why": "approved before with the same inputs",
+                }
+            )
             return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
         rows = gates.decisions(self.journal, self.run_id, step.id)
         last = rows[-1] if rows else None
-        if (last is not None and last.status is gates.RowStatus.DECIDED and last.key == key
-                and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)):
+        if (
+            last is not None
+            and last.status is gates.RowStatus.DECIDED
+            and last.key == key
+            and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)
+        ):
             return self._decided(step, key, last)
         if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
             return self._awaiting(step, key, last.round, last.summary, again=True)
         # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
         round_ = (last.round + 1) if last is not None else 1
-        summary = {"summary": args.get("summary"), "show": args.get("show"),
-                   "images": args.get("images") or [], "revise": args.get("revise"),
-                   "round": round_, "step": step.id}
-        gates.request_decision(self.journal, run_id=self.run_id, gate=step.id, round_=round_,
-                               key=key, summary=summary)
+        summary = {
+            "summary": args.get("summary"),
+            "show": args.get("show"),
+            "images": args.get("images") or [],
+            "revise": args.get("revise"),
+            "round": round_,
+            "step": step.id,
+        }
+        gates.request_decision(
+            self.journal, run_id=self.run_id, gate=step.id, round_=round_, key=key, summary=summary
+        )
         return self._awaiting(step, key, round_, summary, again=False)
 
-    def _awaiting(self, step: CompiledStep, key: str, round_: int, summary: dict[str, Any], *,
-                  again: bool) -> StepOutcome:
-        reason = (f"waiting for a decision: runner decide {self.run_id} {step.id} "
-                  "approve|reject|revise")
-        self.emit(EventType.GATE_AWAITING, step.id, key=key, round=round_, summary=summary,
-                  again=again)
-        self.journal.start_execution({
-            "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
-            "status": "awaiting_human", "pipeline": self.plan.name, "started_at": time.time(),
-            "finished_at": time.time(), "attempts": 0, "why": f"round {round_}",
-        })
+    def _awaiting(
+        self, step: CompiledStep, key: str, round_: int, summary: dict[str, Any], *, again: bool
+    ) -> StepOutcome:
+        reason = (
+            f"waiting for a decision: runner decide {self.run_id} {step.id} approve|reject|revise"
+        )
+        self.emit(
+            EventType.GATE_AWAITING, step.id, key=key, round=round_, summary=summary, again=again
+        )
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": -1,
+                "key": key,
+                "status": "awaiting_human",
+                "pipeline": self.plan.name,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 0,
+                "why": f"round {round_}",
+            }
+        )
         return StepOutcome(step.id, StepStatus.AWAITING_HUMAN, key, reason=reason)
 
     def _decided(self, step: CompiledStep, key: str, row: gates.DecisionRow) -> StepOutcome:
         assert row.decision is not None
-        output = {"decision": row.decision.value, "by": row.by, "comment": row.comment,
-                  "input": row.input, "round": row.round}
-        self.emit(EventType.GATE_DECIDED, step.id, decision=row.decision.value, by=row.by,
-                  round=row.round, key=key)
+        output = {
+            "decision": row.decision.value,
+            "by": row.by,
+            "comment": row.comment,
+            "input": row.input,
+            "round": row.round,
+        }
+        self.emit(
+            EventType.GATE_DECIDED,
+            step.id,
+            decision=row.decision.value,
+            by=row.by,
+            round=row.round,
+            key=key,
+        )
         artifacts = [row.artifact] if row.artifact else []
         approved = row.decision is gates.Decision.APPROVE
-        self.journal.start_execution({
-            "run_id": self.run_id, "step_id": step.id, "element": -1, "key": key,
-            "status": "completed" if approved else "rejected", "pipeline": self.plan.name,
-            "output": dumps(output), "artifacts": dumps(artifacts), "files": dumps({}),
-            "started_at": time.time(), "finished_at": time.time(), "attempts": 1,
-            "why": f"{row.decision.value} by {row.by} (round {row.round})",
-        })
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": -1,
+                "key": key,
+                "status": "completed" if approved else "rejected",
+                "pipeline": self.plan.name,
+                "output": dumps(output),
+                "artifacts": dumps(artifacts),
+                "files": dumps({}),
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 1,
+                "why": f"{row.decision.value} by {row.by} (round {row.round})",
+            }
+        )
         if approved:
             self.emit(EventType.STEP_PASSED, step.id, key=key, duration_s=0.0, attempts=1)
             return StepOutcome(step.id, StepStatus.RAN, key, output)
@@ -615,12 +733,18 @@ class Interpreter:
                 f"[{e.index}] {e.reason}" for e in failed[:3]
             )
         return StepOutcome(
-            step.id, status, None, output, reason, elements=elements,
+            step.id,
+            status,
+            None,
+            output,
+            reason,
+            elements=elements,
             check_failure=bool(failed) and all(e.check_failure for e in failed),
         )
 
-    def _resolve(self, step: CompiledStep,
-                 extra: dict[str, Any]) -> tuple[dict[str, Any], KeyParts]:
+    def _resolve(
+        self, step: CompiledStep, extra: dict[str, Any]
+    ) -> tuple[dict[str, Any], KeyParts]:
         review = self.reviews.get(step.id)
         if review is not None:
             extra = {"feedback": list(review["feedback"]), "review": review, **extra}
@@ -636,10 +760,64 @@ class Interpreter:
         if review is not None:  # a revision is an input: it and its downstream re-run
             key_extra = {**key_extra, "review": review}
         parts = KeyParts(
-            step.uses, step.type.version, args, files, key_extra,
-            step.version, extra.get("item"), "item" in extra,
+            step.uses,
+            step.type.version,
+            args,
+            files,
+            key_extra,
+            step.version,
+            extra.get("item"),
+            "item" in extra,
         )
         return args, parts
+
+    def _contract(self, step: CompiledStep, extra: dict[str, Any], key: str) -> str | None:
+        """What this execution's output is made under (see runner/overrides.py)."""
+        if step.contract is None:
+            return key
+        try:
+            value = ex.evaluate_value(step.contract, self._context(**extra))
+        except RunnerError:
+            return None  # missing or invalid: no edit can hold against it
+        return None if value is None else str(value)
+
+    def _use_override(
+        self, step: CompiledStep, index: int | None, el_index: int, key: str, contract: str | None
+    ) -> ElementOutcome | None:
+        """A user edit of this element, when its contract still holds; else it is set aside."""
+        ov = overrides.active(self.journal, self.plan.name, step.id, el_index)
+        if ov is None:
+            return None
+        if contract is None or contract != ov.contract:
+            why = (
+                "its contract is missing or invalid"
+                if contract is None
+                else f"its contract changed ({(ov.contract or '')[:16]} -> {contract[:16]})"
+            )
+            reason = f"user edit #{ov.id} set aside: {why}; regenerating"
+            overrides.set_aside(self.journal, ov.id, reason)
+            self.emit(EventType.OVERRIDE_SET_ASIDE, step.id, index, override=ov.id, reason=reason)
+            return None
+        self.emit(EventType.OVERRIDE_USED, step.id, index, override=ov.id)
+        self.emit(EventType.STEP_SKIPPED, step.id, index, reason="edited", key=key)
+        now = time.time()
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": el_index,
+                "key": key,
+                "status": "cached",
+                "pipeline": self.plan.name,
+                "output": dumps(ov.output),
+                "started_at": now,
+                "finished_at": now,
+                "attempts": 0,
+                "contract": contract,
+                "why": f"user edit #{ov.id}",
+            }
+        )
+        return ElementOutcome(el_index, StepStatus.CACHED, key, ov.output)
 
     def _usable(self, cached: CachedResult) -> bool:
         usable = all(self.objects.has(d) for d in cached.artifacts) and all(
@@ -672,20 +850,42 @@ class Interpreter:
             self._journal_failure(step, el_index, None, reason, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         key = parts.key()
+        contract = self._contract(step, extra, key)
+        self._contract_of[(step.id, el_index)] = contract
+        if step.id in self.edited_steps:
+            edited = self._use_override(step, index, el_index, key, contract)
+            if edited is not None:
+                return edited
         forced = step.id in self.options.force
         if step.cache is CachePolicy.USE and not forced:
             hit = self.cached.get((step.id, key))
             if hit is not None and self._usable(hit):
                 restored = self._restore_files(hit.files)
                 status = StepStatus.PARTIAL if hit.status == "partial" else StepStatus.CACHED
-                self.emit(EventType.STEP_SKIPPED, step.id, index, reason="cached", key=key,
-                          restored=restored)
-                self.journal.start_execution({
-                    "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
-                    "status": "cached", "pipeline": self.plan.name, "output": dumps(hit.output),
-                    "started_at": time.time(), "finished_at": time.time(), "attempts": 0,
-                    "why": "cached" + (f"; restored {', '.join(restored)}" if restored else ""),
-                })
+                self.emit(
+                    EventType.STEP_SKIPPED,
+                    step.id,
+                    index,
+                    reason="cached",
+                    key=key,
+                    restored=restored,
+                )
+                self.journal.start_execution(
+                    {
+                        "contract": contract,
+                        "run_id": self.run_id,
+                        "step_id": step.id,
+                        "element": el_index,
+                        "key": key,
+                        "status": "cached",
+                        "pipeline": self.plan.name,
+                        "output": dumps(hit.output),
+                        "started_at": time.time(),
+                        "finished_at": time.time(),
+                        "attempts": 0,
+                        "why": "cached" + (f"; restored {', '.join(restored)}" if restored else ""),
+                    }
+                )
                 return ElementOutcome(el_index, status, key, hit.output)
         if self.options.dry_run:
             return ElementOutcome(el_index, StepStatus.RAN, key, None, reason="would run")
@@ -700,23 +900,48 @@ class Interpreter:
         async with self.jobs:
             return await self._run_attempts(step, index, el_index, args, parts, key, extra)
 
-    def _journal_failure(self, step: CompiledStep, el_index: int, key: str | None, reason: str,
-                         attempts: int) -> None:
-        self.journal.start_execution({
-            "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
-            "status": "failed", "pipeline": self.plan.name, "error": reason,
-            "started_at": time.time(), "finished_at": time.time(), "attempts": attempts,
-        })
+    def _journal_failure(
+        self, step: CompiledStep, el_index: int, key: str | None, reason: str, attempts: int
+    ) -> None:
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": el_index,
+                "key": key,
+                "status": "failed",
+                "pipeline": self.plan.name,
+                "error": reason,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": attempts,
+            }
+        )
 
     async def _run_attempts(
-        self, step: CompiledStep, index: int | None, el_index: int, args: dict[str, Any],
-        parts: KeyParts, key: str, extra: dict[str, Any],
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        args: dict[str, Any],
+        parts: KeyParts,
+        key: str,
+        extra: dict[str, Any],
     ) -> ElementOutcome:
-        exec_id = self.journal.start_execution({
-            "run_id": self.run_id, "step_id": step.id, "element": el_index, "key": key,
-            "status": "running", "pipeline": self.plan.name, "started_at": time.time(),
-            "attempts": 0, "key_parts": dumps(parts.summary()),
-        })
+        exec_id = self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": el_index,
+                "key": key,
+                "status": "running",
+                "pipeline": self.plan.name,
+                "started_at": time.time(),
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": self._contract_of.get((step.id, el_index)),
+            }
+        )
         # A revision's reviewer input is the first attempt's feedback.
         review = self.reviews.get(step.id)
         review_feedback: list[str] = list(review["feedback"]) if review else []
@@ -732,11 +957,16 @@ class Interpreter:
         for attempt in range(1, max_attempts + 1):
             self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
             if attempt > 1:
-                args = ex.evaluate_value(step.args, self._context(
-                    **{**extra, "feedback": feedback, "attempt": attempt}))
+                args = ex.evaluate_value(
+                    step.args, self._context(**{**extra, "feedback": feedback, "attempt": attempt})
+                )
             ctx = StepContext(
-                env=self.env, run_id=self.run_id, step_id=step.id, element=index,
-                attempt=attempt, feedback=list(feedback),
+                env=self.env,
+                run_id=self.run_id,
+                step_id=step.id,
+                element=index,
+                attempt=attempt,
+                feedback=list(feedback),
                 ledger=JournalLedger(self.journal, self.run_id, step.id),
                 log=self._logger(step.id, index),
             )
@@ -744,7 +974,8 @@ class Interpreter:
             try:
                 coro = step.type.run(ctx, args)
                 result: StepResult = await (
-                    asyncio.wait_for(coro, step.timeout) if step.timeout else coro)
+                    asyncio.wait_for(coro, step.timeout) if step.timeout else coro
+                )
             except TimeoutError:
                 reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
             except StepFailure as exc:
@@ -760,8 +991,13 @@ class Interpreter:
             except RunnerError as exc:
                 reason, retryable, check_failure = str(exc), False, False
             except asyncio.CancelledError:
-                self.journal.finish_execution(exec_id, status="cancelled", finished_at=time.time(),
-                                              attempts=attempt, error="cancelled")
+                self.journal.finish_execution(
+                    exec_id,
+                    status="cancelled",
+                    finished_at=time.time(),
+                    attempts=attempt,
+                    error="cancelled",
+                )
                 raise
             except Exception as exc:  # a bug in a step type: record it with its traceback
                 tb = traceback.format_exc(limit=8)
@@ -775,10 +1011,19 @@ class Interpreter:
                 retryable, check_failure = True, True
                 feedback = review_feedback + failed_checks
             if attempt < max_attempts and retryable:
-                delay = 0.0 if check_failure else (
-                    min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
-                self.emit(EventType.STEP_RETRYING, step.id, index, attempt=attempt + 1,
-                          reason=reason, delay_s=round(delay, 3))
+                delay = (
+                    0.0
+                    if check_failure
+                    else (min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+                )
+                self.emit(
+                    EventType.STEP_RETRYING,
+                    step.id,
+                    index,
+                    attempt=attempt + 1,
+                    reason=reason,
+                    delay_s=round(delay, 3),
+                )
                 if not check_failure:
                     feedback = [*review_feedback, reason]
                 if delay:
@@ -786,14 +1031,31 @@ class Interpreter:
                 continue
             break
         self.journal.finish_execution(
-            exec_id, status="failed", finished_at=time.time(), attempts=attempt, error=reason,
+            exec_id,
+            status="failed",
+            finished_at=time.time(),
+            attempts=attempt,
+            error=reason,
             duration_s=time.perf_counter() - t0,
             output=dumps(failed_output) if failed_output is not None else None,
         )
-        self.emit(EventType.STEP_FAILED, step.id, index, reason=reason, attempts=attempt,
-                  check=check_failure)
-        return ElementOutcome(el_index, StepStatus.FAILED, key, failed_output, reason,
-                              check_failure, time.perf_counter() - t0)
+        self.emit(
+            EventType.STEP_FAILED,
+            step.id,
+            index,
+            reason=reason,
+            attempts=attempt,
+            check=check_failure,
+        )
+        return ElementOutcome(
+            el_index,
+            StepStatus.FAILED,
+            key,
+            failed_output,
+            reason,
+            check_failure,
+            time.perf_counter() - t0,
+        )
 
     def _logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
         def log(line: str) -> None:
@@ -801,8 +1063,9 @@ class Interpreter:
 
         return log
 
-    async def _checks(self, step: CompiledStep, result: StepResult, extra: dict[str, Any],
-                      attempt: int) -> list[str]:
+    async def _checks(
+        self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
+    ) -> list[str]:
         if not step.checks:
             return []
         steps_view = dict(self.context_steps)
@@ -815,8 +1078,17 @@ class Interpreter:
                 reasons.extend(verdict.reasons or ["check failed"])
         return reasons
 
-    def _passed(self, step: CompiledStep, index: int | None, el_index: int, exec_id: int, key: str,
-                result: StepResult, attempt: int, t0: float) -> ElementOutcome:
+    def _passed(
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        exec_id: int,
+        key: str,
+        result: StepResult,
+        attempt: int,
+        t0: float,
+    ) -> ElementOutcome:
         digests = set(result.artifacts) | set(result.files.values())
         self.objects_used.update(result.artifacts)
         self.workspace_used.update(result.files)
@@ -825,14 +1097,20 @@ class Interpreter:
             try:
                 sizes[d] = self.objects.path(d).stat().st_size
             except FileNotFoundError:
-                raise StepFailure(f"step type '{step.uses}' referenced object {d[:12]} "
-                                  "it never stored") from None
+                raise StepFailure(
+                    f"step type '{step.uses}' referenced object {d[:12]} it never stored"
+                ) from None
         self.journal.record_artifacts(sizes)
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
         self.journal.finish_execution(
-            exec_id, status=status, finished_at=time.time(), attempts=attempt,
-            duration_s=duration, output=dumps(result.output), artifacts=dumps(sorted(digests)),
+            exec_id,
+            status=status,
+            finished_at=time.time(),
+            attempts=attempt,
+            duration_s=duration,
+            output=dumps(result.output),
+            artifacts=dumps(sorted(digests)),
             files=dumps(result.files),
             report=dumps(result.report) if result.report is not None else None,
             usage=dumps(result.usage) if result.usage else None,
@@ -841,15 +1119,34 @@ class Interpreter:
             self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
             budget = self.options.token_budget or self.plan.limits.token_budget
             if budget is not None and self.tokens_used > budget:
-                self.abort_reason = (f"limit token_budget of {budget} reached "
-                                     f"({self.tokens_used} tokens used)")
+                self.abort_reason = (
+                    f"limit token_budget of {budget} reached ({self.tokens_used} tokens used)"
+                )
         if result.status is ResultStatus.PARTIAL:
-            self.emit(EventType.STEP_FAILED, step.id, index, partial=True, report=result.report,
-                      reason="partial")
-            return ElementOutcome(el_index, StepStatus.PARTIAL, key, result.output,
-                                  reason="partial", duration_s=duration)
-        self.emit(EventType.STEP_PASSED, step.id, index, key=key, duration_s=round(duration, 6),
-                  attempts=attempt)
+            self.emit(
+                EventType.STEP_FAILED,
+                step.id,
+                index,
+                partial=True,
+                report=result.report,
+                reason="partial",
+            )
+            return ElementOutcome(
+                el_index,
+                StepStatus.PARTIAL,
+                key,
+                result.output,
+                reason="partial",
+                duration_s=duration,
+            )
+        self.emit(
+            EventType.STEP_PASSED,
+            step.id,
+            index,
+            key=key,
+            duration_s=round(duration, 6),
+            attempts=attempt,
+        )
         return ElementOutcome(el_index, StepStatus.RAN, key, result.output, duration_s=duration)
 
 
@@ -870,11 +1167,19 @@ def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunS
         return RunStatus.FAILED, 4 if not succeeded else 6
     if not failed and not partial:
         return RunStatus.COMPLETED, 0
-    all_checks = all(s.check_failure for s in failed) and all(
-        s.check_failure or not s.elements or all(
-            e.check_failure for e in s.elements if e.status is StepStatus.FAILED) for s in partial
-    ) and bool(failed or any(
-        e.status is StepStatus.FAILED for s in partial for e in (s.elements or [])))
+    all_checks = (
+        all(s.check_failure for s in failed)
+        and all(
+            s.check_failure
+            or not s.elements
+            or all(e.check_failure for e in s.elements if e.status is StepStatus.FAILED)
+            for s in partial
+        )
+        and bool(
+            failed
+            or any(e.status is StepStatus.FAILED for s in partial for e in (s.elements or []))
+        )
+    )
     if failed and not succeeded:
         return RunStatus.FAILED, 5 if all_checks else 4
     return RunStatus.PARTIAL, 5 if all_checks else 6

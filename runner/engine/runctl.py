@@ -19,8 +19,9 @@ RESUMABLE = frozenset({"awaiting_human", "cancelled", "failed", "partial"})
 POLL_S = 0.2
 
 
-def resume_run(state: State, run_id: str, *, reporter: Reporter | None = None,
-               jobs: int | None = None) -> RunReport:
+def resume_run(
+    state: State, run_id: str, *, reporter: Reporter | None = None, jobs: int | None = None
+) -> RunReport:
     """Continue run ``run_id`` (same id) with the pipeline file and params it was started with.
 
     Raises NotFound for an unknown run or a pipeline file that is gone, UsageError for a run
@@ -30,8 +31,10 @@ def resume_run(state: State, run_id: str, *, reporter: Reporter | None = None,
 
     run = state.journal.get_run(run_id)
     if run["status"] not in RESUMABLE:
-        raise UsageError(f"run {run['id']} is {run['status']}; only "
-                         f"{', '.join(sorted(RESUMABLE))} runs can be resumed")
+        raise UsageError(
+            f"run {run['id']} is {run['status']}; only "
+            f"{', '.join(sorted(RESUMABLE))} runs can be resumed"
+        )
     path = Path(run["pipeline_file"])
     if not path.is_file():
         raise NotFound(f"run {run['id']}: its pipeline file {path} no longer exists")
@@ -66,11 +69,19 @@ def request_cancel(journal: Journal, run_id: str) -> dict[str, Any]:
         journal.update_run(rid, cancel_requested=time.time())
         return {"run_id": rid, "status": "cancelling"}
     if status in ("running", "awaiting_human"):
-        journal.conn.execute("UPDATE executions SET status='cancelled' WHERE run_id=? AND "
-                             "status IN ('running','awaiting_human')", (rid,))
-        journal.update_run(rid, status=RunStatus.CANCELLED.value, finished_at=time.time(),
-                           exit_code=130, reason="cancelled with runner runs cancel",
-                           cancel_requested=time.time())
+        journal.conn.execute(
+            "UPDATE executions SET status='cancelled' WHERE run_id=? AND "
+            "status IN ('running','awaiting_human')",
+            (rid,),
+        )
+        journal.update_run(
+            rid,
+            status=RunStatus.CANCELLED.value,
+            finished_at=time.time(),
+            exit_code=130,
+            reason="cancelled with runner runs cancel",
+            cancel_requested=time.time(),
+        )
         return {"run_id": rid, "status": RunStatus.CANCELLED.value}
     raise UsageError(f"run {rid} is not running (status {status})")
 
@@ -87,13 +98,20 @@ def wait_for_end(journal: Journal, run_id: str, timeout: float) -> str:
 
 def event_json(row: dict[str, Any]) -> dict[str, Any]:
     """One journaled event as the JSON line ``runner runs events`` prints."""
-    return {"seq": row["seq"], "type": row["type"], "run_id": row["run_id"],
-            "step": row["step_id"], "element": row["element"], "ts": row["ts"],
-            **(loads(row["data"]) or {})}
+    return {
+        "seq": row["seq"],
+        "type": row["type"],
+        "run_id": row["run_id"],
+        "step": row["step_id"],
+        "element": row["element"],
+        "ts": row["ts"],
+        **(loads(row["data"]) or {}),
+    }
 
 
-def stream_events(journal: Journal, run_id: str, *, follow: bool = False,
-                  idle_timeout: float | None = None) -> Iterator[dict[str, Any]]:
+def stream_events(
+    journal: Journal, run_id: str, *, follow: bool = False, idle_timeout: float | None = None
+) -> Iterator[dict[str, Any]]:
     """The run's events in order; with ``follow``, keep polling until the run finishes
     (a RunFinished event with the run no longer running) or ``idle_timeout`` passes."""
     run_id = journal.get_run(run_id)["id"]
@@ -114,4 +132,3 @@ def stream_events(journal: Journal, run_id: str, *, follow: bool = False,
         if idle_timeout is not None and time.monotonic() - idle_since > idle_timeout:
             return
         time.sleep(POLL_S)
-

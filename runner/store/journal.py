@@ -23,20 +23,48 @@ Migration = Callable[[Any], None]
 def _m1_core(db: Any) -> None:
     db["runs"].create(
         {
-            "id": str, "pipeline": str, "pipeline_file": str, "item": str, "status": str,
-            "kind": str, "parent_run_id": str, "params": str, "created_at": float,
-            "finished_at": float, "exit_code": int, "current_phase": str, "reason": str,
-            "provider_profile": str, "reference_asset": str, "pid": int, "progress": str,
+            "id": str,
+            "pipeline": str,
+            "pipeline_file": str,
+            "item": str,
+            "status": str,
+            "kind": str,
+            "parent_run_id": str,
+            "params": str,
+            "created_at": float,
+            "finished_at": float,
+            "exit_code": int,
+            "current_phase": str,
+            "reason": str,
+            "provider_profile": str,
+            "reference_asset": str,
+            "pid": int,
+            "progress": str,
         },
         pk="id",
     )
     db["runs"].create_index(["pipeline", "item"])
     db["executions"].create(
         {
-            "id": int, "run_id": str, "step_id": str, "element": int, "key": str, "status": str,
-            "attempts": int, "started_at": float, "finished_at": float, "duration_s": float,
-            "error": str, "output": str, "artifacts": str, "files": str, "report": str,
-            "usage": str, "why": str, "pipeline": str, "key_parts": str,
+            "id": int,
+            "run_id": str,
+            "step_id": str,
+            "element": int,
+            "key": str,
+            "status": str,
+            "attempts": int,
+            "started_at": float,
+            "finished_at": float,
+            "duration_s": float,
+            "error": str,
+            "output": str,
+            "artifacts": str,
+            "files": str,
+            "report": str,
+            "usage": str,
+            "why": str,
+            "pipeline": str,
+            "key_parts": str,
         },
         pk="id",
     )
@@ -44,14 +72,31 @@ def _m1_core(db: Any) -> None:
     db["executions"].create_index(["pipeline", "step_id", "key", "status"])
     db["artifacts"].create({"digest": str, "size": int, "created_at": float}, pk="digest")
     db["events"].create(
-        {"seq": int, "run_id": str, "ts": float, "type": str, "step_id": str, "element": int,
-         "data": str},
+        {
+            "seq": int,
+            "run_id": str,
+            "ts": float,
+            "type": str,
+            "step_id": str,
+            "element": int,
+            "data": str,
+        },
         pk="seq",
     )
     db["events"].create_index(["run_id", "seq"])
     db["calls"].create(
-        {"key": str, "run_id": str, "step_id": str, "status": str, "meta": str, "result": str,
-         "error": str, "started_at": float, "finished_at": float, "attempts": int},
+        {
+            "key": str,
+            "run_id": str,
+            "step_id": str,
+            "status": str,
+            "meta": str,
+            "result": str,
+            "error": str,
+            "started_at": float,
+            "finished_at": float,
+            "attempts": int,
+        },
         pk="key",
     )
     db["file_hashes"].create(
@@ -62,9 +107,21 @@ def _m1_core(db: Any) -> None:
 def _m2_iterations(db: Any) -> None:
     db["iterations"].create(
         {
-            "id": str, "run_id": str, "step_id": str, "ordinal": int, "seed": int,
-            "idempotency_key": str, "raw": str, "final": str, "ext": str, "compliant": int,
-            "compliance": str, "picked": int, "status": str, "error": str, "metadata": str,
+            "id": str,
+            "run_id": str,
+            "step_id": str,
+            "ordinal": int,
+            "seed": int,
+            "idempotency_key": str,
+            "raw": str,
+            "final": str,
+            "ext": str,
+            "compliant": int,
+            "compliance": str,
+            "picked": int,
+            "status": str,
+            "error": str,
+            "metadata": str,
             "created_at": float,
         },
         pk="id",
@@ -75,9 +132,21 @@ def _m2_iterations(db: Any) -> None:
 
 def _m3_decisions(db: Any) -> None:
     db["decisions"].create(
-        {"id": int, "run_id": str, "gate": str, "status": str, "decision": str, "by": str,
-         "comment": str, "input": str, "summary": str, "requested_at": float,
-         "decided_at": float, "artifact": str, "round": int},
+        {
+            "id": int,
+            "run_id": str,
+            "gate": str,
+            "status": str,
+            "decision": str,
+            "by": str,
+            "comment": str,
+            "input": str,
+            "summary": str,
+            "requested_at": float,
+            "decided_at": float,
+            "artifact": str,
+            "round": int,
+        },
         pk="id",
     )
     db["decisions"].create_index(["run_id", "gate"])
@@ -90,7 +159,21 @@ def _m4_gates_cancel(db: Any) -> None:
     db["decisions"].add_column("key", str)
 
 
-MIGRATIONS: list[Migration] = [_m1_core, _m2_iterations, _m3_decisions, _m4_gates_cancel]
+def _m5_overrides(db: Any) -> None:
+    db["overrides"].create(
+        {
+            "id": int, "pipeline": str, "step_id": str, "element": int, "contract": str,
+            "output": str, "status": str, "reason": str, "created_at": float,
+        },
+        pk="id",
+    )
+    db["overrides"].create_index(["pipeline", "step_id", "element", "status"])
+    db["executions"].add_column("contract", str)
+
+
+MIGRATIONS: list[Migration] = [
+    _m1_core, _m2_iterations, _m3_decisions, _m4_gates_cancel, _m5_overrides,
+]
 
 
 def now() -> float:
@@ -132,7 +215,9 @@ class Journal:
             raise NotFound(f"no journal at {path} (nothing has run here yet)")
         state_dir.mkdir(parents=True, exist_ok=True)
         try:
-            conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
@@ -198,8 +283,14 @@ class Journal:
             raise NotFound(f"unknown run '{run_id}'", hint="list runs with: runner runs list")
         return row
 
-    def list_runs(self, *, pipeline: str | None = None, status: str | None = None,
-                  item: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    def list_runs(
+        self,
+        *,
+        pipeline: str | None = None,
+        status: str | None = None,
+        item: str | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
         where, args = [], []
         for col, val in (("pipeline", pipeline), ("status", status), ("item", item)):
             if val is not None:
@@ -207,7 +298,8 @@ class Journal:
                 args.append(val)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         return self._all(
-            f"SELECT * FROM runs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)
+            f"SELECT * FROM runs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (*args, limit),
         )
 
     def active_runs(self, pipeline: str, item: str | None) -> list[dict[str, Any]]:
@@ -222,14 +314,18 @@ class Journal:
     def start_execution(self, row: Mapping[str, Any]) -> int:
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
-        cur = self.conn.execute(f"INSERT INTO executions ({cols}) VALUES ({marks})", list(row.values()))
+        cur = self.conn.execute(
+            f"INSERT INTO executions ({cols}) VALUES ({marks})", list(row.values())
+        )
         return int(cur.lastrowid or 0)
 
     def finish_execution(self, exec_id: int, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", [*fields.values(), exec_id])
 
-    def cached_results(self, pipeline: str, step_ids: Iterable[str] | None = None) -> dict[tuple[str, str], CachedResult]:
+    def cached_results(
+        self, pipeline: str, step_ids: Iterable[str] | None = None
+    ) -> dict[tuple[str, str], CachedResult]:
         """Every completed (or partial) execution of a pipeline by (step_id, key): one query."""
         rows = self.conn.execute(
             "SELECT step_id, key, output, artifacts, files, status, run_id, report FROM executions "
@@ -242,7 +338,12 @@ class Journal:
             if wanted is not None and step_id not in wanted:
                 continue
             out[(step_id, key)] = CachedResult(
-                key, loads(output), loads(artifacts) or [], loads(files) or {}, status, run_id,
+                key,
+                loads(output),
+                loads(artifacts) or [],
+                loads(files) or {},
+                status,
+                run_id,
                 loads(report),
             )
         return out
@@ -250,7 +351,9 @@ class Journal:
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
 
-    def last_execution(self, pipeline: str, step_id: str, element: int = -1) -> dict[str, Any] | None:
+    def last_execution(
+        self, pipeline: str, step_id: str, element: int = -1
+    ) -> dict[str, Any] | None:
         return self._one(
             "SELECT * FROM executions WHERE pipeline=? AND step_id=? AND element=? "
             "AND status NOT IN ('running') ORDER BY id DESC LIMIT 1",
@@ -260,7 +363,8 @@ class Journal:
     def mark_interrupted(self, run_ids: list[str]) -> None:
         for rid in run_ids:
             self.conn.execute(
-                "UPDATE executions SET status='interrupted' WHERE run_id=? AND status='running'", (rid,)
+                "UPDATE executions SET status='interrupted' WHERE run_id=? AND status='running'",
+                (rid,),
             )
             self.conn.execute(
                 "UPDATE runs SET status='failed', reason='interrupted: the process ended without "
@@ -284,11 +388,14 @@ class Journal:
 
     def add_events(self, rows: list[tuple[str, float, str, str | None, int | None, str]]) -> None:
         self.conn.executemany(
-            "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)", rows
+            "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)",
+            rows,
         )
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-        return self._all("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after))
+        return self._all(
+            "SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after)
+        )
 
     # -- idempotent calls ------------------------------------------------------------------------
 
@@ -299,7 +406,8 @@ class Journal:
         self.conn.execute(
             "INSERT INTO calls (key, run_id, step_id, status, meta, started_at, attempts) "
             "VALUES (?,?,?,'in_flight',?,?,1) ON CONFLICT(key) DO UPDATE SET "
-            "status='in_flight', run_id=excluded.run_id, attempts=attempts+1, started_at=excluded.started_at",
+            "status='in_flight', run_id=excluded.run_id, attempts=attempts+1, "
+            "started_at=excluded.started_at",
             (key, run_id, step_id, dumps(dict(meta)), now()),
         )
 
@@ -311,7 +419,8 @@ class Journal:
 
     def fail_call(self, key: str, error: str) -> None:
         self.conn.execute(
-            "UPDATE calls SET status='failed', error=?, finished_at=? WHERE key=?", (error, now(), key)
+            "UPDATE calls SET status='failed', error=?, finished_at=? WHERE key=?",
+            (error, now(), key),
         )
 
     # -- file hash cache -----------------------------------------------------------------------
@@ -319,12 +428,15 @@ class Journal:
     def file_hashes(self) -> dict[str, tuple[int, int, int, str]]:
         return {
             r[0]: (r[1], r[2], r[3], r[4])
-            for r in self.conn.execute("SELECT path, size, mtime_ns, inode, sha256 FROM file_hashes")
+            for r in self.conn.execute(
+                "SELECT path, size, mtime_ns, inode, sha256 FROM file_hashes"
+            )
         }
 
     def save_file_hashes(self, rows: list[tuple[str, int, int, int, str]]) -> None:
         self.conn.executemany(
-            "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256) VALUES (?,?,?,?,?)",
+            "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256) "
+            "VALUES (?,?,?,?,?)",
             rows,
         )
 
