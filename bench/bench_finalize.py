@@ -72,13 +72,17 @@ def main() -> None:
     times.sort()
     p90 = times[min(len(times) - 1, int(len(times) * 0.9))]
     print(f"source: 1536x1024 PNG, {len(raw)} bytes -> final 1280x720 JPEG, {size} bytes")
-    print(f"single: median {statistics.median(times) * 1000:.1f} ms, "
-          f"p90 {p90 * 1000:.1f} ms, min {times[0] * 1000:.1f} ms over {opts.runs} runs")
+    print(
+        f"single: median {statistics.median(times) * 1000:.1f} ms, "
+        f"p90 {p90 * 1000:.1f} ms, min {times[0] * 1000:.1f} ms over {opts.runs} runs"
+    )
     serial = 1 / statistics.median(times)
     threads = throughput(lambda: ThreadPoolExecutor(2), raw, opts.batch)
     procs = throughput(lambda: ProcessPoolExecutor(2), raw, opts.batch)
-    print(f"throughput: serial {serial:.1f}/s, 2 threads {threads:.1f}/s "
-          f"({threads / serial:.2f}x), 2 processes {procs:.1f}/s ({procs / serial:.2f}x)")
+    print(
+        f"throughput: serial {serial:.1f}/s, 2 threads {threads:.1f}/s "
+        f"({threads / serial:.2f}x), 2 processes {procs:.1f}/s ({procs / serial:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from runner.engine.interpreter import ApplyOptions
 def main(n: int = 10_000) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "pipeline.yaml").write_text(textwrap.dedent(f"""\
+        (root / "pipeline.yaml").write_text(
+            textwrap.dedent(f"""\
             runner: 1
             name: bench
             params:
@@ -37,7 +38,8 @@ def main(n: int = 10_000) -> None:
                 for_each: "${{{{ [steps.ids.output.short] * params.n }}}}"
                 concurrency: 64
                 with: {{value: {{seed: "${{{{ item }}}}", index: "${{{{ index }}}}"}}}}
-        """))
+        """)
+        )
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         for label in ("cold", "warm"):
             plan = compile_pipeline(root / "pipeline.yaml")
@@ -50,8 +52,10 @@ def main(n: int = 10_000) -> None:
             counts: dict[str, int] = {}
             for e in each.elements or []:
                 counts[e.status.value] = counts.get(e.status.value, 0) + 1
-            print(f"{label}: {n} elements in {wall:.2f}s = {wall / n * 1e6:.0f} us/element "
-                  f"({counts}, run {report.status.value})")
+            print(
+                f"{label}: {n} elements in {wall:.2f}s = {wall / n * 1e6:.0f} us/element "
+                f"({counts}, run {report.status.value})"
+            )
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         print(f"peak RSS {rss / 1024:.1f} MiB (was {rss0 / 1024:.1f} MiB before the runs)")
 

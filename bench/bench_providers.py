@@ -56,10 +56,15 @@ class Access:
         return self.provider.name
 
 
-def run_step(root: Path, provider: Provider, calls: int, concurrency: int, size: str,
-             tag: str) -> float:
-    env = StepEnv(root=root, state_dir=root / ".runner",
-                  objects=ObjectStore(root / ".runner" / "objects"), providers=Access(provider))
+def run_step(
+    root: Path, provider: Provider, calls: int, concurrency: int, size: str, tag: str
+) -> float:
+    env = StepEnv(
+        root=root,
+        state_dir=root / ".runner",
+        objects=ObjectStore(root / ".runner" / "objects"),
+        providers=Access(provider),
+    )
     ctx = StepContext(env=env, run_id=f"bench-{tag}", step_id="gen", ledger=Ledger())
     args = {"prompt": f"benchmark {tag}", "n": calls, "size": size, "concurrency": concurrency}
     start = time.perf_counter()
@@ -93,8 +98,10 @@ def main() -> None:
             fake = create("fake", {"delay_ms": opts.delay_ms, "max_concurrency": 16})
             wall = run_step(root, fake, opts.calls, conc, opts.size, f"c{conc}")
             ideal = math.ceil(opts.calls / conc) * opts.delay_ms / 1000
-            print(f"  concurrency {conc:2d}: wall {wall:6.2f} s, ideal {ideal:6.2f} s, "
-                  f"ratio {wall / ideal:5.2f}")
+            print(
+                f"  concurrency {conc:2d}: wall {wall:6.2f} s, ideal {ideal:6.2f} s, "
+                f"ratio {wall / ideal:5.2f}"
+            )
         fake = create("fake", {"max_concurrency": 16})
         draw = provider_only(fake, opts.calls, (w, h)) / opts.calls
         store = ObjectStore(root / "store-only")
@@ -104,12 +111,20 @@ def main() -> None:
         put = (time.perf_counter() - start) / opts.calls
         print(f"  object store put_bytes (fsync file + dir): {put * 1000:.2f} ms per object")
         for conc in (1, 16):
-            wall = run_step(root, create("fake", {"max_concurrency": 16}), opts.calls, conc,
-                            opts.size, f"zero{conc}")
+            wall = run_step(
+                root,
+                create("fake", {"max_concurrency": 16}),
+                opts.calls,
+                conc,
+                opts.size,
+                f"zero{conc}",
+            )
             per = wall / opts.calls
-            print(f"  delay 0, concurrency {conc:2d}: {per * 1000:6.2f} ms per call "
-                  f"(fake drawing {draw * 1000:.2f} ms, engine overhead "
-                  f"{(per - draw) * 1000:.2f} ms)")
+            print(
+                f"  delay 0, concurrency {conc:2d}: {per * 1000:6.2f} ms per call "
+                f"(fake drawing {draw * 1000:.2f} ms, engine overhead "
+                f"{(per - draw) * 1000:.2f} ms)"
+            )
 
 
 if __name__ == "__main__":

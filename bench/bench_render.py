@@ -21,9 +21,16 @@ def write_pipeline(directory: Path, steps: int) -> Path:
     (directory / "prompts").mkdir()
     (directory / "prompts" / "shot.j2").write_text(
         "Shot {{ n }} of {{ title }}.\n{% for tag in tags %}- {{ tag }}\n{% endfor %}"
-        "{% if before %}After: {{ before | truncate(40) }}\n{% endif %}", encoding="utf-8")
-    lines = ["runner: 1", "name: bench-render",
-             "params:", "  title: {type: string, default: Bench}", "steps:"]
+        "{% if before %}After: {{ before | truncate(40) }}\n{% endif %}",
+        encoding="utf-8",
+    )
+    lines = [
+        "runner: 1",
+        "name: bench-render",
+        "params:",
+        "  title: {type: string, default: Bench}",
+        "steps:",
+    ]
     for i in range(steps):
         before = f'"${{{{ steps.s{i - 1}.output.text }}}}"' if i and i % 5 == 0 else '""'
         lines += [
@@ -31,7 +38,7 @@ def write_pipeline(directory: Path, steps: int) -> Path:
             "    uses: template",
             "    with:",
             "      template: prompts/shot.j2",
-            f"      vars: {{n: {i}, title: \"${{{{ params.title }}}}\", tags: [a{i}, b{i}],"
+            f'      vars: {{n: {i}, title: "${{{{ params.title }}}}", tags: [a{i}, b{i}],'
             f" before: {before}}}",
         ]
     path = directory / "pipeline.yaml"
@@ -41,8 +48,13 @@ def write_pipeline(directory: Path, steps: int) -> Path:
 
 def whole_process(path: Path) -> tuple[float, int]:
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "runner", "render", str(path), "--json"],
-                         capture_output=True, text=True, check=True, cwd=path.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "render", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=path.parent,
+    )
     elapsed = time.perf_counter() - started
     return elapsed, len(json.loads(out.stdout)["renders"])
 
@@ -65,8 +77,10 @@ def main() -> None:
         wall = statistics.median(r[0] for r in runs)
         inproc = statistics.median(in_process(path) for _ in range(3))
         assert not (Path(tmp) / ".runner").exists(), "render touched the pipeline's .runner/"
-    print(f"render {steps} template steps: whole process {wall:.2f} s (median of 3), "
-          f"in process {inproc:.2f} s, {wall / steps * 1000:.1f} ms per prompt")
+    print(
+        f"render {steps} template steps: whole process {wall:.2f} s (median of 3), "
+        f"in process {inproc:.2f} s, {wall / steps * 1000:.1f} ms per prompt"
+    )
 
 
 if __name__ == "__main__":

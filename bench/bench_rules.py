@@ -41,13 +41,14 @@ def median_us(fn: Any, runs: int = 20_000) -> float:
 
 def main() -> None:
     cases = {
-        "when: params.n > 3 and steps.draft.output.ok":
-            "${{ params.n > 3 and steps.draft.output.ok }}",
+        "when: params.n > 3 and steps.draft.output.ok": "${{ params.n > 3 and steps.draft.output.ok }}",
         "check: output text length": "steps.draft.output.text|length > 100",
-        "choice_in": {"choice_in": {"value": "${{ steps.draft.output.label }}",
-                                    "choices": ["cat", "dog"]}},
-        "all of 3 expressions": {"all": ["params.n > 3", "steps.draft.output.ok",
-                                         "params.mode == 'full'"]},
+        "choice_in": {
+            "choice_in": {"value": "${{ steps.draft.output.label }}", "choices": ["cat", "dog"]}
+        },
+        "all of 3 expressions": {
+            "all": ["params.n > 3", "steps.draft.output.ok", "params.mode == 'full'"]
+        },
     }
     print("evaluate (sync fast path), median of 20,000:")
     for label, raw in cases.items():
@@ -71,15 +72,19 @@ def main() -> None:
         assert entry.when is not None
         entry.when.evaluate_sync(CONTEXT, root=ROOT)
     first = time.perf_counter() - started
-    print(f"first evaluation of each (Python code generated on first use): "
-          f"{first * 1000:8.1f} ms ({first / n * 1e6:.0f} µs each)")
+    print(
+        f"first evaluation of each (Python code generated on first use): "
+        f"{first * 1000:8.1f} ms ({first / n * 1e6:.0f} µs each)"
+    )
     started = time.perf_counter()
     book = RuleBook(where_of, {}, {}, ROOT)
     for sid in steps:
         book.add_step(sid)
     without = time.perf_counter() - started
-    print(f"compile {n} `when` expressions: {with_whens * 1000:8.1f} ms "
-          f"({with_whens / n * 1e6:.0f} µs each); {n} steps without: {without * 1000:.1f} ms")
+    print(
+        f"compile {n} `when` expressions: {with_whens * 1000:8.1f} ms "
+        f"({with_whens / n * 1e6:.0f} µs each); {n} steps without: {without * 1000:.1f} ms"
+    )
     started = time.perf_counter()
     book.lint({"n": "integer"})
     print(f"lint {n} steps: {(time.perf_counter() - started) * 1000:.1f} ms")

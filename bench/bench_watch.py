@@ -25,13 +25,26 @@ from typing import Any
 
 
 def write_pipeline(root: Path, steps: int) -> None:
-    lines = ["runner: 1", "name: chain", "steps:", "  s0:", "    uses: hash",
-             "    with: {value: start}"]
+    lines = [
+        "runner: 1",
+        "name: chain",
+        "steps:",
+        "  s0:",
+        "    uses: hash",
+        "    with: {value: start}",
+    ]
     for i in range(1, steps - 1):
-        lines += [f"  s{i}:", "    uses: hash",
-                  f"    with: {{value: \"${{{{ steps.s{i - 1}.output.short }}}}\"}}"]
-    lines += ["  last:", "    uses: shell",
-              "    with: {run: \"cat in.txt\", inputs: [in.txt]}", f"    needs: [s{steps - 2}]"]
+        lines += [
+            f"  s{i}:",
+            "    uses: hash",
+            f'    with: {{value: "${{{{ steps.s{i - 1}.output.short }}}}"}}',
+        ]
+    lines += [
+        "  last:",
+        "    uses: shell",
+        '    with: {run: "cat in.txt", inputs: [in.txt]}',
+        f"    needs: [s{steps - 2}]",
+    ]
     (root / "pipeline.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "in.txt").write_text("edit 0\n", encoding="utf-8")
 
@@ -60,9 +73,21 @@ def main() -> int:
         write_pipeline(root, opts.steps)
         events = root / "events.jsonl"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "watch", "pipeline.yaml", "--json",
-             "--events", str(events), "--debounce", str(opts.debounce)],
-            cwd=root, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "watch",
+                "pipeline.yaml",
+                "--json",
+                "--events",
+                str(events),
+                "--debounce",
+                str(opts.debounce),
+            ],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
 
@@ -75,8 +100,10 @@ def main() -> int:
         try:
             t0 = time.perf_counter()
             first: dict[str, Any] = json.loads(lines.get(timeout=300))
-            print(f"initial cycle: {first['summary']} in {first['duration_s']:.2f}s "
-                  f"(process start to line {time.perf_counter() - t0:.2f}s)")
+            print(
+                f"initial cycle: {first['summary']} in {first['duration_s']:.2f}s "
+                f"(process start to line {time.perf_counter() - t0:.2f}s)"
+            )
             offset = events.stat().st_size
             latencies: list[float] = []
             cycle_times: list[float] = []
@@ -100,14 +127,20 @@ def main() -> int:
 
     ms = sorted(x * 1000 for x in latencies)
     q = statistics.quantiles(ms, n=10)
-    print(f"{opts.steps} steps, {opts.edits} edits, debounce {opts.debounce} ms; "
-          "exactly one step ran per edit")
-    print(f"write -> step start (ms): median {statistics.median(ms):.0f}, min {ms[0]:.0f}, "
-          f"p10 {q[0]:.0f}, p90 {q[-1]:.0f}, max {ms[-1]:.0f}")
+    print(
+        f"{opts.steps} steps, {opts.edits} edits, debounce {opts.debounce} ms; "
+        "exactly one step ran per edit"
+    )
+    print(
+        f"write -> step start (ms): median {statistics.median(ms):.0f}, min {ms[0]:.0f}, "
+        f"p10 {q[0]:.0f}, p90 {q[-1]:.0f}, max {ms[-1]:.0f}"
+    )
     print("  all: " + " ".join(f"{x:.0f}" for x in ms))
     cyc = [x * 1000 for x in cycle_times]
-    print(f"cycle wall time (compile + apply, ms): median {statistics.median(cyc):.0f}, "
-          f"max {max(cyc):.0f}")
+    print(
+        f"cycle wall time (compile + apply, ms): median {statistics.median(cyc):.0f}, "
+        f"max {max(cyc):.0f}"
+    )
     return 0
 
 

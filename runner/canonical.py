@@ -75,7 +75,7 @@ def prepare(
     exclude: Iterable[str] = (),
     unordered: Mapping[str, str | None] | Iterable[str] = (),
 ) -> JSONValue:
-    """Return a copy of ``value`` with ``exclude`` top-level keys dropped and unordered lists sorted.
+    """A copy of ``value``: ``exclude`` top-level keys dropped, unordered lists sorted.
 
     ``unordered`` maps a dotted path ("a.b.list") to a sort key ("field" or "f1|f2"), or None to
     sort by value; a plain iterable of paths sorts each by value. Missing paths are ignored.

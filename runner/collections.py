@@ -23,8 +23,9 @@ from .checks import CollectionQuery, Verdict, set_collection_backend
 from .errors import NotFound, StoreError, UsageError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-_STATE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("runner_collections_state",
-                                                                    default=None)
+_STATE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "runner_collections_state", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class Document:
 
     @property
     def sha256(self) -> str:
-        body = json.dumps([self.text, self.source, self.metadata], sort_keys=True,
-                          ensure_ascii=False)
+        body = json.dumps(
+            [self.text, self.source, self.metadata], sort_keys=True, ensure_ascii=False
+        )
         return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
@@ -48,8 +50,11 @@ class UpsertResult:
     unchanged: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"inserted": len(self.inserted), "updated": len(self.updated),
-                "unchanged": len(self.unchanged)}
+        return {
+            "inserted": len(self.inserted),
+            "updated": len(self.updated),
+            "unchanged": len(self.unchanged),
+        }
 
 
 def check_name(name: str) -> str:
@@ -88,16 +93,20 @@ class Collections:
     # -- collections -------------------------------------------------------------------------
 
     def exists(self, name: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM collections WHERE name=?", (name,)).fetchone() \
+        return (
+            self.conn.execute("SELECT 1 FROM collections WHERE name=?", (name,)).fetchone()
             is not None
+        )
 
     def require(self, name: str) -> None:
         """Raise NotFound (exit 3) for an unknown collection."""
         if not self.exists(check_name(name)):
             known = [c["name"] for c in self.names_and_counts()]
-            raise NotFound(f"unknown collection '{name}'",
-                           hint="create it with `create: true` on the ingest step; known: "
-                                + (", ".join(known) or "none"))
+            raise NotFound(
+                f"unknown collection '{name}'",
+                hint="create it with `create: true` on the ingest step; known: "
+                + (", ".join(known) or "none"),
+            )
 
     def create(self, name: str, description: str | None = None) -> bool:
         """Create ``name`` if it does not exist; True when it was created."""
@@ -115,8 +124,9 @@ class Collections:
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS c_{name}_fts "
                 "USING fts5(doc_id UNINDEXED, text)"
             )
-            self.conn.execute("INSERT OR IGNORE INTO collections VALUES (?,?,?)",
-                              (name, time.time(), description))
+            self.conn.execute(
+                "INSERT OR IGNORE INTO collections VALUES (?,?,?)", (name, time.time(), description)
+            )
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -125,9 +135,12 @@ class Collections:
 
     def names_and_counts(self) -> list[dict[str, Any]]:
         rows = self.conn.execute(
-            "SELECT name, created_at, description FROM collections ORDER BY name").fetchall()
-        return [{"name": n, "created_at": c, "description": d, "count": self.count(n)}
-                for n, c, d in rows]
+            "SELECT name, created_at, description FROM collections ORDER BY name"
+        ).fetchall()
+        return [
+            {"name": n, "created_at": c, "description": d, "count": self.count(n)}
+            for n, c, d in rows
+        ]
 
     # -- documents ---------------------------------------------------------------------------
 
@@ -140,26 +153,40 @@ class Collections:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             for doc in docs:
-                row = self.conn.execute(f"SELECT rowid, sha256 FROM c_{name} WHERE doc_id=?",
-                                        (doc.id,)).fetchone()
-                values = (doc.source, doc.text, json.dumps(doc.metadata, sort_keys=True,
-                                                           ensure_ascii=False), doc.sha256, now)
+                row = self.conn.execute(
+                    f"SELECT rowid, sha256 FROM c_{name} WHERE doc_id=?", (doc.id,)
+                ).fetchone()
+                values = (
+                    doc.source,
+                    doc.text,
+                    json.dumps(doc.metadata, sort_keys=True, ensure_ascii=False),
+                    doc.sha256,
+                    now,
+                )
                 if row is None:
                     cur = self.conn.execute(
                         f"INSERT INTO c_{name} (doc_id, source, text, metadata, sha256, "
-                        "updated_at) VALUES (?,?,?,?,?,?)", (doc.id, *values))
-                    self.conn.execute(f"INSERT INTO c_{name}_fts (rowid, doc_id, text) "
-                                      "VALUES (?,?,?)", (cur.lastrowid, doc.id, doc.text))
+                        "updated_at) VALUES (?,?,?,?,?,?)",
+                        (doc.id, *values),
+                    )
+                    self.conn.execute(
+                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text) VALUES (?,?,?)",
+                        (cur.lastrowid, doc.id, doc.text),
+                    )
                     result.inserted.append(doc.id)
                 elif row[1] == doc.sha256:
                     result.unchanged.append(doc.id)
                 else:
                     self.conn.execute(
                         f"UPDATE c_{name} SET source=?, text=?, metadata=?, sha256=?, "
-                        "updated_at=? WHERE doc_id=?", (*values, doc.id))
+                        "updated_at=? WHERE doc_id=?",
+                        (*values, doc.id),
+                    )
                     self.conn.execute(f"DELETE FROM c_{name}_fts WHERE rowid=?", (row[0],))
-                    self.conn.execute(f"INSERT INTO c_{name}_fts (rowid, doc_id, text) "
-                                      "VALUES (?,?,?)", (row[0], doc.id, doc.text))
+                    self.conn.execute(
+                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text) VALUES (?,?,?)",
+                        (row[0], doc.id, doc.text),
+                    )
                     result.updated.append(doc.id)
             self.conn.execute("COMMIT")
         except BaseException:
@@ -187,19 +214,34 @@ class Collections:
         wanted = list(ids)
         found: set[str] = set()
         for i in range(0, len(wanted), 500):
-            chunk = wanted[i:i + 500]
+            chunk = wanted[i : i + 500]
             marks = ",".join("?" for _ in chunk)
-            found |= {r[0] for r in self.conn.execute(
-                f"SELECT doc_id FROM c_{name} WHERE doc_id IN ({marks})", chunk)}
+            found |= {
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT doc_id FROM c_{name} WHERE doc_id IN ({marks})", chunk
+                )
+            }
         return found
 
     def documents(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
         self.require(name)
         rows = self.conn.execute(
             f"SELECT doc_id, source, text, metadata, sha256, updated_at FROM c_{name} "
-            "ORDER BY doc_id LIMIT ?", (limit,)).fetchall()
-        return [{"id": r[0], "source": r[1], "text": r[2], "metadata": json.loads(r[3]),
-                 "sha256": r[4], "updated_at": r[5]} for r in rows]
+            "ORDER BY doc_id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            {
+                "id": r[0],
+                "source": r[1],
+                "text": r[2],
+                "metadata": json.loads(r[3]),
+                "sha256": r[4],
+                "updated_at": r[5],
+            }
+            for r in rows
+        ]
 
     def search(self, name: str, query: str, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text search (FTS5 syntax), best match first. UsageError for a bad query."""
@@ -210,11 +252,14 @@ class Collections:
                 f"bm25(c_{name}_fts), d.metadata FROM c_{name}_fts f "
                 f"JOIN c_{name} d ON d.rowid = f.rowid "
                 f"WHERE c_{name}_fts MATCH ? ORDER BY bm25(c_{name}_fts) LIMIT ?",
-                (query, limit)).fetchall()
+                (query, limit),
+            ).fetchall()
         except sqlite3.OperationalError as exc:
             raise UsageError(f"invalid search query {query!r}: {exc}") from None
-        return [{"id": r[0], "snippet": r[1], "score": round(-r[2], 6),
-                 "metadata": json.loads(r[3])} for r in rows]
+        return [
+            {"id": r[0], "snippet": r[1], "score": round(-r[2], 6), "metadata": json.loads(r[3])}
+            for r in rows
+        ]
 
 
 # -- the collection_has check ----------------------------------------------------------------
@@ -237,13 +282,17 @@ def answer(query: CollectionQuery) -> Verdict:
         if query.ids is not None:
             missing = sorted(set(query.ids) - cols.present(query.collection, query.ids))
             if missing:
-                reasons.append(f"collection_has: {len(missing)} document(s) missing from "
-                               f"'{query.collection}': {', '.join(missing[:5])}")
+                reasons.append(
+                    f"collection_has: {len(missing)} document(s) missing from "
+                    f"'{query.collection}': {', '.join(missing[:5])}"
+                )
         if query.ids is None or query.where or query.min_count != 1:
             n = cols.count(query.collection, query.where)
             if n < query.min_count:
-                reasons.append(f"collection_has: '{query.collection}' holds {n} matching "
-                               f"record(s), expected at least {query.min_count}")
+                reasons.append(
+                    f"collection_has: '{query.collection}' holds {n} matching "
+                    f"record(s), expected at least {query.min_count}"
+                )
     return Verdict(not reasons, reasons)
 
 

@@ -259,8 +259,9 @@ class _Harden(NodeTransformer):
 
     def visit_Output(self, node: nodes.Output) -> nodes.Node:
         self.generic_visit(node)
-        node.nodes = [n if isinstance(n, nodes.TemplateData) else _wrap_sized(n)
-                      for n in node.nodes]
+        node.nodes = [
+            n if isinstance(n, nodes.TemplateData) else _wrap_sized(n) for n in node.nodes
+        ]
         return node
 
     def visit_Name(self, node: nodes.Name) -> nodes.Node:
@@ -292,8 +293,13 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
         self.filters[_SIZED_FILTER] = _sized
         self.tests = dict(self.tests)
 
-    def _generate(self, source: nodes.Template, name: str | None, filename: str | None,
-                  defer_init: bool = False) -> str:
+    def _generate(
+        self,
+        source: nodes.Template,
+        name: str | None,
+        filename: str | None,
+        defer_init: bool = False,
+    ) -> str:
         # Every template and expression is compiled through here, already parsed.
         source = _Harden().visit(source)
         return super()._generate(source, name, filename, defer_init)
@@ -317,11 +323,17 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
                     raise SandboxRefused("power result would be too large")
         elif operator == "*":
             for seq, n in ((left, right), (right, left)):
-                if (isinstance(seq, (str, list, tuple)) and isinstance(n, int)
-                        and _measure(seq) * n > MAX_RESULT_CHARS):
+                if (
+                    isinstance(seq, (str, list, tuple))
+                    and isinstance(n, int)
+                    and _measure(seq) * n > MAX_RESULT_CHARS
+                ):
                     raise SandboxRefused("repetition result would be too large")
-            if (isinstance(left, int) and isinstance(right, int)
-                    and left.bit_length() + right.bit_length() > MAX_POWER_BITS):
+            if (
+                isinstance(left, int)
+                and isinstance(right, int)
+                and left.bit_length() + right.bit_length() > MAX_POWER_BITS
+            ):
                 raise SandboxRefused("product would be too large")
         elif operator == "%" and isinstance(left, str):
             _check_format(left, right if isinstance(right, tuple) else (right,), {})
@@ -415,8 +427,16 @@ class Expression:
             raise ExpressionError(
                 "expression refused: nesting too deep", where=self.where
             ) from None
-        except (TypeError, ValueError, ZeroDivisionError, AttributeError, KeyError,
-                IndexError, OverflowError, MemoryError) as exc:
+        except (
+            TypeError,
+            ValueError,
+            ZeroDivisionError,
+            AttributeError,
+            KeyError,
+            IndexError,
+            OverflowError,
+            MemoryError,
+        ) as exc:
             raise ExpressionError(
                 f"in '{_clip(self.source)}': {type(exc).__name__}: {exc}", where=self.where
             ) from None
@@ -446,8 +466,11 @@ def _refs(tree: nodes.Node) -> frozenset[Reference]:
             attr: str | None = None
             if isinstance(node, nodes.Getattr):
                 attr = node.attr
-            elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) \
-                    and isinstance(node.arg.value, str):
+            elif (
+                isinstance(node, nodes.Getitem)
+                and isinstance(node.arg, nodes.Const)
+                and isinstance(node.arg.value, str)
+            ):
                 attr = node.arg.value
             found.add(Reference(inner.name, attr))
             attrs.add(id(inner))
@@ -533,8 +556,7 @@ class _Lazy:
         if self._template is None:
             # Code generation rewrites the tree (guards): work on a copy, keep the original
             # for readers such as the rule linter.
-            body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(self.expr),
-                                 lineno=1)]
+            body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(self.expr), lineno=1)]
             self._template = environment().from_string(nodes.Template(body, lineno=1))
         return self._template
 
@@ -584,8 +606,9 @@ def has_expression(text: str) -> bool:
     return "${{" in text
 
 
-def compile_value(value: Any, where_of: Callable[[tuple[Any, ...]], Location | None],
-                  path: tuple[Any, ...] = ()) -> Compiled:
+def compile_value(
+    value: Any, where_of: Callable[[tuple[Any, ...]], Location | None], path: tuple[Any, ...] = ()
+) -> Compiled:
     """Compile every ``${{ }}`` inside a YAML value; ``where_of(path)`` locates a sub-value."""
     if isinstance(value, str):
         if "${{" not in value:
@@ -729,15 +752,25 @@ def render_template(
         raise TemplateError(f"template syntax error: {exc.message}", where=loc) from None
     except jinja2.UndefinedError as exc:
         raise TemplateError(
-            f"template {label}: {exc.message}", where=where,
+            f"template {label}: {exc.message}",
+            where=where,
             hint="pass it in `vars:` (templates see only what they are given)",
         ) from None
     except (SandboxRefused, jinja2.exceptions.SecurityError) as exc:
         raise TemplateError(f"template {label} refused: {exc}", where=where) from None
     except RecursionError:
         raise TemplateError(f"template {label} refused: nesting too deep", where=where) from None
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError, KeyError,
-            IndexError, MemoryError, jinja2.TemplateError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        ZeroDivisionError,
+        OverflowError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        MemoryError,
+        jinja2.TemplateError,
+    ) as exc:
         raise TemplateError(f"template {label}: {type(exc).__name__}: {exc}", where=where) from None
     finally:
         if token is not None:

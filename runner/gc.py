@@ -41,14 +41,23 @@ class GcResult:
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"runs_deleted": self.runs_deleted, "runs_kept": self.runs_kept,
-                "executions_deleted": self.executions_deleted,
-                "objects_deleted": len(self.objects_deleted), "bytes_freed": self.bytes_freed,
-                "dry_run": self.dry_run}
+        return {
+            "runs_deleted": self.runs_deleted,
+            "runs_kept": self.runs_kept,
+            "executions_deleted": self.executions_deleted,
+            "objects_deleted": len(self.objects_deleted),
+            "bytes_freed": self.bytes_freed,
+            "dry_run": self.dry_run,
+        }
 
 
-def _runs_to_delete(runs: list[dict[str, Any]], keep_last: int | None,
-                    older_than: float | None, picked: set[str], now: float) -> set[str]:
+def _runs_to_delete(
+    runs: list[dict[str, Any]],
+    keep_last: int | None,
+    older_than: float | None,
+    picked: set[str],
+    now: float,
+) -> set[str]:
     by_group: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for r in runs:  # newest first
         by_group.setdefault((r["pipeline"], r["item"]), []).append(r)
@@ -67,8 +76,13 @@ def _runs_to_delete(runs: list[dict[str, Any]], keep_last: int | None,
     return doomed - parents
 
 
-def collect_garbage(state: Any, *, keep_last: int | None = None,
-                    older_than: float | None = None, dry_run: bool = False) -> GcResult:
+def collect_garbage(
+    state: Any,
+    *,
+    keep_last: int | None = None,
+    older_than: float | None = None,
+    dry_run: bool = False,
+) -> GcResult:
     """Delete old runs (with their executions, events, iterations, decisions) and the objects
     nothing references. ``state`` is an open engine State. Raises UsageError for keep_last < 0.
     """
@@ -77,39 +91,56 @@ def collect_garbage(state: Any, *, keep_last: int | None = None,
     journal, objects = state.journal, state.objects
     now = time.time()
     result = GcResult(dry_run=dry_run)
-    runs = journal.query("SELECT id, pipeline, item, status, created_at, parent_run_id "
-                         "FROM runs ORDER BY created_at DESC, rowid DESC")
-    picked = {r["run_id"] for r in journal.query(
-        "SELECT DISTINCT run_id FROM iterations WHERE picked=1")}
-    doomed = (_runs_to_delete(runs, keep_last, older_than, picked, now)
-              if keep_last is not None or older_than is not None else set())
+    runs = journal.query(
+        "SELECT id, pipeline, item, status, created_at, parent_run_id "
+        "FROM runs ORDER BY created_at DESC, rowid DESC"
+    )
+    picked = {
+        r["run_id"] for r in journal.query("SELECT DISTINCT run_id FROM iterations WHERE picked=1")
+    }
+    doomed = (
+        _runs_to_delete(runs, keep_last, older_than, picked, now)
+        if keep_last is not None or older_than is not None
+        else set()
+    )
     result.runs_deleted = sorted(doomed)
     result.runs_kept = len(runs) - len(doomed)
     # Keys the kept runs resolve to: their cache entries must survive.
-    used = {(r["pipeline"], r["step_id"], r["key"]) for r in journal.query(
-        "SELECT pipeline, step_id, key, run_id FROM executions WHERE key IS NOT NULL")
-        if r["run_id"] not in doomed}
+    used = {
+        (r["pipeline"], r["step_id"], r["key"])
+        for r in journal.query(
+            "SELECT pipeline, step_id, key, run_id FROM executions WHERE key IS NOT NULL"
+        )
+        if r["run_id"] not in doomed
+    }
     doomed_execs: list[int] = []
     for rid in sorted(doomed):
-        for e in journal.query("SELECT id, pipeline, step_id, key, status FROM executions "
-                               "WHERE run_id=?", (rid,)):
-            if e["status"] in ("completed", "partial") and (
-                    e["pipeline"], e["step_id"], e["key"]) in used:
+        for e in journal.query(
+            "SELECT id, pipeline, step_id, key, status FROM executions WHERE run_id=?", (rid,)
+        ):
+            if (
+                e["status"] in ("completed", "partial")
+                and (e["pipeline"], e["step_id"], e["key"]) in used
+            ):
                 continue
             doomed_execs.append(int(e["id"]))
     result.executions_deleted = len(doomed_execs)
     if not dry_run and doomed:
         with journal.transaction() as conn:
             for i in range(0, len(doomed_execs), 500):
-                chunk = doomed_execs[i:i + 500]
-                conn.execute(f"DELETE FROM executions WHERE id IN ({','.join('?' * len(chunk))})",
-                             chunk)
+                chunk = doomed_execs[i : i + 500]
+                conn.execute(
+                    f"DELETE FROM executions WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                )
             for rid in doomed:
                 for table in ("events", "iterations", "decisions"):
                     conn.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
                 conn.execute("DELETE FROM runs WHERE id=?", (rid,))
-    referenced = _referenced(journal, exclude_execs=set(doomed_execs) if dry_run else set(),
-                             exclude_runs=doomed if dry_run else set())
+    referenced = _referenced(
+        journal,
+        exclude_execs=set(doomed_execs) if dry_run else set(),
+        exclude_runs=doomed if dry_run else set(),
+    )
     running = journal.query("SELECT MIN(created_at) AS t FROM runs WHERE status='running'")
     newest_allowed = running[0]["t"] if running and running[0]["t"] is not None else None
     for digest in objects.iter_digests():
@@ -152,8 +183,9 @@ def _referenced(journal: Any, *, exclude_execs: set[int], exclude_runs: set[str]
             refs.add(d["artifact"])
     for c in journal.query("SELECT result FROM calls WHERE result IS NOT NULL"):
         refs.update(_HEX.findall(c["result"]))  # a paid call's result is reused on resume
-    for r in journal.query("SELECT id, reference_asset FROM runs WHERE reference_asset IS NOT "
-                           "NULL"):
+    for r in journal.query(
+        "SELECT id, reference_asset FROM runs WHERE reference_asset IS NOT NULL"
+    ):
         if r["id"] not in exclude_runs:
             refs.add(r["reference_asset"])
     return refs

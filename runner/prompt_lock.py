@@ -27,22 +27,32 @@ def version_dirs(prompts: Path) -> list[Path]:
 def digest_dir(directory: Path) -> dict[str, str]:
     return {
         p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.rglob("*")) if p.is_file()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
     }
 
 
 def write_lock(root: Path) -> tuple[Path, dict[str, dict[str, str]]]:
-    """Record every versioned prompt directory under root/prompts. Refuses to re-lock a changed one."""
+    """Record every versioned prompt directory under root/prompts.
+
+    Refuses to re-lock a version whose content changed since it was locked.
+    """
     lock_path = root / LOCK_NAME
     existing = read_lock(lock_path)
     problems = check_lock(root, existing)
     if problems:
-        raise InvalidPipeline(problems[0], where=Location(str(lock_path)),
-                              hint="create a new version directory instead")
-    versions = {d.relative_to(root).as_posix(): digest_dir(d) for d in version_dirs(root / "prompts")}
+        raise InvalidPipeline(
+            problems[0],
+            where=Location(str(lock_path)),
+            hint="create a new version directory instead",
+        )
+    versions = {
+        d.relative_to(root).as_posix(): digest_dir(d) for d in version_dirs(root / "prompts")
+    }
     versions.update(existing)
-    lock_path.write_text(json.dumps({"versions": versions}, indent=2, sort_keys=True) + "\n",
-                         encoding="utf-8")
+    lock_path.write_text(
+        json.dumps({"versions": versions}, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return lock_path, versions
 
 
@@ -54,8 +64,9 @@ def read_lock(lock_path: Path) -> dict[str, dict[str, str]]:
         versions = data["versions"]
         assert isinstance(versions, dict)
     except (json.JSONDecodeError, KeyError, AssertionError):
-        raise InvalidPipeline(f"{lock_path} is not a prompts lock file",
-                              where=Location(str(lock_path), 1, 1)) from None
+        raise InvalidPipeline(
+            f"{lock_path} is not a prompts lock file", where=Location(str(lock_path), 1, 1)
+        ) from None
     return versions
 
 
@@ -80,5 +91,8 @@ def enforce(root: Path) -> None:
         return
     problems = check_lock(root, read_lock(lock_path))
     if problems:
-        raise InvalidPipeline(problems[0], where=Location(str(lock_path)),
-                              hint="restore the file, or copy the directory to a new version")
+        raise InvalidPipeline(
+            problems[0],
+            where=Location(str(lock_path)),
+            hint="restore the file, or copy the directory to a new version",
+        )

@@ -36,10 +36,23 @@ if TYPE_CHECKING:
 RUN_ID = "render"  # fixed so that `run.id` in a prompt renders the same everywhere
 
 # Directories never copied into the scratch workspace: state, VCS, caches, environments.
-_SKIP_DIRS = frozenset({
-    ".git", ".hg", ".svn", ".runner", ".venv", "venv", "node_modules", "__pycache__",
-    ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "__snapshots__",
-})
+_SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".runner",
+        ".venv",
+        "venv",
+        "node_modules",
+        "__pycache__",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".pytest_cache",
+        ".hypothesis",
+        "__snapshots__",
+    }
+)
 
 
 class RenderError(RunnerError):
@@ -62,8 +75,12 @@ class Render:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"step": self.step, "kind": self.kind, "text": self.text,
-                               "sha256": self.sha256}
+        doc: dict[str, Any] = {
+            "step": self.step,
+            "kind": self.kind,
+            "text": self.text,
+            "sha256": self.sha256,
+        }
         if self.skipped:
             doc["skipped"] = True
         return doc
@@ -83,8 +100,13 @@ class RenderResult:
         return {r.step: r.text for r in self.renders}
 
     def to_json(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "file": str(self.file), "fixture": self.fixture,
-                "renders": [r.to_json() for r in self.renders], "exit_code": 0}
+        return {
+            "pipeline": self.pipeline,
+            "file": str(self.file),
+            "fixture": self.fixture,
+            "renders": [r.to_json() for r in self.renders],
+            "exit_code": 0,
+        }
 
 
 def fixture_names(path: Path) -> list[str]:
@@ -137,20 +159,25 @@ def render_pipeline(
 
 # -- fixtures and params ------------------------------------------------------------------------
 
+
 def _fixture_spec(doc: PipelineDoc, fixture: str | None) -> dict[str, Any]:
     tests: dict[str, Any] = doc.data.get("tests") or {}
     if fixture is None:
         return {}
     if fixture not in tests:
         hint = did_you_mean(fixture, tests) or (
-            "fixtures: " + ", ".join(tests) if tests else "the pipeline has no `tests:`")
+            "fixtures: " + ", ".join(tests) if tests else "the pipeline has no `tests:`"
+        )
         raise UsageError(f"unknown fixture '{fixture}'", hint=hint)
     return dict(tests[fixture] or {})
 
 
 def _merged_overrides(
-    doc: PipelineDoc, fixture: str | None, spec: Mapping[str, Any],
-    params: Mapping[str, Any] | None, overrides: Mapping[str, str] | None,
+    doc: PipelineDoc,
+    fixture: str | None,
+    spec: Mapping[str, Any],
+    params: Mapping[str, Any] | None,
+    overrides: Mapping[str, str] | None,
 ) -> dict[str, str]:
     declared = doc.data.get("params") or {}
     merged: dict[str, str] = {}
@@ -174,7 +201,10 @@ def _as_override(value: Any) -> str:
 
 
 def _wanted_steps(
-    doc: PipelineDoc, plan: Plan, fixture: str | None, spec: Mapping[str, Any],
+    doc: PipelineDoc,
+    plan: Plan,
+    fixture: str | None,
+    spec: Mapping[str, Any],
     steps: Sequence[str] | None,
 ) -> list[str]:
     prompt_ids = [sid for sid in plan.order if is_prompt_step(plan.steps[sid])]
@@ -207,6 +237,7 @@ def _registry() -> Any:
 
 # -- the scratch workspace ----------------------------------------------------------------------
 
+
 def _may_write(plan: Plan, wanted: Sequence[str]) -> bool:
     """Whether a step the renders run may write into the workspace (then it runs in a copy)."""
     run = _ancestors(plan, wanted) | set(wanted)
@@ -225,7 +256,10 @@ def _runs_commands(rule: Rule | None) -> bool:
 
 
 def _copy_tree(
-    doc: PipelineDoc, fixture: str | None, files: Mapping[str, str], scratch: Path,
+    doc: PipelineDoc,
+    fixture: str | None,
+    files: Mapping[str, str],
+    scratch: Path,
     state_dir: Path | None,
 ) -> PipelineDoc:
     """Copy the pipeline's tree into ``scratch`` and write the fixture's files there.
@@ -259,6 +293,7 @@ def _ignore(state: Path | None) -> Callable[[str, list[str]], set[str]]:
 
 
 # -- running what the renders need --------------------------------------------------------------
+
 
 class _FakeProviders:
     """Every provider name resolves to a `fake` provider: rendering never pays for a call.
@@ -296,7 +331,8 @@ def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
     called = {sid for sid in wanted if plan.steps[sid].type.name in _UNCALLED}
     needed = _ancestors(plan, wanted) | (set(wanted) - called)
     sub = dataclasses.replace(
-        plan, steps={sid: plan.steps[sid] for sid in plan.order if sid in needed},
+        plan,
+        steps={sid: plan.steps[sid] for sid in plan.order if sid in needed},
         order=[sid for sid in plan.order if sid in needed],
     )
     item = resolve_item(plan, None)
@@ -306,8 +342,12 @@ def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
         again = bool(state.journal.query("SELECT id FROM runs WHERE id=?", (RUN_ID,)))
         options = ApplyOptions(run_id=RUN_ID, item=item, resume_run_id=RUN_ID if again else None)
         interp = Interpreter(
-            sub, journal=state.journal, objects=state.objects, state_dir=state.dir,
-            options=options, providers=_FakeProviders(plan.root),
+            sub,
+            journal=state.journal,
+            objects=state.objects,
+            state_dir=state.dir,
+            options=options,
+            providers=_FakeProviders(plan.root),
         )
         report = asyncio.run(interp.apply()) if sub.order else None
     finally:
@@ -316,15 +356,22 @@ def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
     for sid in sub.order:
         o = outcomes[sid]
         if o.status is StepStatus.FAILED:
-            raise RenderError(f"step failed while rendering: {o.reason}", step=sid,
-                              where=plan.steps[sid].where)
+            raise RenderError(
+                f"step failed while rendering: {o.reason}", step=sid, where=plan.steps[sid].where
+            )
         if o.status is StepStatus.AWAITING_HUMAN:
-            raise RenderError("waits for a human decision; a render cannot pass it", step=sid,
-                              where=plan.steps[sid].where,
-                              hint="render the steps before the gate with --step")
+            raise RenderError(
+                "waits for a human decision; a render cannot pass it",
+                step=sid,
+                where=plan.steps[sid].where,
+                hint="render the steps before the gate with --step",
+            )
     context: dict[str, Any] = {
-        "params": plan.params, "steps": interp.context_steps if sub.order else {},
-        "run": {"id": RUN_ID, "item": item}, "feedback": [], "attempt": 1,
+        "params": plan.params,
+        "steps": interp.context_steps if sub.order else {},
+        "run": {"id": RUN_ID, "item": item},
+        "feedback": [],
+        "attempt": 1,
     }
     out: list[Render] = []
     for sid in wanted:
@@ -352,6 +399,7 @@ def _ancestors(plan: Plan, ids: Sequence[str]) -> set[str]:
 
 
 # -- turning outputs and arguments into text ----------------------------------------------------
+
 
 def _text_of(step: CompiledStep, output: Any) -> str:
     render = _RENDERERS.get(step.type.name, _output_text)
@@ -385,8 +433,9 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
     for d in step.deps:
         status = context["steps"].get(d, {}).get("status")
         if status == "skipped" and step.on_skipped != "run":
-            return Render(step.id, step.type.name, f"(skipped: upstream '{d}' was skipped)\n",
-                          skipped=True)
+            return Render(
+                step.id, step.type.name, f"(skipped: upstream '{d}' was skipped)\n", skipped=True
+            )
     try:
         if step.when is not None:
             verdict = asyncio.run(step.when.evaluate(context, root=plan.root))
@@ -395,8 +444,9 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
                 reason = f"when: {reasons}" if reasons else "when is false"
                 return Render(step.id, step.type.name, f"(skipped: {reason})\n", skipped=True)
         if step.for_each is None:
-            return Render(step.id, step.type.name,
-                          _messages_text(ex.evaluate_value(step.args, context)))
+            return Render(
+                step.id, step.type.name, _messages_text(ex.evaluate_value(step.args, context))
+            )
         items = ex.evaluate_value(step.for_each, context)
         if isinstance(items, dict):
             items = list(items.items())
@@ -419,8 +469,13 @@ def _messages_text(args: Mapping[str, Any]) -> str:
     if args.get("system"):
         messages.append({"role": "system", "content": str(args["system"])})
     for m in args.get("messages") or []:
-        messages.append({"role": str(m["role"]), "content": str(m.get("content", "")),
-                         "images": [str(i) for i in m.get("images") or []]})
+        messages.append(
+            {
+                "role": str(m["role"]),
+                "content": str(m.get("content", "")),
+                "images": [str(i) for i in m.get("images") or []],
+            }
+        )
     if "prompt" in args:
         messages.append({"role": "user", "content": str(args["prompt"])})
     parts = []
@@ -431,8 +486,7 @@ def _messages_text(args: Mapping[str, Any]) -> str:
         parts.append(block)
     schema = args.get("schema")
     if schema is not None:
-        parts.append("--- reply schema ---\n" + json.dumps(schema, indent=2, sort_keys=True)
-                     + "\n")
+        parts.append("--- reply schema ---\n" + json.dumps(schema, indent=2, sort_keys=True) + "\n")
     elif args.get("format") == "json":
         parts.append("--- reply format: json ---\n")
     return "".join(parts)
@@ -443,4 +497,3 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {"card": _card_text}
 _UNCALLED = frozenset({"llm"})
 # Step types that only read the workspace: renders needing nothing else run without a copy.
 _READ_ONLY = frozenset({"template", "card", "verify_card", "hash", "read", "llm"})
-

@@ -114,11 +114,18 @@ def rule_schema() -> dict[str, Any]:
             "description": "A rule: an expression string, true/false, a list (all must pass) "
             "or a mapping with exactly one named check (and an optional `message`).",
             "anyOf": [
-                {"type": "string", "minLength": 1,
-                 "description": "A sandboxed expression, bare or as one ${{ }}; truthy passes."},
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "A sandboxed expression, bare or as one ${{ }}; truthy passes.",
+                },
                 {"type": "boolean", "description": "A constant rule."},
-                {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/rule"},
-                 "description": "Every rule in the list must pass (same as `all`)."},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"$ref": "#/$defs/rule"},
+                    "description": "Every rule in the list must pass (same as `all`).",
+                },
                 *({"$ref": f"#/$defs/check_{name}"} for name in sorted(CHECKS)),
             ],
         },
@@ -138,8 +145,10 @@ def rule_schema() -> dict[str, Any]:
             "description": "Named regular expressions, each defined once, used as "
             "`{matches: {pattern_name: <name>}}`.",
             "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
-            "additionalProperties": {"type": "string",
-                                     "description": "A Python regular expression."},
+            "additionalProperties": {
+                "type": "string",
+                "description": "A Python regular expression.",
+            },
         },
     }
     for name, check in sorted(CHECKS.items()):
@@ -147,8 +156,10 @@ def rule_schema() -> dict[str, Any]:
             "type": "object",
             "description": check.description,
             "required": [name],
-            "properties": {name: {"description": check.description, **check.schema},
-                           "message": MESSAGE_SCHEMA},
+            "properties": {
+                name: {"description": check.description, **check.schema},
+                "message": MESSAGE_SCHEMA,
+            },
             "additionalProperties": False,
         }
     return {
@@ -217,40 +228,44 @@ def lint_rules(
     rules_used = frozenset().union(*(r.rules_used for r in step_rules))
     for name, rule in named.items():
         if name not in rules_used:
-            warnings.append(LintWarning("unused-rule", f"rule '{name}' is never used",
-                                        rule.where))
+            warnings.append(LintWarning("unused-rule", f"rule '{name}' is never used", rule.where))
     patterns_used = frozenset().union(*(r.patterns_used for r in (*step_rules, *named.values())))
     for name, where in patterns_declared.items():
         if name not in patterns_used:
-            warnings.append(LintWarning("unused-pattern", f"pattern '{name}' is never used",
-                                        where))
+            warnings.append(LintWarning("unused-pattern", f"pattern '{name}' is never used", where))
     seen: set[int] = set()
     for rule in (*step_rules, *named.values()):
         for expression in rule.expressions():
             if id(expression) in seen or expression.tree is None:
                 continue
             seen.add(id(expression))
-            warnings.extend(_type_warnings(expression.tree, expression.source,
-                                           expression.where, param_types))
+            warnings.extend(
+                _type_warnings(expression.tree, expression.source, expression.where, param_types)
+            )
     for step_id, entry in steps.items():
         if entry.when is None:
             continue
         for ref in sorted(entry.when.refs, key=lambda r: str(r.attr)):
             other = steps.get(ref.attr or "") if ref.root == "steps" else None
             if other is not None and other.when is not None and ref.attr != step_id:
-                warnings.append(LintWarning(
-                    "skipped-ref",
-                    f"step '{step_id}': `when` reads steps.{ref.attr}, which has a `when` of "
-                    f"its own; when '{ref.attr}' is skipped its output is undefined and this "
-                    f"condition fails",
-                    entry.when.where or entry.where,
-                ))
+                warnings.append(
+                    LintWarning(
+                        "skipped-ref",
+                        f"step '{step_id}': `when` reads steps.{ref.attr}, which has a `when` of "
+                        f"its own; when '{ref.attr}' is skipped its output is undefined and this "
+                        f"condition fails",
+                        entry.when.where or entry.where,
+                    )
+                )
     return warnings
 
 
 def _param_of(node: nodes.Node) -> str | None:
-    if (isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name)
-            and node.node.name == "params"):
+    if (
+        isinstance(node, nodes.Getattr)
+        and isinstance(node.node, nodes.Name)
+        and node.node.name == "params"
+    ):
         return node.attr
     return None
 
@@ -267,8 +282,9 @@ def _const_types(node: nodes.Node) -> set[str] | None:
     return None
 
 
-def _type_warnings(tree: nodes.Node, source: str, where: Location | None,
-                   param_types: Mapping[str, str]) -> Iterable[LintWarning]:
+def _type_warnings(
+    tree: nodes.Node, source: str, where: Location | None, param_types: Mapping[str, str]
+) -> Iterable[LintWarning]:
     roots = [tree] if isinstance(tree, nodes.Compare) else []  # find_all skips the node itself
     for compare in (*roots, *tree.find_all(nodes.Compare)):
         left = compare.expr
@@ -281,8 +297,11 @@ def _type_warnings(tree: nodes.Node, source: str, where: Location | None,
                     continue
                 op = operand.op
                 literal = _const_types(other)
-                if literal is None or (op in ("in", "notin") and flipped is False
-                                       and not isinstance(other, (nodes.List, nodes.Tuple))):
+                if literal is None or (
+                    op in ("in", "notin")
+                    and flipped is False
+                    and not isinstance(other, (nodes.List, nodes.Tuple))
+                ):
                     continue
                 if op in ("in", "notin") and flipped:
                     continue  # `'x' in params.s`: substring tests are fine
@@ -295,6 +314,10 @@ def _type_warnings(tree: nodes.Node, source: str, where: Location | None,
                     code, what = "always-true", "is always true"
                 else:
                     code, what = "type-error", "fails at run time (incomparable types)"
-                yield LintWarning(code, f"`{source}` {what}: params.{param} is declared "
-                                  f"{declared} and is compared with a {shown} literal", where)
+                yield LintWarning(
+                    code,
+                    f"`{source}` {what}: params.{param} is declared "
+                    f"{declared} and is compared with a {shown} literal",
+                    where,
+                )
             left = right

@@ -20,7 +20,10 @@ class RunView:
         run["child_run_ids"] = self.children
         execs = []
         for e in self.executions:
-            d = {k: e[k] for k in ("step_id", "element", "key", "status", "attempts", "duration_s", "error")}
+            d = {
+                k: e[k]
+                for k in ("step_id", "element", "key", "status", "attempts", "duration_s", "error")
+            }
             d["output"] = json.loads(e["output"]) if e.get("output") else None
             if d["element"] == -1:
                 d["element"] = None
@@ -57,6 +60,10 @@ def run_view(state: Any, run_id: str) -> RunView:
     """Raises NotFound for an unknown run."""
     run = state.journal.get_run(run_id)
     execs = state.journal.executions(run["id"])
-    children = [r["id"] for r in state.journal.query(
-        "SELECT id FROM runs WHERE parent_run_id=? ORDER BY created_at, rowid", (run["id"],))]
+    children = [
+        r["id"]
+        for r in state.journal.query(
+            "SELECT id FROM runs WHERE parent_run_id=? ORDER BY created_at, rowid", (run["id"],)
+        )
+    ]
     return RunView(run, execs, children)

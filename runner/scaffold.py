@@ -19,7 +19,9 @@ steps:
   shout:
     uses: shell
     with:
-      run: "mkdir -p out && printf '%s' '${{ steps.prompt.output.sha256 }}' > out/prompt.sha && tr a-z A-Z < out/prompt.sha > out/shout.txt"
+      run: >-
+        mkdir -p out && printf '%s' '${{ steps.prompt.output.sha256 }}' > out/prompt.sha
+        && tr a-z A-Z < out/prompt.sha > out/shout.txt
       outputs: [out/prompt.sha, out/shout.txt]
 tests:
   default:

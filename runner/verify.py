@@ -15,10 +15,13 @@ def verify_state(state: Any) -> tuple[list[str], int]:
         problems.append(f"journal integrity: {result}")
     referenced: dict[str, str] = {}
     for row in conn.execute(
-        "SELECT run_id, step_id, element, artifacts, files FROM executions WHERE status IN ('completed','partial')"
+        "SELECT run_id, step_id, element, artifacts, files FROM executions "
+        "WHERE status IN ('completed','partial')"
     ):
         run_id, step_id, element, artifacts, files = row
-        label = f"run {run_id} step {step_id}" + (f"[{element}]" if element not in (None, -1) else "")
+        label = f"run {run_id} step {step_id}" + (
+            f"[{element}]" if element not in (None, -1) else ""
+        )
         for d in json.loads(artifacts or "[]"):
             referenced.setdefault(d, label)
         for d in (json.loads(files or "{}") or {}).values():
@@ -34,7 +37,9 @@ def verify_state(state: Any) -> tuple[list[str], int]:
     recorded = state.journal.artifact_digests()
     for digest, label in sorted(referenced.items()):
         if digest not in recorded:
-            problems.append(f"object {digest[:12]} ({label}) is not recorded in the artifacts table")
+            problems.append(
+                f"object {digest[:12]} ({label}) is not recorded in the artifacts table"
+            )
         if not state.objects.has(digest):
             problems.append(f"object {digest[:12]} ({label}) is missing from the store")
         elif not state.objects.verify(digest):

@@ -116,8 +116,13 @@ def _probe_args(plan: Plan, sid: str) -> dict[str, Any]:
     step = plan.steps[sid]
     if not isinstance(step.args, dict):
         return {}
-    context = {"params": plan.params, "steps": {}, "run": {"id": "watch", "item": None},
-               "feedback": [], "attempt": 1}
+    context = {
+        "params": plan.params,
+        "steps": {},
+        "run": {"id": "watch", "item": None},
+        "feedback": [],
+        "attempt": 1,
+    }
     out: dict[str, Any] = {}
     for key, value in step.args.items():
         if ex.is_static(value):
@@ -155,8 +160,13 @@ def _rule_files(rule: Any) -> Iterable[str]:
         yield from _rule_files(child)
 
 
-def watch_set_for(plan: Plan, state_dir: Path | None = None, *,
-                  produced: Iterable[str] = (), journal: bool = False) -> WatchSet:
+def watch_set_for(
+    plan: Plan,
+    state_dir: Path | None = None,
+    *,
+    produced: Iterable[str] = (),
+    journal: bool = False,
+) -> WatchSet:
     """The files and globs ``plan`` reads, minus its outputs (declared or ``produced``)."""
     root = plan.root
     files: set[Path] = {_norm(plan.file)}
@@ -179,8 +189,14 @@ def watch_set_for(plan: Plan, state_dir: Path | None = None, *,
         for rule in [r for r in (step.when, *step.checks) if r is not None]:
             files.update(_norm(root / rel) for rel in _rule_files(rule))
     state = state_dir.resolve() if state_dir is not None else None
-    return WatchSet(root=root.resolve(), files=frozenset(files - outputs), globs=tuple(globs),
-                    excluded=frozenset(outputs), state_dir=state, journal=journal)
+    return WatchSet(
+        root=root.resolve(),
+        files=frozenset(files - outputs),
+        globs=tuple(globs),
+        excluded=frozenset(outputs),
+        state_dir=state,
+        journal=journal,
+    )
 
 
 def produced_files(report: RunReport) -> list[str]:
@@ -225,9 +241,16 @@ class Cycle:
             run = self.report.to_json()["run"]
         elif self.cancelled_run is not None:
             run = {"id": self.cancelled_run, "status": RunStatus.CANCELLED.value}
-        return {"cycle": self.number, "changed": self.changed, "run": run,
-                "summary": self.summary, "ran": self.ran, "duration_s": round(self.duration_s, 4),
-                "error": self.error, "exit_code": self.exit_code}
+        return {
+            "cycle": self.number,
+            "changed": self.changed,
+            "run": run,
+            "summary": self.summary,
+            "ran": self.ran,
+            "duration_s": round(self.duration_s, 4),
+            "error": self.error,
+            "exit_code": self.exit_code,
+        }
 
     def line(self) -> str:
         """The one-line human summary."""
@@ -238,8 +261,10 @@ class Cycle:
         if self.report is None:
             return f"{head} -> cancelled after {len(self.ran)} ran ({self.duration_s:.2f}s)"
         s = self.report.summary()
-        return (f"{head} -> ran {s['ran']}, cached {s['cached']}, failed {s['failed']}"
-                f" [{self.report.status.value}] in {self.duration_s:.2f}s")
+        return (
+            f"{head} -> ran {s['ran']}, cached {s['cached']}, failed {s['failed']}"
+            f" [{self.report.status.value}] in {self.duration_s:.2f}s"
+        )
 
 
 class _RanCollector:
@@ -263,10 +288,15 @@ class Watcher:
     cycle begins; ``reporter`` (optional) receives the engine's events of every run.
     """
 
-    def __init__(self, file: Path, options: WatchOptions | None = None, *,
-                 on_cycle: Callable[[Cycle], None],
-                 on_start: Callable[[int, list[str]], None] | None = None,
-                 reporter: Reporter | None = None) -> None:
+    def __init__(
+        self,
+        file: Path,
+        options: WatchOptions | None = None,
+        *,
+        on_cycle: Callable[[Cycle], None],
+        on_start: Callable[[int, list[str]], None] | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
         self.file = _norm(file)
         self.options = options or WatchOptions()
         self.on_cycle = on_cycle
@@ -312,8 +342,9 @@ class Watcher:
         assert self._state is not None
         try:
             return self._state.journal.query(
-                "SELECT id, status, decision, decided_at FROM decisions WHERE run_id=? "
-                "ORDER BY id", (self.awaiting_run,))
+                "SELECT id, status, decision, decided_at FROM decisions WHERE run_id=? ORDER BY id",
+                (self.awaiting_run,),
+            )
         except sqlite3.Error:
             return None
 
@@ -347,8 +378,11 @@ class Watcher:
             self._plan_watch = watch_set_for(self.plan, self.state_dir)
         base = self._plan_watch
         outputs = base.excluded | {_norm(base.root / rel) for rel in self.produced}
-        self._set_watch(dataclasses.replace(base, files=base.files - outputs, excluded=outputs,
-                                            journal=self.awaiting))
+        self._set_watch(
+            dataclasses.replace(
+                base, files=base.files - outputs, excluded=outputs, journal=self.awaiting
+            )
+        )
 
     # -- the file watcher ----------------------------------------------------------------------
 
@@ -369,8 +403,12 @@ class Watcher:
                 self._queue.put_nowait(set(ws.files))
             restarted = True
             async for batch in awatch(
-                *ws.directories(), watch_filter=lambda _c, p: self.watch_set.accepts(Path(p)),
-                debounce=debounce, step=step, stop_event=self._restart, recursive=False,
+                *ws.directories(),
+                watch_filter=lambda _c, p: self.watch_set.accepts(Path(p)),
+                debounce=debounce,
+                step=step,
+                stop_event=self._restart,
+                recursive=False,
             ):
                 self._queue.put_nowait({Path(p) for _, p in batch})
 
@@ -393,20 +431,38 @@ class Watcher:
         run_id: str | None = None
         try:
             try:
-                report = await apply_plan_async(plan, self._state, options, FanOut(*reporters),
-                                                on_start=run_ids.append)
+                report = await apply_plan_async(
+                    plan, self._state, options, FanOut(*reporters), on_start=run_ids.append
+                )
             finally:
                 run_id = run_ids[0] if run_ids else None
         except asyncio.CancelledError:
             # Superseded by a newer change, or Ctrl-C: the interpreter marked the run cancelled.
-            return Cycle(number, changed, exit_code=130, ran=collector.ran,
-                         duration_s=time.perf_counter() - started, cancelled_run=run_id)
+            return Cycle(
+                number,
+                changed,
+                exit_code=130,
+                ran=collector.ran,
+                duration_s=time.perf_counter() - started,
+                cancelled_run=run_id,
+            )
         except RunnerError as exc:
-            return Cycle(number, changed, error=str(exc), exit_code=exc.exit_code,
-                         duration_s=time.perf_counter() - started)
+            return Cycle(
+                number,
+                changed,
+                error=str(exc),
+                exit_code=exc.exit_code,
+                duration_s=time.perf_counter() - started,
+            )
         ran = [o.id for o in report.steps if o.status is StepStatus.RAN]
-        return Cycle(number, changed, report=report, exit_code=report.exit_code, ran=ran,
-                     duration_s=time.perf_counter() - started)
+        return Cycle(
+            number,
+            changed,
+            report=report,
+            exit_code=report.exit_code,
+            ran=ran,
+            duration_s=time.perf_counter() - started,
+        )
 
     def _start(self, changed: list[str]) -> asyncio.Task[Cycle] | None:
         """Recompile and start a run; an invalid pipeline ends the cycle at once."""
@@ -419,8 +475,15 @@ class Watcher:
             plan = self._compile()
         except RunnerError as exc:
             # Keep the last good pipeline's watch set, so fixing any file brings it back.
-            self.on_cycle(Cycle(number, changed, error=str(exc), exit_code=exc.exit_code,
-                                duration_s=time.perf_counter() - started))
+            self.on_cycle(
+                Cycle(
+                    number,
+                    changed,
+                    error=str(exc),
+                    exit_code=exc.exit_code,
+                    duration_s=time.perf_counter() - started,
+                )
+            )
             return None
         self.plan = plan
         self.awaiting = False
@@ -450,8 +513,9 @@ class Watcher:
         quiet = self.options.debounce_ms / 1000
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._state = State.open(self.state_dir)
-        self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}),
-                                  state_dir=self.state_dir.resolve())
+        self.watch_set = WatchSet(
+            root=self.file.parent, files=frozenset({self.file}), state_dir=self.state_dir.resolve()
+        )
         self.hashes = {self.file: sha256_or_none(self.file)}
         watcher = asyncio.create_task(self._watch_files(), name="watchfiles")
         getter: asyncio.Task[set[Path]] = asyncio.create_task(self._queue.get())
@@ -467,8 +531,9 @@ class Watcher:
                     waits.add(running)
                 settle_at = min(last_at + quiet, first_at + quiet * _MAX_SETTLE)
                 timeout = max(0.0, settle_at - loop.time()) if buffer else None
-                done, _ = await asyncio.wait(waits, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 if watcher in done:
                     watcher.result()  # the watcher died: raise its error
                 if stopper in done:

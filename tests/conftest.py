@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,4 +74,6 @@ def ran(doc: dict[str, Any]) -> set[str]:
     return {s["id"] for s in doc["steps"] if s["status"] == "ran"}
 
 
-RUNNER_BIN: Callable[[], list[str]] = lambda: [sys.executable, "-m", "runner"]
+def runner_bin() -> list[str]:
+    """The command line that starts runner in a subprocess."""
+    return [sys.executable, "-m", "runner"]

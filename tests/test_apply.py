@@ -79,8 +79,11 @@ def test_deleted_object_reruns_that_step(project: Project) -> None:
     chain(project)
     project.apply()
     db = sqlite3.connect(project.root / ".runner/journal.db")
-    files = json.loads(db.execute(
-        "SELECT files FROM executions WHERE step_id='s3' AND status='completed'").fetchone()[0])
+    files = json.loads(
+        db.execute(
+            "SELECT files FROM executions WHERE step_id='s3' AND status='completed'"
+        ).fetchone()[0]
+    )
     db.close()
     digest = files["out/3.txt"]
     obj = project.root / ".runner/objects" / digest[:2] / digest[2:]
@@ -101,7 +104,9 @@ def test_cache_false_always_runs_and_force_reruns_downstream(project: Project) -
 
 
 def test_failed_step_reruns_but_completed_siblings_do_not(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: fan
         steps:
@@ -109,11 +114,12 @@ def test_failed_step_reruns_but_completed_siblings_do_not(project: Project) -> N
           ok2: {uses: shell, with: {run: "echo b"}}
           bad: {uses: shell, with: {run: "test -f flag"}}
           after: {uses: shell, with: {run: "echo c"}, needs: [bad]}
-    """)
+    """,
+    )
     doc = project.apply()
     assert doc["_exit"] == 6
     assert statuses(doc) == {"ok1": "ran", "ok2": "ran", "bad": "failed", "after": "skipped"}
-    assert "exited with 1" in [s for s in doc["steps"] if s["id"] == "bad"][0]["reason"]
+    assert "exited with 1" in next(s for s in doc["steps"] if s["id"] == "bad")["reason"]
     doc = project.apply()
     assert ran(doc) == set() and statuses(doc)["bad"] == "failed"
     project.write("flag", "x")
@@ -122,7 +128,9 @@ def test_failed_step_reruns_but_completed_siblings_do_not(project: Project) -> N
 
 
 def test_all_failed_is_exit_4(project: Project) -> None:
-    project.write("pipeline.yaml", "runner: 1\nname: x\nsteps:\n  a: {uses: shell, with: {run: 'exit 3'}}\n")
+    project.write(
+        "pipeline.yaml", "runner: 1\nname: x\nsteps:\n  a: {uses: shell, with: {run: 'exit 3'}}\n"
+    )
     doc = project.apply()
     assert doc["_exit"] == 4 and doc["run"]["status"] == "failed"
 
@@ -176,7 +184,7 @@ def test_json_document_shape(project: Project) -> None:
 def test_explain_says_why(project: Project) -> None:
     chain(project)
     res = project.cli("explain", "pipeline.yaml", "--json")
-    assert [s["reasons"] for s in res.json["steps"]][0] == ["never ran"]
+    assert next(s["reasons"] for s in res.json["steps"]) == ["never ran"]
     project.apply()
     project.write("in3.txt", "edited\n")
     rows = {s["step"]: s for s in project.cli("explain", "pipeline.yaml", "--json").json["steps"]}
@@ -197,16 +205,25 @@ def test_verify_clean_then_detects_corruption(project: Project) -> None:
 
 
 def test_concurrent_apply_of_same_item_is_refused(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: slow
         steps:
           wait: {uses: shell, with: {run: "sleep 2"}, cache: false}
-    """)
+    """,
+    )
     import subprocess
     import sys
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json"],
-                            cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json"],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 20
     while time.time() < deadline:  # wait until the first apply holds the item (machines are slow)
         db_path = project.root / ".runner/journal.db"
@@ -244,7 +261,9 @@ def test_init_project_applies(tmp_path: Path) -> None:
 
 
 def test_when_false_skips_and_when_error_fails(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: w
         params:
@@ -255,10 +274,15 @@ def test_when_false_skips_and_when_error_fails(project: Project) -> None:
           after: {uses: shell, with: {run: "echo after"}, needs: [maybe]}
           opt_in: {uses: shell, with: {run: "echo anyway"}, needs: [maybe], on_skipped: run}
           broken: {uses: shell, with: {run: "echo x"}, when: "${{ params.data.missing.deeper }}"}
-    """)
+    """,
+    )
     doc = project.apply()
-    assert statuses(doc) == {"maybe": "skipped", "after": "skipped", "opt_in": "ran",
-                             "broken": "failed"}
+    assert statuses(doc) == {
+        "maybe": "skipped",
+        "after": "skipped",
+        "opt_in": "ran",
+        "broken": "failed",
+    }
     reason = next(s["reason"] for s in doc["steps"] if s["id"] == "broken")
     assert reason.startswith("when: ") and "missing" in reason
     doc = project.apply("-p", "go=true")

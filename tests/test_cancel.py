@@ -29,7 +29,9 @@ def _processes_with(marker: str) -> list[int]:
 
 def _pipeline(project: Project, marker: str) -> None:
     # The sleep duration carries the marker, so both the shell and its sleep child show it.
-    project.write("pipeline.yaml", f"""\
+    project.write(
+        "pipeline.yaml",
+        f"""\
         runner: 1
         name: slow-each
         params:
@@ -41,7 +43,8 @@ def _pipeline(project: Project, marker: str) -> None:
             concurrency: 4
             with:
               run: "sleep {marker}; echo done ${{{{ item }}}}"
-    """)
+    """,
+    )
 
 
 def _wait_for_run(project: Project) -> str:
@@ -58,9 +61,13 @@ def _wait_for_run(project: Project) -> str:
 def test_cancel_from_another_process_then_resume(project: Project) -> None:
     marker = "1.0" + str(uuid.uuid4().int)[:8]  # a unique sleep of ~1 s
     _pipeline(project, marker)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json",
-                             "--jobs", "8"], cwd=project.root, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "--jobs", "8"],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         run_id = _wait_for_run(project)
         time.sleep(1.6)  # the first batch of four has finished, the second is in flight
@@ -91,12 +98,15 @@ def test_cancel_from_another_process_then_resume(project: Project) -> None:
 
 
 def test_cancel_a_finished_or_unknown_run(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: quick
         steps:
           one: {uses: shell, with: {run: "echo hi"}}
-    """)
+    """,
+    )
     run_id = project.apply()["run"]["id"]
     done = project.cli("runs", "cancel", run_id, "--state", ".runner")
     assert done.exit_code == 2 and "not running" in done.stderr
@@ -104,12 +114,15 @@ def test_cancel_a_finished_or_unknown_run(project: Project) -> None:
 
 
 def test_cancel_a_suspended_run(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: gated
         steps:
           gate: {uses: human_gate, with: {summary: "ok?"}}
-    """)
+    """,
+    )
     run_id = project.apply()["run"]["id"]
     res = project.cli("runs", "cancel", run_id, "--state", ".runner", "--json")
     assert res.exit_code == 0 and res.json["status"] == "cancelled"

@@ -20,7 +20,9 @@ def test_vectors_match_the_shared_copy() -> None:
     shared = SHARED / "vectors" / "canonical.json"
     if not shared.is_file():
         pytest.skip("../shared is not beside this checkout")
-    assert json.loads(shared.read_text(encoding="utf-8")) == json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
+    assert json.loads(shared.read_text(encoding="utf-8")) == json.loads(
+        VECTORS_FILE.read_text(encoding="utf-8")
+    )
 
 
 @pytest.mark.parametrize("case", VECTORS, ids=[c["name"] for c in VECTORS])
@@ -49,9 +51,14 @@ def test_exclude_and_unordered() -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -68,7 +75,9 @@ def test_key_order_never_changes_the_key(doc: dict, rnd) -> None:
 def test_any_value_change_changes_the_key(doc: dict, data) -> None:
     key = data.draw(st.sampled_from(sorted(doc)))
     new = data.draw(json_values)
-    if json.dumps(new, sort_keys=True) == json.dumps(doc[key], sort_keys=True) and type(new) is type(doc[key]):
+    if json.dumps(new, sort_keys=True) == json.dumps(doc[key], sort_keys=True) and type(
+        new
+    ) is type(doc[key]):
         return
     changed = dict(doc)
     changed[key] = new

@@ -43,25 +43,43 @@ def drift(old: dict[str, Any], new: dict[str, Any]) -> DriftReport:
 def test_no_drift_when_inputs_are_unchanged() -> None:
     built = build_card(spec(), make_inputs())
     assert detect_drift(spec(), built.card, built.hash, make_inputs()) == DriftReport(
-        drifted=False, fields=[], problems=[], stored_hash=built.hash, current_hash=built.hash)
+        drifted=False, fields=[], problems=[], stored_hash=built.hash, current_hash=built.hash
+    )
 
 
-@pytest.mark.parametrize(("change", "fields"), [
-    ({"bg_owned": ["door", "window", "TV"]}, ["background_binding.owned_objects"]),
-    ({"outlook_pairs": [{"character_id": "C01", "outlook_id": "O03"}]},
-     ["id_policy.allowed_outlook_pairs", "asset_requirements.required_refs"]),
-    ({"camera": "low angle medium shot"}, ["render_strategy.camera_direction"]),
-    ({"camera": "extreme close-up of hand"},
-     ["render_strategy.framing_scale", "render_strategy.camera_direction",
-      "background_binding.mode", "background_binding.reference_usage",
-      "background_binding.owned_objects", "background_binding.camera_reference",
-      "background_binding.close_framing_skips_background_ref", "background_binding.constraints",
-      "asset_requirements.required_refs", "asset_requirements.forbidden_refs",
-      "asset_requirements.readiness_policy"]),
-    ({"shot_index": 5}, ["shot_key.shot_index"]),
-    ({"fixed_elements": [fixed_element("a")]}, ["continuity_elements_used.fixed_elements"]),
-    ({"perception_mode": "mirror"}, ["render_strategy.perception_mode", "id_policy.constraints"]),
-])
+@pytest.mark.parametrize(
+    ("change", "fields"),
+    [
+        ({"bg_owned": ["door", "window", "TV"]}, ["background_binding.owned_objects"]),
+        (
+            {"outlook_pairs": [{"character_id": "C01", "outlook_id": "O03"}]},
+            ["id_policy.allowed_outlook_pairs", "asset_requirements.required_refs"],
+        ),
+        ({"camera": "low angle medium shot"}, ["render_strategy.camera_direction"]),
+        (
+            {"camera": "extreme close-up of hand"},
+            [
+                "render_strategy.framing_scale",
+                "render_strategy.camera_direction",
+                "background_binding.mode",
+                "background_binding.reference_usage",
+                "background_binding.owned_objects",
+                "background_binding.camera_reference",
+                "background_binding.close_framing_skips_background_ref",
+                "background_binding.constraints",
+                "asset_requirements.required_refs",
+                "asset_requirements.forbidden_refs",
+                "asset_requirements.readiness_policy",
+            ],
+        ),
+        ({"shot_index": 5}, ["shot_key.shot_index"]),
+        ({"fixed_elements": [fixed_element("a")]}, ["continuity_elements_used.fixed_elements"]),
+        (
+            {"perception_mode": "mirror"},
+            ["render_strategy.perception_mode", "id_policy.constraints"],
+        ),
+    ],
+)
 def test_drift_names_exactly_the_changed_fields(change: dict[str, Any], fields: list[str]) -> None:
     report = drift(make_inputs(), make_inputs(**change))
     assert report.drifted is True
@@ -72,16 +90,23 @@ def test_drift_names_exactly_the_changed_fields(change: dict[str, Any], fields: 
 
 
 def _zoom(n: int, usage: str = "zoom_in_detail") -> dict[str, Any]:
-    targets = [{"scene_index": 12, "shot_index": 5 + i, "description": f"f#{i}",
-                "keep_elements": []} for i in range(n)]
-    return make_inputs(forward_zoom_targets=targets, previous_shot_refs=[
-        {"scene_index": 12, "shot_index": 3, "ref_usage": usage, "keep_elements": []}])
+    targets = [
+        {"scene_index": 12, "shot_index": 5 + i, "description": f"f#{i}", "keep_elements": []}
+        for i in range(n)
+    ]
+    return make_inputs(
+        forward_zoom_targets=targets,
+        previous_shot_refs=[
+            {"scene_index": 12, "shot_index": 3, "ref_usage": usage, "keep_elements": []}
+        ],
+    )
 
 
 def test_forward_zoom_count_and_ref_usage_changes_drift() -> None:
     assert drift(_zoom(7), _zoom(8)).fields == ["continuity_elements_used.forward_zoom_targets"]
     assert drift(_zoom(2), _zoom(2, "continuation")).fields == [
-        "continuity_elements_used.previous_shot_refs"]
+        "continuity_elements_used.previous_shot_refs"
+    ]
 
 
 def test_permuted_inputs_do_not_drift() -> None:
@@ -93,15 +118,19 @@ def test_permuted_inputs_do_not_drift() -> None:
 def test_invalid_or_missing_stored_card_is_a_problem_not_a_comparison() -> None:
     built = build_card(spec(), make_inputs())
     missing = detect_drift(spec(), None, None, make_inputs())
-    assert missing.problems == ["hash None must be exactly 16 lowercase hex characters",
-                                "card must be an object, got NoneType"]
+    assert missing.problems == [
+        "hash None must be exactly 16 lowercase hex characters",
+        "card must be an object, got NoneType",
+    ]
     assert missing.drifted is False
     bad = dict(built.card, schema_version=True)
     assert detect_drift(spec(), bad, built.hash, make_inputs()).problems == [
-        "schema_version True must be an int (a bool is not an int)"]
+        "schema_version True must be an int (a bool is not an int)"
+    ]
     upper = detect_drift(spec(), built.card, built.hash.upper(), make_inputs())
-    assert upper.problems == [f"hash {built.hash.upper()!r} must be exactly 16 lowercase hex "
-                              "characters"]
+    assert upper.problems == [
+        f"hash {built.hash.upper()!r} must be exactly 16 lowercase hex characters"
+    ]
 
 
 def test_edited_stored_card_no_longer_matches_its_hash() -> None:
@@ -109,10 +138,16 @@ def test_edited_stored_card_no_longer_matches_its_hash() -> None:
     edited = json.loads(json.dumps(built.card))
     edited["render_strategy"]["lighting_mood"] = "bright noon"
     report = detect_drift(spec(), edited, built.hash, make_inputs())
-    own = build_card(spec(), make_inputs(
-        staging={"camera_direction": "medium shot of doorway", "lighting_mood": "bright noon"}))
-    assert report.problems == [f"stored hash {built.hash} does not match the stored card (its "
-                               f"content hashes to {own.hash})"]
+    own = build_card(
+        spec(),
+        make_inputs(
+            staging={"camera_direction": "medium shot of doorway", "lighting_mood": "bright noon"}
+        ),
+    )
+    assert report.problems == [
+        f"stored hash {built.hash} does not match the stored card (its "
+        f"content hashes to {own.hash})"
+    ]
 
 
 def test_current_inputs_breaking_the_contract_are_reported() -> None:
@@ -120,13 +155,16 @@ def test_current_inputs_breaking_the_contract_are_reported() -> None:
     assert report.problems == [
         'current inputs: RenderPromptCard shot_key={"scene_index":12,"shot_index":4}: '
         "visible_entities: required input is null (pass [] for an intentionally empty list; a "
-        "missing value is never treated as empty)"]
+        "missing value is never treated as empty)"
+    ]
 
 
 def test_schema_version_bump_invalidates_stored_cards(tmp_path: Path) -> None:
     bumped = tmp_path / "card.yaml"
-    bumped.write_text(SPEC_PATH.read_text(encoding="utf-8").replace(
-        "schema_version: 1", "schema_version: 2"), encoding="utf-8")
+    bumped.write_text(
+        SPEC_PATH.read_text(encoding="utf-8").replace("schema_version: 1", "schema_version: 2"),
+        encoding="utf-8",
+    )
     built = build_card(spec(), make_inputs())
     v2 = load_spec(bumped)
     report = detect_drift(v2, built.card, built.hash, make_inputs())
@@ -154,8 +192,12 @@ def test_card_step_output(project: Path) -> None:
     result = run(CardStep(), project, {"spec": SPEC_REL, "inputs": make_inputs()})
     built = build_card(spec(), make_inputs())
     assert result.status is ResultStatus.OK
-    assert result.output == {"card": built.card, "hash": built.hash,
-                             "title": "RenderPromptCard", "schema_version": 1}
+    assert result.output == {
+        "card": built.card,
+        "hash": built.hash,
+        "title": "RenderPromptCard",
+        "schema_version": 1,
+    }
     assert CardStep().reads({"spec": SPEC_REL, "inputs": {}}, root=project) == [SPEC_REL]
 
 
@@ -165,33 +207,42 @@ def test_card_step_contract_violation_fails_the_step(project: Path) -> None:
     assert ei.value.reason == (
         'card contract violated: RenderPromptCard shot_key={"scene_index":12,"shot_index":4}: '
         "outlook_pairs: required input is null (pass [] for an intentionally empty list; a "
-        "missing value is never treated as empty)")
+        "missing value is never treated as empty)"
+    )
 
 
 def test_verify_card_ok_partial_and_failed(project: Path) -> None:
     stored = run(CardStep(), project, {"spec": SPEC_REL, "inputs": make_inputs()}).output
-    ok = run(VerifyCardStep(), project,
-             {"spec": SPEC_REL, "card": stored, "inputs": make_inputs()})
+    ok = run(VerifyCardStep(), project, {"spec": SPEC_REL, "card": stored, "inputs": make_inputs()})
     assert (ok.status, ok.output, ok.report) == (
-        ResultStatus.OK, {"verified": True, "hash": stored["hash"]}, None)
+        ResultStatus.OK,
+        {"verified": True, "hash": stored["hash"]},
+        None,
+    )
 
     changed = make_inputs(bg_owned=["door", "window", "TV"])
     current = build_card(spec(), changed).hash
     partial = run(VerifyCardStep(), project, {"spec": SPEC_REL, "card": stored, "inputs": changed})
     assert partial.status is ResultStatus.PARTIAL
-    assert partial.report == {"drifted_fields": ["background_binding.owned_objects"],
-                              "stored_hash": stored["hash"], "current_hash": current}
+    assert partial.report == {
+        "drifted_fields": ["background_binding.owned_objects"],
+        "stored_hash": stored["hash"],
+        "current_hash": current,
+    }
     assert partial.output == {"verified": False, "hash": stored["hash"], "current_hash": current}
 
     broken = dict(stored, hash=stored["hash"].upper())
     with pytest.raises(StepFailure) as ei:
         run(VerifyCardStep(), project, {"spec": SPEC_REL, "card": broken, "inputs": changed})
-    assert ei.value.reason == (f"RenderPromptCard is invalid: hash {broken['hash']!r} must be "
-                               "exactly 16 lowercase hex characters")
+    assert ei.value.reason == (
+        f"RenderPromptCard is invalid: hash {broken['hash']!r} must be "
+        "exactly 16 lowercase hex characters"
+    )
 
 
 def test_step_validate_rejects_a_broken_spec(project: Path) -> None:
     from runner.errors import InvalidPipeline
+
     (project / "cards" / "bad.yaml").write_text("title: X\n", encoding="utf-8")
     with pytest.raises(InvalidPipeline, match=r"bad\.yaml:1:1"):
         CardStep().validate({"spec": "cards/bad.yaml"}, root=project, where=None)
@@ -213,19 +264,30 @@ def _shot_inputs(shot: dict[str, Any]) -> dict[str, Any]:
 
 def render_user(shot: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     built = build_card(spec(), _shot_inputs(shot))
-    output = {"card": built.card, "hash": built.hash, "title": "RenderPromptCard",
-              "schema_version": 1}
+    output = {
+        "card": built.card,
+        "hash": built.hash,
+        "title": "RenderPromptCard",
+        "schema_version": 1,
+    }
     scene = next(s for s in _examples()["scenes"] if s["scene_index"] == shot["scene_index"])
     env = template_environment(REPO, filters={"card_block": card_block})
-    text = render_template(env, name="prompts/scene_detail/16/user.j2",
-                           variables={"card": output, "scene": scene, "shot": shot})
+    text = render_template(
+        env,
+        name="prompts/scene_detail/16/user.j2",
+        variables={"card": output, "scene": scene, "shot": shot},
+    )
     return text, output
 
 
 def test_card_block_forms() -> None:
     built = build_card(spec(), make_inputs())
-    output = {"card": built.card, "hash": built.hash, "title": "RenderPromptCard",
-              "schema_version": 1}
+    output = {
+        "card": built.card,
+        "hash": built.hash,
+        "title": "RenderPromptCard",
+        "schema_version": 1,
+    }
     block = card_block(built.card, "RenderPromptCard", 1)
     assert block == card_block(output)
     assert block.startswith("[RenderPromptCard v1]\n{")
@@ -258,8 +320,10 @@ def test_eight_zoom_targets_and_six_keep_elements_reach_the_prompt_whole() -> No
 
 
 def test_korean_camera_directions_in_the_examples() -> None:
-    by_key = {(s["scene_index"], s["shot_index"]): build_card(spec(), _shot_inputs(s)).card
-              for s in _examples()["shots"]}
+    by_key = {
+        (s["scene_index"], s["shot_index"]): build_card(spec(), _shot_inputs(s)).card
+        for s in _examples()["shots"]
+    }
     assert by_key[(13, 1)]["render_strategy"]["framing_scale"] == "close"
     rs = by_key[(13, 1)]["render_strategy"]
     assert rs["camera_direction"] == "식탁 위 손가락이 가득 찬 클로즈업"

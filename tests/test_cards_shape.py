@@ -32,12 +32,15 @@ def test_missing_schema_version() -> None:
     assert problems(card) == ["schema_version is missing"]
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    (99, "schema_version 99 != 1 (the spec's)"),
-    (True, "schema_version True must be an int (a bool is not an int)"),
-    ("1", "schema_version '1' must be an int (a bool is not an int)"),
-    (1.0, "schema_version 1.0 must be an int (a bool is not an int)"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (99, "schema_version 99 != 1 (the spec's)"),
+        (True, "schema_version True must be an int (a bool is not an int)"),
+        ("1", "schema_version '1' must be an int (a bool is not an int)"),
+        (1.0, "schema_version 1.0 must be an int (a bool is not an int)"),
+    ],
+)
 def test_schema_version_must_be_the_specs_int(value: Any, message: str) -> None:
     card = build()
     card["schema_version"] = value
@@ -56,8 +59,16 @@ def test_missing_or_broken_key() -> None:
     assert problems(card) == ["shot_key.scene_index is bool True, expected int"]
 
 
-@pytest.mark.parametrize("group", ["render_strategy", "id_policy", "background_binding",
-                                   "continuity_elements_used", "asset_requirements"])
+@pytest.mark.parametrize(
+    "group",
+    [
+        "render_strategy",
+        "id_policy",
+        "background_binding",
+        "continuity_elements_used",
+        "asset_requirements",
+    ],
+)
 def test_each_field_group_is_required(group: str) -> None:
     card = build()
     del card[group]
@@ -70,17 +81,29 @@ def test_field_group_must_be_an_object() -> None:
     assert problems(card) == ["render_strategy must be an object, got str"]
 
 
-@pytest.mark.parametrize(("group", "name", "message"), [
-    ("render_strategy", "mode",
-     "render_strategy.mode 'totally_invented_mode' is not one of ['direct', 'simplify', "
-     "'partial_focus', 'reframe', 'anchored_reference', 'close_insert', 'not_applicable']"),
-    ("background_binding", "mode",
-     "background_binding.mode 'totally_invented_mode' is not one of ['background_ref_attached', "
-     "'skipped_close_framing', 'background_mode_off', 'not_applicable']"),
-    ("asset_requirements", "readiness_policy",
-     "asset_requirements.readiness_policy 'totally_invented_mode' is not one of "
-     "['block_if_missing', 'skipped_by_policy', 'not_applicable']"),
-])
+@pytest.mark.parametrize(
+    ("group", "name", "message"),
+    [
+        (
+            "render_strategy",
+            "mode",
+            "render_strategy.mode 'totally_invented_mode' is not one of ['direct', 'simplify', "
+            "'partial_focus', 'reframe', 'anchored_reference', 'close_insert', 'not_applicable']",
+        ),
+        (
+            "background_binding",
+            "mode",
+            "background_binding.mode 'totally_invented_mode' is not one of ['background_ref_attached', "
+            "'skipped_close_framing', 'background_mode_off', 'not_applicable']",
+        ),
+        (
+            "asset_requirements",
+            "readiness_policy",
+            "asset_requirements.readiness_policy 'totally_invented_mode' is not one of "
+            "['block_if_missing', 'skipped_by_policy', 'not_applicable']",
+        ),
+    ],
+)
 def test_enums_are_enforced(group: str, name: str, message: str) -> None:
     card = build()
     card[group][name] = "totally_invented_mode"
@@ -112,16 +135,19 @@ def test_undeclared_keys_are_rejected_but_excluded_keys_allowed() -> None:
     card["render_strategy"]["source"] = "fallback"
     card["extra"] = 1
     card["_card_metadata"] = {"builder": "x"}
-    assert problems(card) == ["render_strategy.source is not a declared field",
-                              "extra is not a declared field"]
+    assert problems(card) == [
+        "render_strategy.source is not a declared field",
+        "extra is not a declared field",
+    ]
 
 
 def test_card_must_be_an_object() -> None:
     assert problems("not a dict") == ["card must be an object, got str"]
 
 
-@pytest.mark.parametrize("bad", ["DEADBEEFDEADBEEF", "NOT_HEX_VALUE!!!", "deadbeef",
-                                 "deadbeefdeadbeef0", None, 1234])
+@pytest.mark.parametrize(
+    "bad", ["DEADBEEFDEADBEEF", "NOT_HEX_VALUE!!!", "deadbeef", "deadbeefdeadbeef0", None, 1234]
+)
 def test_hash_must_be_16_lowercase_hex(bad: Any) -> None:
     assert problems(build(), bad) == [f"hash {bad!r} must be exactly 16 lowercase hex characters"]
 
@@ -129,8 +155,9 @@ def test_hash_must_be_16_lowercase_hex(bad: Any) -> None:
 def test_in_card_hash_key_is_checked_when_present() -> None:
     card = build()
     card["render_prompt_card_hash"] = "DEADBEEFDEADBEEF"
-    assert problems(card) == ["render_prompt_card_hash 'DEADBEEFDEADBEEF' must be exactly 16 "
-                              "lowercase hex characters"]
+    assert problems(card) == [
+        "render_prompt_card_hash 'DEADBEEFDEADBEEF' must be exactly 16 lowercase hex characters"
+    ]
     card["render_prompt_card_hash"] = "deadbeef" * 2
     assert problems(card) == []
     del card["render_prompt_card_hash"]

@@ -62,8 +62,14 @@ def test_shipped_spec_loads() -> None:
         "asset_requirements.forbidden_refs": "kind|reason",
     }
     assert s.hash_excluded == frozenset({"_card_metadata", "render_prompt_card_hash"})
-    assert list(s.groups) == ["shot_key", "render_strategy", "id_policy", "background_binding",
-                              "continuity_elements_used", "asset_requirements"]
+    assert list(s.groups) == [
+        "shot_key",
+        "render_strategy",
+        "id_policy",
+        "background_binding",
+        "continuity_elements_used",
+        "asset_requirements",
+    ]
 
 
 def test_close_framing_pattern_is_defined_once() -> None:
@@ -74,38 +80,72 @@ def test_close_framing_pattern_is_defined_once() -> None:
 
 def test_minimal_spec_builds(tmp_path: Path) -> None:
     from runner.cards import build_card
+
     s = load_spec(write(tmp_path, MINIMAL))
     assert build_card(s, {"item_id": 3, "label": "CLOSE-up"}).card == {
-        "schema_version": 2, "item_key": {"id": 3}, "main": {"scale": "close"}}
+        "schema_version": 2,
+        "item_key": {"id": 3},
+        "main": {"scale": "close"},
+    }
 
 
-@pytest.mark.parametrize(("old", "new", "message"), [
-    ("schema_version: 2", "schema_version: 2\nextra_key: 1",
-     "card.yaml:3:1: unknown key 'extra_key'"),
-    ("{regex: 'close'", "{regex: '(close'", "card.yaml:10:18: pattern 'close' is not a valid "
-     "regex: missing ), unterminated subpattern at position 0"),
-    ("pattern: close}", "pattern: far}",
-     "card.yaml:17:60: unknown pattern 'far'"),
-    ('"${{ item_id }}"', '"${{ item_idd }}"',
-     "card.yaml:5:28: 'item_idd' reads unknown name 'item_idd'"),
-    ('"${{ label }}"', '"${{ label + }}"',  "card.yaml:17:35: invalid expression 'label +'"),
-    ("value: close\n", "value: closed\n",
-     "card.yaml:18:18: main.scale: 'closed' is not one of ['close', 'medium']"),
-    ("      allowed: [close, medium]\n", "",
-     "card.yaml:14:7: `allowed` is required with type enum, and only with it"),
-    ("        - else: medium", "        - else: medium\n        - else: close",
-     "card.yaml:19:11: a rule without `when` must be the last rule"),
-    ("  label: {type: string, required: false}",
-     "  label: {type: string, required: false}\n  label: {type: int, required: true}",
-     "card.yaml:9:3: duplicate key 'label'"),
-    ("title: DemoCard", "title: [DemoCard", "card.yaml:2:15: invalid YAML"),
-    ("  item_id: {type: int, required: true}", "  item_id: {type: int}",
-     "card.yaml:7:12: inputs/item_id: 'required' is a required property"),
-    ("      type: enum", "      type: float",
-     "card.yaml:14:13: fields/main/scale/type: 'float' is not one of"),
-])
-def test_spec_errors_point_at_file_line_column(tmp_path: Path, old: str, new: str,
-                                              message: str) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "schema_version: 2",
+            "schema_version: 2\nextra_key: 1",
+            "card.yaml:3:1: unknown key 'extra_key'",
+        ),
+        (
+            "{regex: 'close'",
+            "{regex: '(close'",
+            "card.yaml:10:18: pattern 'close' is not a valid "
+            "regex: missing ), unterminated subpattern at position 0",
+        ),
+        ("pattern: close}", "pattern: far}", "card.yaml:17:60: unknown pattern 'far'"),
+        (
+            '"${{ item_id }}"',
+            '"${{ item_idd }}"',
+            "card.yaml:5:28: 'item_idd' reads unknown name 'item_idd'",
+        ),
+        ('"${{ label }}"', '"${{ label + }}"', "card.yaml:17:35: invalid expression 'label +'"),
+        (
+            "value: close\n",
+            "value: closed\n",
+            "card.yaml:18:18: main.scale: 'closed' is not one of ['close', 'medium']",
+        ),
+        (
+            "      allowed: [close, medium]\n",
+            "",
+            "card.yaml:14:7: `allowed` is required with type enum, and only with it",
+        ),
+        (
+            "        - else: medium",
+            "        - else: medium\n        - else: close",
+            "card.yaml:19:11: a rule without `when` must be the last rule",
+        ),
+        (
+            "  label: {type: string, required: false}",
+            "  label: {type: string, required: false}\n  label: {type: int, required: true}",
+            "card.yaml:9:3: duplicate key 'label'",
+        ),
+        ("title: DemoCard", "title: [DemoCard", "card.yaml:2:15: invalid YAML"),
+        (
+            "  item_id: {type: int, required: true}",
+            "  item_id: {type: int}",
+            "card.yaml:7:12: inputs/item_id: 'required' is a required property",
+        ),
+        (
+            "      type: enum",
+            "      type: float",
+            "card.yaml:14:13: fields/main/scale/type: 'float' is not one of",
+        ),
+    ],
+)
+def test_spec_errors_point_at_file_line_column(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
     assert old in MINIMAL
     text = error(tmp_path, MINIMAL.replace(old, new, 1))
     assert text.startswith(message), text
@@ -114,7 +154,8 @@ def test_spec_errors_point_at_file_line_column(tmp_path: Path, old: str, new: st
 def test_items_on_a_non_list_field_is_an_error(tmp_path: Path) -> None:
     text = MINIMAL + "    other:\n      type: string\n      items: [a]\n"
     assert error(tmp_path, text) == (
-        "card.yaml:21:7: `items` builds a list, but the field is declared string")
+        "card.yaml:21:7: `items` builds a list, but the field is declared string"
+    )
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:

@@ -38,6 +38,8 @@ def test_check_reports_each_lint(project: Project) -> None:
 
 
 def test_clean_pipeline_has_no_warnings(project: Project) -> None:
-    project.write("pipeline.yaml", "runner: 1\nname: ok\nsteps:\n  a: {uses: shell, with: {run: 'true'}}\n")
+    project.write(
+        "pipeline.yaml", "runner: 1\nname: ok\nsteps:\n  a: {uses: shell, with: {run: 'true'}}\n"
+    )
     res = project.cli("check", "pipeline.yaml", "--strict", "--json")
     assert res.exit_code == 0 and res.json["warnings"] == []

@@ -46,7 +46,10 @@ def test_ingest_upserts_by_stable_id(project: Project) -> None:
     with Collections(project.root / ".runner") as cols:
         assert cols.count("notes") == 3
         assert cols.present("notes", ["docs/a.txt", "docs/b.txt", "inline-1"]) == {
-            "docs/a.txt", "docs/b.txt", "inline-1"}
+            "docs/a.txt",
+            "docs/b.txt",
+            "inline-1",
+        }
     # an unchanged re-ingest (forced past the cache) leaves every row alone
     again = project.apply("--force", "put")
     assert again["_exit"] == 0
@@ -88,7 +91,9 @@ def test_unknown_collection_is_an_error_without_create(project: Project) -> None
 
 
 def test_collection_has_fails_for_missing_documents(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: has
         steps:
@@ -97,7 +102,8 @@ def test_collection_has_fails_for_missing_documents(project: Project) -> None:
             with: {collection: c1, create: true, documents: [{id: one, text: "x"}]}
             check:
               - {collection_has: {collection: c1, ids: [one, two]}}
-    """)
+    """,
+    )
     doc = project.apply()
     assert doc["_exit"] == 5
     assert "1 document(s) missing from 'c1': two" in doc["steps"][0]["reason"]

@@ -45,8 +45,9 @@ def _progress_from(events: list[dict[str, Any]], phase_of: dict[str, str]) -> di
             final[step] = "waiting"
     out: dict[str, Any] = {}
     for step, phase in phase_of.items():
-        entry = out.setdefault(phase, Counter({"total": 0, "done": 0, "skipped": 0, "failed": 0,
-                                               "waiting": 0}))
+        entry = out.setdefault(
+            phase, Counter({"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0})
+        )
         entry["total"] += 1
         if step in final:
             entry[final[step]] += 1
@@ -67,21 +68,33 @@ def test_stream_order_and_progress_match(project: Project) -> None:
     run = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json["run"]
     phase_of = {"a": "one", "b": "one", "c": "two", "d": "three", "e": "three"}
     assert run["progress"] == _progress_from(events, phase_of)
-    assert run["progress"]["three"] == {"total": 2, "done": 1, "skipped": 1, "failed": 0,
-                                        "waiting": 0}
+    assert run["progress"]["three"] == {
+        "total": 2,
+        "done": 1,
+        "skipped": 1,
+        "failed": 0,
+        "waiting": 0,
+    }
     assert events[-1]["status"] == "partial" and events[-1]["exit_code"] == 6
 
 
 def test_follow_streams_until_the_run_finishes(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: slowish
         steps:
           a: {uses: shell, with: {run: "sleep 0.6; echo a"}}
           b: {uses: shell, needs: [a], with: {run: "echo b"}}
-    """)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "apply", "pipeline.yaml", "-q"],
-                            cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "-q"],
+        cwd=project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         run_id = None
         for _ in range(300):

@@ -30,15 +30,21 @@ def where(_path: tuple[Any, ...]) -> Location:
 
 def test_refs_are_found_at_compile_time() -> None:
     e = compile_expression("steps.a.output.n + params['k'] if item else index")
-    assert e.refs == {Reference("steps", "a"), Reference("params", "k"), Reference("item", None),
-                      Reference("index", None)}
+    assert e.refs == {
+        Reference("steps", "a"),
+        Reference("params", "k"),
+        Reference("item", None),
+        Reference("index", None),
+    }
 
 
 def test_a_whole_value_keeps_its_type_and_a_longer_string_is_text() -> None:
     ctx = {"params": {"n": 3, "tags": ["a", "b"], "ok": True, "none": None}}
     assert evaluate_value(compile_value("${{ params.n }}", where), ctx) == 3
-    assert evaluate_value(compile_value("n=${{ params.n }} ok=${{ params.ok }}", where), ctx) \
+    assert (
+        evaluate_value(compile_value("n=${{ params.n }} ok=${{ params.ok }}", where), ctx)
         == "n=3 ok=true"
+    )
     assert evaluate_value(compile_value("${{ params.tags }}!", where), ctx) == '["a", "b"]!'
     assert evaluate_value(compile_value("[${{ params.none }}]", where), ctx) == "[]"
     compiled = compile_value({"a": ["x ${{ params.n }}", 1]}, where)
@@ -62,8 +68,9 @@ def test_errors_carry_the_location() -> None:
         compile_value("${{ params.n", where)
     with pytest.raises(ExpressionError) as info2:
         compile_expression("params.missing.x", HERE).evaluate({"params": {}})
-    assert str(info2.value) == ("p.yaml:3:7: in 'params.missing.x': 'dict object' has no "
-                                "attribute 'missing'")
+    assert str(info2.value) == (
+        "p.yaml:3:7: in 'params.missing.x': 'dict object' has no attribute 'missing'"
+    )
 
 
 def test_normal_work_fits_the_budget() -> None:

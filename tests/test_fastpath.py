@@ -28,8 +28,9 @@ def converge(project: Project) -> dict:
 def fast(doc: dict, project: Project) -> bool:
     db = sqlite3.connect(project.root / ".runner/journal.db")
     try:
-        row = db.execute("SELECT data FROM events WHERE run_id=? AND type='RunStarted'",
-                         (doc["run"]["id"],)).fetchone()
+        row = db.execute(
+            "SELECT data FROM events WHERE run_id=? AND type='RunStarted'", (doc["run"]["id"],)
+        ).fetchone()
     finally:
         db.close()
     return '"fast_path": true' in row[0]
@@ -72,18 +73,21 @@ def test_deleted_output_and_object_fall_through(project: Project) -> None:
 
 
 def test_pipeline_params_and_config_changes_fall_through(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: p
         params:
           word: {type: string, default: a}
         steps:
           h: {uses: hash, with: {value: "${{ params.word }}"}}
-    """)
+    """,
+    )
     converge(project)
     assert fast(project.apply(), project)
     assert not fast(project.apply("-p", "word=b"), project)
-    project.write("runner.toml", "[general]\ndefault_provider = \"fake\"\n")
+    project.write("runner.toml", '[general]\ndefault_provider = "fake"\n')
     assert not fast(project.apply(), project)
     text = (project.root / "pipeline.yaml").read_text() + "\n# a comment\n"
     (project.root / "pipeline.yaml").write_text(text)
@@ -91,11 +95,14 @@ def test_pipeline_params_and_config_changes_fall_through(project: Project) -> No
 
 
 def test_steps_with_rules_are_never_fingerprinted(project: Project) -> None:
-    project.write("pipeline.yaml", """\
+    project.write(
+        "pipeline.yaml",
+        """\
         runner: 1
         name: p
         steps:
           h: {uses: hash, with: {value: 1}, when: {exec: {run: "test -f go"}}}
-    """)
+    """,
+    )
     converge(project)
     assert not fast(project.apply(), project)

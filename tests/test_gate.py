@@ -58,8 +58,12 @@ def test_gate_suspends_with_a_pending_decision(project: Project) -> None:
     doc = _suspended(project)
     run_id = doc["run"]["id"]
     assert doc["run"]["status"] == "awaiting_human"
-    assert statuses(doc) == {"draft": "ran", "other": "ran", "review": "awaiting_human",
-                             "publish": "skipped"}
+    assert statuses(doc) == {
+        "draft": "ran",
+        "other": "ran",
+        "review": "awaiting_human",
+        "publish": "skipped",
+    }
     [row] = _decisions(project, run_id)
     assert row["status"] == "pending" and row["round"] == 1 and row["decision"] is None
     assert row["summary"]["summary"] == "Publish this draft?"
@@ -75,16 +79,31 @@ def test_gate_suspends_with_a_pending_decision(project: Project) -> None:
 
 def test_approve_continues_the_same_run_and_completes(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
-    res = project.cli("decide", run_id, "review", "approve", "--by", "alice", "--comment", "ok",
-                      "--state", ".runner", "--json")
+    res = project.cli(
+        "decide",
+        run_id,
+        "review",
+        "approve",
+        "--by",
+        "alice",
+        "--comment",
+        "ok",
+        "--state",
+        ".runner",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     artifact = res.json["decision"]["artifact"]
     assert (project.root / ".runner" / "objects").exists() and artifact
     doc = project.apply()
     assert doc["_exit"] == 0, doc
     assert doc["run"]["id"] == run_id and doc["run"]["status"] == "completed"
-    assert statuses(doc) == {"draft": "cached", "other": "cached", "review": "ran",
-                             "publish": "ran"}
+    assert statuses(doc) == {
+        "draft": "cached",
+        "other": "cached",
+        "review": "ran",
+        "publish": "ran",
+    }
     assert (project.root / "published/draft.txt").read_text() == "draft \n"
     [row] = _decisions(project, run_id)
     assert (row["decision"], row["by"], row["comment"]) == ("approve", "alice", "ok")
@@ -100,8 +119,12 @@ def test_approve_continues_the_same_run_and_completes(project: Project) -> None:
 
 def test_reject_ends_the_run_and_publishes_nothing(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
-    assert project.cli("decide", run_id, "review", "reject", "--comment", "no",
-                       "--state", ".runner").exit_code == 0
+    assert (
+        project.cli(
+            "decide", run_id, "review", "reject", "--comment", "no", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
     res = project.cli("resume", run_id, "--state", ".runner", "--json")
     assert res.exit_code == 8, res.stderr
     doc = res.json
@@ -114,26 +137,36 @@ def test_reject_ends_the_run_and_publishes_nothing(project: Project) -> None:
     assert again.exit_code == 2 and "not waiting" in again.stderr
 
 
-def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(
-        project: Project) -> None:
+def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
-    res = project.cli("decide", run_id, "review", "revise", "--input", "feedback=shorter",
-                      "--state", ".runner")
+    res = project.cli(
+        "decide", run_id, "review", "revise", "--input", "feedback=shorter", "--state", ".runner"
+    )
     assert res.exit_code == 0, res.stderr
     doc = project.apply()
     assert doc["_exit"] == 7 and doc["run"]["id"] == run_id
-    assert statuses(doc) == {"draft": "ran", "other": "cached", "review": "awaiting_human",
-                             "publish": "skipped"}
+    assert statuses(doc) == {
+        "draft": "ran",
+        "other": "cached",
+        "review": "awaiting_human",
+        "publish": "skipped",
+    }
     assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
     rows = _decisions(project, run_id)
     assert [(r["round"], r["status"], r["decision"]) for r in rows] == [
-        (1, "decided", "revise"), (2, "pending", None)]
+        (1, "decided", "revise"),
+        (2, "pending", None),
+    ]
     assert rows[1]["summary"]["show"]["draft"] == "draft reviewer feedback: shorter\n"
     assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
     done = project.apply()
     assert done["_exit"] == 0
-    assert statuses(done) == {"draft": "cached", "other": "cached", "review": "ran",
-                              "publish": "ran"}
+    assert statuses(done) == {
+        "draft": "cached",
+        "other": "cached",
+        "review": "ran",
+        "publish": "ran",
+    }
     published = (project.root / "published/draft.txt").read_text()
     assert published == "draft reviewer feedback: shorter\n"
 
@@ -147,8 +180,9 @@ def test_decision_errors(project: Project) -> None:
     assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
     twice = project.cli("decide", run_id, "review", "reject", "--state", ".runner")
     assert twice.exit_code == 2 and "already decided" in twice.stderr
-    bad_input = project.cli("decide", run_id, "review", "revise", "--input", "novalue",
-                            "--state", ".runner")
+    bad_input = project.cli(
+        "decide", run_id, "review", "revise", "--input", "novalue", "--state", ".runner"
+    )
     assert bad_input.exit_code == 2
 
 
@@ -186,8 +220,18 @@ def test_runs_show_lists_decisions(project: Project) -> None:
     run_id = doc["run"]["id"]
     shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
     assert [(d["gate"], d["status"]) for d in shown["decisions"]] == [("review", "pending")]
-    res = project.cli("decide", run_id, "review", "approve", "--by", "ana", "--comment", "ship it",
-                      "--state", ".runner")
+    res = project.cli(
+        "decide",
+        run_id,
+        "review",
+        "approve",
+        "--by",
+        "ana",
+        "--comment",
+        "ship it",
+        "--state",
+        ".runner",
+    )
     assert res.exit_code == 0, res.stderr
     text = project.cli("runs", "show", run_id, "--state", ".runner").stdout
     assert "Decisions" in text and "review round 1: approve by ana" in text and "ship it" in text

@@ -22,8 +22,9 @@ PIPE = """\
 
 def _objects(root: Path) -> set[str]:
     base = root / ".runner/objects"
-    return {p.parent.name + p.name for p in base.rglob("*") if p.is_file()
-            and len(p.parent.name) == 2}
+    return {
+        p.parent.name + p.name for p in base.rglob("*") if p.is_file() and len(p.parent.name) == 2
+    }
 
 
 def _approve(project: Project, *params: str) -> str:
@@ -48,8 +49,9 @@ def test_gc_keeps_what_kept_runs_need(project: Project) -> None:
     res = project.cli("gc", "--keep-last", "1", "--state", ".runner", "--json")
     assert res.exit_code == 0, res.stderr
     assert set(res.json["runs_deleted"]) == {first, *later[:2]}
-    listed = {r["id"] for r in project.cli("runs", "list", "--state", ".runner",
-                                           "--json").json["runs"]}
+    listed = {
+        r["id"] for r in project.cli("runs", "list", "--state", ".runner", "--json").json["runs"]
+    }
     assert listed == {later[2], other}
     for rid in listed:
         assert project.cli("runs", "show", rid, "--state", ".runner").exit_code == 0

@@ -66,8 +66,12 @@ def test_wrong_size_and_format_fail_each_rule() -> None:
     )
     passed = {r.name: r.passed for r in report.rules}
     assert passed == {
-        "width": False, "height": False, "aspect": False, "min_width": False,
-        "bytes": True, "format": False,
+        "width": False,
+        "height": False,
+        "aspect": False,
+        "min_width": False,
+        "bytes": True,
+        "format": False,
     }
 
 
@@ -131,7 +135,7 @@ def test_profile_path_cannot_escape_the_root(tmp_path: Path) -> None:
         (("formats: [png]", "formats: [bmp]"), "'formats' must be a non-empty list"),
         (("expr: width == 1500", "expr: colour == 1"), "reads unknown name(s) colour"),
         (("expr: width == 1500", "expr: width == = 1500"), "invalid expression"),
-        (("expect: \"== 1500\"", "expect: \"== 1500\", hint: x"), "unknown key(s) hint"),
+        (('expect: "== 1500"', 'expect: "== 1500", hint: x'), "unknown key(s) hint"),
     ],
 )
 def test_malformed_profiles_are_refused(

@@ -22,12 +22,7 @@ def _count(img: Image.Image, box: tuple[int, int, int, int], colour: tuple[int, 
     region = img.crop(box)
     px = region.load()
     assert px is not None
-    return sum(
-        1
-        for x in range(region.width)
-        for y in range(region.height)
-        if px[x, y] == colour
-    )
+    return sum(1 for x in range(region.width) for y in range(region.height) if px[x, y] == colour)
 
 
 def test_sheet_is_a_png_of_the_expected_size_with_marks(tmp_path: Path) -> None:

@@ -234,9 +234,10 @@ def test_title_overlay_changes_the_title_region_only() -> None:
 def test_blank_title_draws_nothing() -> None:
     raw = source("tiny-3x2")
     profile = load_profile("square")
-    assert finalize(raw, profile, title="   ", fmt="png").data == finalize(
-        raw, profile, fmt="png"
-    ).data
+    assert (
+        finalize(raw, profile, title="   ", fmt="png").data
+        == finalize(raw, profile, fmt="png").data
+    )
 
 
 def test_title_is_wrapped_and_sized_to_fit_its_box() -> None:

@@ -16,9 +16,17 @@ from tests.providers.servers import A1111Server, Reply, png
 def test_txt2img_request_and_seed_from_info() -> None:
     with A1111Server() as server:
         p = create("a1111", {"base_url": server.url, "steps": 8})
-        result = asyncio.run(p.generate_image(ImageRequest(
-            prompt="castle", negative_prompt="blurry", size=(64, 32), seed=77,
-            params={"cfg_scale": 5})))
+        result = asyncio.run(
+            p.generate_image(
+                ImageRequest(
+                    prompt="castle",
+                    negative_prompt="blurry",
+                    size=(64, 32),
+                    seed=77,
+                    params={"cfg_scale": 5},
+                )
+            )
+        )
         body = server.requests[0].json()
     assert server.requests[0].path == "/sdapi/v1/txt2img"
     assert body["prompt"] == "castle" and body["negative_prompt"] == "blurry"
@@ -39,8 +47,9 @@ def test_references_use_img2img_with_init_images() -> None:
     ref = png((9, 9, 9))
     with A1111Server() as server:
         p = create("a1111", {"base_url": server.url})
-        asyncio.run(p.generate_image(ImageRequest(prompt="c", size=(16, 16), seed=1,
-                                                  references=[ref])))
+        asyncio.run(
+            p.generate_image(ImageRequest(prompt="c", size=(16, 16), seed=1, references=[ref]))
+        )
         rec = server.requests[0]
     assert rec.path == "/sdapi/v1/img2img"
     assert rec.json()["init_images"] == [base64.b64encode(ref).decode()]

@@ -23,24 +23,40 @@ WORKFLOW = {
     "10": {"class_type": "LoadImage", "inputs": {"image": ""}},
     "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0]}},
 }
-SUBS = {"prompt": "6.inputs.text", "seed": "3.inputs.seed", "width": "5.inputs.width",
-        "height": "5.inputs.height", "reference": "10.inputs.image"}
+SUBS = {
+    "prompt": "6.inputs.text",
+    "seed": "3.inputs.seed",
+    "width": "5.inputs.width",
+    "height": "5.inputs.height",
+    "reference": "10.inputs.image",
+}
 
 
-def provider(tmp_path: Path, server: ComfyUIServer, graph: dict[str, Any] | None = None,
-             **settings: Any) -> Provider:
+def provider(
+    tmp_path: Path, server: ComfyUIServer, graph: dict[str, Any] | None = None, **settings: Any
+) -> Provider:
     (tmp_path / "flows").mkdir(exist_ok=True)
     (tmp_path / "flows" / "wf.json").write_text(json.dumps(graph or WORKFLOW))
-    return create("comfyui", {"base_url": server.url, "workflow": "flows/wf.json",
-                              "substitutions": SUBS, "poll_interval": 0.01,
-                              "timeout": TIMEOUT, **settings}, base_dir=tmp_path)
+    return create(
+        "comfyui",
+        {
+            "base_url": server.url,
+            "workflow": "flows/wf.json",
+            "substitutions": SUBS,
+            "poll_interval": 0.01,
+            "timeout": TIMEOUT,
+            **settings,
+        },
+        base_dir=tmp_path,
+    )
 
 
 def test_queue_poll_and_fetch_with_substitutions(tmp_path: Path) -> None:
     with ComfyUIServer(pending_polls=2) as server:
         p = provider(tmp_path, server)
-        result = asyncio.run(p.generate_image(ImageRequest(prompt="a canyon", seed=11,
-                                                           size=(768, 432))))
+        result = asyncio.run(
+            p.generate_image(ImageRequest(prompt="a canyon", seed=11, size=(768, 432)))
+        )
         [graph] = server.prompts.values()
         paths = [r.path for r in server.requests]
     assert graph["6"]["inputs"]["text"] == "a canyon"
@@ -66,8 +82,15 @@ def test_reference_is_uploaded_and_substituted(tmp_path: Path) -> None:
 def test_profile_follows_the_workflow_content_not_its_path(tmp_path: Path) -> None:
     with ComfyUIServer() as server:
         before = provider(tmp_path, server).profile()
-        changed = dict(WORKFLOW, **{"4": {"class_type": "CheckpointLoaderSimple",
-                                          "inputs": {"ckpt_name": "other.safetensors"}}})
+        changed = dict(
+            WORKFLOW,
+            **{
+                "4": {
+                    "class_type": "CheckpointLoaderSimple",
+                    "inputs": {"ckpt_name": "other.safetensors"},
+                }
+            },
+        )
         assert provider(tmp_path, server, changed).profile() != before
         assert provider(tmp_path, server).profile() == before
 
@@ -86,12 +109,33 @@ def test_node_errors_reach_the_user(tmp_path: Path) -> None:
 def test_execution_error_in_history_is_permanent(tmp_path: Path) -> None:
     with ComfyUIServer() as server:
         p = provider(tmp_path, server)
-        server.queue("POST", "/prompt", Reply(body={"prompt_id": "p1", "number": 1,
-                                                    "node_errors": {}}))
-        server.queue("GET", "/history/p1", Reply(body={"p1": {"outputs": {}, "status": {
-            "status_str": "error", "completed": False, "messages": [
-                ["execution_error", {"node_type": "KSampler",
-                                     "exception_message": "CUDA out of memory"}]]}}}))
+        server.queue(
+            "POST", "/prompt", Reply(body={"prompt_id": "p1", "number": 1, "node_errors": {}})
+        )
+        server.queue(
+            "GET",
+            "/history/p1",
+            Reply(
+                body={
+                    "p1": {
+                        "outputs": {},
+                        "status": {
+                            "status_str": "error",
+                            "completed": False,
+                            "messages": [
+                                [
+                                    "execution_error",
+                                    {
+                                        "node_type": "KSampler",
+                                        "exception_message": "CUDA out of memory",
+                                    },
+                                ]
+                            ],
+                        },
+                    }
+                }
+            ),
+        )
         with pytest.raises(ProviderError, match="KSampler: CUDA out of memory") as info:
             asyncio.run(p.generate_image(ImageRequest(prompt="x", seed=1)))
     assert not info.value.transient
@@ -109,13 +153,16 @@ def test_a_prompt_that_never_finishes_times_out_transiently(tmp_path: Path) -> N
     ("settings", "message"),
     [
         ({"substitutions": {"prompt": "99.inputs.text"}}, "names no node"),
-        ({"substitutions": {"colour": "6.inputs.text", "prompt": "6.inputs.text"}},
-         "unknown substitution"),
+        (
+            {"substitutions": {"colour": "6.inputs.text", "prompt": "6.inputs.text"}},
+            "unknown substitution",
+        ),
         ({"workflow": "flows/missing.json"}, "cannot read"),
     ],
 )
-def test_configuration_mistakes_are_clear(tmp_path: Path, settings: dict[str, Any],
-                                          message: str) -> None:
+def test_configuration_mistakes_are_clear(
+    tmp_path: Path, settings: dict[str, Any], message: str
+) -> None:
     with ComfyUIServer() as server:
         p = provider(tmp_path, server, **settings)
         with pytest.raises(ProviderConfigError, match=message):

@@ -35,7 +35,8 @@ def test_config_is_found_walking_up_and_missing_means_fake(tmp_path: Path) -> No
 
 def test_sections_settings_and_named_instances(tmp_path: Path) -> None:
     path = tmp_path / "runner.toml"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         [general]
         default_provider = "fast"
         [providers.fast]
@@ -45,7 +46,8 @@ def test_sections_settings_and_named_instances(tmp_path: Path) -> None:
         [providers.a1111]
         base_url = "http://127.0.0.1:9"
         steps = 5
-    """))
+    """)
+    )
     access = Providers(load_config(path), environ={})
     fast = access.get(None)
     assert fast.name == "fast" and fast.key == "fake"
@@ -83,8 +85,9 @@ def test_unknown_provider_lists_the_installed_ones(tmp_path: Path) -> None:
 
 def test_secrets_come_from_env_and_stay_out_of_the_profile(tmp_path: Path) -> None:
     path = tmp_path / "runner.toml"
-    path.write_text('[providers.openai]\nbase_url = "http://127.0.0.1:9/v1"\n'
-                    'api_key_env = "MY_KEY"\n')
+    path.write_text(
+        '[providers.openai]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "MY_KEY"\n'
+    )
     with_key = Providers(load_config(path), environ={"MY_KEY": SECRET}).get("openai")
     other_key = Providers(load_config(path), environ={"MY_KEY": SECRET + "x"}).get("openai")
     assert with_key.secrets == {"api_key": SECRET}
@@ -108,16 +111,17 @@ def test_redactor_masks_secrets_and_credential_headers() -> None:
     masked = r.redact(text)
     assert SECRET not in masked and "other-token-123456" not in masked
     assert "Authorization: Bearer ***" in masked and masked.endswith("abc")
-    doc = r.redact_json({"headers": {"Authorization": "Basic zzz"},
-                         "msg": [f"k={SECRET}"], "n": 3})
+    doc = r.redact_json({"headers": {"Authorization": "Basic zzz"}, "msg": [f"k={SECRET}"], "n": 3})
     assert doc == {"headers": {"Authorization": "***"}, "msg": ["k=***"], "n": 3}
     assert r.redact('{"api_key": "sk-live-zzzz"}') == '{"api_key": "***"}'
 
 
 def test_providers_redactor_knows_every_configured_secret(tmp_path: Path) -> None:
     path = tmp_path / "runner.toml"
-    path.write_text('[providers.openai]\napi_key_env = "K1"\n'
-                    '[providers.other]\ntype = "openai"\napi_key_env = "K2"\n')
+    path.write_text(
+        '[providers.openai]\napi_key_env = "K1"\n'
+        '[providers.other]\ntype = "openai"\napi_key_env = "K2"\n'
+    )
     access = Providers(load_config(path), environ={"K1": "first-secret", "K2": "second-secret"})
     assert access.redactor.redact("first-secret second-secret") == "*** ***"
 
@@ -132,13 +136,15 @@ def test_list_providers_has_the_builtins_with_capabilities() -> None:
 
 def test_entry_point_plugins_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pkg = tmp_path / "myplug.py"
-    pkg.write_text(textwrap.dedent("""
+    pkg.write_text(
+        textwrap.dedent("""
         from runner.providers.base import Capabilities, Provider
         class Echo(Provider):
             key = "echo"
             version = "3"
             default_capabilities = Capabilities(kinds=frozenset({"text"}))
-    """))
+    """)
+    )
     dist = tmp_path / "myplug-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
@@ -150,8 +156,9 @@ def test_entry_point_plugins_are_found(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_importing_the_package_does_not_import_httpx_or_pillow() -> None:
-    code = ("import sys, runner.providers, runner.providers.config; "
-            "print('httpx' in sys.modules, 'PIL' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, runner.providers, runner.providers.config; "
+        "print('httpx' in sys.modules, 'PIL' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -14,10 +14,17 @@ from runner.providers.fake import FakeProvider
 from tests.providers.servers import png
 
 
-def image(p: FakeProvider, prompt: str, seed: int | None, size: tuple[int, int] = (320, 200),
-          refs: list[bytes] | None = None, key: str = "") -> bytes:
-    req = ImageRequest(prompt=prompt, seed=seed, size=size, references=refs or [],
-                       idempotency_key=key)
+def image(
+    p: FakeProvider,
+    prompt: str,
+    seed: int | None,
+    size: tuple[int, int] = (320, 200),
+    refs: list[bytes] | None = None,
+    key: str = "",
+) -> bytes:
+    req = ImageRequest(
+        prompt=prompt, seed=seed, size=size, references=refs or [], idempotency_key=key
+    )
     return asyncio.run(p.generate_image(req)).image
 
 
@@ -54,8 +61,9 @@ def test_fail_permanent_is_not_retried() -> None:
     p = FakeProvider()
     req = ImageRequest(prompt="x [[FAIL_PERMANENT]]", seed=1, size=(32, 32))
     with pytest.raises(ProviderError) as info:
-        asyncio.run(call_with_retries(lambda: p.generate_image(req), attempts=5,
-                                      base_delay=0, cap=0))
+        asyncio.run(
+            call_with_retries(lambda: p.generate_image(req), attempts=5, base_delay=0, cap=0)
+        )
     assert not info.value.transient
     assert "FAIL_PERMANENT" in info.value.message
     assert p.calls == 1
@@ -63,12 +71,17 @@ def test_fail_permanent_is_not_retried() -> None:
 
 def test_fail_transient_two_times_then_succeeds_on_the_third_attempt() -> None:
     p = FakeProvider()
-    req = ImageRequest(prompt="x [[FAIL_TRANSIENT:2]]", seed=1, size=(32, 32),
-                       idempotency_key="k1")
+    req = ImageRequest(prompt="x [[FAIL_TRANSIENT:2]]", seed=1, size=(32, 32), idempotency_key="k1")
     retries: list[int] = []
-    result = asyncio.run(call_with_retries(
-        lambda: p.generate_image(req), attempts=3, base_delay=0, cap=0,
-        on_retry=lambda attempt, exc, delay: retries.append(attempt)))
+    result = asyncio.run(
+        call_with_retries(
+            lambda: p.generate_image(req),
+            attempts=3,
+            base_delay=0,
+            cap=0,
+            on_retry=lambda attempt, exc, delay: retries.append(attempt),
+        )
+    )
     assert result.image.startswith(b"\x89PNG")
     assert retries == [1, 2] and p.calls == 3
 
@@ -77,8 +90,9 @@ def test_fail_transient_counts_per_idempotency_key() -> None:
     p = FakeProvider()
 
     def call(key: str) -> ProviderError | None:
-        req = ImageRequest(prompt="[[FAIL_TRANSIENT:1]]", seed=1, size=(16, 16),
-                           idempotency_key=key)
+        req = ImageRequest(
+            prompt="[[FAIL_TRANSIENT:1]]", seed=1, size=(16, 16), idempotency_key=key
+        )
         try:
             asyncio.run(p.generate_image(req))
         except ProviderError as exc:
@@ -103,11 +117,15 @@ def test_text_is_deterministic_and_derived_from_the_prompt() -> None:
 
 
 def test_script_first_match_wins_and_can_key_on_feedback() -> None:
-    p = FakeProvider(settings={"script": [
-        {"match": "Previous attempt failed", "reply": "FIXED"},
-        {"match": "(?i)classify", "reply": "WRONG"},
-        {"match": "classify", "reply": "never reached"},
-    ]})
+    p = FakeProvider(
+        settings={
+            "script": [
+                {"match": "Previous attempt failed", "reply": "FIXED"},
+                {"match": "(?i)classify", "reply": "WRONG"},
+                {"match": "classify", "reply": "never reached"},
+            ]
+        }
+    )
 
     def ask(text: str) -> str:
         req = TextRequest(messages=[{"role": "user", "content": text}])
@@ -120,10 +138,15 @@ def test_script_first_match_wins_and_can_key_on_feedback() -> None:
 def test_json_schema_reply_satisfies_the_schema() -> None:
     import jsonschema
 
-    schema = {"type": "object", "required": ["label", "score"],
-              "properties": {"label": {"enum": ["invoice", "letter"]},
-                             "score": {"type": "number", "minimum": 0.5},
-                             "tags": {"type": "array", "items": {"type": "string"}}}}
+    schema = {
+        "type": "object",
+        "required": ["label", "score"],
+        "properties": {
+            "label": {"enum": ["invoice", "letter"]},
+            "score": {"type": "number", "minimum": 0.5},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+    }
     req = TextRequest(messages=[{"role": "user", "content": "doc"}], json_schema=schema)
     import json
 

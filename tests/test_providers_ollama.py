@@ -18,9 +18,16 @@ from tests.providers.servers import OllamaServer, png
 def test_chat_request_and_reply() -> None:
     with OllamaServer() as server:
         p = create("ollama", {"base_url": server.url, "model": "llama-test", "timeout": TIMEOUT})
-        req = TextRequest(messages=[{"role": "system", "content": "terse"},
-                                    {"role": "user", "content": "hello", "images": [b"img"]}],
-                          temperature=0.1, seed=9, max_tokens=30, format="json")
+        req = TextRequest(
+            messages=[
+                {"role": "system", "content": "terse"},
+                {"role": "user", "content": "hello", "images": [b"img"]},
+            ],
+            temperature=0.1,
+            seed=9,
+            max_tokens=30,
+            format="json",
+        )
         result = asyncio.run(p.generate_text(req))
         body = server.requests[0].json()
     assert server.requests[0].path == "/api/chat"
@@ -35,11 +42,22 @@ def test_schema_is_sent_as_format_and_generate_endpoint_on_request() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     with OllamaServer() as server:
         p = create("ollama", {"base_url": server.url})
-        asyncio.run(p.generate_text(TextRequest(
-            messages=[{"role": "user", "content": "x"}], json_schema=schema)))
-        result = asyncio.run(p.generate_text(TextRequest(
-            messages=[{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}],
-            params={"endpoint": "generate"})))
+        asyncio.run(
+            p.generate_text(
+                TextRequest(messages=[{"role": "user", "content": "x"}], json_schema=schema)
+            )
+        )
+        result = asyncio.run(
+            p.generate_text(
+                TextRequest(
+                    messages=[
+                        {"role": "system", "content": "sys"},
+                        {"role": "user", "content": "q"},
+                    ],
+                    params={"endpoint": "generate"},
+                )
+            )
+        )
         chat, generate = (r.json() for r in server.requests)
     assert chat["format"] == schema
     assert generate["prompt"] == "q" and generate["system"] == "sys"
@@ -50,8 +68,11 @@ def test_schema_is_sent_as_format_and_generate_endpoint_on_request() -> None:
 def test_image_models_answer_with_image_or_images(model: str) -> None:
     with OllamaServer() as server:
         p = create("ollama", {"base_url": server.url, "image_model": model})
-        result = asyncio.run(p.generate_image(ImageRequest(
-            prompt="a boat", size=(40, 30), seed=4, references=[png()])))
+        result = asyncio.run(
+            p.generate_image(
+                ImageRequest(prompt="a boat", size=(40, 30), seed=4, references=[png()])
+            )
+        )
         body = server.requests[0].json()
     assert body["width"] == 40 and body["options"]["seed"] == 4 and len(body["images"]) == 1
     assert result.image.startswith(b"\x89PNG") and result.metadata["seed"] == 4
@@ -100,7 +121,14 @@ def test_live_local_ollama() -> None:
     if not tags:
         pytest.skip("the local Ollama has no model pulled")
     p = create("ollama", {"base_url": url, "model": tags[0]["name"], "timeout": 120})
-    result = asyncio.run(p.generate_text(TextRequest(
-        messages=[{"role": "user", "content": "Reply with the single word: yes"}],
-        temperature=0, seed=1, max_tokens=5)))
+    result = asyncio.run(
+        p.generate_text(
+            TextRequest(
+                messages=[{"role": "user", "content": "Reply with the single word: yes"}],
+                temperature=0,
+                seed=1,
+                max_tokens=5,
+            )
+        )
+    )
     assert result.text.strip()

@@ -60,8 +60,10 @@ tests:
     params: {title: big, loud: true}
 """
 
-TEMPLATE = ("Title: {{ title }}\nGreeting: {{ greeting }}\nRun: {{ run_id }}\n"
-            "Tagline: {{ tagline_chars }}\n")
+TEMPLATE = (
+    "Title: {{ title }}\nGreeting: {{ greeting }}\nRun: {{ run_id }}\n"
+    "Tagline: {{ tagline_chars }}\n"
+)
 
 
 def make(project: Project, pipeline: str = PIPELINE) -> Path:
@@ -106,7 +108,9 @@ def test_fixture_params_apply_and_cli_overrides_win(project: Project) -> None:
 
 
 def test_fixture_files_are_written_into_a_scratch_copy(project: Project) -> None:
-    path = make(project, """\
+    path = make(
+        project,
+        """\
         runner: 1
         name: files
         steps:
@@ -121,7 +125,8 @@ def test_fixture_files_are_written_into_a_scratch_copy(project: Project) -> None
             files: {notes/input.txt: "from the fixture"}
           bad:
             files: {../escape.txt: "no"}
-        """)
+        """,
+    )
     assert render_pipeline(path, fixture="one").texts() == {"prompt": "Notes: from the fixture"}
     assert not (project.root / "notes").exists()
     with pytest.raises(InvalidPipeline) as ei:
@@ -132,7 +137,9 @@ def test_fixture_files_are_written_into_a_scratch_copy(project: Project) -> None
 
 
 def test_card_and_for_each_renders(project: Project) -> None:
-    project.write("cards/demo.yaml", """\
+    project.write(
+        "cards/demo.yaml",
+        """\
         title: DemoCard
         schema_version: 2
         key:
@@ -152,8 +159,11 @@ def test_card_and_for_each_renders(project: Project) -> None:
                 - when: {matches: {value: "${{ label }}", pattern: close}}
                   value: close
                 - else: medium
-        """)
-    path = make(project, """\
+        """,
+    )
+    path = make(
+        project,
+        """\
         runner: 1
         name: cards
         steps:
@@ -164,10 +174,12 @@ def test_card_and_for_each_renders(project: Project) -> None:
             uses: template
             for_each: "${{ ['a', 'b'] }}"
             with: {text: "shot {{ s }}", vars: {s: "${{ item }}"}}
-        """)
+        """,
+    )
     texts = render_pipeline(path).texts()
     assert texts["card"] == (
-        '[DemoCard v2]\n{"item_key":{"id":7},"main":{"scale":"close"},"schema_version":2}\n\n')
+        '[DemoCard v2]\n{"item_key":{"id":7},"main":{"scale":"close"},"schema_version":2}\n\n'
+    )
     assert texts["shots"] == "=== [0] ===\nshot a\n=== [1] ===\nshot b\n"
 
 
@@ -189,7 +201,9 @@ def test_an_unknown_fixture_param_is_located(project: Project) -> None:
 
 
 def test_a_failing_upstream_step_names_itself(project: Project) -> None:
-    path = make(project, """\
+    path = make(
+        project,
+        """\
         runner: 1
         name: broken
         steps:
@@ -199,7 +213,8 @@ def test_a_failing_upstream_step_names_itself(project: Project) -> None:
           prompt:
             uses: template
             with: {text: "{{ x }}", vars: {x: "${{ steps.fail.output.stdout }}"}}
-        """)
+        """,
+    )
     with pytest.raises(RenderError) as ei:
         render_pipeline(path)
     assert ei.value.step == "fail" and ei.value.exit_code == 1
@@ -208,8 +223,14 @@ def test_a_failing_upstream_step_names_itself(project: Project) -> None:
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
     env["RUNNER_STATE"] = str(root / "env-state")  # render must not use it either
-    return subprocess.run([sys.executable, "-m", "runner", "render", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "render", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_renders_are_byte_identical_across_processes_and_state_dirs(project: Project) -> None:
@@ -220,8 +241,9 @@ def test_renders_are_byte_identical_across_processes_and_state_dirs(project: Pro
     assert one.stdout == two.stdout
     assert (project.root / "s1").is_dir() and (project.root / "s2").is_dir()
     # A reused state directory renders the same again (in this process).
-    three = render_pipeline(project.root / "pipeline.yaml", fixture="small",
-                            state_dir=project.root / "s1")
+    three = render_pipeline(
+        project.root / "pipeline.yaml", fixture="small", state_dir=project.root / "s1"
+    )
     assert [r.to_json() for r in three.renders] == json.loads(one.stdout)["renders"]
     assert not (project.root / ".runner").exists()
     assert not (project.root / "env-state").exists()
@@ -229,8 +251,17 @@ def test_renders_are_byte_identical_across_processes_and_state_dirs(project: Pro
 
 def test_render_json_shape(project: Project) -> None:
     make(project)
-    res = project.cli("render", "pipeline.yaml", "--fixture", "small", "--step", "prompt",
-                      "--step", "ask", "--json")
+    res = project.cli(
+        "render",
+        "pipeline.yaml",
+        "--fixture",
+        "small",
+        "--step",
+        "prompt",
+        "--step",
+        "ask",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     doc = res.json
     assert doc["pipeline"] == "demo" and doc["fixture"] == "small" and doc["exit_code"] == 0
@@ -259,11 +290,16 @@ def test_render_text_output_and_exit_codes(project: Project) -> None:
 def test_a_project_fake_script_answers_upstream_llm_steps(project: Project) -> None:
     # The project's runner.toml scripts the fake provider; the render's upstream llm call uses
     # it even though the step names a paid provider.
-    project.write("runner.toml", """\
+    project.write(
+        "runner.toml",
+        """\
         [providers.fake]
         script = [{match = "tagline", reply = "Small is beautiful"}]
-        """)
-    path = make(project, """\
+        """,
+    )
+    path = make(
+        project,
+        """\
         runner: 1
         name: scripted
         steps:
@@ -274,7 +310,8 @@ def test_a_project_fake_script_answers_upstream_llm_steps(project: Project) -> N
           prompt:
             uses: template
             with: {text: "Tagline: {{ t }}", vars: {t: "${{ steps.draft.output.text }}"}}
-        """)
+        """,
+    )
     assert render_pipeline(path).texts()["prompt"] == "Tagline: Small is beautiful"
 
 
@@ -288,7 +325,9 @@ def test_a_fixture_can_limit_the_rendered_steps(project: Project) -> None:
 
 
 def test_a_check_that_runs_a_command_runs_in_the_scratch_copy(project: Project) -> None:
-    path = make(project, """\
+    path = make(
+        project,
+        """\
         runner: 1
         name: exec-check
         steps:
@@ -296,6 +335,7 @@ def test_a_check_that_runs_a_command_runs_in_the_scratch_copy(project: Project) 
             uses: template
             with: {text: "hi"}
             check: [{exec: {run: "touch made-by-check"}}]
-        """)
+        """,
+    )
     assert render_pipeline(path).texts() == {"prompt": "hi"}
     assert not (project.root / "made-by-check").exists()

@@ -28,8 +28,12 @@ def where_of(path: tuple[Any, ...]) -> Location:
 
 
 def rule(raw: Any, root: Path | None = None, **kw: Any) -> Rule:
-    args: dict[str, Any] = {"where_of": where_of, "patterns": PATTERNS, "named": NAMED,
-                            "root": root or Path.cwd()}
+    args: dict[str, Any] = {
+        "where_of": where_of,
+        "patterns": PATTERNS,
+        "named": NAMED,
+        "root": root or Path.cwd(),
+    }
     args.update(kw)
     return compile_rule(raw, **args)
 
@@ -55,24 +59,37 @@ OUT = {"output": {"label": "cow", "text": "hello", "n": 3}}
 # -- expr ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw", ["${{ output.n > 2 }}", "output.n > 2", {"expr": "output.n > 2"},
-                                 "  ${{ output.n > 2 }}  ", True])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "${{ output.n > 2 }}",
+        "output.n > 2",
+        {"expr": "output.n > 2"},
+        "  ${{ output.n > 2 }}  ",
+        True,
+    ],
+)
 def test_expression_forms_pass(raw: Any) -> None:
     assert verdict(raw, OUT) == Verdict(True, [])
 
 
 def test_expression_fails_with_what_it_found() -> None:
-    assert fails("${{ output.n > 5 }}", OUT) == ["expr: expected `output.n > 5` to be true, "
-                                                  "found False"]
+    assert fails("${{ output.n > 5 }}", OUT) == [
+        "expr: expected `output.n > 5` to be true, found False"
+    ]
     assert fails("output.text|length < 2", OUT) == [
-        "expr: expected `output.text|length < 2` to be true, found False"]
+        "expr: expected `output.text|length < 2` to be true, found False"
+    ]
     assert fails(False, OUT) == ["the rule is `false`"]
 
 
 def test_expression_error_is_a_failed_verdict_marked_error() -> None:
     result = verdict("output.missing.deeper", OUT)
-    assert result == Verdict(False, ["expr: in 'output.missing.deeper': 'dict object' has no "
-                                     "attribute 'missing'"], error=True)
+    assert result == Verdict(
+        False,
+        ["expr: in 'output.missing.deeper': 'dict object' has no attribute 'missing'"],
+        error=True,
+    )
 
 
 def test_message_replaces_the_reason_and_may_use_expressions() -> None:
@@ -96,12 +113,15 @@ def test_choice_in_from_an_expression_and_types_matter() -> None:
     assert verdict(raw, {**OUT, "params": {"allowed": [1, 2, 3]}}).passed
     assert verdict(raw, {**OUT, "params": {"allowed": [3.0]}}).passed
     assert fails(raw, {**OUT, "params": {"allowed": ["3"]}}) == [
-        "choice_in: expected one of ['3'], found 3"]
+        "choice_in: expected one of ['3'], found 3"
+    ]
     assert fails(raw, {"output": {"n": True}, "params": {"allowed": [1]}}) == [
-        "choice_in: expected one of [1], found True"]
+        "choice_in: expected one of [1], found True"
+    ]
     broken = verdict(raw, {**OUT, "params": {"allowed": 7}})
-    assert broken == Verdict(False, ["choice_in: expected the choices to be a list, found 7"],
-                             error=True)
+    assert broken == Verdict(
+        False, ["choice_in: expected the choices to be a list, found 7"], error=True
+    )
 
 
 # -- matches ---------------------------------------------------------------------------------------
@@ -111,15 +131,18 @@ def test_matches_inline_and_named_patterns() -> None:
     inline = {"matches": {"value": "${{ output.text }}", "pattern": "^hel+o$"}}
     assert verdict(inline, OUT).passed
     assert fails(inline, {"output": {"text": "help"}}) == [
-        "matches: expected text matching /^hel+o$/, found 'help'"]
+        "matches: expected text matching /^hel+o$/, found 'help'"
+    ]
     named = {"matches": {"value": "${{ output.text }}", "pattern_name": "close_framing"}}
     assert verdict(named, {"output": {"text": "Bye. See you next time!"}}).passed
     assert fails(named, OUT) == [
         "matches: expected text matching pattern 'close_framing' "
-        "/(?i)\\bsee you next time\\b/, found 'hello'"]
+        "/(?i)\\bsee you next time\\b/, found 'hello'"
+    ]
     assert fails(named, {"output": {"text": 42}}) == [
         "matches: expected text matching pattern 'close_framing' "
-        "/(?i)\\bsee you next time\\b/, found int 42"]
+        "/(?i)\\bsee you next time\\b/, found int 42"
+    ]
 
 
 # -- file_nonempty ---------------------------------------------------------------------------------
@@ -132,12 +155,13 @@ def test_file_nonempty(tmp_path: Path) -> None:
     raw = {"file_nonempty": "out/${{ name }}"}
     assert verdict(raw, {"name": "full.txt"}, tmp_path).passed
     expected = "file_nonempty: expected a non-empty file at "
-    assert fails(raw, {"name": "empty.txt"}, tmp_path) == [expected + "'out/empty.txt', found "
-                                                            "an empty file"]
-    assert fails(raw, {"name": "none.txt"}, tmp_path) == [expected + "'out/none.txt', found "
-                                                           "no file"]
-    assert fails({"file_nonempty": "out"}, {}, tmp_path) == [expected + "'out', found a "
-                                                             "directory"]
+    assert fails(raw, {"name": "empty.txt"}, tmp_path) == [
+        expected + "'out/empty.txt', found an empty file"
+    ]
+    assert fails(raw, {"name": "none.txt"}, tmp_path) == [
+        expected + "'out/none.txt', found no file"
+    ]
+    assert fails({"file_nonempty": "out"}, {}, tmp_path) == [expected + "'out', found a directory"]
 
 
 def test_file_nonempty_never_leaves_the_root(tmp_path: Path) -> None:
@@ -147,8 +171,9 @@ def test_file_nonempty_never_leaves_the_root(tmp_path: Path) -> None:
     (root / "link").symlink_to(tmp_path / "secret")
     result = verdict({"file_nonempty": "${{ p }}"}, {"p": "../secret"}, root)
     assert result.error and not result.passed
-    assert result.reasons == [f"file_nonempty: path '../secret' escapes the pipeline root "
-                              f"{root.resolve()}"]
+    assert result.reasons == [
+        f"file_nonempty: path '../secret' escapes the pipeline root {root.resolve()}"
+    ]
     link = verdict({"file_nonempty": "${{ p }}"}, {"p": "link"}, root)
     assert link.error and "escapes the pipeline root" in link.reasons[0]
     with pytest.raises(RuleError, match="'link' escapes the pipeline root"):
@@ -159,8 +184,11 @@ def test_file_nonempty_never_leaves_the_root(tmp_path: Path) -> None:
 
 # -- json_schema -----------------------------------------------------------------------------------
 
-LABEL_SCHEMA = {"type": "object", "required": ["label"],
-                "properties": {"label": {"enum": ["cat", "dog"]}, "score": {"type": "number"}}}
+LABEL_SCHEMA = {
+    "type": "object",
+    "required": ["label"],
+    "properties": {"label": {"enum": ["cat", "dog"]}, "score": {"type": "number"}},
+}
 
 
 def test_json_schema_inline() -> None:
@@ -169,20 +197,23 @@ def test_json_schema_inline() -> None:
     assert fails(raw, {"output": {"label": "cow", "score": "high"}}) == [
         "json_schema: expected a value valid against the schema, found 2 errors: "
         "at $.label: 'cow' is not one of ['cat', 'dog']; at $.score: 'high' is not of type "
-        "'number'"]
+        "'number'"
+    ]
 
 
 def test_json_schema_from_a_file_parsing_json_text(tmp_path: Path) -> None:
     (tmp_path / "label.schema.json").write_text(json.dumps(LABEL_SCHEMA))
-    raw = {"json_schema": {"value": "${{ reply }}", "schema_file": "label.schema.json",
-                           "parse": True}}
+    raw = {
+        "json_schema": {"value": "${{ reply }}", "schema_file": "label.schema.json", "parse": True}
+    }
     assert verdict(raw, {"reply": '{"label": "dog"}'}, tmp_path).passed
     assert fails(raw, {"reply": "{}"}, tmp_path) == [
         "json_schema: expected a value valid against the schema, found 1 error: "
-        "at $: 'label' is a required property"]
+        "at $: 'label' is a required property"
+    ]
     assert fails(raw, {"reply": "sure! {"}, tmp_path) == [
-        "json_schema: expected JSON text, found invalid JSON (Expecting value at line 1 "
-        "column 1)"]
+        "json_schema: expected JSON text, found invalid JSON (Expecting value at line 1 column 1)"
+    ]
 
 
 def test_json_schema_compile_errors(tmp_path: Path) -> None:
@@ -205,12 +236,16 @@ def test_collection_has_without_a_backend_is_an_error_verdict() -> None:
     installed = collection_backend()  # the collections module installs one when imported
     set_collection_backend(None)
     try:
-        result = verdict({"collection_has": {"collection": "docs",
-                                             "id": "${{ output.label }}"}}, OUT)
+        result = verdict(
+            {"collection_has": {"collection": "docs", "id": "${{ output.label }}"}}, OUT
+        )
     finally:
         set_collection_backend(installed)
-    assert result == Verdict(False, ["collection_has: no collection backend is installed (the "
-                                     "ingest module provides it)"], error=True)
+    assert result == Verdict(
+        False,
+        ["collection_has: no collection backend is installed (the ingest module provides it)"],
+        error=True,
+    )
 
 
 def test_collection_has_asks_the_installed_backend() -> None:
@@ -245,19 +280,25 @@ def test_all_stops_at_the_first_failure_and_reports_it() -> None:
 
 
 def test_any_reports_every_alternative() -> None:
-    raw = {"any": [{"rule": "label_ok"}, {"matches": {"value": "${{ output.text }}",
-                                                      "pattern_name": "shouty"}}]}
+    raw = {
+        "any": [
+            {"rule": "label_ok"},
+            {"matches": {"value": "${{ output.text }}", "pattern_name": "shouty"}},
+        ]
+    }
     assert fails(raw, OUT) == [
         "any: none of 2 alternatives passed (rule 'label_ok': choice_in: expected one of "
         "['cat', 'dog'], found 'cow'; matches: expected text matching pattern 'shouty' "
-        "/^[A-Z ]+$/, found 'hello')"]
+        "/^[A-Z ]+$/, found 'hello')"
+    ]
     assert verdict({"any": ["false", "output.n == 3"]}, OUT).passed
 
 
 def test_not_inverts_but_never_turns_an_error_into_a_pass() -> None:
     assert verdict({"not": "output.n > 5"}, OUT).passed
     assert fails({"not": "output.n == 3"}, OUT) == [
-        "not: expected this to fail, but it passed: `output.n == 3`"]
+        "not: expected this to fail, but it passed: `output.n == 3`"
+    ]
     errored = verdict({"not": "output.nope.deeper"}, OUT)
     assert not errored.passed and errored.error
 
@@ -265,18 +306,29 @@ def test_not_inverts_but_never_turns_an_error_into_a_pass() -> None:
 def test_named_rules_are_prefixed_and_shared() -> None:
     assert verdict({"rule": "has_text"}, OUT).passed
     assert fails({"rule": "label_ok"}, OUT) == [
-        "rule 'label_ok': choice_in: expected one of ['cat', 'dog'], found 'cow'"]
+        "rule 'label_ok': choice_in: expected one of ['cat', 'dog'], found 'cow'"
+    ]
 
 
 # -- refs, sync ------------------------------------------------------------------------------------
 
 
 def test_refs_cover_every_expression_including_named_rules_and_messages() -> None:
-    compiled = rule({"all": [{"rule": "label_ok"},
-                             {"expr": "steps.a.output.ok", "message": "${{ params.why }}"},
-                             {"exec": {"run": "test -s ${{ steps.b.output.path }}"}}]})
-    assert compiled.refs == {Reference("output", "label"), Reference("steps", "a"),
-                             Reference("params", "why"), Reference("steps", "b")}
+    compiled = rule(
+        {
+            "all": [
+                {"rule": "label_ok"},
+                {"expr": "steps.a.output.ok", "message": "${{ params.why }}"},
+                {"exec": {"run": "test -s ${{ steps.b.output.path }}"}},
+            ]
+        }
+    )
+    assert compiled.refs == {
+        Reference("output", "label"),
+        Reference("steps", "a"),
+        Reference("params", "why"),
+        Reference("steps", "b"),
+    }
     assert compiled.rules_used == {"label_ok"}
     assert not compiled.sync  # exec needs the event loop
     assert rule("steps.a.output.ok").sync
@@ -302,7 +354,8 @@ def test_unknown_check_is_located_with_a_suggestion() -> None:
     exc = error({"choise_in": {"value": 1, "choices": [1]}}, path=("steps", "s", "check"))
     assert isinstance(exc, RuleError)
     assert str(exc).splitlines()[0] == (
-        "pipe.yaml:14:5: unknown check 'choise_in' (did you mean 'choice_in'?)")
+        "pipe.yaml:14:5: unknown check 'choise_in' (did you mean 'choice_in'?)"
+    )
 
 
 def test_unknown_pattern_rule_and_bad_regex_are_located() -> None:
@@ -312,23 +365,28 @@ def test_unknown_pattern_rule_and_bad_regex_are_located() -> None:
     exc = error({"rule": "label_okay"})
     assert exc.message == "unknown rule 'label_okay' (did you mean 'label_ok'?)"
     exc = error({"matches": {"value": "x", "pattern": "(unclosed"}})
-    assert exc.message == ("invalid regular expression '(unclosed': missing ), unterminated "
-                           "subpattern at position 0")
+    assert exc.message == (
+        "invalid regular expression '(unclosed': missing ), unterminated subpattern at position 0"
+    )
     assert exc.where == Location("pipe.yaml", 12, 3)
 
 
 def test_malformed_rules() -> None:
     assert error({"all": ["x"], "any": ["y"]}).message == (
-        "a rule mapping holds exactly one check, found 'all' and 'any'")
+        "a rule mapping holds exactly one check, found 'all' and 'any'"
+    )
     assert error({"choice_in": {"value": 1}}).message == (
-        "choice_in: 'choices' is a required property")
-    assert error({"matches": {"value": 1, "pattern": "a", "pattern_name": "shouty"}}).message \
-        .startswith("matches: ")
+        "choice_in: 'choices' is a required property"
+    )
+    assert error(
+        {"matches": {"value": 1, "pattern": "a", "pattern_name": "shouty"}}
+    ).message.startswith("matches: ")
     assert error("hello ${{ x }}").message.startswith("a rule string must be one expression")
     assert error(42).message == "a rule is an expression string, a list or a mapping, found 42"
     assert error("1 +").message.startswith("invalid expression '1 +'")
     assert error({"exec": {"run": "true", "timout": 3}}).message == (
-        "exec: Additional properties are not allowed ('timout' was unexpected)")
+        "exec: Additional properties are not allowed ('timout' was unexpected)"
+    )
 
 
 def test_named_rule_cycles_and_errors_point_at_the_named_rule() -> None:

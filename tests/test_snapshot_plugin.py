@@ -46,8 +46,11 @@ def write(root: Path, rel: str, text: str) -> Path:
 
 
 def make_project(root: Path) -> None:
-    write(root, "pytest.ini", "[pytest]\ntestpaths = tests\nrunner_pipelines = pipelines\n"
-                              "runner_snapshot_dir = snaps\n")
+    write(
+        root,
+        "pytest.ini",
+        "[pytest]\ntestpaths = tests\nrunner_pipelines = pipelines\nrunner_snapshot_dir = snaps\n",
+    )
     write(root, "pipelines/demo.yaml", PIPELINE)
     write(root, "pipelines/prompts/hello.j2", "Hello {{ who }}\n")
     write(root, "pipelines/notes.yaml", "not: a pipeline\n")  # ignored: no `runner: 1`
@@ -57,8 +60,19 @@ def make_project(root: Path) -> None:
 def pytest_run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNNER_"))}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only the plugins named below (fast start)
-    cmd = [sys.executable, "-m", "pytest", "-p", "syrupy", "-p", "runner.testing.plugin",
-           "-p", "no:cacheprovider", "-rf", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "syrupy",
+        "-p",
+        "runner.testing.plugin",
+        "-p",
+        "no:cacheprovider",
+        "-rf",
+        *args,
+    ]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -78,7 +92,8 @@ def test_snapshot_lifecycle_in_a_user_project(tmp_path: Path) -> None:
     assert sorted(p.name for p in snaps.iterdir()) == ["ask.txt", "prompt.txt"]
     assert (snaps / "prompt.txt").read_text(encoding="utf-8") == "Hello tiny\n"
     assert (snaps / "ask.txt").read_text(encoding="utf-8") == (
-        "--- system ---\nAnswer in one line.\n--- user ---\nHello tiny\n")
+        "--- system ---\nAnswer in one line.\n--- user ---\nHello tiny\n"
+    )
 
     again = pytest_run(tmp_path, "-v")  # the next plain run passes
     assert again.returncode == 0, again.stdout
@@ -116,12 +131,16 @@ def test_command_line_option_and_default_case(tmp_path: Path) -> None:
     # No ini option: --runner-pipelines names the directory; a pipeline without `tests:` gets one
     # case with its default params; snapshots go to the default tests/__snapshots__/pipelines/.
     write(tmp_path, "pytest.ini", "[pytest]\n")
-    write(tmp_path, "flows/plain.yaml", """\
+    write(
+        tmp_path,
+        "flows/plain.yaml",
+        """\
         runner: 1
         name: plain
         steps:
           p: {uses: template, with: {text: "static prompt"}}
-        """)
+        """,
+    )
     update = pytest_run(tmp_path, "--runner-pipelines", "flows", "--snapshot-update", "-v")
     assert update.returncode == 0, update.stdout
     assert "flows/plain.yaml::default PASSED" in update.stdout

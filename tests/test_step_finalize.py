@@ -35,8 +35,11 @@ def _noise() -> bytes:
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> StepContext:
-    env = StepEnv(root=tmp_path, state_dir=tmp_path / ".runner",
-                  objects=ObjectStore(tmp_path / ".runner" / "objects"))
+    env = StepEnv(
+        root=tmp_path,
+        state_dir=tmp_path / ".runner",
+        objects=ObjectStore(tmp_path / ".runner" / "objects"),
+    )
     lines: list[str] = []
     return StepContext(env=env, run_id="run1", step_id="finals", log=lines.append)
 
@@ -83,8 +86,13 @@ def test_one_corrupt_raw_fails_alone(ctx: StepContext) -> None:
             assert (final.format, final.size) == ("JPEG", (1280, 720))
     assert by_ordinal[1]["prompt"] == "a cat"  # upstream fields travel along
 
-    expected = {iterations[0]["raw"], by_ordinal[1]["final"], iterations[2]["raw"],
-                by_ordinal[3]["final"], iterations[1]["raw"]}
+    expected = {
+        iterations[0]["raw"],
+        by_ordinal[1]["final"],
+        iterations[2]["raw"],
+        by_ordinal[3]["final"],
+        iterations[1]["raw"],
+    }
     assert set(result.artifacts) == expected
     assert result.report == {"completed": 2, "failed": 1, "compliance_failed": 0}
 
@@ -165,8 +173,11 @@ def test_unknown_profile_at_run_and_compile_time(ctx: StepContext) -> None:
         step.validate({"image": "x", "profile": "tiktok"}, root=ctx.root, where=None)
     with pytest.raises(InvalidPipeline, match="exactly one of"):
         step.validate({"image": "x", "iterations": []}, root=ctx.root, where=None)
-    step.validate({"iterations": "${{ steps.gen.output.iterations }}", "profile": "${{ p }}"},
-                  root=ctx.root, where=None)
+    step.validate(
+        {"iterations": "${{ steps.gen.output.iterations }}", "profile": "${{ p }}"},
+        root=ctx.root,
+        where=None,
+    )
 
 
 def test_key_parts(ctx: StepContext) -> None:

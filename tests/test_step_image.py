@@ -22,8 +22,9 @@ from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 SECRET = "sk-live-5e2c1f0a9b8d7c6e"
 
 
-def run(env: StepEnv, args: dict[str, Any], ledger: MemoryLedger | None = None,
-        run_id: str = "run-1") -> StepResult:
+def run(
+    env: StepEnv, args: dict[str, Any], ledger: MemoryLedger | None = None, run_id: str = "run-1"
+) -> StepResult:
     return asyncio.run(ImageStep().run(make_ctx(env, ledger, run_id=run_id), dict(args)))
 
 
@@ -69,8 +70,7 @@ def gauge_env(tmp_path: Path, **settings: Any) -> tuple[StepEnv, Gauge]:
 def test_n_iterations_get_distinct_keys_seeds_and_stored_images(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     ledger = MemoryLedger()
-    result = run(env, {"prompt": "a harbour at dawn", "n": 4, "size": "160x90", "seed": 10},
-                 ledger)
+    result = run(env, {"prompt": "a harbour at dawn", "n": 4, "size": "160x90", "seed": 10}, ledger)
     its = result.output["iterations"]
     assert [it["ordinal"] for it in its] == [1, 2, 3, 4]
     assert [it["seed"] for it in its] == [10, 11, 12, 13]
@@ -91,12 +91,25 @@ def test_n_iterations_get_distinct_keys_seeds_and_stored_images(tmp_path: Path) 
 
 
 def test_the_key_is_built_from_the_documented_parts() -> None:
-    parts = {"template_hash": "t", "provider_profile": "fake@1:abc", "item": "vid",
-             "part": "", "prompt": "p", "seed": 0, "reference_sha256": ""}
+    parts = {
+        "template_hash": "t",
+        "provider_profile": "fake@1:abc",
+        "item": "vid",
+        "part": "",
+        "prompt": "p",
+        "seed": 0,
+        "reference_sha256": "",
+    }
     base = idempotency_key(**parts)  # type: ignore[arg-type]
-    for name, value in [("template_hash", "t2"), ("provider_profile", "fake@1:abd"),
-                        ("item", "vid2"), ("part", "1"), ("prompt", "p2"), ("seed", 1),
-                        ("reference_sha256", "ab")]:
+    for name, value in [
+        ("template_hash", "t2"),
+        ("provider_profile", "fake@1:abd"),
+        ("item", "vid2"),
+        ("part", "1"),
+        ("prompt", "p2"),
+        ("seed", 1),
+        ("reference_sha256", "ab"),
+    ]:
         assert idempotency_key(**{**parts, name: value}) != base  # type: ignore[arg-type]
     assert idempotency_key(**parts, run_id="r1") != base  # type: ignore[arg-type]
     assert idempotency_key(**parts, ordinal=2) != base  # type: ignore[arg-type]
@@ -104,8 +117,11 @@ def test_the_key_is_built_from_the_documented_parts() -> None:
 
 def test_ledger_reuse_never_calls_the_provider_again(tmp_path: Path) -> None:
     with A1111Server() as server:
-        env = make_env(tmp_path, f'[general]\ndefault_provider = "a1111"\n'
-                                 f'[providers.a1111]\nbase_url = "{server.url}"\n')
+        env = make_env(
+            tmp_path,
+            f'[general]\ndefault_provider = "a1111"\n'
+            f'[providers.a1111]\nbase_url = "{server.url}"\n',
+        )
         ledger = MemoryLedger()
         args = {"prompt": "castle", "n": 3, "size": [32, 32], "video_id": "v1"}
         first = run(env, args, ledger)
@@ -113,17 +129,21 @@ def test_ledger_reuse_never_calls_the_provider_again(tmp_path: Path) -> None:
         second = run(env, args, ledger, run_id="run-2")
         assert server.count("POST", "/sdapi/v1/txt2img") == 3  # nothing paid twice
     assert [it["raw"] for it in second.output["iterations"]] == (
-        [it["raw"] for it in first.output["iterations"]])
+        [it["raw"] for it in first.output["iterations"]]
+    )
     assert all(it["reused"] for it in second.output["iterations"])
 
 
 def test_dedupe_run_scopes_keys_to_the_run(tmp_path: Path) -> None:
     env = make_env(tmp_path)
     args = {"prompt": "p", "size": "32x32"}
-    plain = [run(env, args, run_id=r).output["iterations"][0]["idempotency_key"]
-             for r in ("a", "b")]
-    scoped = [run(env, {**args, "dedupe_run": True}, run_id=r)
-              .output["iterations"][0]["idempotency_key"] for r in ("a", "b")]
+    plain = [
+        run(env, args, run_id=r).output["iterations"][0]["idempotency_key"] for r in ("a", "b")
+    ]
+    scoped = [
+        run(env, {**args, "dedupe_run": True}, run_id=r).output["iterations"][0]["idempotency_key"]
+        for r in ("a", "b")
+    ]
     assert plain[0] == plain[1] and scoped[0] != scoped[1]
 
 
@@ -159,8 +179,9 @@ def test_parallel_calls_overlap(tmp_path: Path) -> None:
 def test_one_failing_iteration_is_collected_and_the_others_complete(tmp_path: Path) -> None:
     env, _gauge = gauge_env(tmp_path)
     ledger = MemoryLedger()
-    result = run(env, {"prompt": "p", "n": 3, "size": "16x16", "seed": 1,
-                       "params": {"fail_seed": 2}}, ledger)
+    result = run(
+        env, {"prompt": "p", "n": 3, "size": "16x16", "seed": 1, "params": {"fail_seed": 2}}, ledger
+    )
     statuses = [(it["ordinal"], it["status"]) for it in result.output["iterations"]]
     assert statuses == [(1, "completed"), (2, "failed"), (3, "completed")]
     failed = result.output["iterations"][1]
@@ -213,31 +234,48 @@ def test_references_from_the_store_reach_the_provider(tmp_path: Path) -> None:
     with Image.open(io.BytesIO(env.objects.read_bytes(raw))) as img:
         assert img.convert("RGB").getpixel((0, 0)) == (250, 10, 200)
     assert by_path.output["iterations"][0]["raw"] == raw
-    assert (with_ref.output["iterations"][0]["idempotency_key"]
-            != without.output["iterations"][0]["idempotency_key"])
+    assert (
+        with_ref.output["iterations"][0]["idempotency_key"]
+        != without.output["iterations"][0]["idempotency_key"]
+    )
 
 
 def test_key_extra_is_the_provider_profile(tmp_path: Path) -> None:
     env = make_env(tmp_path, "[providers.fake]\nsupports_seed = false\n")
     assert ImageStep().key_extra({"prompt": "p"}, env) == {
-        "provider": create("fake", {"supports_seed": False}).profile()}
+        "provider": create("fake", {"supports_seed": False}).profile()
+    }
 
 
 def test_the_api_key_appears_in_no_log_or_message(tmp_path: Path) -> None:
     with OpenAIServer() as server:
-        env = make_env(tmp_path, f'[general]\ndefault_provider = "openai"\n'
-                                 f'[providers.openai]\nbase_url = "{server.url}/v1"\n'
-                                 f'api_key_env = "TEST_OPENAI_KEY"\nmax_retries = 0\n',
-                       environ={"TEST_OPENAI_KEY": SECRET})
+        env = make_env(
+            tmp_path,
+            f'[general]\ndefault_provider = "openai"\n'
+            f'[providers.openai]\nbase_url = "{server.url}/v1"\n'
+            f'api_key_env = "TEST_OPENAI_KEY"\nmax_retries = 0\n',
+            environ={"TEST_OPENAI_KEY": SECRET},
+        )
         ok = run(env, {"prompt": "fine", "size": "16x16"})
-        server.queue("POST", "/v1/images/generations", Reply(401, {"error": {
-            "message": f"Incorrect API key provided: {SECRET}. Authorization: Bearer {SECRET}"}}))
+        server.queue(
+            "POST",
+            "/v1/images/generations",
+            Reply(
+                401,
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {SECRET}. Authorization: Bearer {SECRET}"
+                    }
+                },
+            ),
+        )
         with pytest.raises(StepFailure) as info:
             run(env, {"prompt": "refused", "size": "16x16"})
         assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in server.requests)
     assert ok.output["iterations"][0]["status"] == "completed"
     assert SECRET not in info.value.reason and "Incorrect API key provided: ***" in (
-        info.value.reason)
+        info.value.reason
+    )
     logs = list((env.state_dir / "logs").rglob("*"))
     assert any(p.suffix == ".err" and p.stat().st_size for p in logs)
     for path in logs:

@@ -26,8 +26,13 @@ script = [
 """
 
 
-def run(env: StepEnv, args: dict[str, Any], ledger: MemoryLedger | None = None,
-        feedback: list[str] | None = None, attempt: int = 1) -> StepResult:
+def run(
+    env: StepEnv,
+    args: dict[str, Any],
+    ledger: MemoryLedger | None = None,
+    feedback: list[str] | None = None,
+    attempt: int = 1,
+) -> StepResult:
     ctx = make_ctx(env, ledger, feedback=feedback, attempt=attempt)
     return asyncio.run(LlmStep().run(ctx, dict(args)))
 
@@ -62,8 +67,11 @@ def test_feedback_is_appended_and_changes_the_key(tmp_path: Path) -> None:
 
 
 def test_with_feedback_targets_the_last_user_message() -> None:
-    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-            {"role": "user", "content": "c"}]
+    msgs = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
     out = with_feedback(msgs, ["r1", "r2"])
     assert out[2]["content"] == f"c\n\n{FEEDBACK_HEADING}\n- r1\n- r2"
     assert msgs[2]["content"] == "c" and out[0] == msgs[0]
@@ -72,13 +80,21 @@ def test_with_feedback_targets_the_last_user_message() -> None:
 
 def test_json_reply_in_a_code_fence_is_parsed_and_checked(tmp_path: Path) -> None:
     env = make_env(tmp_path, SCRIPT)
-    schema = {"type": "object", "required": ["label"],
-              "properties": {"label": {"enum": ["invoice", "letter"]}}}
+    schema = {
+        "type": "object",
+        "required": ["label"],
+        "properties": {"label": {"enum": ["invoice", "letter"]}},
+    }
     result = run(env, {"prompt": "classify this", "format": "json", "schema": schema})
     assert result.output["json"] == {"label": "invoice"}
     with pytest.raises(StepFailure) as info:
-        run(env, {"prompt": "classify this", "schema": {**schema, "properties": {
-            "label": {"enum": ["letter"]}}}})
+        run(
+            env,
+            {
+                "prompt": "classify this",
+                "schema": {**schema, "properties": {"label": {"enum": ["letter"]}}},
+            },
+        )
     assert info.value.check and "does not match the schema at label" in info.value.reason
 
 
@@ -91,8 +107,11 @@ def test_reply_that_is_not_json_fails_the_check(tmp_path: Path) -> None:
 
 def test_unscripted_schema_replies_satisfy_the_schema(tmp_path: Path) -> None:
     env = make_env(tmp_path)
-    schema = {"type": "object", "required": ["label", "confidence"],
-              "properties": {"label": {"enum": ["a", "b"]}, "confidence": {"type": "number"}}}
+    schema = {
+        "type": "object",
+        "required": ["label", "confidence"],
+        "properties": {"label": {"enum": ["a", "b"]}, "confidence": {"type": "number"}},
+    }
     result = run(env, {"prompt": "anything", "schema": schema})
     assert result.output["json"]["label"] in ("a", "b")
 
@@ -123,9 +142,12 @@ def test_provider_failures_become_step_failures(tmp_path: Path) -> None:
 
 def test_over_a_real_socket_with_ollama(tmp_path: Path) -> None:
     with OllamaServer() as server:
-        env = make_env(tmp_path, f'[general]\ndefault_provider = "ollama"\n'
-                                 f'[providers.ollama]\nbase_url = "{server.url}"\n'
-                                 f'model = "llama-test"\n')
+        env = make_env(
+            tmp_path,
+            f'[general]\ndefault_provider = "ollama"\n'
+            f'[providers.ollama]\nbase_url = "{server.url}"\n'
+            f'model = "llama-test"\n',
+        )
         ledger = MemoryLedger()
         args = {"prompt": "hi", "temperature": 0, "seed": 3, "max_tokens": 20}
         result = run(env, args, ledger)
@@ -141,8 +163,13 @@ def test_image_inputs_are_loaded_from_the_store(tmp_path: Path) -> None:
     with OllamaServer() as server:
         env = make_env(tmp_path, f'[providers.ollama]\nbase_url = "{server.url}"\n')
         digest = env.objects.put_bytes(b"\x89PNG fake bytes")
-        run(env, {"provider": "ollama", "messages": [
-            {"role": "user", "content": "what is this?", "images": [digest]}]})
+        run(
+            env,
+            {
+                "provider": "ollama",
+                "messages": [{"role": "user", "content": "what is this?", "images": [digest]}],
+            },
+        )
         body = server.requests[0].json()
     assert body["messages"][0]["images"] == ["iVBORyBmYWtlIGJ5dGVz"]
 

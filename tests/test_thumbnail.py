@@ -35,9 +35,20 @@ def cli(p: Project, *args: str):
 
 
 def test_hero_run_four_compliant_iterations(thumbs: Project) -> None:
-    res = thumbs.cli("apply", "pipelines/thumbnail.yaml", "-q", "--state", ".runner",
-                     "-p", f"video_id={VIDEO}", "-p", "provider=fake", "-p", "n=4",
-                     env={"NO_COLOR": "1"})
+    res = thumbs.cli(
+        "apply",
+        "pipelines/thumbnail.yaml",
+        "-q",
+        "--state",
+        ".runner",
+        "-p",
+        f"video_id={VIDEO}",
+        "-p",
+        "provider=fake",
+        "-p",
+        "n=4",
+        env={"NO_COLOR": "1"},
+    )
     assert res.exit_code == 0, res.stderr
     out = res.stdout
     assert "Run " in out and "Pipeline   thumbnail" in out and f"Item       {VIDEO}" in out
@@ -69,8 +80,10 @@ def test_permanent_failure_in_a_var_fails_all_four(thumbs: Project) -> None:
     doc = apply(thumbs, "-p", "vars={subject: '[[FAIL_PERMANENT]]'}")
     assert doc["_exit"] == 4 and doc["exit_code"] == 4
     assert [it["status"] for it in doc["iterations"]] == ["failed"] * 4
-    assert all("FAIL_PERMANENT" in (it["error"] or "") or "permanent" in (it["error"] or "")
-               for it in doc["iterations"])
+    assert all(
+        "FAIL_PERMANENT" in (it["error"] or "") or "permanent" in (it["error"] or "")
+        for it in doc["iterations"]
+    )
 
 
 def _generate_seconds(doc: dict) -> float:
@@ -90,7 +103,11 @@ def test_pick_show_and_errors(thumbs: Project) -> None:
     doc = apply(thumbs)
     run_id = doc["run"]["id"]
     res = cli(thumbs, "pick", run_id, "2", "--json")
-    assert res.json == {"run_id": run_id, "picked": {"id": f"{run_id}-2", "ordinal": 2}, "exit_code": 0}
+    assert res.json == {
+        "run_id": run_id,
+        "picked": {"id": f"{run_id}-2", "ordinal": 2},
+        "exit_code": 0,
+    }
     shown = cli(thumbs, "show", run_id, "--json").json
     assert [it["picked"] for it in shown["iterations"]] == [False, True, False, False]
     cli(thumbs, "pick", run_id, "3")
@@ -115,7 +132,9 @@ def test_iterate_child_with_reference_in_corner(thumbs: Project) -> None:
     no_pick = cli(thumbs, "iterate", run_id, "--n", "2", "-q")
     assert no_pick.exit_code == 2 and "runner pick" in no_pick.stderr
     cli(thumbs, "pick", run_id, "2")
-    res = cli(thumbs, "iterate", run_id, "--n", "2", "--prompt-append", "warmer colours", "-q", "--json")
+    res = cli(
+        thumbs, "iterate", run_id, "--n", "2", "--prompt-append", "warmer colours", "-q", "--json"
+    )
     assert res.exit_code == 0, res.stderr
     child = res.json
     picked_raw = doc["iterations"][1]["assets"]["raw"]
@@ -129,7 +148,10 @@ def test_iterate_child_with_reference_in_corner(thumbs: Project) -> None:
     # the fake provider pastes the reference, scaled, into the top-left corner
     store = thumbs.root / ".runner" / "objects"
     raw = view["iterations"][0]["assets"]["raw"]
-    with Image.open(store / picked_raw[:2] / picked_raw[2:]) as a, Image.open(store / raw[:2] / raw[2:]) as b:
+    with (
+        Image.open(store / picked_raw[:2] / picked_raw[2:]) as a,
+        Image.open(store / raw[:2] / raw[2:]) as b,
+    ):
         ref, out = a.convert("RGB"), b.convert("RGB")
     ref_small = ref.resize((ref.width // 4, ref.height // 4))
     for xy in ((2, 2), (ref_small.width // 2, ref_small.height // 2)):
@@ -183,5 +205,8 @@ def test_export_without_completed_iteration_exits_2(thumbs: Project) -> None:
 
 def test_apply_out_copies_compliant_finals(thumbs: Project) -> None:
     doc = apply(thumbs, "--out", "delivered", "-p", "n=2")
-    assert sorted(p.name for p in (thumbs.root / "delivered").iterdir()) == [f"{VIDEO}-1.jpg", f"{VIDEO}-2.jpg"]
+    assert sorted(p.name for p in (thumbs.root / "delivered").iterdir()) == [
+        f"{VIDEO}-1.jpg",
+        f"{VIDEO}-2.jpg",
+    ]
     assert len(doc["out"]) == 2

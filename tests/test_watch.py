@@ -51,9 +51,21 @@ class WatchProcess:
         self.events = root / "events.jsonl"
         self.stderr = open(root / "stderr.txt", "w", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "watch", "pipeline.yaml", "--json",
-             "--events", str(self.events), *extra],
-            cwd=root, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "watch",
+                "pipeline.yaml",
+                "--json",
+                "--events",
+                str(self.events),
+                *extra,
+            ],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -262,8 +274,9 @@ def test_a_change_during_a_run_cancels_it_and_starts_over(watching: WatchProcess
 
 
 def test_no_interrupt_queues_the_next_cycle(workspace: Path) -> None:
-    (workspace / "pipeline.yaml").write_text(PIPELINE.replace("sleep 30", "sleep 1.5"),
-                                             encoding="utf-8")
+    (workspace / "pipeline.yaml").write_text(
+        PIPELINE.replace("sleep 30", "sleep 1.5"), encoding="utf-8"
+    )
     w = WatchProcess(workspace, "--no-interrupt")
     try:
         assert w.cycle()["cycle"] == 1
@@ -329,9 +342,23 @@ def test_a_decision_resumes_a_run_awaiting_a_human(workspace: Path) -> None:
         assert first["run"]["status"] == "awaiting_human" and first["exit_code"] == 7
         assert first["ran"] == ["draft"]
         decided = subprocess.run(
-            [sys.executable, "-m", "runner", "decide", first["run"]["id"], "review", "approve",
-             "--state", ".runner", "--by", "tester"],
-            cwd=workspace, capture_output=True, text=True, timeout=30,
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "decide",
+                first["run"]["id"],
+                "review",
+                "approve",
+                "--state",
+                ".runner",
+                "--by",
+                "tester",
+            ],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert decided.returncode == 0, decided.stderr
         second = w.cycle()

@@ -18,8 +18,9 @@ from .conftest import REPO, Project, statuses
 @pytest.fixture
 def shipped(project: Project) -> Project:
     for folder in ("pipelines", "prompts", "examples"):
-        shutil.copytree(REPO / folder, project.root / folder,
-                        ignore=shutil.ignore_patterns(".runner", "out"))
+        shutil.copytree(
+            REPO / folder, project.root / folder, ignore=shutil.ignore_patterns(".runner", "out")
+        )
     return project
 
 
@@ -78,11 +79,14 @@ def test_classify_ingest_upserts_without_duplicates(shipped: Project) -> None:
     coll = _collection(shipped)
     assert coll["count"] == 3
     labels = {d["id"]: d["metadata"]["label"] for d in coll["documents"]}
-    assert set(labels) == {f"examples/classify/{n}" for n in (
-        "acme-invoice-1042.txt", "landlord-letter.txt", "uptime-report.txt")}
+    assert set(labels) == {
+        f"examples/classify/{n}"
+        for n in ("acme-invoice-1042.txt", "landlord-letter.txt", "uptime-report.txt")
+    }
     assert set(labels.values()) <= {"invoice", "letter", "report"}
-    hits = shipped.cli("collections", "search", "documents", "boiler", "--state", ".runner",
-                       "--json").json["hits"]
+    hits = shipped.cli(
+        "collections", "search", "documents", "boiler", "--state", ".runner", "--json"
+    ).json["hits"]
     assert [h["id"] for h in hits] == ["examples/classify/landlord-letter.txt"]
     # nothing changed: converges, no new question
     again = _apply(shipped, "classify-ingest")
@@ -120,9 +124,13 @@ SLOW = """\
 
 
 def _spawn(root: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json",
-                             *args], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", *args],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_running(project: Project, n: int) -> None:

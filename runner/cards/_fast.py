@@ -81,11 +81,17 @@ class FastCard:
         parts.append(f"{{{{ [{every}] | card_collect(OUT) }}}}")
         # A private sandbox: the same hardened environment, plus this card's helper filters.
         env = HardenedEnvironment()
-        env.filters.update({
-            "card_lit": self.literals.__getitem__, "card_bool": _to_bool,
-            "card_match": self._match, "card_list": _to_list, "card_add": _add,
-            "card_fail": _fail, "card_collect": _collect,
-        })
+        env.filters.update(
+            {
+                "card_lit": self.literals.__getitem__,
+                "card_bool": _to_bool,
+                "card_match": self._match,
+                "card_list": _to_list,
+                "card_add": _add,
+                "card_fail": _fail,
+                "card_collect": _collect,
+            }
+        )
         self.template = env.from_string("".join(parts))
 
     def _match(self, text: Any, index: int) -> bool:
@@ -130,8 +136,11 @@ class FastCard:
         if source.rules is not None:
             out = []
             for i, rule in enumerate(source.rules):
-                body = ("{{ none | card_fail }}" if rule.error is not None
-                        else f"{{% set {target} = {self._value(rule.value)} %}}")
+                body = (
+                    "{{ none | card_fail }}"
+                    if rule.error is not None
+                    else f"{{% set {target} = {self._value(rule.value)} %}}"
+                )
                 if rule.when is None:
                     out.append(("{% else %}" if i else "{% if true %}") + body)
                 else:
@@ -146,8 +155,10 @@ class FastCard:
                 if item.when is not None:
                     add = f"{{% if {self._cond(item.when)} %}}{add}{{% endif %}}"
                 if item.for_each is not None:
-                    add = (f"{{% for {item.as_name} in (({item.for_each.source}) | card_list) %}}"
-                           f"{add}{{% endfor %}}")
+                    add = (
+                        f"{{% for {item.as_name} in (({item.for_each.source}) | card_list) %}}"
+                        f"{add}{{% endfor %}}"
+                    )
                 out.append(add)
             return "".join(out)
         return f"{{% set {target} = {self._value(source.value)} %}}"

@@ -9,8 +9,14 @@ from typing import Any
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "bool", int: "int", float: "number", str: "string", list: "list",
-            dict: "object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "bool",
+        int: "int",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
 
 
 def is_type(value: Any, declared: str) -> bool:
@@ -30,8 +36,9 @@ def is_type(value: Any, declared: str) -> bool:
     return False
 
 
-def type_problem(value: Any, declared: str, allowed: Sequence[Any] = (),
-                 nullable: bool = False) -> str | None:
+def type_problem(
+    value: Any, declared: str, allowed: Sequence[Any] = (), nullable: bool = False
+) -> str | None:
     """Why ``value`` is not a valid ``declared`` value, or None when it is."""
     if value is None:
         return None if nullable else f"is null, expected {declared}"

@@ -67,8 +67,9 @@ def card_hash(spec: CardSpec, card: Mapping[str, Any]) -> str:
     return short_hash(doc, HASH_LENGTH)
 
 
-def card_block(value: Mapping[str, Any], title: str | None = None,
-               schema_version: int | None = None) -> str:
+def card_block(
+    value: Mapping[str, Any], title: str | None = None, schema_version: int | None = None
+) -> str:
     """The prompt block ``[<title> v<schema_version>]\\n<canonical card JSON>\\n\\n``.
 
     Called as ``card_block(card, title, schema_version)``, or with one argument, a card step's
@@ -114,8 +115,10 @@ class _Builder:
                 if decl.required:
                     state = "missing" if name not in self.inputs else "null"
                     raise self.violation(
-                        name, f"required input is {state} (pass [] for an intentionally empty "
-                              "list; a missing value is never treated as empty)")
+                        name,
+                        f"required input is {state} (pass [] for an intentionally empty "
+                        "list; a missing value is never treated as empty)",
+                    )
                 continue
             problem = type_problem(value, decl.type)
             if problem:
@@ -145,8 +148,10 @@ class _Builder:
     def _key_label(self, ctx: Mapping[str, Any]) -> Any:
         # Best effort, for messages only: the key of a card whose inputs are broken may not exist.
         try:
-            key = {fd.name: self._source(fd.source, ctx)
-                   for fd in self.spec.groups[self.spec.key_group]}
+            key = {
+                fd.name: self._source(fd.source, ctx)
+                for fd in self.spec.groups[self.spec.key_group]
+            }
         except (ExpressionError, _RuleError, TypeError):
             return None
         return key if not any(v is None for v in key.values()) else None
@@ -157,11 +162,15 @@ class _Builder:
             raise self.violation(fd.path, problem)
         if fd.unordered and fd.sort_key:
             for element in value:
-                missing = [k for k in fd.sort_key.split("|")
-                           if not isinstance(element, dict) or k not in element]
+                missing = [
+                    k
+                    for k in fd.sort_key.split("|")
+                    if not isinstance(element, dict) or k not in element
+                ]
                 if missing:
                     raise self.violation(
-                        fd.path, f"element lacks '{missing[0]}' of sort key '{fd.sort_key}'")
+                        fd.path, f"element lacks '{missing[0]}' of sort key '{fd.sort_key}'"
+                    )
         return value
 
     def _evaluate(self, source: Source, ctx: Mapping[str, Any], where: str) -> Any:
@@ -201,14 +210,18 @@ class _Builder:
         if isinstance(cond, ExprCondition):
             result = cond.expr.evaluate(ctx)
             if not isinstance(result, bool):
-                raise _RuleError(f"condition '{cond.expr.source}' gave "
-                                 f"{type(result).__name__}, expected true or false")
+                raise _RuleError(
+                    f"condition '{cond.expr.source}' gave "
+                    f"{type(result).__name__}, expected true or false"
+                )
             return result
         if isinstance(cond, MatchCondition):
             text = cond.value.evaluate(ctx)
             if not isinstance(text, str):
-                raise _RuleError(f"pattern '{cond.pattern_name}' needs text, "
-                                 f"'{cond.value.source}' gave {type(text).__name__}")
+                raise _RuleError(
+                    f"pattern '{cond.pattern_name}' needs text, "
+                    f"'{cond.value.source}' gave {type(text).__name__}"
+                )
             return cond.pattern.search(text) is not None
         if isinstance(cond, NotCondition):
             return not self._holds(cond.part, ctx)

@@ -43,8 +43,9 @@ def changed_fields(spec: CardSpec, old: Mapping[str, Any], new: Mapping[str, Any
     return out
 
 
-def detect_drift(spec: CardSpec, stored_card: Any, stored_hash: Any,
-                 current_inputs: Mapping[str, Any]) -> DriftReport:
+def detect_drift(
+    spec: CardSpec, stored_card: Any, stored_hash: Any, current_inputs: Mapping[str, Any]
+) -> DriftReport:
     """Check the stored card, rebuild it from ``current_inputs`` and report what drifted."""
     stored = stored_hash if isinstance(stored_hash, str) else None
     problems = check_shape(spec, stored_card, stored_hash)
@@ -55,16 +56,21 @@ def detect_drift(spec: CardSpec, stored_card: Any, stored_hash: Any,
             problems.append(f"card is not canonical JSON: {exc}")
         else:
             if own != stored_hash:
-                problems.append(f"stored hash {stored_hash} does not match the stored card "
-                                f"(its content hashes to {own})")
+                problems.append(
+                    f"stored hash {stored_hash} does not match the stored card "
+                    f"(its content hashes to {own})"
+                )
     if problems:
         return DriftReport(drifted=False, problems=problems, stored_hash=stored)
     try:
         current = build_card(spec, current_inputs)
     except ContractViolation as exc:
-        return DriftReport(drifted=False, problems=[f"current inputs: {exc}"],
-                           stored_hash=stored)
+        return DriftReport(drifted=False, problems=[f"current inputs: {exc}"], stored_hash=stored)
     if current.hash == stored_hash:
         return DriftReport(drifted=False, stored_hash=stored, current_hash=current.hash)
-    return DriftReport(drifted=True, fields=changed_fields(spec, stored_card, current.card),
-                       stored_hash=stored, current_hash=current.hash)
+    return DriftReport(
+        drifted=True,
+        fields=changed_fields(spec, stored_card, current.card),
+        stored_hash=stored,
+        current_hash=current.hash,
+    )

@@ -57,8 +57,7 @@ def check_shape(spec: CardSpec, card: Any, hash: Any) -> list[str]:
             if problem:
                 problems.append(f"{fd.path} {problem}")
         declared = {fd.name for fd in defs}
-        problems.extend(f"{gname}.{k} is not a declared field" for k in group
-                        if k not in declared)
+        problems.extend(f"{gname}.{k} is not a declared field" for k in group if k not in declared)
     known = {"schema_version", *spec.groups, *spec.hash_excluded}
     problems.extend(f"{k} is not a declared field" for k in card if k not in known)
     if spec.hash_key and spec.hash_key in card:

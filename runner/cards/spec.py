@@ -198,8 +198,9 @@ class _Compiler:
         lets: list[tuple[str, Source]] = []
         for name, d in data.get("let", {}).items():
             if name in names:
-                raise self.fail(f"let '{name}' shadows an input of the same name", ("let", name),
-                                key=True)
+                raise self.fail(
+                    f"let '{name}' shadows an input of the same name", ("let", name), key=True
+                )
             lets.append((name, self._source(d, ("let", name), names, None)))
             names.add(name)
         groups: dict[str, tuple[FieldDef, ...]] = {}
@@ -207,20 +208,32 @@ class _Compiler:
         groups[key_group] = self._group(key_group, key_fields, ("key", key_group), names)
         for gname, gdef in data["fields"].items():
             if gname in groups or gname in ("schema_version",):
-                raise self.fail(f"field group '{gname}' clashes with the key or the envelope",
-                                ("fields", gname), key=True)
+                raise self.fail(
+                    f"field group '{gname}' clashes with the key or the envelope",
+                    ("fields", gname),
+                    key=True,
+                )
             groups[gname] = self._group(gname, gdef, ("fields", gname), names)
         exclude = frozenset(data.get("exclude", []))
         hash_key = data.get("hash_key")
         clash = (exclude | ({hash_key} if hash_key else set())) & (set(groups) | {"schema_version"})
         if clash:
-            raise self.fail(f"cannot exclude declared key(s) {sorted(clash)} from the hash",
-                            ("exclude",))
+            raise self.fail(
+                f"cannot exclude declared key(s) {sorted(clash)} from the hash", ("exclude",)
+            )
         unordered = {f.path: f.sort_key for defs in groups.values() for f in defs if f.unordered}
         return CardSpec(
-            path=self.doc.file, title=data["title"], schema_version=data["schema_version"],
-            key_group=key_group, inputs=inputs, lets=tuple(lets), groups=groups,
-            exclude=exclude, hash_key=hash_key, digest=self.digest, unordered=unordered,
+            path=self.doc.file,
+            title=data["title"],
+            schema_version=data["schema_version"],
+            key_group=key_group,
+            inputs=inputs,
+            lets=tuple(lets),
+            groups=groups,
+            exclude=exclude,
+            hash_key=hash_key,
+            digest=self.digest,
+            unordered=unordered,
         )
 
     def _check_schema(self, data: dict[str, Any]) -> None:
@@ -245,11 +258,13 @@ class _Compiler:
             try:
                 self.patterns[name] = re.compile(d["regex"], flags)
             except re.error as exc:
-                raise self.fail(f"pattern '{name}' is not a valid regex: {exc}",
-                                ("patterns", name, "regex")) from None
+                raise self.fail(
+                    f"pattern '{name}' is not a valid regex: {exc}", ("patterns", name, "regex")
+                ) from None
 
-    def _group(self, gname: str, gdef: Mapping[str, Any], path: Path_,
-               names: set[str]) -> tuple[FieldDef, ...]:
+    def _group(
+        self, gname: str, gdef: Mapping[str, Any], path: Path_, names: set[str]
+    ) -> tuple[FieldDef, ...]:
         out = []
         for fname, d in gdef.items():
             fpath = (*path, fname)
@@ -263,9 +278,15 @@ class _Compiler:
             if "sort_key" in d and not unordered:
                 raise self.fail("`sort_key` needs `unordered: true`", (*fpath, "sort_key"))
             fd = FieldDef(
-                group=gname, name=fname, type=ftype, where=self.doc.where(fpath, key=True),
-                allowed=allowed, nullable=bool(d.get("nullable", False)), unordered=unordered,
-                sort_key=d.get("sort_key"), source=Source(),
+                group=gname,
+                name=fname,
+                type=ftype,
+                where=self.doc.where(fpath, key=True),
+                allowed=allowed,
+                nullable=bool(d.get("nullable", False)),
+                unordered=unordered,
+                sort_key=d.get("sort_key"),
+                source=Source(),
             )
             source = self._source(d, fpath, names, fd)
             out.append(FieldDef(**{**fd.__dict__, "source": source}))
@@ -273,8 +294,9 @@ class _Compiler:
 
     # -- sources, rules, conditions ------------------------------------------------------------
 
-    def _source(self, d: Mapping[str, Any], path: Path_, names: set[str],
-                fd: FieldDef | None) -> Source:
+    def _source(
+        self, d: Mapping[str, Any], path: Path_, names: set[str], fd: FieldDef | None
+    ) -> Source:
         present = [k for k in ("value", "rules", "items") if k in d]
         if len(present) != 1:
             raise self.fail("give exactly one of `value`, `rules`, `items`", path)
@@ -299,7 +321,8 @@ class _Compiler:
         unknown = sorted({r.root for r in expr.refs} - names)
         if unknown:
             raise InvalidPipeline(
-                f"'{expr.source}' reads unknown name '{unknown[0]}'", where=expr.where,
+                f"'{expr.source}' reads unknown name '{unknown[0]}'",
+                where=expr.where,
                 hint="declare it under `inputs:` or `let:`",
             )
 
@@ -316,8 +339,9 @@ class _Compiler:
         if problem:
             raise self.fail(f"{fd.path}: {problem}", path)
 
-    def _rules(self, raw: list[Any], path: Path_, names: set[str],
-               fd: FieldDef | None) -> tuple[Rule, ...]:
+    def _rules(
+        self, raw: list[Any], path: Path_, names: set[str], fd: FieldDef | None
+    ) -> tuple[Rule, ...]:
         rules = []
         for i, r in enumerate(raw):
             rpath = (*path, i)
@@ -355,8 +379,9 @@ class _Compiler:
                     raise self.fail(f"`as: {as_name}` shadows a name in scope", ipath)
                 inner = names | {as_name}
             when = self._condition(it["when"], (*ipath, "when"), inner) if "when" in it else None
-            items.append(Item(self._value(it["value"], (*ipath, "value"), inner), when,
-                              for_each, as_name))
+            items.append(
+                Item(self._value(it["value"], (*ipath, "value"), inner), when, for_each, as_name)
+            )
         return tuple(items)
 
     def _condition(self, raw: Any, path: Path_, names: set[str]) -> Condition:
@@ -367,8 +392,10 @@ class _Compiler:
         if kind == "matches":
             pname = arg["pattern"]
             if pname not in self.patterns:
-                raise self.fail(f"unknown pattern '{pname}'", (*sub, "pattern"),
-                                ) from None
+                raise self.fail(
+                    f"unknown pattern '{pname}'",
+                    (*sub, "pattern"),
+                ) from None
             value = self._expression(arg["value"], (*sub, "value"), names)
             return MatchCondition(value, pname, self.patterns[pname])
         if kind == "not":

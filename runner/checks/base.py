@@ -226,7 +226,8 @@ class Scope:
         """The compiled pattern declared as ``patterns: {name: ...}``."""
         if name not in self.patterns:
             raise self.error(
-                f"unknown pattern '{name}'{did_you_mean(name, self.patterns)}", path,
+                f"unknown pattern '{name}'{did_you_mean(name, self.patterns)}",
+                path,
                 hint=f"declared patterns: {sorted(self.patterns) or 'none'}",
             )
         if name not in self._regexes:
@@ -237,11 +238,12 @@ class Scope:
         """The named rule set ``rules: {name: ...}``, compiled once (cycles are refused)."""
         if name not in self.named:
             raise self.error(
-                f"unknown rule '{name}'{did_you_mean(name, self.named)}", path,
+                f"unknown rule '{name}'{did_you_mean(name, self.named)}",
+                path,
                 hint=f"declared rules: {sorted(self.named) or 'none'}",
             )
         if name in self._compiling:
-            cycle = " -> ".join([*self._compiling[self._compiling.index(name):], name])
+            cycle = " -> ".join([*self._compiling[self._compiling.index(name) :], name])
             raise self.error(f"rule '{name}' refers to itself: {cycle}", path)
         if name not in self._compiled_named:
             self._compiling.append(name)
@@ -263,8 +265,9 @@ class Scope:
         if isinstance(raw, list):
             if not raw:
                 raise self.error("an empty list of rules", path)
-            return AllRule([self.compile(r, (*path, i)) for i, r in enumerate(raw)],
-                           raw=raw, where=where)
+            return AllRule(
+                [self.compile(r, (*path, i)) for i, r in enumerate(raw)], raw=raw, where=where
+            )
         if not isinstance(raw, dict) or not raw:
             raise self.error(
                 f"a rule is an expression string, a list or a mapping, found {show(raw)}", path
@@ -278,7 +281,8 @@ class Scope:
             key = unknown[0]
             raise self.error(
                 f"unknown check '{key}'{did_you_mean(str(key), [*CHECKS, 'message'])}",
-                (*path, key), hint=f"checks: {', '.join(sorted(CHECKS))}",
+                (*path, key),
+                hint=f"checks: {', '.join(sorted(CHECKS))}",
             )
         if len(keys) != 1:
             found = " and ".join(f"'{k}'" for k in keys) or "none"

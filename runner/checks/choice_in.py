@@ -14,8 +14,9 @@ from .base import VALUE_DESCRIPTION, CheckType, Path_, Rule, Scope, Verdict, reg
 class ChoiceInRule(Rule):
     kind = "choice_in"
 
-    def __init__(self, value: Compiled, choices: Compiled, *, raw: Any,
-                 where: Location | None) -> None:
+    def __init__(
+        self, value: Compiled, choices: Compiled, *, raw: Any, where: Location | None
+    ) -> None:
         super().__init__(raw=raw, where=where)
         self.value = value
         self.choices = choices
@@ -28,18 +29,25 @@ class ChoiceInRule(Rule):
         if isinstance(choices, dict):
             choices = list(choices)
         if not isinstance(choices, (list, tuple)):
-            return Verdict(False, [f"choice_in: expected the choices to be a list, "
-                                   f"found {show(choices)}"], error=True)
+            return Verdict(
+                False,
+                [f"choice_in: expected the choices to be a list, found {show(choices)}"],
+                error=True,
+            )
         value = evaluate_value(self.value, context)
         # bool is not an int here: `true` is not a choice of [1, 0]
         if any(type(value) is type(c) and value == c for c in choices) or (
-            isinstance(value, (int, float)) and not isinstance(value, bool)
-            and any(isinstance(c, (int, float)) and not isinstance(c, bool) and c == value
-                    for c in choices)
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and any(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and c == value
+                for c in choices
+            )
         ):
             return Verdict(True)
-        return Verdict(False, [f"choice_in: expected one of {show(list(choices), 300)}, "
-                               f"found {show(value)}"])
+        return Verdict(
+            False, [f"choice_in: expected one of {show(list(choices), 300)}, found {show(value)}"]
+        )
 
 
 class ChoiceIn(CheckType):
@@ -53,8 +61,10 @@ class ChoiceIn(CheckType):
             "value": {"description": VALUE_DESCRIPTION},
             "choices": {
                 "description": "The allowed values: a list, or a ${{ }} expression giving one.",
-                "anyOf": [{"type": "array", "minItems": 1},
-                          {"type": "string", "pattern": r"\$\{\{"}],
+                "anyOf": [
+                    {"type": "array", "minItems": 1},
+                    {"type": "string", "pattern": r"\$\{\{"},
+                ],
             },
         },
     }
@@ -63,7 +73,8 @@ class ChoiceIn(CheckType):
         return ChoiceInRule(
             scope.value(args["value"], (*path, "value")),
             scope.value(args["choices"], (*path, "choices")),
-            raw=args, where=scope.where(path),
+            raw=args,
+            where=scope.where(path),
         )
 
 

@@ -54,8 +54,14 @@ class CollectionHasRule(Rule):
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
         if not _BACKEND:
-            return Verdict(False, ["collection_has: no collection backend is installed "
-                                   "(the ingest module provides it)"], error=True)
+            return Verdict(
+                False,
+                [
+                    "collection_has: no collection backend is installed "
+                    "(the ingest module provides it)"
+                ],
+                error=True,
+            )
         args = evaluate_value(self.args, context)
         ids = args.get("ids", [args["id"]] if "id" in args else None)
         query = CollectionQuery(
@@ -71,22 +77,35 @@ class CollectionHasRule(Rule):
 
 class CollectionHas(CheckType):
     name = "collection_has"
-    description = "Passes when the named collection holds the given document ids and/or at "\
+    description = (
+        "Passes when the named collection holds the given document ids and/or at "
         "least `min_count` records matching `where` (answered by the ingest module)."
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["collection"],
         "additionalProperties": False,
         "properties": {
-            "collection": {"type": "string", "minLength": 1,
-                           "description": "The collection's name (unknown names fail)."},
+            "collection": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The collection's name (unknown names fail).",
+            },
             "id": {"description": "One stable document id that must be present (or ${{ }})."},
-            "ids": {"description": "Document ids that must all be present: a list or ${{ }}.",
-                    "anyOf": [{"type": "array"}, {"type": "string"}]},
-            "where": {"type": "object",
-                      "description": "Field -> value that records must match exactly."},
-            "min_count": {"type": "integer", "minimum": 0, "default": 1,
-                          "description": "At least this many matching records."},
+            "ids": {
+                "description": "Document ids that must all be present: a list or ${{ }}.",
+                "anyOf": [{"type": "array"}, {"type": "string"}],
+            },
+            "where": {
+                "type": "object",
+                "description": "Field -> value that records must match exactly.",
+            },
+            "min_count": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 1,
+                "description": "At least this many matching records.",
+            },
         },
         "not": {"required": ["id", "ids"]},
     }

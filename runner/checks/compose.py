@@ -101,8 +101,9 @@ class NotRule(Rule):
         if verdict.error:
             return verdict
         if verdict.passed:
-            return Verdict(False, [f"not: expected this to fail, but it passed: "
-                                   f"{self.rule.describe()}"])
+            return Verdict(
+                False, [f"not: expected this to fail, but it passed: {self.rule.describe()}"]
+            )
         return Verdict(True)
 
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
@@ -135,8 +136,7 @@ class NamedRule(Rule):
     def _prefix(self, verdict: Verdict) -> Verdict:
         if verdict.passed:
             return verdict
-        return Verdict(False, [f"rule '{self.name}': {r}" for r in verdict.reasons],
-                       verdict.error)
+        return Verdict(False, [f"rule '{self.name}': {r}" for r in verdict.reasons], verdict.error)
 
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
         return self._prefix(self.rule.evaluate_sync(context, root=root))
@@ -147,8 +147,10 @@ class NamedRule(Rule):
 
 class All(CheckType):
     name = "all"
-    description = "Passes when every listed rule passes (evaluated in order, stops at the first "\
+    description = (
+        "Passes when every listed rule passes (evaluated in order, stops at the first "
         "failure and reports it)."
+    )
     schema: ClassVar[dict[str, Any]] = _RULE_LIST
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
@@ -158,8 +160,10 @@ class All(CheckType):
 
 class Any_(CheckType):
     name = "any"
-    description = "Passes when at least one listed rule passes (in order, stops at the first "\
+    description = (
+        "Passes when at least one listed rule passes (in order, stops at the first "
         "pass); fails with the reasons of all."
+    )
     schema: ClassVar[dict[str, Any]] = _RULE_LIST
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
@@ -180,7 +184,8 @@ class Ref(CheckType):
     name = "rule"
     description = "The named rule set declared under the pipeline's top-level `rules:`."
     schema: ClassVar[dict[str, Any]] = {
-        "type": "string", "description": "Name of a rule declared under `rules:`."
+        "type": "string",
+        "description": "Name of a rule declared under `rules:`.",
     }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:

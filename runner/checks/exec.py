@@ -49,8 +49,9 @@ class ExecRule(Rule):
     kind = "exec"
     is_sync = False
 
-    def __init__(self, run: Compiled, env: Compiled, timeout: float, *, raw: Any,
-                 where: Location | None) -> None:
+    def __init__(
+        self, run: Compiled, env: Compiled, timeout: float, *, raw: Any, where: Location | None
+    ) -> None:
         super().__init__(raw=raw, where=where)
         self.run = run
         self.env = env
@@ -64,8 +65,10 @@ class ExecRule(Rule):
         if isinstance(self.run, Expression):
             return str(self.run.evaluate(context))  # the whole command is one expression
         if isinstance(self.run, Interpolation):
-            return "".join(p if isinstance(p, str) else shlex.quote(_text(p.evaluate(context)))
-                           for p in self.run.parts)
+            return "".join(
+                p if isinstance(p, str) else shlex.quote(_text(p.evaluate(context)))
+                for p in self.run.parts
+            )
         return str(self.run)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
@@ -74,15 +77,23 @@ class ExecRule(Rule):
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", command, cwd=root, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                "/bin/sh",
+                "-c",
+                command,
+                cwd=root,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group: killable as a whole
             )
         except OSError as exc:
             return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
         out, err = bytearray(), bytearray()
-        readers = [asyncio.create_task(_pump(proc.stdout, out)),
-                   asyncio.create_task(_pump(proc.stderr, err))]
+        readers = [
+            asyncio.create_task(_pump(proc.stdout, out)),
+            asyncio.create_task(_pump(proc.stderr, err)),
+        ]
         timed_out = False
         try:
             await asyncio.wait_for(proc.wait(), self.timeout)
@@ -102,8 +113,13 @@ class ExecRule(Rule):
         stream = "stderr" if _tail(stderr) else "stdout"
         detail = f"; {stream}: {output}" if output else ""
         if timed_out:
-            return Verdict(False, [f"exec: `{shown}` timed out after {self.timeout:g} s "
-                                   f"(its process group was killed){detail}"])
+            return Verdict(
+                False,
+                [
+                    f"exec: `{shown}` timed out after {self.timeout:g} s "
+                    f"(its process group was killed){detail}"
+                ],
+            )
         if proc.returncode != 0:
             return Verdict(False, [f"exec: `{shown}` exited with {proc.returncode}{detail}"])
         return Verdict(True)
@@ -117,22 +133,32 @@ def _text(value: Any) -> str:
 
 class Exec(CheckType):
     name = "exec"
-    description = "Runs a command with /bin/sh in the pipeline root (own process group); passes "\
+    description = (
+        "Runs a command with /bin/sh in the pipeline root (own process group); passes "
         "on exit status 0. The reason of a failure holds the exit status and the end of stderr."
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["run"],
         "additionalProperties": False,
         "properties": {
-            "run": {"type": "string", "minLength": 1,
-                    "description": "The shell command; values of ${{ }} inside it are "
-                    "shell-quoted."},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "default": DEFAULT_TIMEOUT,
-                        "description": "Seconds before the command's whole process group is "
-                        "killed and the check fails."},
-            "env": {"type": "object", "additionalProperties": {"type": ["string", "number",
-                                                                        "boolean"]},
-                    "description": "Extra environment variables (values may be ${{ }})."},
+            "run": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The shell command; values of ${{ }} inside it are shell-quoted.",
+            },
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": DEFAULT_TIMEOUT,
+                "description": "Seconds before the command's whole process group is "
+                "killed and the check fails.",
+            },
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": ["string", "number", "boolean"]},
+                "description": "Extra environment variables (values may be ${{ }}).",
+            },
         },
     }
 
@@ -141,7 +167,8 @@ class Exec(CheckType):
             scope.value(args["run"], (*path, "run")),
             scope.value(args.get("env", {}), (*path, "env")),
             float(args.get("timeout", DEFAULT_TIMEOUT)),
-            raw=args, where=scope.where(path),
+            raw=args,
+            where=scope.where(path),
         )
 
 

@@ -28,8 +28,9 @@ class ExprRule(Rule):
         value = self.expression.evaluate(context)
         if value:
             return Verdict(True)
-        return Verdict(False, [f"expr: expected `{self.expression.source}` to be true, "
-                               f"found {show(value)}"])
+        return Verdict(
+            False, [f"expr: expected `{self.expression.source}` to be true, found {show(value)}"]
+        )
 
 
 class Expr(CheckType):

@@ -28,8 +28,11 @@ class FailRule(Rule):
 class Fail(CheckType):
     name = "fail"
     description = "Always fails, with this message as the reason (to stop a run on purpose)."
-    schema: ClassVar[dict[str, Any]] = {"type": "string", "minLength": 1,
-              "description": "The reason to report; may hold ${{ }} expressions."}
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "string",
+        "minLength": 1,
+        "description": "The reason to report; may hold ${{ }} expressions.",
+    }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
         return FailRule(scope.value(args, path), raw=args, where=scope.where(path))

@@ -25,8 +25,9 @@ class FileNonemptyRule(Rule):
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
         rel = evaluate_value(self.path, context)
         if not isinstance(rel, str):
-            return Verdict(False, [f"file_nonempty: expected a path, found {show(rel)}"],
-                           error=True)
+            return Verdict(
+                False, [f"file_nonempty: expected a path, found {show(rel)}"], error=True
+            )
         try:
             target = inside(root, rel)
         except InvalidPipeline as exc:
@@ -45,10 +46,15 @@ class FileNonemptyRule(Rule):
 
 class FileNonempty(CheckType):
     name = "file_nonempty"
-    description = "Passes when the file (relative to the pipeline root, which it may not leave) "\
+    description = (
+        "Passes when the file (relative to the pipeline root, which it may not leave) "
         "exists and holds at least one byte."
-    schema: ClassVar[dict[str, Any]] = {"type": "string", "minLength": 1,
-              "description": "Path relative to the pipeline root; may hold ${{ }} expressions."}
+    )
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "string",
+        "minLength": 1,
+        "description": "Path relative to the pipeline root; may hold ${{ }} expressions.",
+    }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
         compiled = scope.value(args, path)

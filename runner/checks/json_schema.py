@@ -25,8 +25,15 @@ def _json_path(parts: Iterable[Any]) -> str:
 class JsonSchemaRule(Rule):
     kind = "json_schema"
 
-    def __init__(self, value: Compiled, validator: jsonschema.protocols.Validator, parse: bool,
-                 *, raw: Any, where: Location | None) -> None:
+    def __init__(
+        self,
+        value: Compiled,
+        validator: jsonschema.protocols.Validator,
+        parse: bool,
+        *,
+        raw: Any,
+        where: Location | None,
+    ) -> None:
         super().__init__(raw=raw, where=where)
         self.value = value
         self.validator = validator
@@ -43,25 +50,41 @@ class JsonSchemaRule(Rule):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                return Verdict(False, [f"json_schema: expected JSON text, found invalid JSON "
-                                       f"({exc.msg} at line {exc.lineno} column {exc.colno})"])
+                return Verdict(
+                    False,
+                    [
+                        f"json_schema: expected JSON text, found invalid JSON "
+                        f"({exc.msg} at line {exc.lineno} column {exc.colno})"
+                    ],
+                )
         errors = sorted(self.validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
         if not errors:
             return Verdict(True)
-        shown = "; ".join(f"at {_json_path(e.absolute_path)}: {e.message}"
-                          for e in errors[:MAX_ERRORS_SHOWN])
-        more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN \
+        shown = "; ".join(
+            f"at {_json_path(e.absolute_path)}: {e.message}" for e in errors[:MAX_ERRORS_SHOWN]
+        )
+        more = (
+            f" (and {len(errors) - MAX_ERRORS_SHOWN} more)"
+            if len(errors) > MAX_ERRORS_SHOWN
             else ""
+        )
         count = "1 error" if len(errors) == 1 else f"{len(errors)} errors"
-        return Verdict(False, [f"json_schema: expected a value valid against the schema, "
-                               f"found {count}: {shown}{more}"])
+        return Verdict(
+            False,
+            [
+                f"json_schema: expected a value valid against the schema, "
+                f"found {count}: {shown}{more}"
+            ],
+        )
 
 
 class JsonSchema(CheckType):
     name = "json_schema"
-    description = "Passes when `value` is valid against a JSON Schema (draft 2020-12) given "\
-        "inline (`schema`) or as a JSON/YAML file (`schema_file`, loaded when the pipeline "\
+    description = (
+        "Passes when `value` is valid against a JSON Schema (draft 2020-12) given "
+        "inline (`schema`) or as a JSON/YAML file (`schema_file`, loaded when the pipeline "
         "compiles)."
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["value"],
@@ -70,11 +93,16 @@ class JsonSchema(CheckType):
         "properties": {
             "value": {"description": VALUE_DESCRIPTION},
             "schema": {"type": ["object", "boolean"], "description": "An inline JSON Schema."},
-            "schema_file": {"type": "string",
-                            "description": "A JSON or YAML schema file, relative to the root."},
-            "parse": {"type": "boolean", "default": False,
-                      "description": "Parse the value as JSON text before validating it "
-                      "(for an LLM reply that should be JSON)."},
+            "schema_file": {
+                "type": "string",
+                "description": "A JSON or YAML schema file, relative to the root.",
+            },
+            "parse": {
+                "type": "boolean",
+                "default": False,
+                "description": "Parse the value as JSON text before validating it "
+                "(for an LLM reply that should be JSON).",
+            },
         },
     }
 
@@ -89,8 +117,13 @@ class JsonSchema(CheckType):
         except jsonschema.SchemaError as exc:
             raise scope.error(f"json_schema: invalid schema: {exc.message}", schema_path) from None
         validator = jsonschema.Draft202012Validator(schema)
-        return JsonSchemaRule(scope.value(args["value"], (*path, "value")), validator,
-                              bool(args.get("parse", False)), raw=args, where=scope.where(path))
+        return JsonSchemaRule(
+            scope.value(args["value"], (*path, "value")),
+            validator,
+            bool(args.get("parse", False)),
+            raw=args,
+            where=scope.where(path),
+        )
 
 
 def _load_schema(scope: Scope, rel: str, path: Path_) -> Any:
@@ -100,13 +133,13 @@ def _load_schema(scope: Scope, rel: str, path: Path_) -> Any:
     except InvalidPipeline as exc:
         raise scope.error(f"json_schema: {exc.message}", path, exc.hint) from None
     except OSError as exc:
-        raise scope.error(f"json_schema: cannot read schema file '{rel}': {exc.strerror}",
-                          path) from None
+        raise scope.error(
+            f"json_schema: cannot read schema file '{rel}': {exc.strerror}", path
+        ) from None
     try:
         return yaml.safe_load(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise scope.error(f"json_schema: schema file '{rel}' does not parse: {exc}",
-                          path) from None
+        raise scope.error(f"json_schema: schema file '{rel}' does not parse: {exc}", path) from None
 
 
 register_check(JsonSchema())

@@ -26,8 +26,15 @@ from .base import (
 class MatchesRule(Rule):
     kind = "matches"
 
-    def __init__(self, value: Compiled, regex: re.Pattern[str], pattern_name: str | None, *,
-                 raw: Any, where: Location | None) -> None:
+    def __init__(
+        self,
+        value: Compiled,
+        regex: re.Pattern[str],
+        pattern_name: str | None,
+        *,
+        raw: Any,
+        where: Location | None,
+    ) -> None:
         super().__init__(raw=raw, where=where)
         self.value = value
         self.regex = regex
@@ -47,8 +54,13 @@ class MatchesRule(Rule):
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
         value = evaluate_value(self.value, context)
         if not isinstance(value, str):
-            return Verdict(False, [f"matches: expected {self._expected()}, found "
-                                   f"{type(value).__name__} {show(value)}"])
+            return Verdict(
+                False,
+                [
+                    f"matches: expected {self._expected()}, found "
+                    f"{type(value).__name__} {show(value)}"
+                ],
+            )
         if self.regex.search(value):
             return Verdict(True)
         return Verdict(False, [f"matches: expected {self._expected()}, found {show(value)}"])
@@ -56,8 +68,10 @@ class MatchesRule(Rule):
 
 class Matches(CheckType):
     name = "matches"
-    description = "Passes when the text `value` contains a match of the regular expression "\
+    description = (
+        "Passes when the text `value` contains a match of the regular expression "
         "(Python `re.search`; anchor with ^ and $ to match the whole text)."
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "required": ["value"],
@@ -66,8 +80,10 @@ class Matches(CheckType):
         "properties": {
             "value": {"description": VALUE_DESCRIPTION},
             "pattern": {"type": "string", "description": "An inline Python regular expression."},
-            "pattern_name": {"type": "string",
-                             "description": "The name of a pattern declared under `patterns:`."},
+            "pattern_name": {
+                "type": "string",
+                "description": "The name of a pattern declared under `patterns:`.",
+            },
         },
     }
 
@@ -77,8 +93,13 @@ class Matches(CheckType):
             regex = scope.regex(name, (*path, "pattern_name"))
         else:
             regex = compile_regex(scope, args["pattern"], (*path, "pattern"))
-        return MatchesRule(scope.value(args["value"], (*path, "value")), regex, name,
-                           raw=args, where=scope.where(path))
+        return MatchesRule(
+            scope.value(args["value"], (*path, "value")),
+            regex,
+            name,
+            raw=args,
+            where=scope.where(path),
+        )
 
 
 register_check(Matches())

@@ -61,19 +61,36 @@ def json_option(fn: F) -> F:
             ctx.ensure_object(Ctx).json = True
         return value
 
-    return click.option("--json", "as_json", is_flag=True, expose_value=True, callback=set_json,
-                        help="Print one JSON document (with exit_code) on stdout.")(fn)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=True,
+        callback=set_json,
+        help="Print one JSON document (with exit_code) on stdout.",
+    )(fn)
 
 
 def state_option(fn: F) -> F:
-    return click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
-                        envvar="RUNNER_STATE",
-                        help="State directory (default: .runner/ beside the pipeline).")(fn)
+    return click.option(
+        "--state",
+        "state_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        envvar="RUNNER_STATE",
+        help="State directory (default: .runner/ beside the pipeline).",
+    )(fn)
 
 
 def param_option(fn: F) -> F:
-    return click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
-                        help="Override a param (value parsed as YAML, checked by type).")(fn)
+    return click.option(
+        "-p",
+        "--param",
+        "params",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a param (value parsed as YAML, checked by type).",
+    )(fn)
 
 
 def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -104,8 +121,15 @@ def cli(ctx: click.Context) -> None:
 def _register() -> None:
     from . import commands_core  # noqa: F401  (commands register themselves on import)
 
-    for optional in ("commands_thumb", "commands_review", "commands_cards", "commands_watch",
-                     "commands_render", "commands_providers", "commands_serve"):
+    for optional in (
+        "commands_thumb",
+        "commands_review",
+        "commands_cards",
+        "commands_watch",
+        "commands_render",
+        "commands_providers",
+        "commands_serve",
+    ):
         try:
             __import__(f"runner.cli.{optional}")
         except ModuleNotFoundError as exc:

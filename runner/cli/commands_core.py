@@ -11,7 +11,16 @@ from typing import Any
 import click
 
 from ..errors import NotFound
-from .app import Ctx, cli, emit_json, json_option, param_option, parse_params, pipeline_arg, state_option
+from .app import (
+    Ctx,
+    cli,
+    emit_json,
+    json_option,
+    param_option,
+    parse_params,
+    pipeline_arg,
+    state_option,
+)
 
 
 def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
@@ -26,7 +35,8 @@ def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = 
         else:
             reporters.append(PlainReporter())
     if events_file:
-        reporters.append(JsonLinesReporter(open(events_file, "a", encoding="utf-8"), close_stream=True))
+        stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
+        reporters.append(JsonLinesReporter(stream, close_stream=True))
     return FanOut(*reporters)
 
 
@@ -41,22 +51,48 @@ def _install_sigterm() -> None:
 @cli.command()
 @pipeline_arg
 @param_option
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Steps in flight at once (default: number of cores).")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Steps in flight at once (default: number of cores).",
+)
 @click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
 @click.option("--dry-run", is_flag=True, help="Show what would run; run nothing.")
 @click.option("--item", default=None, help="What this run is for (one active run per item).")
-@click.option("--events", "events_file", type=click.Path(dir_okay=False), default=None,
-              help="Append every event as a JSON line to this file.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.")
+@click.option(
+    "--events",
+    "events_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every event as a JSON line to this file.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @state_option
 @json_option
 @click.pass_obj
-def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force: tuple[str, ...],
-          dry_run: bool, item: str | None, events_file: str | None, out_dir: str | None,
-          quiet: bool, state_dir: str | None, as_json: bool) -> None:
+def apply(
+    obj: Ctx,
+    file: Path,
+    params: tuple[str, ...],
+    jobs: int | None,
+    force: tuple[str, ...],
+    dry_run: bool,
+    item: str | None,
+    events_file: str | None,
+    out_dir: str | None,
+    quiet: bool,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Run the pipeline, re-running only what is missing or out of date.
 
     Example: runner apply pipeline.yaml -p title=hello --jobs 4
@@ -75,8 +111,10 @@ def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force
                 emit_json(doc)
             else:
                 n = doc["summary"]["cached"]
-                click.echo(f"completed: ran 0, cached {n}, skipped 0, failed 0  "
-                           f"(run {doc['run']['id']}; nothing changed)")
+                click.echo(
+                    f"completed: ran 0, cached {n}, skipped 0, failed 0  "
+                    f"(run {doc['run']['id']}; nothing changed)"
+                )
             sys.exit(0)
 
     from ..compiler import compile_pipeline
@@ -129,7 +167,9 @@ def apply(obj: Ctx, file: Path, params: tuple[str, ...], jobs: int | None, force
     sys.exit(doc.get("exit_code", report.exit_code))
 
 
-def _after_apply(plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool) -> dict[str, Any]:
+def _after_apply(
+    plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool
+) -> dict[str, Any]:
     """Hooks for workflows that add to apply's output (thumbnail iterations, gates)."""
     try:
         from ..thumbs.hooks import after_apply
@@ -163,14 +203,20 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
 @click.option("--force", multiple=True, metavar="STEP")
 @state_option
 @json_option
-def explain(file: Path, params: tuple[str, ...], force: tuple[str, ...], state_dir: str | None,
-            as_json: bool) -> None:
+def explain(
+    file: Path,
+    params: tuple[str, ...],
+    force: tuple[str, ...],
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Say, per step, whether the next apply would run it or use the cache, and why.
 
     Example: runner explain pipeline.yaml
     """
     from ..compiler import compile_pipeline
-    from ..engine.apply import State, explain as do_explain, state_dir_for
+    from ..engine.apply import State, state_dir_for
+    from ..engine.apply import explain as do_explain
 
     plan = compile_pipeline(file, parse_params(params))
     state = State.open(state_dir_for(file, state_dir))
@@ -203,8 +249,16 @@ def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
     text = render_graph(plan, fmt)
     if as_json:
         g = plan.graph()
-        emit_json({"pipeline": plan.name, "format": fmt, "text": text,
-                   "nodes": list(g.nodes), "edges": [list(e) for e in g.edges], "exit_code": 0})
+        emit_json(
+            {
+                "pipeline": plan.name,
+                "format": fmt,
+                "text": text,
+                "nodes": list(g.nodes),
+                "edges": [list(e) for e in g.edges],
+                "exit_code": 0,
+            }
+        )
     else:
         click.echo(text, nl=False)
 
@@ -237,16 +291,27 @@ def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
 @click.option("--limit", default=20, show_default=True)
 @state_option
 @json_option
-def runs_list(pipeline: str | None, status: str | None, item: str | None, awaiting: bool,
-              limit: int, state_dir: str | None, as_json: bool) -> None:
+def runs_list(
+    pipeline: str | None,
+    status: str | None,
+    item: str | None,
+    awaiting: bool,
+    limit: int,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """List recent runs, newest first.
 
     Example: runner runs list --status failed
     """
     state = _open_state(state_dir)
     try:
-        rows = state.journal.list_runs(pipeline=pipeline, status="awaiting_human" if awaiting else status,
-                                       item=item, limit=limit)
+        rows = state.journal.list_runs(
+            pipeline=pipeline,
+            status="awaiting_human" if awaiting else status,
+            item=item,
+            limit=limit,
+        )
     finally:
         state.close()
     keep = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
@@ -298,8 +363,15 @@ def steps(name: str | None, as_json: bool) -> None:
         t = reg.get(n)
         if t is None:
             raise NotFound(f"unknown step type '{n}'")
-        out.append({"name": n, "version": t.version, "description": t.description,
-                    "requires_check": t.requires_check, "schema": t.schema})
+        out.append(
+            {
+                "name": n,
+                "version": t.version,
+                "description": t.description,
+                "requires_check": t.requires_check,
+                "schema": t.schema,
+            }
+        )
     if as_json:
         emit_json({"steps": out, "exit_code": 0})
         return
@@ -311,8 +383,12 @@ def steps(name: str | None, as_json: bool) -> None:
 
 @cli.command()
 @state_option
-@click.option("--pipeline-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Verify the state directory of this pipeline.")
+@click.option(
+    "--pipeline-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Verify the state directory of this pipeline.",
+)
 @json_option
 def verify(state_dir: str | None, pipeline_file: Path | None, as_json: bool) -> None:
     """Check the journal's integrity and that every referenced object is present and intact.
@@ -331,17 +407,28 @@ def verify(state_dir: str | None, pipeline_file: Path | None, as_json: bool) -> 
         state.close()
     code = 1 if problems else 0
     if as_json:
-        emit_json({"ok": not problems, "problems": problems, "objects_checked": checked, "exit_code": code})
+        emit_json(
+            {
+                "ok": not problems,
+                "problems": problems,
+                "objects_checked": checked,
+                "exit_code": code,
+            }
+        )
     else:
         for p in problems:
             click.echo(f"problem: {p}")
-        click.echo(f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
-                   f"{len(problems)} problems")
+        click.echo(
+            f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
+            f"{len(problems)} problems"
+        )
     sys.exit(code)
 
 
 @cli.command()
-@click.argument("directory", required=False, default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.argument(
+    "directory", required=False, default=".", type=click.Path(file_okay=False, path_type=Path)
+)
 @json_option
 def init(directory: Path, as_json: bool) -> None:
     """Create a minimal working project: a pipeline, a prompt, a .gitignore entry.
@@ -377,9 +464,20 @@ def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> N
     warnings = plan.rulebook.lint({k: v["type"] for k, v in decls.items()}) if plan.rulebook else []
     code = 2 if strict and warnings else 0
     if as_json:
-        emit_json({"pipeline": plan.name, "warnings": [
-            {"code": w.code, "message": w.message, "where": str(w.where) if w.where else None}
-            for w in warnings], "exit_code": code})
+        emit_json(
+            {
+                "pipeline": plan.name,
+                "warnings": [
+                    {
+                        "code": w.code,
+                        "message": w.message,
+                        "where": str(w.where) if w.where else None,
+                    }
+                    for w in warnings
+                ],
+                "exit_code": code,
+            }
+        )
     else:
         for w in warnings:
             click.echo(f"warning: {w} [{w.code}]")

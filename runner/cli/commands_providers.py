@@ -18,13 +18,20 @@ def providers(as_json: bool) -> None:
 
     infos = list_providers()
     if as_json:
-        emit_json({"providers": [{"name": i.name, "version": i.version,
-                                  "capabilities": i.capabilities.to_json()} for i in infos],
-                   "exit_code": 0})
+        emit_json(
+            {
+                "providers": [
+                    {"name": i.name, "version": i.version, "capabilities": i.capabilities.to_json()}
+                    for i in infos
+                ],
+                "exit_code": 0,
+            }
+        )
         return
     for i in infos:
         c = i.capabilities
         click.echo(
-            f"{i.name:<10} v{i.version:<4} kinds={','.join(sorted(c.kinds))} seed={c.supports_seed} "
+            f"{i.name:<10} v{i.version:<4} kinds={','.join(sorted(c.kinds))} "
+            f"seed={c.supports_seed} "
             f"reference={c.supports_reference_image} max_concurrency={c.max_concurrency}"
         )

@@ -11,18 +11,37 @@ from .app import cli, emit_json, json_option, param_option, parse_params, pipeli
 
 @cli.command()
 @pipeline_arg
-@click.option("--step", "steps", multiple=True, metavar="ID",
-              help="Render only this prompt step (repeatable; default: every prompt step).")
+@click.option(
+    "--step",
+    "steps",
+    multiple=True,
+    metavar="ID",
+    help="Render only this prompt step (repeatable; default: every prompt step).",
+)
 @param_option
-@click.option("--fixture", default=None, metavar="NAME",
-              help="Use the params and input files of this `tests:` fixture.")
-@click.option("--state", "state_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None,
-              help="Scratch state directory for the steps the renders need (default: a "
-                   "temporary one; never the pipeline's .runner/).")
+@click.option(
+    "--fixture",
+    default=None,
+    metavar="NAME",
+    help="Use the params and input files of this `tests:` fixture.",
+)
+@click.option(
+    "--state",
+    "state_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Scratch state directory for the steps the renders need (default: a "
+    "temporary one; never the pipeline's .runner/).",
+)
 @json_option
-def render(file: Path, steps: tuple[str, ...], params: tuple[str, ...], fixture: str | None,
-           state_dir: Path | None, as_json: bool) -> None:
+def render(
+    file: Path,
+    steps: tuple[str, ...],
+    params: tuple[str, ...],
+    fixture: str | None,
+    state_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Print every prompt-producing step's render: template text, llm messages, card blocks.
 
     Steps the prompts need run on the offline `fake` provider in a scratch copy of the
@@ -32,8 +51,13 @@ def render(file: Path, steps: tuple[str, ...], params: tuple[str, ...], fixture:
     """
     from ..render import render_pipeline
 
-    result = render_pipeline(file, fixture=fixture, overrides=parse_params(params),
-                             steps=steps or None, state_dir=state_dir)
+    result = render_pipeline(
+        file,
+        fixture=fixture,
+        overrides=parse_params(params),
+        steps=steps or None,
+        state_dir=state_dir,
+    )
     if as_json:
         emit_json(result.to_json())
         return

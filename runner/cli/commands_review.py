@@ -36,17 +36,34 @@ def _parse_inputs(pairs: tuple[str, ...], input_file: str | None) -> dict[str, A
 @click.argument("run_id")
 @click.argument("gate")
 @click.argument("decision", type=click.Choice(["approve", "reject", "revise"]))
-@click.option("--input", "inputs", multiple=True, metavar="KEY=VALUE",
-              help="Reviewer input (revise: fed back to the gate's `revise` step).")
-@click.option("--input-file", type=click.Path(dir_okay=False), default=None,
-              help="A JSON object of reviewer input.")
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Reviewer input (revise: fed back to the gate's `revise` step).",
+)
+@click.option(
+    "--input-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A JSON object of reviewer input.",
+)
 @click.option("--by", default=None, help="Who decides (default: the login name).")
 @click.option("--comment", default=None, help="Why.")
 @state_option
 @json_option
-def decide(run_id: str, gate: str, decision: str, inputs: tuple[str, ...],
-           input_file: str | None, by: str | None, comment: str | None, state_dir: str | None,
-           as_json: bool) -> None:
+def decide(
+    run_id: str,
+    gate: str,
+    decision: str,
+    inputs: tuple[str, ...],
+    input_file: str | None,
+    by: str | None,
+    comment: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Record a decision for a run waiting at a human gate; then `runner resume RUN`.
 
     Example: runner decide 20261202-101500-ab12cd review revise --input feedback="shorter"
@@ -56,15 +73,25 @@ def decide(run_id: str, gate: str, decision: str, inputs: tuple[str, ...],
     values = _parse_inputs(inputs, input_file)
     state = _open_state(state_dir, readonly=False)
     try:
-        row = record_decision(state.journal, state.objects, run_id, gate, Decision(decision),
-                              input=values, by=by, comment=comment)
+        row = record_decision(
+            state.journal,
+            state.objects,
+            run_id,
+            gate,
+            Decision(decision),
+            input=values,
+            by=by,
+            comment=comment,
+        )
     finally:
         state.close()
     if as_json:
         emit_json({"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0})
         return
-    click.echo(f"{row.gate}: {decision} by {row.by} (round {row.round}); "
-               f"continue with: runner resume {row.run_id}")
+    click.echo(
+        f"{row.gate}: {decision} by {row.by} (round {row.round}); "
+        f"continue with: runner resume {row.run_id}"
+    )
 
 
 @cli.command()
@@ -73,8 +100,9 @@ def decide(run_id: str, gate: str, decision: str, inputs: tuple[str, ...],
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @state_option
 @json_option
-def resume(run_id: str, jobs: int | None, quiet: bool, state_dir: str | None,
-           as_json: bool) -> None:
+def resume(
+    run_id: str, jobs: int | None, quiet: bool, state_dir: str | None, as_json: bool
+) -> None:
     """Continue a suspended, cancelled or failed run (same run id; completed steps are cached).
 
     Example: runner resume 20261202-101500-ab12cd
@@ -93,15 +121,23 @@ def resume(run_id: str, jobs: int | None, quiet: bool, state_dir: str | None,
         emit_json(doc)
     else:
         s = doc["summary"]
-        click.echo(f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
-                   f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})")
+        click.echo(
+            f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
+            f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})"
+        )
     sys.exit(report.exit_code)
 
 
 @runs.command("cancel")
 @click.argument("run_id")
-@click.option("--wait", "wait_s", type=float, default=10.0, show_default=True,
-              help="Seconds to wait for the run to stop (0: do not wait).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the run to stop (0: do not wait).",
+)
 @state_option
 @json_option
 def runs_cancel(run_id: str, wait_s: float, state_dir: str | None, as_json: bool) -> None:
@@ -161,8 +197,7 @@ def runs_decisions(run_id: str, state_dir: str | None, as_json: bool) -> None:
     finally:
         state.close()
     if as_json:
-        emit_json({"run_id": run["id"], "decisions": [r.to_json() for r in rows],
-                   "exit_code": 0})
+        emit_json({"run_id": run["id"], "decisions": [r.to_json() for r in rows], "exit_code": 0})
         return
     click.echo(render_decisions([r.to_json() for r in rows]), nl=False)
 
@@ -175,8 +210,10 @@ def render_decisions(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         what = r["decision"] or r["status"]
         who = f" by {r['by']}" if r["by"] else ""
-        lines.append(f"{r['gate']} round {r['round']}: {what}{who}"
-                     + (f" ({r['comment']})" if r["comment"] else ""))
+        lines.append(
+            f"{r['gate']} round {r['round']}: {what}{who}"
+            + (f" ({r['comment']})" if r["comment"] else "")
+        )
         if r["input"]:
             lines.append(f"    input: {json.dumps(r['input'], ensure_ascii=False)}")
         summary = r["summary"] or {}
@@ -265,8 +302,9 @@ def collections_show(name: str, limit: int, state_dir: str | None, as_json: bool
 @click.option("--limit", default=20, show_default=True)
 @state_option
 @json_option
-def collections_search(name: str, query: str, limit: int, state_dir: str | None,
-                       as_json: bool) -> None:
+def collections_search(
+    name: str, query: str, limit: int, state_dir: str | None, as_json: bool
+) -> None:
     """Full-text search in a collection (SQLite FTS5 query syntax), best match first.
 
     Example: runner collections search docs "invoice OR receipt"
@@ -285,15 +323,29 @@ def collections_search(name: str, query: str, limit: int, state_dir: str | None,
 
 
 @cli.command()
-@click.option("--keep-last", type=int, default=None, metavar="K",
-              help="Keep the last K runs of every pipeline/item.")
-@click.option("--older-than", default=None, metavar="AGE",
-              help="Delete runs older than AGE (30d, 12h, 90m); with --keep-last, both must hold.")
+@click.option(
+    "--keep-last",
+    type=int,
+    default=None,
+    metavar="K",
+    help="Keep the last K runs of every pipeline/item.",
+)
+@click.option(
+    "--older-than",
+    default=None,
+    metavar="AGE",
+    help="Delete runs older than AGE (30d, 12h, 90m); with --keep-last, both must hold.",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @state_option
 @json_option
-def gc(keep_last: int | None, older_than: str | None, dry_run: bool, state_dir: str | None,
-       as_json: bool) -> None:
+def gc(
+    keep_last: int | None,
+    older_than: str | None,
+    dry_run: bool,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Delete old runs and the objects nothing references any more.
 
     Never deleted: running or waiting runs, runs with a picked iteration, cache entries a kept
@@ -313,6 +365,8 @@ def gc(keep_last: int | None, older_than: str | None, dry_run: bool, state_dir: 
         emit_json({**result.to_json(), "exit_code": 0})
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
-               f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects "
-               f"({result.bytes_freed} bytes)")
+    click.echo(
+        f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
+        f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects "
+        f"({result.bytes_freed} bytes)"
+    )

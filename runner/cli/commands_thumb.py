@@ -31,7 +31,9 @@ def pick(run_id: str, which: str, state_dir: str | None, as_json: bool) -> None:
     finally:
         state.close()
     if as_json:
-        emit_json({"run_id": it.run_id, "picked": {"id": it.id, "ordinal": it.ordinal}, "exit_code": 0})
+        emit_json(
+            {"run_id": it.run_id, "picked": {"id": it.id, "ordinal": it.ordinal}, "exit_code": 0}
+        )
     else:
         click.echo(f"picked #{it.ordinal} ({it.id}) of run {it.run_id}")
 
@@ -53,7 +55,11 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
-            click.echo(render_run(state, run["id"], with_preview=True, stream=sys.stdout), nl=False, color=True)
+            click.echo(
+                render_run(state, run["id"], with_preview=True, stream=sys.stdout),
+                nl=False,
+                color=True,
+            )
     finally:
         state.close()
 
@@ -62,14 +68,27 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
 @click.argument("target")
 @click.option("--n", "n", type=click.IntRange(1, 32), default=4, show_default=True)
 @click.option("--prompt-append", default="", help="Text added after a blank line.")
-@click.option("--var", "variables", multiple=True, metavar="K=V",
-              help="Template variable (nothing is inherited from the parent).")
+@click.option(
+    "--var",
+    "variables",
+    multiple=True,
+    metavar="K=V",
+    help="Template variable (nothing is inherited from the parent).",
+)
 @click.option("--from-picked", is_flag=True, help="Walk up the parent chain to the newest pick.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @state_option
 @json_option
-def iterate(target: str, n: int, prompt_append: str, variables: tuple[str, ...],
-            from_picked: bool, quiet: bool, state_dir: str | None, as_json: bool) -> None:
+def iterate(
+    target: str,
+    n: int,
+    prompt_append: str,
+    variables: tuple[str, ...],
+    from_picked: bool,
+    quiet: bool,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Refine a picked iteration: a child run that uses its raw image as the reference.
 
     Example: runner iterate RUN --n 4 --prompt-append "warmer colours" --var mood=calm
@@ -93,8 +112,12 @@ def iterate(target: str, n: int, prompt_append: str, variables: tuple[str, ...],
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)
         plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
-        options = ApplyOptions(kind="iterate", parent_run_id=parent["id"], item=parent["item"],
-                               reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}))
+        options = ApplyOptions(
+            kind="iterate",
+            parent_run_id=parent["id"],
+            item=parent["item"],
+            reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
+        )
         report = apply_plan(plan, state, options, _reporter(as_json, len(plan.order), None, quiet))
         doc = report.to_json()
         doc.update(after_apply(plan, state, report, out_dir=None, as_json=as_json))
@@ -125,14 +148,23 @@ def export(target: str, dest: Path, raw: bool, state_dir: str | None, as_json: b
         its = [it] if it is not None else iterations_of(state.journal, run["id"])
         completed = [i for i in its if i.status == "completed"]
         if not completed:
-            raise UsageError(f"run {run['id']} has no completed iteration to export",
-                             hint=f"see: runner runs show {run['id']}")
+            raise UsageError(
+                f"run {run['id']} has no completed iteration to export",
+                hint=f"see: runner runs show {run['id']}",
+            )
         files = copy_finals(state, completed, dest, run["item"] or run["pipeline"], raw=raw)
     finally:
         state.close()
     if as_json:
-        emit_json({"run_id": run["id"], "iteration_id": it.id if it else None, "raw": raw,
-                   "files": [str(f) for f in files], "exit_code": 0})
+        emit_json(
+            {
+                "run_id": run["id"],
+                "iteration_id": it.id if it else None,
+                "raw": raw,
+                "files": [str(f) for f in files],
+                "exit_code": 0,
+            }
+        )
     else:
         for f in files:
             click.echo(f"wrote {f}")

@@ -14,20 +14,48 @@ from .app import cli, emit_json, json_option, param_option, parse_params, pipeli
 @cli.command()
 @pipeline_arg
 @param_option
-@click.option("--debounce", "debounce_ms", type=click.IntRange(min=1), default=150,
-              show_default=True, metavar="MS",
-              help="Start a cycle once no change arrived for MS ms.")
+@click.option(
+    "--debounce",
+    "debounce_ms",
+    type=click.IntRange(min=1),
+    default=150,
+    show_default=True,
+    metavar="MS",
+    help="Start a cycle once no change arrived for MS ms.",
+)
 @click.option("--clear", is_flag=True, help="Clear the screen before each cycle.")
-@click.option("--no-interrupt", is_flag=True,
-              help="Let a running apply finish before starting the next (default: cancel it).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Steps in flight at once (default: number of cores).")
-@click.option("--events", "events_file", type=click.Path(dir_okay=False), default=None,
-              help="Append every engine event as a JSON line to this file.")
+@click.option(
+    "--no-interrupt",
+    is_flag=True,
+    help="Let a running apply finish before starting the next (default: cancel it).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Steps in flight at once (default: number of cores).",
+)
+@click.option(
+    "--events",
+    "events_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every engine event as a JSON line to this file.",
+)
 @state_option
 @json_option
-def watch(file: Path, params: tuple[str, ...], debounce_ms: int, clear: bool, no_interrupt: bool,
-          jobs: int | None, events_file: str | None, state_dir: str | None, as_json: bool) -> None:
+def watch(
+    file: Path,
+    params: tuple[str, ...],
+    debounce_ms: int,
+    clear: bool,
+    no_interrupt: bool,
+    jobs: int | None,
+    events_file: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Apply the pipeline, then re-apply whenever it or a file it reads changes.
 
     Only changed content counts (saving a file unchanged runs nothing); an invalid edit prints
@@ -40,9 +68,13 @@ def watch(file: Path, params: tuple[str, ...], debounce_ms: int, clear: bool, no
 
     if not file.is_file():
         raise click.BadParameter(f"{file} is not a file", param_hint="FILE")
-    options = WatchOptions(overrides=parse_params(params),
-                           state_dir=Path(state_dir) if state_dir else None,
-                           debounce_ms=debounce_ms, interrupt=not no_interrupt, jobs=jobs)
+    options = WatchOptions(
+        overrides=parse_params(params),
+        state_dir=Path(state_dir) if state_dir else None,
+        debounce_ms=debounce_ms,
+        interrupt=not no_interrupt,
+        jobs=jobs,
+    )
     reporter = _reporter(as_json, events_file)
 
     def on_start(number: int, changed: list[str]) -> None:

@@ -52,12 +52,22 @@ class LiveReporter:
 
     def __init__(self, total: int, stream: IO[str] | None = None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.console = Console(file=stream or sys.stderr)
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=self.console,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[current]}"),
+            console=self.console,
             transient=True,
         )
         self.task = self.progress.add_task("steps", total=total, current="")
@@ -74,10 +84,13 @@ class LiveReporter:
             if event.element is None:
                 self.progress.advance(self.task)
             if t is EventType.STEP_FAILED:
-                self.console.print(f"[red]FAILED[/red] {label}: {d.get('reason')}", markup=True,
-                                   highlight=False)
+                self.console.print(
+                    f"[red]FAILED[/red] {label}: {d.get('reason')}", markup=True, highlight=False
+                )
         elif t is EventType.STEP_RETRYING:
-            self.console.print(f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False)
+            self.console.print(
+                f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False
+            )
         elif t is EventType.PHASE_ENTERED:
             self.console.print(f"[bold]== phase {d.get('phase')}[/bold]")
         elif t is EventType.RUN_FINISHED:

@@ -275,8 +275,9 @@ def fit_title(text: str, box_w: int, box_h: int, *, min_size: int, max_size: int
     if best is not None:
         return best
     layout = _layout(text, min_size, box_w)
-    keep = max(1, (box_h - 2 * layout.stroke + layout.spacing)
-               // (layout.line_height + layout.spacing))
+    keep = max(
+        1, (box_h - 2 * layout.stroke + layout.spacing) // (layout.line_height + layout.spacing)
+    )
     lines = layout.lines[:keep]
     font = _font(min_size)
     last = lines[-1]

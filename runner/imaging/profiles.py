@@ -139,11 +139,7 @@ def _parse(text: str, source: str) -> Profile:
     if not isinstance(description, str):
         raise InvalidPipeline("profile 'description' must be a string", where=where)
     formats = doc["formats"]
-    if (
-        not isinstance(formats, list)
-        or not formats
-        or any(f not in FORMATS for f in formats)
-    ):
+    if not isinstance(formats, list) or not formats or any(f not in FORMATS for f in formats):
         raise InvalidPipeline(
             f"profile 'formats' must be a non-empty list of {', '.join(sorted(FORMATS))}",
             where=where,

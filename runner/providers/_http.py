@@ -108,7 +108,10 @@ class HttpProvider(Provider):
         t = timeout if timeout is not None else self.timeout
         limits = httpx.Timeout(t, connect=min(t, 10.0))
         async with httpx.AsyncClient(
-            base_url=self.base_url, timeout=limits, headers=self.headers(), trust_env=False,
+            base_url=self.base_url,
+            timeout=limits,
+            headers=self.headers(),
+            trust_env=False,
             verify=tls_context(),
         ) as client:
             yield client
@@ -166,8 +169,11 @@ class HttpProvider(Provider):
                 status=resp.status_code,
             ) from None
         if not isinstance(body, dict):
-            raise self.error(f"{what}: expected a JSON object, got {type(body).__name__}",
-                             transient=False, status=resp.status_code)
+            raise self.error(
+                f"{what}: expected a JSON object, got {type(body).__name__}",
+                transient=False,
+                status=resp.status_code,
+            )
         return body
 
     def bad_reply(self, what: str, problem: str) -> ProviderError:

@@ -31,8 +31,11 @@ class CallLog:
         self.redactor = redactor
 
     def _write(self, path: Path, event: str, data: Mapping[str, Any]) -> None:
-        record = {"t": round(time.time(), 3), "event": event,
-                  **self.redactor.redact_json(dict(data))}
+        record = {
+            "t": round(time.time(), 3),
+            "event": event,
+            **self.redactor.redact_json(dict(data)),
+        }
         line = self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
         with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
@@ -45,8 +48,12 @@ class CallLog:
 
 
 def error_summary(exc: ProviderError) -> dict[str, Any]:
-    return {"kind": exc.kind, "status": exc.status, "retry_after": exc.retry_after,
-            "message": exc.message}
+    return {
+        "kind": exc.kind,
+        "status": exc.status,
+        "retry_after": exc.retry_after,
+        "message": exc.message,
+    }
 
 
 async def with_provider_retries(
@@ -58,7 +65,10 @@ async def with_provider_retries(
     """``fn()`` retried on transient errors as the provider's retry policy says."""
     policy = provider.retry_policy()
     return await call_with_retries(
-        fn, attempts=policy.attempts, base_delay=policy.base_delay, cap=policy.cap,
+        fn,
+        attempts=policy.attempts,
+        base_delay=policy.base_delay,
+        cap=policy.cap,
         on_retry=on_retry,
     )
 

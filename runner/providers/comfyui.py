@@ -100,8 +100,11 @@ class ComfyUIProvider(HttpProvider):
 
     def profile_settings(self) -> dict[str, Any]:
         # The workflow's content, not its path, decides the output.
-        out = {k: v for k, v in super().profile_settings().items()
-               if k not in ("poll_interval", "client_id", "workflow")}
+        out = {
+            k: v
+            for k, v in super().profile_settings().items()
+            if k not in ("poll_interval", "client_id", "workflow")
+        }
         try:
             out["workflow_sha256"] = hashlib.sha256(self._workflow_path().read_bytes()).hexdigest()
         except (OSError, ProviderConfigError):
@@ -145,30 +148,45 @@ class ComfyUIProvider(HttpProvider):
             queued = self.json_of(await self.send(client, "POST", "/prompt", json=body))
             prompt_id = queued.get("prompt_id")
             if not isinstance(prompt_id, str) or not prompt_id:
-                raise self.bad_reply("POST /prompt", f"no prompt_id (node_errors: "
-                                     f"{json.dumps(queued.get('node_errors'))})")
+                raise self.bad_reply(
+                    "POST /prompt",
+                    f"no prompt_id (node_errors: {json.dumps(queued.get('node_errors'))})",
+                )
             ref = await self._wait(client, prompt_id, timeout)
             resp = await self.send(client, "GET", "/view", params=ref)
         ctype = resp.headers.get("Content-Type", "")
         if not ctype.startswith("image/"):
             raise self.bad_reply("GET /view", f"content type '{ctype}' is not an image")
-        meta = {"seed": values["seed"] if "seed" in subs else None, "model": None,
-                "revised_prompt": None, "prompt_id": prompt_id, "filename": ref["filename"]}
+        meta = {
+            "seed": values["seed"] if "seed" in subs else None,
+            "model": None,
+            "revised_prompt": None,
+            "prompt_id": prompt_id,
+            "filename": ref["filename"],
+        }
         return ImageResult(image=resp.content, metadata=meta, usage={"images": 1})
 
     async def _upload(self, client: httpx.AsyncClient, data: bytes) -> str:
         name = f"runner-{hashlib.sha256(data).hexdigest()[:16]}.png"
         files = {"image": (name, data, "image/png")}
-        reply = self.json_of(await self.send(client, "POST", "/upload/image", files=files,
-                                             data={"overwrite": "true", "type": "input"}))
+        reply = self.json_of(
+            await self.send(
+                client,
+                "POST",
+                "/upload/image",
+                files=files,
+                data={"overwrite": "true", "type": "input"},
+            )
+        )
         stored = reply.get("name")
         if not isinstance(stored, str):
             raise self.bad_reply("POST /upload/image", "no name in the reply")
         sub = reply.get("subfolder")
         return f"{sub}/{stored}" if isinstance(sub, str) and sub else stored
 
-    async def _wait(self, client: httpx.AsyncClient, prompt_id: str, timeout: float
-                    ) -> dict[str, str]:
+    async def _wait(
+        self, client: httpx.AsyncClient, prompt_id: str, timeout: float
+    ) -> dict[str, str]:
         """Poll the history until the prompt has an image output; returns /view parameters."""
         interval = self.float_setting("poll_interval", 0.5)
         deadline = time.monotonic() + timeout
@@ -180,8 +198,9 @@ class ComfyUIProvider(HttpProvider):
                 if found is not None:
                     return found
             if time.monotonic() + interval > deadline:
-                raise self.error(f"GET {url}: prompt not finished within {timeout} s",
-                                 transient=True)
+                raise self.error(
+                    f"GET {url}: prompt not finished within {timeout} s", transient=True
+                )
             await asyncio.sleep(interval)
 
     def _finished(self, entry: dict[str, Any], url: str) -> dict[str, str] | None:
@@ -203,8 +222,11 @@ class ComfyUIProvider(HttpProvider):
         candidates.sort(key=lambda i: i.get("type") != "output")
         if candidates:
             img = candidates[0]
-            return {"filename": str(img["filename"]), "subfolder": str(img.get("subfolder", "")),
-                    "type": str(img.get("type", "output"))}
+            return {
+                "filename": str(img["filename"]),
+                "subfolder": str(img.get("subfolder", "")),
+                "type": str(img.get("type", "output")),
+            }
         if status.get("completed"):
             raise self.bad_reply(url, "the workflow finished without an image output")
         return None
@@ -215,5 +237,4 @@ class ComfyUIProvider(HttpProvider):
             if isinstance(msg, list) and len(msg) == 2 and msg[0] == "execution_error":
                 info = msg[1] if isinstance(msg[1], dict) else {}
                 detail = f"{info.get('node_type', '?')}: {info.get('exception_message', '')}"
-        return self.error(f"{url}: workflow failed: {detail or 'execution error'}",
-                          transient=False)
+        return self.error(f"{url}: workflow failed: {detail or 'execution error'}", transient=False)

@@ -76,7 +76,8 @@ def load_config(path: Path | None) -> RunnerConfig:
     unknown = sorted(set(data) - {"general", "providers"})
     if unknown:
         raise ProviderConfigError(
-            f"unknown section(s) {', '.join(unknown)}", where=where,
+            f"unknown section(s) {', '.join(unknown)}",
+            where=where,
             hint="runner.toml has [general] and [providers.<name>] sections",
         )
     general = data.get("general", {})
@@ -94,8 +95,9 @@ def load_config(path: Path | None) -> RunnerConfig:
                 raise ProviderConfigError(
                     f"[providers.{name}] {key} must name an environment variable", where=where
                 )
-    return RunnerConfig(path=path, default_provider=default,
-                        providers={k: dict(v) for k, v in sections.items()})
+    return RunnerConfig(
+        path=path, default_provider=default, providers={k: dict(v) for k, v in sections.items()}
+    )
 
 
 def resolve_secrets(settings: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
@@ -151,9 +153,11 @@ class Providers:
         where = Location(str(self.config.path)) if self.config.path else None
         try:
             provider = create(
-                name, {k: v for k, v in section.items() if k != "type"},
+                name,
+                {k: v for k, v in section.items() if k != "type"},
                 resolve_secrets(settings, self._environ),
-                base_dir=self.config.base_dir, type_name=type_name,
+                base_dir=self.config.base_dir,
+                type_name=type_name,
             )
         except ProviderConfigError as exc:
             if exc.where is None:

@@ -80,8 +80,14 @@ def draw_image(
     lines.append(f"seed {seed}")
     y = h - (len(lines) + 1) * int(font_px * 1.3)
     for line in lines:
-        draw.text((font_px, y), line, fill=(255, 255, 255), font=font, stroke_width=1,
-                  stroke_fill=(0, 0, 0))
+        draw.text(
+            (font_px, y),
+            line,
+            fill=(255, 255, 255),
+            font=font,
+            stroke_width=1,
+            stroke_fill=(0, 0, 0),
+        )
         y += int(font_px * 1.3)
     tile = (max(1, w // 4), max(1, h // 4))
     for i, ref in enumerate(references[:4]):
@@ -207,12 +213,15 @@ class FakeProvider(Provider):
             raise self.error(f"size {w}x{h} is outside 1..{MAX_SIDE}", transient=False)
         seeded = self.capabilities.supports_seed and request.seed is not None
         # A seedless fake still varies per call, as a seedless backend would, but stays stable.
-        seed: int | str = request.seed if seeded and request.seed is not None else (
-            f"key:{request.idempotency_key[:8]}"
+        seed: int | str = (
+            request.seed
+            if seeded and request.seed is not None
+            else (f"key:{request.idempotency_key[:8]}")
         )
         try:
-            png = await asyncio.to_thread(draw_image, request.prompt, seed, (w, h),
-                                          request.references)
+            png = await asyncio.to_thread(
+                draw_image, request.prompt, seed, (w, h), request.references
+            )
         except (OSError, ValueError) as exc:
             raise self.error(f"cannot read reference image: {exc}", transient=False) from None
         meta = {
@@ -241,8 +250,11 @@ class FakeProvider(Provider):
                 return json.dumps(_schema_instance(request.json_schema, salt), sort_keys=True)
             return json.dumps({"reply": f"fake-{salt[:8]}"})
         last = next(
-            (str(m.get("content", "")) for m in reversed(request.messages)
-             if m.get("role") == "user"),
+            (
+                str(m.get("content", ""))
+                for m in reversed(request.messages)
+                if m.get("role") == "user"
+            ),
             prompt,
         )
         gist = " ".join(last.split())[:160]

@@ -62,8 +62,9 @@ class OllamaProvider(HttpProvider):
             body["format"] = "json"
         if endpoint == "generate":
             url = "/api/generate"
-            system = [str(m.get("content", "")) for m in request.messages
-                      if m.get("role") == "system"]
+            system = [
+                str(m.get("content", "")) for m in request.messages if m.get("role") == "system"
+            ]
             rest = [m for m in request.messages if m.get("role") != "system"]
             body["prompt"] = "\n\n".join(str(m.get("content", "")) for m in rest)
             if system:
@@ -83,8 +84,11 @@ class OllamaProvider(HttpProvider):
             text = message.get("content") if isinstance(message, dict) else None
         if not isinstance(text, str):
             raise self.bad_reply(f"POST {url}", "no reply text")
-        meta = {"model": reply.get("model", model), "seed": request.seed,
-                "done_reason": reply.get("done_reason")}
+        meta = {
+            "model": reply.get("model", model),
+            "seed": request.seed,
+            "done_reason": reply.get("done_reason"),
+        }
         return TextResult(text=text, metadata=meta, usage=usage_ints(reply, _USAGE))
 
     @staticmethod
@@ -96,8 +100,11 @@ class OllamaProvider(HttpProvider):
         return out
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
-        model = str(request.params.get("model") or self.settings.get("image_model")
-                    or self.settings["model"])
+        model = str(
+            request.params.get("model")
+            or self.settings.get("image_model")
+            or self.settings["model"]
+        )
         params = {k: v for k, v in request.params.items() if k != "model"}
         options = self._options(dict(params.pop("options", {})))
         if request.seed is not None:
@@ -122,12 +129,12 @@ class OllamaProvider(HttpProvider):
         if raw is None and isinstance(reply.get("images"), list) and reply["images"]:
             raw = reply["images"][0]
         if raw is None:
-            raise self.bad_reply(f"POST {url}", "no image or images[] in the reply "
-                                 "(is the model an image model?)")
+            raise self.bad_reply(
+                f"POST {url}", "no image or images[] in the reply (is the model an image model?)"
+            )
         try:
             image = b64decode(raw, "image")
         except ValueError as exc:
             raise self.bad_reply(f"POST {url}", str(exc)) from None
-        meta = {"model": reply.get("model", model), "seed": request.seed,
-                "revised_prompt": None}
+        meta = {"model": reply.get("model", model), "seed": request.seed, "revised_prompt": None}
         return ImageResult(image=image, metadata=meta, usage=usage_ints(reply, _USAGE))

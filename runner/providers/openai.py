@@ -72,8 +72,7 @@ class OpenAIProvider(HttpProvider):
                 ]
                 form = {"prompt": request.prompt, "model": model, "n": "1", "size": size}
                 form.update({k: str(v) for k, v in params.items()})
-                resp = await self.send(client, "POST", url, data=form, files=files,
-                                       headers=headers)
+                resp = await self.send(client, "POST", url, data=form, files=files, headers=headers)
             else:
                 url = "images/generations"
                 body = {"model": model, "prompt": request.prompt, "n": 1, "size": size, **params}
@@ -95,15 +94,19 @@ class OpenAIProvider(HttpProvider):
         meta = {"model": model, "seed": None, "revised_prompt": first.get("revised_prompt")}
         usage = usage_ints(
             reply.get("usage"),
-            {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens",
-             "total_tokens": "total_tokens"},
+            {
+                "input_tokens": "prompt_tokens",
+                "output_tokens": "completion_tokens",
+                "total_tokens": "total_tokens",
+            },
         )
         return ImageResult(image=image, metadata=meta, usage=usage)
 
     async def _download(self, client: httpx.AsyncClient, url: str) -> bytes:
         # A hosted URL is on another origin: fetch it with a client that carries no credentials.
-        async with httpx.AsyncClient(timeout=client.timeout, trust_env=False,
-                                     verify=tls_context()) as plain:
+        async with httpx.AsyncClient(
+            timeout=client.timeout, trust_env=False, verify=tls_context()
+        ) as plain:
             resp = await self.send(plain, "GET", url)
         ctype = resp.headers.get("Content-Type", "")
         if not ctype.startswith("image/"):
@@ -132,8 +135,9 @@ class OpenAIProvider(HttpProvider):
             body["response_format"] = {"type": "json_object"}
         url = "chat/completions"
         async with self.client(request.timeout) as client:
-            resp = await self.send(client, "POST", url, json=body,
-                                   headers=self._call_headers(request.idempotency_key))
+            resp = await self.send(
+                client, "POST", url, json=body, headers=self._call_headers(request.idempotency_key)
+            )
             reply = self.json_of(resp)
         try:
             message = reply["choices"][0]["message"]

@@ -53,5 +53,11 @@ class CardStep(StepType):
             built = build_card(spec, args["inputs"])
         except ContractViolation as exc:
             raise StepFailure(f"card contract violated: {exc}") from None
-        return StepResult(output={"card": built.card, "hash": built.hash, "title": spec.title,
-                                  "schema_version": spec.schema_version})
+        return StepResult(
+            output={
+                "card": built.card,
+                "hash": built.hash,
+                "title": spec.title,
+                "schema_version": spec.schema_version,
+            }
+        )

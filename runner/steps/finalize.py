@@ -159,9 +159,7 @@ async def _finalize_one(
         return entry, []
     try:
         async with limit:
-            fin: Finalized = await asyncio.to_thread(
-                finalize, data, profile, title=title, fmt=fmt
-            )
+            fin: Finalized = await asyncio.to_thread(finalize, data, profile, title=title, fmt=fmt)
     except FinalizeError as exc:
         entry.update(status=FAILED, failure="finalize", error=f"finalize: {exc}")
         ctx.log(f"#{entry['ordinal']}: {exc}")

@@ -27,16 +27,24 @@ class HumanGateStep(StepType):
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "summary": {"type": "string",
-                        "description": "What the reviewer is asked to decide (may use ${{ }})."},
-            "show": {"description": "label -> value shown to the reviewer as a table "
-                                    "(e.g. upstream outputs); a mapping or one ${{ }}.",
-                     "type": ["object", "string"]},
-            "images": {"description": "Object digests or workspace paths of images to show.",
-                       "type": ["array", "string"]},
-            "revise": {"type": "string",
-                       "description": "Step id re-run with the reviewer's input as feedback "
-                                      "when the decision is `revise`."},
+            "summary": {
+                "type": "string",
+                "description": "What the reviewer is asked to decide (may use ${{ }}).",
+            },
+            "show": {
+                "description": "label -> value shown to the reviewer as a table "
+                "(e.g. upstream outputs); a mapping or one ${{ }}.",
+                "type": ["object", "string"],
+            },
+            "images": {
+                "description": "Object digests or workspace paths of images to show.",
+                "type": ["array", "string"],
+            },
+            "revise": {
+                "type": "string",
+                "description": "Step id re-run with the reviewer's input as feedback "
+                "when the decision is `revise`.",
+            },
         },
     }
 

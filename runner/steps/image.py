@@ -38,15 +38,18 @@ _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_size(value: Any) -> tuple[int, int]:
-    """"1280x720" or [1280, 720] -> (1280, 720). Raises ValueError for anything else."""
+    """ "1280x720" or [1280, 720] -> (1280, 720). Raises ValueError for anything else."""
     if isinstance(value, str):
         m = _SIZE.match(value)
         if m:
             w, h = int(m[1]), int(m[2])
             if w > 0 and h > 0:
                 return w, h
-    elif (isinstance(value, (list, tuple)) and len(value) == 2
-          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+    elif (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         return int(value[0]), int(value[1])
     raise ValueError(f"size must be 'WIDTHxHEIGHT' or [width, height], got {value!r}")
 
@@ -68,8 +71,15 @@ def idempotency_key(
     ``ordinal`` is folded in only for seedless providers (so n iterations get n keys);
     ``run_id`` only when calls must not be shared across runs.
     """
-    parts: list[str] = [template_hash, provider_profile, item, part, prompt, str(seed),
-                        reference_sha256]
+    parts: list[str] = [
+        template_hash,
+        provider_profile,
+        item,
+        part,
+        prompt,
+        str(seed),
+        reference_sha256,
+    ]
     if ordinal is not None:
         parts.append(f"ordinal:{ordinal}")
     if run_id is not None:
@@ -89,7 +99,8 @@ def resolve_provider(env: StepEnv, name: str | None, kind: str, step: str | None
         raise ProviderConfigError(f"provider '{name}' is not a runner Provider", step=step)
     if kind not in provider.capabilities.kinds:
         raise ProviderConfigError(
-            f"provider '{provider.name}' does not generate {kind}s", step=step,
+            f"provider '{provider.name}' does not generate {kind}s",
+            step=step,
             hint="choose a provider whose capabilities list this kind (runner providers)",
         )
     return provider
@@ -117,34 +128,60 @@ class ImageStep(StepType):
         "properties": {
             "prompt": {"type": "string", "description": "the rendered prompt"},
             "negative_prompt": {"type": "string", "description": "what to avoid (if supported)"},
-            "n": {"type": "integer", "minimum": 1, "maximum": 64, "default": 1,
-                  "description": "number of iterations"},
+            "n": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 64,
+                "default": 1,
+                "description": "number of iterations",
+            },
             "size": {
                 "description": "'WIDTHxHEIGHT' or [width, height]",
                 "default": DEFAULT_SIZE,
                 "oneOf": [
                     {"type": "string", "pattern": r"^\s*\d+\s*[xX]\s*\d+\s*$"},
-                    {"type": "array", "items": {"type": "integer", "minimum": 1},
-                     "minItems": 2, "maxItems": 2},
+                    {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 1},
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
                 ],
             },
-            "seed": {"type": "integer", "default": 0,
-                     "description": "seed of iteration 1; iteration k uses seed + k - 1"},
-            "provider": {"type": ["string", "null"],
-                         "description": "provider name (null: the default provider)"},
-            "concurrency": {"type": "integer", "minimum": 1, "default": 4,
-                            "description": "max calls in flight (also capped by the provider)"},
-            "references": {"type": "array", "items": {"type": "string"},
-                           "description": "reference images: object digests or workspace paths"},
+            "seed": {
+                "type": "integer",
+                "default": 0,
+                "description": "seed of iteration 1; iteration k uses seed + k - 1",
+            },
+            "provider": {
+                "type": ["string", "null"],
+                "description": "provider name (null: the default provider)",
+            },
+            "concurrency": {
+                "type": "integer",
+                "minimum": 1,
+                "default": 4,
+                "description": "max calls in flight (also capped by the provider)",
+            },
+            "references": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "reference images: object digests or workspace paths",
+            },
             "params": {"type": "object", "description": "provider-specific parameters"},
-            "template_hash": {"type": "string",
-                              "description": "hash of the prompt template spec (key part)"},
+            "template_hash": {
+                "type": "string",
+                "description": "hash of the prompt template spec (key part)",
+            },
             "video_id": {"type": "string", "description": "item id (key part); alias of item"},
             "item": {"type": "string", "description": "item id (key part)"},
             "part": {"type": "string", "description": "part id (key part; '' for hero runs)"},
-            "dedupe_run": {"type": "boolean", "default": False,
-                           "description": "scope call reuse to this run: the run id joins "
-                                          "every idempotency key"},
+            "dedupe_run": {
+                "type": "boolean",
+                "default": False,
+                "description": "scope call reuse to this run: the run id joins "
+                "every idempotency key",
+            },
         },
     }
 
@@ -172,8 +209,10 @@ class ImageStep(StepType):
         refs = [load_reference(ctx, str(r)) for r in args.get("references") or []]
         ref_sha = ",".join(hashlib.sha256(r).hexdigest() for r in refs)
         if refs and not caps.supports_reference_image:
-            ctx.log(f"warning: provider '{provider.name}' takes no reference image; "
-                    "generating from the prompt alone")
+            ctx.log(
+                f"warning: provider '{provider.name}' takes no reference image; "
+                "generating from the prompt alone"
+            )
         cap = min(int(args.get("concurrency", 4)), caps.max_concurrency)
         gate = asyncio.Semaphore(max(cap, 1))
         item = str(args.get("video_id") or args.get("item") or "")
@@ -182,16 +221,23 @@ class ImageStep(StepType):
             seed = base_seed + k - 1 if caps.supports_seed else None
             key = idempotency_key(
                 template_hash=str(args.get("template_hash", "")),
-                provider_profile=profile, item=item, part=str(args.get("part", "")),
-                prompt=prompt, seed=base_seed + k - 1, reference_sha256=ref_sha,
+                provider_profile=profile,
+                item=item,
+                part=str(args.get("part", "")),
+                prompt=prompt,
+                seed=base_seed + k - 1,
+                reference_sha256=ref_sha,
                 ordinal=None if caps.supports_seed else k,
                 run_id=ctx.run_id if args.get("dedupe_run") else None,
             )
             request = ImageRequest(
-                prompt=prompt, negative_prompt=str(args.get("negative_prompt", "")),
-                size=size, seed=seed,
+                prompt=prompt,
+                negative_prompt=str(args.get("negative_prompt", "")),
+                size=size,
+                seed=seed,
                 references=refs if caps.supports_reference_image else [],
-                params=dict(args.get("params") or {}), idempotency_key=key,
+                params=dict(args.get("params") or {}),
+                idempotency_key=key,
             )
             return await self._one(ctx, provider, gate, k, request, ref_sha)
 
@@ -199,36 +245,63 @@ class ImageStep(StepType):
         return self._result(iterations, provider, profile)
 
     async def _one(
-        self, ctx: StepContext, provider: Provider, gate: asyncio.Semaphore, k: int,
-        request: ImageRequest, ref_sha: str,
+        self,
+        ctx: StepContext,
+        provider: Provider,
+        gate: asyncio.Semaphore,
+        k: int,
+        request: ImageRequest,
+        ref_sha: str,
     ) -> dict[str, Any]:
         key = request.idempotency_key
-        entry: dict[str, Any] = {"ordinal": k, "seed": request.seed, "idempotency_key": key,
-                                 "raw": None, "status": "failed", "error": None,
-                                 "metadata": {}, "usage": {}, "reused": False}
+        entry: dict[str, Any] = {
+            "ordinal": k,
+            "seed": request.seed,
+            "idempotency_key": key,
+            "raw": None,
+            "status": "failed",
+            "error": None,
+            "metadata": {},
+            "usage": {},
+            "reused": False,
+        }
         done = ctx.ledger.completed(key) if ctx.ledger is not None else None
         if done is not None:
             previous = done.get("digest")
             if isinstance(previous, str) and ctx.objects.has(previous):
                 ctx.log(f"image #{k}: reusing the completed call {key[:12]}")
-                return {**entry, "raw": previous, "status": "completed",
-                        "metadata": done.get("metadata") or {}, "reused": True}
-            entry["error"] = (f"call {key} is recorded as completed but its image is missing "
-                              "from the store; not paying for it again")
+                return {
+                    **entry,
+                    "raw": previous,
+                    "status": "completed",
+                    "metadata": done.get("metadata") or {},
+                    "reused": True,
+                }
+            entry["error"] = (
+                f"call {key} is recorded as completed but its image is missing "
+                "from the store; not paying for it again"
+            )
             return entry
-        summary = {"provider": provider.name, "profile": provider.profile(),
-                   "prompt": request.prompt, "negative_prompt": request.negative_prompt,
-                   "size": list(request.size), "seed": request.seed, "references": ref_sha,
-                   "params": request.params, "ordinal": k, "run_id": ctx.run_id,
-                   "step": ctx.step_id}
+        summary = {
+            "provider": provider.name,
+            "profile": provider.profile(),
+            "prompt": request.prompt,
+            "negative_prompt": request.negative_prompt,
+            "size": list(request.size),
+            "seed": request.seed,
+            "references": ref_sha,
+            "params": request.params,
+            "ordinal": k,
+            "run_id": ctx.run_id,
+            "step": ctx.step_id,
+        }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(summary))
         log = CallLog(ctx.log_dir, key, provider.redactor)
         log.out("request", summary)
 
         def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
-            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3),
-                              **error_summary(exc)})
+            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
             ctx.log(f"image #{k}: {exc.message} (retrying in {delay:.1f}s)")
 
         async def call() -> ImageResult:
@@ -247,18 +320,24 @@ class ImageStep(StepType):
         stored = await asyncio.to_thread(ctx.objects.put_bytes, result.image)
         meta = jsonable(result.metadata)
         if ctx.ledger is not None:  # the ledger stays on the loop's thread (SQLite)
-            ctx.ledger.complete(key, {"digest": stored, "metadata": meta,
-                                      "usage": dict(result.usage)})
-        log.out("response", {"digest": stored, "bytes": len(result.image), "metadata": meta,
-                             "usage": result.usage})
+            ctx.ledger.complete(
+                key, {"digest": stored, "metadata": meta, "usage": dict(result.usage)}
+            )
+        log.out(
+            "response",
+            {"digest": stored, "bytes": len(result.image), "metadata": meta, "usage": result.usage},
+        )
         ctx.log(f"image #{k} completed ({stored[:12]})")
-        return {**entry, "raw": stored, "status": "completed", "metadata": meta,
-                "usage": dict(result.usage)}
+        return {
+            **entry,
+            "raw": stored,
+            "status": "completed",
+            "metadata": meta,
+            "usage": dict(result.usage),
+        }
 
     @staticmethod
-    def _result(
-        iterations: list[dict[str, Any]], provider: Provider, profile: str
-    ) -> StepResult:
+    def _result(iterations: list[dict[str, Any]], provider: Provider, profile: str) -> StepResult:
         failed = [it for it in iterations if it["status"] != "completed"]
         if failed and len(failed) == len(iterations):
             reasons = "; ".join(f"#{it['ordinal']}: {it['error']}" for it in failed)
@@ -269,8 +348,13 @@ class ImageStep(StepType):
             raise StepFailure(
                 f"all {len(failed)} image iterations failed: {reasons}",
                 retryable=retryable,
-                output={"iterations": iterations, "provider": provider.name,
-                        "provider_profile": profile, "completed": 0, "failed": len(failed)},
+                output={
+                    "iterations": iterations,
+                    "provider": provider.name,
+                    "provider_profile": profile,
+                    "completed": 0,
+                    "failed": len(failed),
+                },
             )
         usage: dict[str, int] = {}
         for it in iterations:

@@ -37,14 +37,21 @@ class IngestStep(StepType):
         "required": ["collection", "documents"],
         "properties": {
             "collection": {"type": "string", "description": "The collection's name."},
-            "create": {"type": "boolean", "default": False,
-                       "description": "Create the collection when it does not exist (else an "
-                                      "unknown collection is an error)."},
-            "documents": {"description": "The documents: a list (or one ${{ }} giving one) of "
-                                         "{id?, path?, text?, metadata?}.",
-                          "anyOf": [{"type": "array", "items": _DOC_SCHEMA}, {"type": "string"}]},
-            "metadata": {"type": "object",
-                         "description": "Fields added to every document's metadata."},
+            "create": {
+                "type": "boolean",
+                "default": False,
+                "description": "Create the collection when it does not exist (else an "
+                "unknown collection is an error).",
+            },
+            "documents": {
+                "description": "The documents: a list (or one ${{ }} giving one) of "
+                "{id?, path?, text?, metadata?}.",
+                "anyOf": [{"type": "array", "items": _DOC_SCHEMA}, {"type": "string"}],
+            },
+            "metadata": {
+                "type": "object",
+                "description": "Fields added to every document's metadata.",
+            },
         },
     }
 
@@ -57,8 +64,13 @@ class IngestStep(StepType):
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         docs = args.get("documents") or []
-        return sorted({str(d["path"]) for d in docs
-                       if isinstance(d, dict) and d.get("path") and "text" not in d})
+        return sorted(
+            {
+                str(d["path"])
+                for d in docs
+                if isinstance(d, dict) and d.get("path") and "text" not in d
+            }
+        )
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         from ..collections import Collections, Document
@@ -84,8 +96,14 @@ class IngestStep(StepType):
                     text = (ctx.root / str(path)).read_text(encoding="utf-8")
                 except FileNotFoundError:
                     raise StepFailure(f"ingest: file not found: {path}") from None
-            prepared.append(Document(str(doc_id), str(text), str(path) if path else None,
-                                     {**common, **(raw.get("metadata") or {})}))
+            prepared.append(
+                Document(
+                    str(doc_id),
+                    str(text),
+                    str(path) if path else None,
+                    {**common, **(raw.get("metadata") or {})},
+                )
+            )
         ids = [d.id for d in prepared]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -99,5 +117,12 @@ class IngestStep(StepType):
         except (NotFound, UsageError) as exc:
             raise StepFailure(f"ingest: {exc}") from None
         ctx.log(f"ingest: {name}: {result.to_json()}")
-        return StepResult(output={"collection": name, "ids": ids, "created": created,
-                                  "count": count, **result.to_json()})
+        return StepResult(
+            output={
+                "collection": name,
+                "ids": ids,
+                "created": created,
+                "count": count,
+                **result.to_json(),
+            }
+        )

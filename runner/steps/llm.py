@@ -34,8 +34,11 @@ _MESSAGE_SCHEMA = {
     "properties": {
         "role": {"enum": ["system", "user", "assistant"]},
         "content": {"type": "string"},
-        "images": {"type": "array", "items": {"type": "string"},
-                   "description": "object digests or workspace paths"},
+        "images": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "object digests or workspace paths",
+        },
     },
 }
 
@@ -64,8 +67,9 @@ def parse_json_reply(text: str) -> Any:
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise StepFailure(f"the reply is not valid JSON ({exc}): {text[:200]!r}",
-                          check=True) from None
+        raise StepFailure(
+            f"the reply is not valid JSON ({exc}): {text[:200]!r}", check=True
+        ) from None
 
 
 def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
@@ -75,8 +79,9 @@ def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
     )
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        raise StepFailure(f"the reply does not match the schema at {where}: {error.message}",
-                          check=True)
+        raise StepFailure(
+            f"the reply does not match the schema at {where}: {error.message}", check=True
+        )
 
 
 class LlmStep(StepType):
@@ -91,10 +96,15 @@ class LlmStep(StepType):
         "properties": {
             "system": {"type": "string", "description": "system prompt"},
             "prompt": {"type": "string", "description": "user prompt (the last user message)"},
-            "messages": {"type": "array", "items": _MESSAGE_SCHEMA,
-                         "description": "chat messages before the prompt"},
-            "provider": {"type": ["string", "null"],
-                         "description": "provider name (null: the default provider)"},
+            "messages": {
+                "type": "array",
+                "items": _MESSAGE_SCHEMA,
+                "description": "chat messages before the prompt",
+            },
+            "provider": {
+                "type": ["string", "null"],
+                "description": "provider name (null: the default provider)",
+            },
             "model": {"type": ["string", "null"], "description": "model (provider default)"},
             "temperature": {"type": ["number", "null"], "minimum": 0},
             "seed": {"type": ["integer", "null"]},
@@ -114,8 +124,9 @@ class LlmStep(StepType):
             try:
                 jsonschema.Draft202012Validator.check_schema(schema)
             except jsonschema.SchemaError as exc:
-                raise invalid(f"`schema` is not a valid JSON Schema: {exc.message}",
-                              where) from None
+                raise invalid(
+                    f"`schema` is not a valid JSON Schema: {exc.message}", where
+                ) from None
 
     def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
         provider = resolve_provider(env, args.get("provider"), "text", None)
@@ -148,16 +159,26 @@ class LlmStep(StepType):
         schema = args.get("schema")
         fmt = "json" if args.get("format") == "json" or schema is not None else None
         canonical_request = {
-            "messages": keyed, "model": args.get("model"), "temperature": args.get("temperature"),
-            "seed": args.get("seed"), "format": fmt, "schema": schema,
-            "max_tokens": args.get("max_tokens"), "params": args.get("params") or {},
+            "messages": keyed,
+            "model": args.get("model"),
+            "temperature": args.get("temperature"),
+            "seed": args.get("seed"),
+            "format": fmt,
+            "schema": schema,
+            "max_tokens": args.get("max_tokens"),
+            "params": args.get("params") or {},
         }
         attempt = ctx.attempt if ctx.feedback else None
         key = digest([canonical_request, profile, attempt])[:32]
         request = TextRequest(
-            messages=loaded, model=args.get("model"), temperature=args.get("temperature"),
-            seed=args.get("seed"), format=fmt, json_schema=schema,
-            max_tokens=args.get("max_tokens"), params=dict(args.get("params") or {}),
+            messages=loaded,
+            model=args.get("model"),
+            temperature=args.get("temperature"),
+            seed=args.get("seed"),
+            format=fmt,
+            json_schema=schema,
+            max_tokens=args.get("max_tokens"),
+            params=dict(args.get("params") or {}),
             idempotency_key=key,
         )
         record = await self._call(ctx, provider, request, canonical_request)
@@ -167,16 +188,23 @@ class LlmStep(StepType):
             check_schema(value, schema)
         usage = {k: v for k, v in (record.get("usage") or {}).items() if isinstance(v, int)}
         output = {
-            "text": text, "json": value, "usage": usage,
+            "text": text,
+            "json": value,
+            "usage": usage,
             "model": (record.get("metadata") or {}).get("model") or args.get("model"),
-            "provider": provider.name, "provider_profile": profile,
-            "idempotency_key": key, "sha256": record["digest"],
+            "provider": provider.name,
+            "provider_profile": profile,
+            "idempotency_key": key,
+            "sha256": record["digest"],
             "reused": bool(record.get("reused")),
         }
         return StepResult(output=output, artifacts=[record["digest"]], usage=usage)
 
     async def _call(
-        self, ctx: StepContext, provider: Provider, request: TextRequest,
+        self,
+        ctx: StepContext,
+        provider: Provider,
+        request: TextRequest,
         summary: dict[str, Any],
     ) -> dict[str, Any]:
         """The ledger record of this call: reused when completed before, else made now."""
@@ -184,18 +212,26 @@ class LlmStep(StepType):
         done = ctx.ledger.completed(key) if ctx.ledger is not None else None
         if done is not None and isinstance(done.get("text"), str):
             ctx.log(f"llm: reusing the completed call {key[:12]}")
-            return {**done, "digest": ctx.objects.put_bytes(done["text"].encode("utf-8")),
-                    "reused": True}
-        meta = {"provider": provider.name, "profile": provider.profile(), "run_id": ctx.run_id,
-                "step": ctx.step_id, "attempt": ctx.attempt, "request": summary}
+            return {
+                **done,
+                "digest": ctx.objects.put_bytes(done["text"].encode("utf-8")),
+                "reused": True,
+            }
+        meta = {
+            "provider": provider.name,
+            "profile": provider.profile(),
+            "run_id": ctx.run_id,
+            "step": ctx.step_id,
+            "attempt": ctx.attempt,
+            "request": summary,
+        }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(meta))
         log = CallLog(ctx.log_dir, key, provider.redactor)
         log.out("request", meta)
 
         def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
-            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3),
-                              **error_summary(exc)})
+            log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
             ctx.log(f"llm: {exc.message} (retrying in {delay:.1f}s)")
 
         try:
@@ -208,8 +244,12 @@ class LlmStep(StepType):
                 ctx.ledger.fail(key, exc.message)
             raise StepFailure(exc.message, retryable=exc.transient) from None
         stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
-        record = {"text": result.text, "digest": stored, "metadata": jsonable(result.metadata),
-                  "usage": dict(result.usage)}
+        record = {
+            "text": result.text,
+            "digest": stored,
+            "metadata": jsonable(result.metadata),
+            "usage": dict(result.usage),
+        }
         if ctx.ledger is not None:
             ctx.ledger.complete(key, record)
         log.out("response", {**record, "text": result.text[:2000]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -31,14 +31,19 @@ class ReadStep(StepType):
     name = "read"
     version = "1"
     description = "Read a file or a glob of files (as text, JSON/YAML data, or paths)."
-    schema = {
+    schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["path"],
         "properties": {
-            "path": {"type": "string", "description": "A file or a glob, relative to the pipeline."},
-            "as": {"enum": ["text", "json", "yaml", "paths"],
-                   "description": "text (default), json, yaml (parsed data) or paths only."},
+            "path": {
+                "type": "string",
+                "description": "A file or a glob, relative to the pipeline.",
+            },
+            "as": {
+                "enum": ["text", "json", "yaml", "paths"],
+                "description": "text (default), json, yaml (parsed data) or paths only.",
+            },
         },
     }
 
@@ -73,7 +78,9 @@ class ReadStep(StepType):
                     try:
                         entry["data"] = json.loads(text)
                     except json.JSONDecodeError as exc:
-                        raise StepFailure(f"{rel}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+                        raise StepFailure(
+                            f"{rel}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"
+                        ) from None
                 elif mode == "yaml":
                     try:
                         entry["data"] = yaml.safe_load(text)

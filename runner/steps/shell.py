@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..paths import inside
@@ -17,7 +18,10 @@ INLINE_LIMIT = 64 * 1024
 
 
 async def run_process_group(
-    command: str, *, cwd: Path, env: Mapping[str, str] | None = None,
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
     timeout: float | None = None,
 ) -> tuple[int, bytes, bytes]:
     """Run ``/bin/sh -c command`` in its own process group; kill the whole group on cancel.
@@ -26,9 +30,14 @@ async def run_process_group(
     is killed first).
     """
     proc = await asyncio.create_subprocess_exec(
-        "/bin/sh", "-c", command, cwd=str(cwd),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=dict(env) if env is not None else None,
+        "/bin/sh",
+        "-c",
+        command,
+        cwd=str(cwd),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else None,
         start_new_session=True,
     )
     try:
@@ -44,28 +53,35 @@ async def run_process_group(
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class ShellStep(StepType):
     name = "shell"
     version = "1"
     description = "Run a command with /bin/sh in the pipeline's directory."
-    schema = {
+    schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["run"],
         "properties": {
             "run": {"type": "string", "description": "The command, run with /bin/sh -c."},
-            "inputs": {"type": "array", "items": {"type": "string"},
-                       "description": "Files whose content is part of the key."},
-            "outputs": {"type": "array", "items": {"type": "string"},
-                        "description": "Files the command must produce; stored content-addressed."},
-            "env": {"type": "object", "additionalProperties": {"type": "string"},
-                    "description": "Extra environment variables."},
+            "inputs": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Files whose content is part of the key.",
+            },
+            "outputs": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Files the command must produce; stored content-addressed.",
+            },
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Extra environment variables.",
+            },
         },
     }
 

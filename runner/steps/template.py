@@ -6,7 +6,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import expr as ex
 from ..errors import Location, TemplateError
@@ -41,14 +41,20 @@ class TemplateStep(StepType):
     version = "1"
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True
-    schema = {
+    schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "oneOf": [{"required": ["template"]}, {"required": ["text"]}],
         "properties": {
-            "template": {"type": "string", "description": "Template file, relative to the pipeline."},
+            "template": {
+                "type": "string",
+                "description": "Template file, relative to the pipeline.",
+            },
             "text": {"type": "string", "description": "Inline template text."},
-            "vars": {"type": "object", "description": "Variables the template sees (and only these)."},
+            "vars": {
+                "type": "object",
+                "description": "Variables the template sees (and only these).",
+            },
         },
     }
 
@@ -64,14 +70,16 @@ class TemplateStep(StepType):
             except Exception as exc:
                 lineno = getattr(exc, "lineno", 0) or 0
                 msg = getattr(exc, "message", None) or str(exc)
-                raise TemplateError(f"template syntax error: {msg}",
-                                    where=Location(name, lineno, 1)) from None
+                raise TemplateError(
+                    f"template syntax error: {msg}", where=Location(name, lineno, 1)
+                ) from None
             variables = args.get("vars")
             if isinstance(variables, dict):
                 missing = needed - set(variables) - {"feedback", "attempt"}
                 if missing:
                     raise TemplateError(
-                        f"template {name} uses {', '.join(sorted(missing))} but `vars:` does not give "
+                        f"template {name} uses {', '.join(sorted(missing))} "
+                        "but `vars:` does not give "
                         + ("it" if len(missing) == 1 else "them"),
                         where=where,
                     )
@@ -91,7 +99,9 @@ class TemplateStep(StepType):
         variables.setdefault("feedback", ctx.feedback)
         variables.setdefault("attempt", ctx.attempt)
         text = ex.render_template(
-            environment_for(ctx.root), name=args.get("template"), text=args.get("text"),
+            environment_for(ctx.root),
+            name=args.get("template"),
+            text=args.get("text"),
             variables=variables,
         )
         output = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}

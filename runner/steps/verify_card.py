@@ -15,16 +15,20 @@ from .card import INPUTS_ARG, SPEC_ARG, spec_at, validate_spec_arg
 class VerifyCardStep(StepType):
     name = "verify_card"
     version = "1"
-    description = ("Shape-check a stored card, rebuild it from the current inputs and compare "
-                   "hashes: drift marks the execution partial with the drifted fields.")
+    description = (
+        "Shape-check a stored card, rebuild it from the current inputs and compare "
+        "hashes: drift marks the execution partial with the drifted fields."
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["spec", "card", "inputs"],
         "properties": {
             "spec": SPEC_ARG,
-            "card": {"type": "object",
-                     "description": "The stored card step output ({card, hash, ...})."},
+            "card": {
+                "type": "object",
+                "description": "The stored card step output ({card, hash, ...}).",
+            },
             "inputs": INPUTS_ARG,
         },
     }
@@ -45,10 +49,16 @@ class VerifyCardStep(StepType):
             raise StepFailure(f"{spec.title} is invalid: " + "; ".join(report.problems))
         if report.drifted:
             return StepResult(
-                output={"verified": False, "hash": report.stored_hash,
-                        "current_hash": report.current_hash},
+                output={
+                    "verified": False,
+                    "hash": report.stored_hash,
+                    "current_hash": report.current_hash,
+                },
                 status=ResultStatus.PARTIAL,
-                report={"drifted_fields": report.fields, "stored_hash": report.stored_hash,
-                        "current_hash": report.current_hash},
+                report={
+                    "drifted_fields": report.fields,
+                    "stored_hash": report.stored_hash,
+                    "current_hash": report.current_hash,
+                },
             )
         return StepResult(output={"verified": True, "hash": report.stored_hash})

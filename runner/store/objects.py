@@ -10,9 +10,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
-from collections.abc import Callable
 
 from ..errors import StoreError
 

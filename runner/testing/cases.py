@@ -13,8 +13,9 @@ from ..errors import RunnerError, UsageError
 
 DEFAULT_SNAPSHOT_DIR = "tests/__snapshots__/pipelines"
 _PIPELINE_MARK = re.compile(r"^runner:\s*1\s*(#.*)?$", re.MULTILINE)
-_SKIP_DIRS = frozenset({".git", ".runner", ".venv", "venv", "node_modules", "__snapshots__",
-                        "__pycache__"})
+_SKIP_DIRS = frozenset(
+    {".git", ".runner", ".venv", "venv", "node_modules", "__snapshots__", "__pycache__"}
+)
 
 
 def is_pipeline_file(path: Path) -> bool:
@@ -107,8 +108,9 @@ def check_pipeline(
         if fixture is None and isinstance(error, UsageError):
             note = "\n  (a pipeline with required params needs a `tests:` fixture that sets them)"
         pytest.fail(f"{error}{note}", pytrace=False)
-    directory = case_directory(snapshot_dir or snapshot_dir_of(config), path, config.rootpath,
-                               fixture)
+    directory = case_directory(
+        snapshot_dir or snapshot_dir_of(config), path, config.rootpath, fixture
+    )
     failures = compare_renders(item, result.texts(), directory)
     if failures:
         pytest.fail(failure_message(title, failures, config.rootpath), pytrace=False)

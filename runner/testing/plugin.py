@@ -24,16 +24,32 @@ _DIRS = pytest.StashKey[list[Path]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("runner", "runner pipeline prompt snapshots")
-    group.addoption("--runner-pipelines", action="append", default=[], metavar="DIR",
-                    dest="runner_pipelines",
-                    help="Snapshot-test the prompts of every pipeline under DIR (repeatable).")
-    group.addoption("--runner-snapshot-dir", default=None, metavar="DIR",
-                    dest="runner_snapshot_dir",
-                    help=f"Where prompt snapshots live (default: {DEFAULT_SNAPSHOT_DIR}).")
-    parser.addini("runner_pipelines", "Directories whose pipelines' prompts are snapshot-tested.",
-                  type="linelist", default=[])
-    parser.addini("runner_snapshot_dir", "Directory of the prompt snapshots (under rootdir).",
-                  default=DEFAULT_SNAPSHOT_DIR)
+    group.addoption(
+        "--runner-pipelines",
+        action="append",
+        default=[],
+        metavar="DIR",
+        dest="runner_pipelines",
+        help="Snapshot-test the prompts of every pipeline under DIR (repeatable).",
+    )
+    group.addoption(
+        "--runner-snapshot-dir",
+        default=None,
+        metavar="DIR",
+        dest="runner_snapshot_dir",
+        help=f"Where prompt snapshots live (default: {DEFAULT_SNAPSHOT_DIR}).",
+    )
+    parser.addini(
+        "runner_pipelines",
+        "Directories whose pipelines' prompts are snapshot-tested.",
+        type="linelist",
+        default=[],
+    )
+    parser.addini(
+        "runner_snapshot_dir",
+        "Directory of the prompt snapshots (under rootdir).",
+        default=DEFAULT_SNAPSHOT_DIR,
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,8 +108,9 @@ class PipelineCase(pytest.Item):
 
 
 class RenderFn(Protocol):
-    def __call__(self, path: str | Path, fixture: str | None = None,
-                 params: dict[str, Any] | None = None) -> dict[str, str]: ...
+    def __call__(
+        self, path: str | Path, fixture: str | None = None, params: dict[str, Any] | None = None
+    ) -> dict[str, str]: ...
 
 
 @pytest.fixture
@@ -107,10 +124,12 @@ def runner_render(request: pytest.FixtureRequest) -> RenderFn:
 
     root = request.config.rootpath
 
-    def render(path: str | Path, fixture: str | None = None,
-               params: dict[str, Any] | None = None) -> dict[str, str]:
+    def render(
+        path: str | Path, fixture: str | None = None, params: dict[str, Any] | None = None
+    ) -> dict[str, str]:
         p = Path(path)
-        return render_pipeline(p if p.is_absolute() else root / p, fixture=fixture,
-                               params=params).texts()
+        return render_pipeline(
+            p if p.is_absolute() else root / p, fixture=fixture, params=params
+        ).texts()
 
     return render

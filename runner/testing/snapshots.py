@@ -61,9 +61,7 @@ class PromptSnapshotExtension(SingleFileSnapshotExtension):
         return cls.dirname(test_location=test_location)
 
     @classmethod
-    def get_snapshot_name(
-        cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0
-    ) -> str:
+    def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
         return test_location.testname
 
     @classmethod
@@ -99,9 +97,7 @@ class Mismatch:
     detail: list[str]
 
 
-def compare_renders(
-    item: pytest.Item, texts: dict[str, str], directory: Path
-) -> list[Mismatch]:
+def compare_renders(item: pytest.Item, texts: dict[str, str], directory: Path) -> list[Mismatch]:
     """Compare each step's text with its snapshot; return what does not match.
 
     Under ``--snapshot-update`` the snapshots are written (and stale ones removed) instead.
@@ -109,8 +105,9 @@ def compare_renders(
     config = item.config
     session: Any = getattr(config, "_syrupy", None)
     if session is None:
-        pytest.fail("runner's pipeline snapshots need the syrupy plugin (it is disabled)",
-                    pytrace=False)
+        pytest.fail(
+            "runner's pipeline snapshots need the syrupy plugin (it is disabled)", pytrace=False
+        )
     update = bool(config.option.update_snapshots)
     failures: list[Mismatch] = []
     for step, text in texts.items():
@@ -132,8 +129,13 @@ def compare_renders(
         if update:
             stale.unlink()
         else:
-            failures.append(Mismatch(stale.stem, stale, [
-                "the snapshot exists but the step renders no prompt any more"]))
+            failures.append(
+                Mismatch(
+                    stale.stem,
+                    stale,
+                    ["the snapshot exists but the step renders no prompt any more"],
+                )
+            )
     return failures
 
 

@@ -13,7 +13,9 @@ from ..errors import StoreError
 from .records import record_iterations, run_outcome
 
 
-def after_apply(plan: Any, state: Any, report: Any, *, out_dir: str | None, as_json: bool) -> dict[str, Any]:
+def after_apply(
+    plan: Any, state: Any, report: Any, *, out_dir: str | None, as_json: bool
+) -> dict[str, Any]:
     image_steps = [sid for sid in plan.order if plan.steps[sid].uses == "image"]
     if not image_steps:
         return {}
@@ -42,20 +44,36 @@ def after_apply(plan: Any, state: Any, report: Any, *, out_dir: str | None, as_j
     from .view import render_run, run_json
 
     if not as_json:
-        click.echo(render_run(state, report.run_id, with_preview=True, stream=sys.stdout), nl=False, color=True)
+        click.echo(
+            render_run(state, report.run_id, with_preview=True, stream=sys.stdout),
+            nl=False,
+            color=True,
+        )
     doc = run_json(state, report.run_id)
-    run = {"id": report.run_id, "pipeline": plan.name, "status": status, "item": report.item,
-           "parent_run_id": doc["run"].get("parent_run_id"),
-           "reference_asset": doc["run"].get("reference_asset"),
-           "provider_profile": profile}
+    run = {
+        "id": report.run_id,
+        "pipeline": plan.name,
+        "status": status,
+        "item": report.item,
+        "parent_run_id": doc["run"].get("parent_run_id"),
+        "reference_asset": doc["run"].get("reference_asset"),
+        "provider_profile": profile,
+    }
     extra: dict[str, Any] = {"run": run, "iterations": doc["iterations"], "exit_code": code}
     if out_dir:
         extra["out"] = [str(f) for f in files]
     return extra
 
 
-def copy_finals(state: Any, its: list[Any], dest: Path, stem: str, *, raw: bool = False,
-                only_compliant: bool = True) -> list[Path]:
+def copy_finals(
+    state: Any,
+    its: list[Any],
+    dest: Path,
+    stem: str,
+    *,
+    raw: bool = False,
+    only_compliant: bool = True,
+) -> list[Path]:
     """Copy (never move) finals (or raws) to dest/<stem>-<ordinal>.<ext>. Raises StoreError."""
     from ..paths import inside
 

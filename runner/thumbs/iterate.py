@@ -12,12 +12,16 @@ from ..store.journal import Journal
 from .records import Iteration, iterations_of, resolve_target
 
 
-def find_source(journal: Journal, ident: str, *, from_picked: bool) -> tuple[dict[str, Any], Iteration]:
+def find_source(
+    journal: Journal, ident: str, *, from_picked: bool
+) -> tuple[dict[str, Any], Iteration]:
     """The run and iteration to refine. Raises NotFound / UsageError (with a `runner pick` hint)."""
     run, it = resolve_target(journal, ident)
     if it is not None:
         if it.status != "completed" or not it.raw:
-            raise UsageError(f"iteration {it.id} is {it.status}; only a completed one can be refined")
+            raise UsageError(
+                f"iteration {it.id} is {it.status}; only a completed one can be refined"
+            )
         return run, it
     current: dict[str, Any] | None = run
     while current is not None:
@@ -33,11 +37,19 @@ def find_source(journal: Journal, ident: str, *, from_picked: bool) -> tuple[dic
     )
 
 
-def child_params(parent: dict[str, Any], *, n: int, prompt_append: str, variables: dict[str, Any],
-                 reference: str) -> dict[str, Any]:
+def child_params(
+    parent: dict[str, Any], *, n: int, prompt_append: str, variables: dict[str, Any], reference: str
+) -> dict[str, Any]:
     params: dict[str, Any] = json.loads(parent["params"] or "{}")
-    params.update({"n": n, "prompt_append": prompt_append, "vars": variables, "reference": reference,
-                   "seed": 0})
+    params.update(
+        {
+            "n": n,
+            "prompt_append": prompt_append,
+            "vars": variables,
+            "reference": reference,
+            "seed": 0,
+        }
+    )
     return params
 
 
@@ -54,22 +66,32 @@ def prerender(plan: Any) -> None:
             continue
         args = ex.evaluate_value(step.args, {"params": plan.params})
         try:
-            ex.render_template(environment_for(plan.root), name=args.get("template"),
-                               text=args.get("text"), variables=dict(args.get("vars") or {}))
+            ex.render_template(
+                environment_for(plan.root),
+                name=args.get("template"),
+                text=args.get("text"),
+                variables=dict(args.get("vars") or {}),
+            )
         except InvalidPipeline as exc:
-            raise UsageError(f"step '{sid}': {exc.message}", hint=exc.hint or "pass it with --var k=v") from None
+            raise UsageError(
+                f"step '{sid}': {exc.message}", hint=exc.hint or "pass it with --var k=v"
+            ) from None
 
 
-def plan_child(parent: dict[str, Any], it: Iteration, *, n: int, prompt_append: str,
-               variables: dict[str, Any]) -> Any:
+def plan_child(
+    parent: dict[str, Any], it: Iteration, *, n: int, prompt_append: str, variables: dict[str, Any]
+) -> Any:
     from ..compiler import compile_pipeline
 
     path = Path(parent["pipeline_file"])
-    params = child_params(parent, n=n, prompt_append=prompt_append, variables=variables,
-                          reference=it.raw or "")
+    params = child_params(
+        parent, n=n, prompt_append=prompt_append, variables=variables, reference=it.raw or ""
+    )
     plan = compile_pipeline(path, params=params)
     if "reference" not in plan.params or "prompt_append" not in plan.params:
-        raise UsageError(f"pipeline {plan.name} does not take `reference` and `prompt_append` params",
-                         hint="iterate works on pipelines shaped like pipelines/thumbnail.yaml")
+        raise UsageError(
+            f"pipeline {plan.name} does not take `reference` and `prompt_append` params",
+            hint="iterate works on pipelines shaped like pipelines/thumbnail.yaml",
+        )
     prerender(plan)
     return plan

@@ -32,19 +32,33 @@ class Iteration:
     @classmethod
     def from_row(cls, r: dict[str, Any]) -> Iteration:
         return cls(
-            id=r["id"], run_id=r["run_id"], step_id=r["step_id"], ordinal=r["ordinal"],
-            seed=r["seed"], idempotency_key=r["idempotency_key"], raw=r["raw"], final=r["final"],
-            ext=r["ext"], compliant=None if r["compliant"] is None else bool(r["compliant"]),
+            id=r["id"],
+            run_id=r["run_id"],
+            step_id=r["step_id"],
+            ordinal=r["ordinal"],
+            seed=r["seed"],
+            idempotency_key=r["idempotency_key"],
+            raw=r["raw"],
+            final=r["final"],
+            ext=r["ext"],
+            compliant=None if r["compliant"] is None else bool(r["compliant"]),
             compliance=json.loads(r["compliance"]) if r["compliance"] else None,
-            picked=bool(r["picked"]), status=r["status"], error=r["error"],
+            picked=bool(r["picked"]),
+            status=r["status"],
+            error=r["error"],
             metadata=json.loads(r["metadata"]) if r["metadata"] else None,
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "ordinal": self.ordinal, "seed": self.seed,
-            "idempotency_key": self.idempotency_key, "status": self.status,
-            "compliant": self.compliant, "picked": self.picked, "error": self.error,
+            "id": self.id,
+            "ordinal": self.ordinal,
+            "seed": self.seed,
+            "idempotency_key": self.idempotency_key,
+            "status": self.status,
+            "compliant": self.compliant,
+            "picked": self.picked,
+            "error": self.error,
             "assets": {"raw": self.raw, "final": self.final, "ext": self.ext},
             "compliance": self.compliance,
         }
@@ -54,8 +68,13 @@ def iteration_id(run_id: str, ordinal: int) -> str:
     return f"{run_id}-{ordinal}"
 
 
-def record_iterations(journal: Journal, run_id: str, outcomes: dict[str, Any],
-                      image_steps: list[str], final_steps: list[str]) -> list[Iteration]:
+def record_iterations(
+    journal: Journal,
+    run_id: str,
+    outcomes: dict[str, Any],
+    image_steps: list[str],
+    final_steps: list[str],
+) -> list[Iteration]:
     """Write one row per iteration of this run (finalised data wins over raw-only data)."""
     merged: dict[int, dict[str, Any]] = {}
     step_of: dict[int, str] = {}
@@ -71,28 +90,44 @@ def record_iterations(journal: Journal, run_id: str, outcomes: dict[str, Any],
     rows = []
     for ordinal, it in sorted(merged.items()):
         status = it.get("status", "failed")
-        rows.append({
-            "id": iteration_id(run_id, ordinal), "run_id": run_id, "step_id": step_of[ordinal],
-            "ordinal": ordinal, "seed": it.get("seed"), "idempotency_key": it.get("idempotency_key", ""),
-            "raw": it.get("raw"), "final": it.get("final"), "ext": it.get("ext"),
-            "compliant": None if "compliant" not in it else int(bool(it["compliant"])),
-            "compliance": dumps(it["compliance"]) if it.get("compliance") is not None else None,
-            "picked": 0, "status": "completed" if status == "completed" else "failed",
-            "error": it.get("error"), "metadata": dumps(it.get("metadata")) if it.get("metadata") else None,
-            "created_at": now,
-        })
+        rows.append(
+            {
+                "id": iteration_id(run_id, ordinal),
+                "run_id": run_id,
+                "step_id": step_of[ordinal],
+                "ordinal": ordinal,
+                "seed": it.get("seed"),
+                "idempotency_key": it.get("idempotency_key", ""),
+                "raw": it.get("raw"),
+                "final": it.get("final"),
+                "ext": it.get("ext"),
+                "compliant": None if "compliant" not in it else int(bool(it["compliant"])),
+                "compliance": dumps(it["compliance"]) if it.get("compliance") is not None else None,
+                "picked": 0,
+                "status": "completed" if status == "completed" else "failed",
+                "error": it.get("error"),
+                "metadata": dumps(it.get("metadata")) if it.get("metadata") else None,
+                "created_at": now,
+            }
+        )
     with journal.transaction() as conn:
         conn.execute("DELETE FROM iterations WHERE run_id=?", (run_id,))
         for row in rows:
             cols = ",".join(row)
-            conn.execute(f"INSERT INTO iterations ({cols}) VALUES ({','.join('?' for _ in row)})",
-                         list(row.values()))
+            conn.execute(
+                f"INSERT INTO iterations ({cols}) VALUES ({','.join('?' for _ in row)})",
+                list(row.values()),
+            )
     return [Iteration.from_row(r) for r in rows]
 
 
 def iterations_of(journal: Journal, run_id: str) -> list[Iteration]:
-    return [Iteration.from_row(r) for r in journal.query(
-        "SELECT * FROM iterations WHERE run_id=? ORDER BY ordinal", (run_id,))]
+    return [
+        Iteration.from_row(r)
+        for r in journal.query(
+            "SELECT * FROM iterations WHERE run_id=? ORDER BY ordinal", (run_id,)
+        )
+    ]
 
 
 def find_iteration(journal: Journal, ident: str) -> Iteration | None:
@@ -128,7 +163,8 @@ def pick(journal: Journal, run_id: str, which: str) -> Iteration:
         raise NotFound(f"run {run['id']} has no iteration '{which}' (ordinals: {known})")
     if target.status != "completed":
         raise UsageError(
-            f"iteration #{target.ordinal} is {target.status}" + (f": {target.error}" if target.error else ""),
+            f"iteration #{target.ordinal} is {target.status}"
+            + (f": {target.error}" if target.error else ""),
             hint=f"pick a completed one; see: runner runs show {run['id']}",
         )
     journal.conn.execute(

@@ -66,36 +66,49 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
         lines.append(f"Parent run {run['parent_run_id']}")
     ref = reference_of(run)
     if ref:
-        lines.append(f"Reference  {ref.get('sha256', '')[:12]}" + (
-            f"  (iteration {ref['iteration_id']})" if ref.get("iteration_id") else ""))
+        lines.append(
+            f"Reference  {ref.get('sha256', '')[:12]}"
+            + (f"  (iteration {ref['iteration_id']})" if ref.get("iteration_id") else "")
+        )
     if children:
         lines.append("Child runs " + ", ".join(children))
     return lines
 
 
 def table_lines(state: Any, its: list[Iteration]) -> list[str]:
-    lines = [f"{'#':>3}  {'status':<10} {'compliant':<9} {'seed':>6}  {'key':<12}  {'final':<60} pick"]
+    lines = [
+        f"{'#':>3}  {'status':<10} {'compliant':<9} {'seed':>6}  {'key':<12}  {'final':<60} pick"
+    ]
     for it in its:
         comp = "-" if it.compliant is None else (f"{TICK} yes" if it.compliant else f"{CROSS} no")
         path = final_path(state, it)
+        seed = "-" if it.seed is None else str(it.seed)
+        where = str(path) if path else "-"
+        star = STAR if it.picked else ""
         lines.append(
-            f"{it.ordinal:>3}  {it.status:<10} {comp:<9} {it.seed if it.seed is not None else '-':>6}  "
-            f"{it.idempotency_key[:12]:<12}  {str(path) if path else '-':<60} {STAR if it.picked else ''}"
+            f"{it.ordinal:>3}  {it.status:<10} {comp:<9} {seed:>6}  "
+            f"{it.idempotency_key[:12]:<12}  {where:<60} {star}"
         )
         if it.error:
             lines.append(f"     {it.error}")
     return lines
 
 
-def preview(state: Any, its: list[Iteration], stream: TextIO | None = None,
-            sheet_dir: Path | None = None) -> tuple[str, Path | None]:
+def preview(
+    state: Any, its: list[Iteration], stream: TextIO | None = None, sheet_dir: Path | None = None
+) -> tuple[str, Path | None]:
     """The terminal preview (grid or numbered table) and the contact sheet path, if written."""
     from ..imaging.preview import Tile, render_preview
 
     tiles = [
-        Tile.for_iteration(final_path(state, it) or Path("-"), ordinal=it.ordinal, picked=it.picked,
-                           compliant=it.compliant)
-        for it in its if it.final
+        Tile.for_iteration(
+            final_path(state, it) or Path("-"),
+            ordinal=it.ordinal,
+            picked=it.picked,
+            compliant=it.compliant,
+        )
+        for it in its
+        if it.final
     ]
     if not tiles:
         return "", None
@@ -116,7 +129,9 @@ def decision_lines(state: Any, run_id: str) -> list[str]:
     for d in rows:
         what = d.decision.value if d.decision else "pending"
         who = f" by {d.by}" if d.by else ""
-        when = time.strftime(" %Y-%m-%d %H:%M", time.localtime(d.decided_at)) if d.decided_at else ""
+        when = (
+            time.strftime(" %Y-%m-%d %H:%M", time.localtime(d.decided_at)) if d.decided_at else ""
+        )
         note = f": {d.comment}" if d.comment else ""
         extra = f" {d.input}" if d.input else ""
         lines.append(f"  {d.gate} round {d.round}: {what}{who}{when}{note}{extra}")
@@ -131,8 +146,11 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
     if its:
         lines.extend(table_lines(state, its))
     else:
-        return view.render_text() + "\n".join(decision_lines(state, view.run["id"])) + (
-            "\n" if decisions(state.journal, view.run["id"]) else "")
+        return (
+            view.render_text()
+            + "\n".join(decision_lines(state, view.run["id"]))
+            + ("\n" if decisions(state.journal, view.run["id"]) else "")
+        )
     out = "\n".join(lines) + "\n"
     if with_preview:
         sheet_dir = state.dir / "runs" / view.run["id"]

@@ -29,24 +29,46 @@ class Fault:
 
 
 FAULTS = [
-    Fault("429", Reply(429, {"error": {"message": "Rate limit reached for requests"}},
-                       headers={"Retry-After": "3"}),
-          True, "HTTP 429: Rate limit reached for requests"),
+    Fault(
+        "429",
+        Reply(
+            429,
+            {"error": {"message": "Rate limit reached for requests"}},
+            headers={"Retry-After": "3"},
+        ),
+        True,
+        "HTTP 429: Rate limit reached for requests",
+    ),
     Fault("500", Reply(500, {"error": "upstream exploded"}), True, "HTTP 500: upstream exploded"),
-    Fault("400", Reply(400, {"error": {"message": "Invalid value for size"}}), False,
-          "HTTP 400: Invalid value for size"),
-    Fault("slow", Reply(delay=TIMEOUT * 2, body={}), True,
-          f"no reply within {TIMEOUT} s (read timeout)"),
+    Fault(
+        "400",
+        Reply(400, {"error": {"message": "Invalid value for size"}}),
+        False,
+        "HTTP 400: Invalid value for size",
+    ),
+    Fault(
+        "slow",
+        Reply(delay=TIMEOUT * 2, body={}),
+        True,
+        f"no reply within {TIMEOUT} s (read timeout)",
+    ),
     Fault("malformed-json", Reply(body=b'{"data": ['), False, "malformed JSON reply"),
-    Fault("content-type", Reply(body=b"<html>oops</html>", content_type="text/html"), False,
-          "expected a JSON reply, got content type 'text/html'"),
+    Fault(
+        "content-type",
+        Reply(body=b"<html>oops</html>", content_type="text/html"),
+        False,
+        "expected a JSON reply, got content type 'text/html'",
+    ),
     Fault("connection-reset", Reply(drop=True), True, "connection failed"),
 ]
 
 
 def check_fault(
-    server: ProtocolServer, method: str, path: str,
-    call: Callable[[], Awaitable[Any]], fault: Fault,
+    server: ProtocolServer,
+    method: str,
+    path: str,
+    call: Callable[[], Awaitable[Any]],
+    fault: Fault,
 ) -> None:
     """Queue ``fault`` once on ``method path`` and check classification, retries and message."""
     server.queue(method, path, fault.reply)
@@ -58,9 +80,16 @@ def check_fault(
         slept.append(delay)
 
     def attempt(attempts: int) -> Any:
-        return asyncio.run(call_with_retries(
-            call, attempts=attempts, base_delay=0, cap=0, sleep=sleep,
-            on_retry=lambda _a, exc, _d: seen.append(exc)))
+        return asyncio.run(
+            call_with_retries(
+                call,
+                attempts=attempts,
+                base_delay=0,
+                cap=0,
+                sleep=sleep,
+                on_retry=lambda _a, exc, _d: seen.append(exc),
+            )
+        )
 
     if fault.transient:
         assert attempt(2) is not None

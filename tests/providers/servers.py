@@ -71,8 +71,13 @@ class Recorded:
         out = []
         for part in msg.iter_parts():
             payload = part.get_payload(decode=True)
-            out.append((str(part.get_param("name", header="content-disposition")),
-                        part.get_filename(), payload if isinstance(payload, bytes) else b""))
+            out.append(
+                (
+                    str(part.get_param("name", header="content-disposition")),
+                    part.get_filename(),
+                    payload if isinstance(payload, bytes) else b"",
+                )
+            )
         return out
 
 
@@ -131,17 +136,24 @@ class ProtocolServer:
             def _serve(self) -> None:
                 split = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
-                rec = Recorded(self.command, split.path, parse_qs(split.query),
-                               {k.lower(): v for k, v in self.headers.items()},
-                               self.rfile.read(length) if length else b"")
+                rec = Recorded(
+                    self.command,
+                    split.path,
+                    parse_qs(split.query),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length) if length else b"",
+                )
                 reply = server._answer(rec)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.drop:
                     self.close_connection = True
                     return
-                body = reply.body if isinstance(reply.body, bytes) else (
-                    json.dumps(reply.body).encode())
+                body = (
+                    reply.body
+                    if isinstance(reply.body, bytes)
+                    else (json.dumps(reply.body).encode())
+                )
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)
@@ -187,19 +199,24 @@ class OpenAIServer(ProtocolServer):
         self.route("POST", "/v1/images/generations", self._generate)
         self.route("POST", "/v1/images/edits", self._edit)
         self.route("POST", "/v1/chat/completions", self._chat)
-        self.route("GET", "/files/.*", lambda rec: Reply(body=png((1, 2, 3)),
-                                                          content_type="image/png"))
+        self.route(
+            "GET", "/files/.*", lambda rec: Reply(body=png((1, 2, 3)), content_type="image/png")
+        )
 
     def _generate(self, rec: Recorded) -> Reply:
         body = rec.json()
         if not body.get("prompt"):
-            return Reply(400, {"error": {"message": "prompt is required",
-                                         "type": "invalid_request_error"}})
+            return Reply(
+                400, {"error": {"message": "prompt is required", "type": "invalid_request_error"}}
+            )
         image = png(colour_of(body["prompt"]), _size(body["size"]))
-        return Reply(body={"created": 1, "data": [{"b64_json": b64(image),
-                                                   "revised_prompt": "revised " + body["prompt"]}],
-                           "usage": {"input_tokens": 7, "output_tokens": 100,
-                                     "total_tokens": 107}})
+        return Reply(
+            body={
+                "created": 1,
+                "data": [{"b64_json": b64(image), "revised_prompt": "revised " + body["prompt"]}],
+                "usage": {"input_tokens": 7, "output_tokens": 100, "total_tokens": 107},
+            }
+        )
 
     def _edit(self, rec: Recorded) -> Reply:
         parts = rec.parts()
@@ -215,10 +232,20 @@ class OpenAIServer(ProtocolServer):
         last = body["messages"][-1]["content"]
         text = last if isinstance(last, str) else last[0]["text"]
         content = json.dumps({"echo": text}) if "response_format" in body else f"echo: {text}"
-        return Reply(body={"id": "c1", "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
+        return Reply(
+            body={
+                "id": "c1",
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": content},
+                    }
+                ],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 3},
+            }
+        )
 
 
 class OllamaServer(ProtocolServer):
@@ -234,22 +261,43 @@ class OllamaServer(ProtocolServer):
         if body.get("model") == "missing":
             return Reply(404, {"error": "model 'missing' not found, try pulling it first"})
         last = body["messages"][-1]
-        content = json.dumps({"echo": last["content"]}) if body.get("format") else (
-            f"ollama says: {last['content']}")
-        return Reply(body={"model": body["model"], "done": True, "done_reason": "stop",
-                           "message": {"role": "assistant", "content": content},
-                           "prompt_eval_count": 21, "eval_count": 5})
+        content = (
+            json.dumps({"echo": last["content"]})
+            if body.get("format")
+            else (f"ollama says: {last['content']}")
+        )
+        return Reply(
+            body={
+                "model": body["model"],
+                "done": True,
+                "done_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+                "prompt_eval_count": 21,
+                "eval_count": 5,
+            }
+        )
 
     def _generate(self, rec: Recorded) -> Reply:
         body = rec.json()
         if str(body.get("model", "")).startswith("img"):
             image = png(colour_of(body["prompt"]), (body["width"], body["height"]))
             key = "images" if "multi" in body["model"] else "image"
-            return Reply(body={"model": body["model"], "done": True,
-                               key: [b64(image)] if key == "images" else b64(image)})
-        return Reply(body={"model": body["model"], "done": True,
-                           "response": f"generated: {body['prompt']}",
-                           "prompt_eval_count": 4, "eval_count": 2})
+            return Reply(
+                body={
+                    "model": body["model"],
+                    "done": True,
+                    key: [b64(image)] if key == "images" else b64(image),
+                }
+            )
+        return Reply(
+            body={
+                "model": body["model"],
+                "done": True,
+                "response": f"generated: {body['prompt']}",
+                "prompt_eval_count": 4,
+                "eval_count": 2,
+            }
+        )
 
 
 class A1111Server(ProtocolServer):
@@ -263,8 +311,9 @@ class A1111Server(ProtocolServer):
     def _make(self, rec: Recorded) -> Reply:
         body = rec.json()
         if rec.path.endswith("img2img") and not body.get("init_images"):
-            return Reply(422, {"detail": [{"loc": ["body", "init_images"],
-                                           "msg": "field required"}]})
+            return Reply(
+                422, {"detail": [{"loc": ["body", "init_images"], "msg": "field required"}]}
+            )
         seed = 4242 if body["seed"] == -1 else body["seed"]
         image = png(colour_of(f"{body['prompt']}/{seed}"), (body["width"], body["height"]))
         info = {"seed": seed, "all_seeds": [seed], "sd_model_name": "sdxl-test"}
@@ -287,12 +336,22 @@ class ComfyUIServer(ProtocolServer):
 
     def _prompt(self, rec: Recorded) -> Reply:
         graph = rec.json()["prompt"]
-        bad = {nid: {"errors": [{"message": "missing class_type"}], "class_type": None}
-               for nid, node in graph.items() if "class_type" not in node}
+        bad = {
+            nid: {"errors": [{"message": "missing class_type"}], "class_type": None}
+            for nid, node in graph.items()
+            if "class_type" not in node
+        }
         if bad:
-            return Reply(400, {"error": {"type": "invalid_prompt",
-                                         "message": "Cannot execute because a node is invalid"},
-                               "node_errors": bad})
+            return Reply(
+                400,
+                {
+                    "error": {
+                        "type": "invalid_prompt",
+                        "message": "Cannot execute because a node is invalid",
+                    },
+                    "node_errors": bad,
+                },
+            )
         pid = uuid.uuid4().hex
         self.prompts[pid] = graph
         return Reply(body={"prompt_id": pid, "number": len(self.prompts), "node_errors": {}})
@@ -302,11 +361,20 @@ class ComfyUIServer(ProtocolServer):
         self.polls[pid] = self.polls.get(pid, 0) + 1
         if pid not in self.prompts or self.polls[pid] <= self.pending_polls:
             return Reply(body={})
-        return Reply(body={pid: {
-            "outputs": {"9": {"images": [{"filename": f"{pid}.png", "subfolder": "",
-                                          "type": "output"}]}},
-            "status": {"status_str": "success", "completed": True, "messages": []},
-        }})
+        return Reply(
+            body={
+                pid: {
+                    "outputs": {
+                        "9": {
+                            "images": [
+                                {"filename": f"{pid}.png", "subfolder": "", "type": "output"}
+                            ]
+                        }
+                    },
+                    "status": {"status_str": "success", "completed": True, "messages": []},
+                }
+            }
+        )
 
     def _view(self, rec: Recorded) -> Reply:
         pid = rec.query["filename"][0].removesuffix(".png")

@@ -53,13 +53,27 @@ def make_env(
     root.mkdir(parents=True, exist_ok=True)
     path = write_config(root, config) if config is not None else None
     providers = Providers(load_config(path), environ=dict(environ or os.environ))
-    return StepEnv(root=root, state_dir=root / ".runner",
-                   objects=ObjectStore(root / ".runner" / "objects"), providers=providers)
+    return StepEnv(
+        root=root,
+        state_dir=root / ".runner",
+        objects=ObjectStore(root / ".runner" / "objects"),
+        providers=providers,
+    )
 
 
 def make_ctx(
-    env: StepEnv, ledger: MemoryLedger | None = None, *, run_id: str = "run-1",
-    feedback: list[str] | None = None, attempt: int = 1,
+    env: StepEnv,
+    ledger: MemoryLedger | None = None,
+    *,
+    run_id: str = "run-1",
+    feedback: list[str] | None = None,
+    attempt: int = 1,
 ) -> StepContext:
-    return StepContext(env=env, run_id=run_id, step_id="gen", attempt=attempt,
-                       feedback=list(feedback or []), ledger=ledger)
+    return StepContext(
+        env=env,
+        run_id=run_id,
+        step_id="gen",
+        attempt=attempt,
+        feedback=list(feedback or []),
+        ledger=ledger,
+    )

@@ -16,9 +16,19 @@ MAX_SECONDS = 1.0
 MAX_PEAK_BYTES = 100 * 1024 * 1024
 
 _WATCHING: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
-    "watching", default=None)
-_WATCHED_EVENTS = ("open", "os.system", "subprocess.Popen", "os.exec", "os.posix_spawn",
-                   "os.getenv", "os.putenv", "socket.connect", "shutil.copyfile")
+    "watching", default=None
+)
+_WATCHED_EVENTS = (
+    "open",
+    "os.system",
+    "subprocess.Popen",
+    "os.exec",
+    "os.posix_spawn",
+    "os.getenv",
+    "os.putenv",
+    "socket.connect",
+    "shutil.copyfile",
+)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:

@@ -21,8 +21,12 @@ def helper() -> None:
     """A function in the context: its code and globals must stay out of reach."""
 
 
-CONTEXT: dict[str, Any] = {"x": Thing(), "f": helper, "params": {"n": 3, "title": "t"},
-                           "text": "a b " * 10}
+CONTEXT: dict[str, Any] = {
+    "x": Thing(),
+    "f": helper,
+    "params": {"n": 3, "title": "t"},
+    "text": "a b " * 10,
+}
 
 HOSTILE: list[tuple[str, str]] = [
     # object-graph walks
@@ -80,8 +84,9 @@ HOSTILE: list[tuple[str, str]] = [
 
 
 @pytest.mark.parametrize(("source", "expected"), HOSTILE, ids=[s[:40] for s, _ in HOSTILE])
-def test_hostile_expression_is_refused(source: str, expected: str,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_expression_is_refused(
+    source: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RUNNER_TEST_SECRET", "s3cr3t-value")
 
     def go() -> None:
@@ -104,8 +109,15 @@ def test_left_associative_powers_stay_allowed_when_small() -> None:
 
 def test_environment_and_modules_are_out_of_reach(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNNER_TEST_SECRET", "s3cr3t-value")
-    for source in ("environ", "os.environ", "env.RUNNER_TEST_SECRET", "__import__('os')",
-                   "open('/etc/passwd')", "globals()", "__builtins__"):
+    for source in (
+        "environ",
+        "os.environ",
+        "env.RUNNER_TEST_SECRET",
+        "__import__('os')",
+        "open('/etc/passwd')",
+        "globals()",
+        "__builtins__",
+    ):
         outcome = attempt(lambda s=source: compile_expression(s).evaluate(CONTEXT))
         assert isinstance(outcome.error, ExpressionError), source
         assert "undefined" in outcome.error.message or "not available" in outcome.error.message

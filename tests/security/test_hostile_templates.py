@@ -11,22 +11,29 @@ from runner.expr import render_template, template_environment
 
 from .harness import MAX_PEAK_BYTES, MAX_SECONDS, attempt
 
-EXP_MACRO = ("{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}"
-             "{{ f(40) }}")
+EXP_MACRO = "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(40) }}"
 
 HOSTILE: list[tuple[str, str]] = [
-    ("{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}",
-     "over the limit of 100000 loop iterations and calls"),
-    ("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
-     "over the limit of 100000 loop iterations and calls"),
-    ("{% for a in range(100) %}{% for b in range(100) %}{% for c in range(100) %}"
-     "{{ a }}{% endfor %}{% endfor %}{% endfor %}", "over the limit of 100000"),
+    (
+        "{% for i in range(10000) %}{% for j in range(10000) %}x{% endfor %}{% endfor %}",
+        "over the limit of 100000 loop iterations and calls",
+    ),
+    (
+        "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}",
+        "over the limit of 100000 loop iterations and calls",
+    ),
+    (
+        "{% for a in range(100) %}{% for b in range(100) %}{% for c in range(100) %}"
+        "{{ a }}{% endfor %}{% endfor %}{% endfor %}",
+        "over the limit of 100000",
+    ),
     ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "nesting too deep"),
     (EXP_MACRO, "over the limit of 100000 loop iterations and calls"),
-    ("{% for i in range(10000) recursive %}{{ loop(range(10000)) }}{% endfor %}",
-     "refused"),
-    ("{% set x = 'a'*1000000 %}{% for i in range(10000) %}{{ x }}{% endfor %}",
-     "output over the limit of 16000000 characters"),
+    ("{% for i in range(10000) recursive %}{{ loop(range(10000)) }}{% endfor %}", "refused"),
+    (
+        "{% set x = 'a'*1000000 %}{% for i in range(10000) %}{{ x }}{% endfor %}",
+        "output over the limit of 16000000 characters",
+    ),
     ("{% set x = 'a'*4000000 %}{{ x ~ x ~ x ~ x ~ x }}", "over 16000000 characters"),
     ("{% include '../outside.txt' %}", "escapes the pipeline root"),
     ("{% include '/etc/passwd' %}", "is absolute"),
@@ -47,8 +54,10 @@ HOSTILE: list[tuple[str, str]] = [
     ("{{ f|attr('__code__') }}", "access to attribute '__code__'"),
     ("{{ '{0.__class__.__init__.__globals__}'.format(x) }}", "is unsafe"),
     ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "access to attribute '__class__'"),
-    ("{% set l = [] %}{% for i in range(3) %}{{ l.append(i) }}{% endfor %}",
-     "access to attribute 'append'"),
+    (
+        "{% set l = [] %}{% for i in range(3) %}{{ l.append(i) }}{% endfor %}",
+        "access to attribute 'append'",
+    ),
     ("{{ ('a\n' * 100000)|indent(1000) }}", "'indent' result would be too large"),
     ("{{ 'a'|wordwrap(1, wrapstring='x'*10**7) }}", "'wordwrap' result would be too large"),
     ("{{ 'x'|center(10**9) }}", "argument 1000000000 is over the limit"),
@@ -74,8 +83,9 @@ def helper() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), HOSTILE, ids=[t[:40] for t, _ in HOSTILE])
-def test_hostile_template_is_refused(text: str, expected: str, root: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_template_is_refused(
+    text: str, expected: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RUNNER_TEST_SECRET", "s3cr3t-value")
     env = template_environment(root)
     variables = {"x": object(), "f": helper, "name": "/etc/passwd", "who": "w"}
@@ -108,5 +118,7 @@ def test_a_template_name_outside_the_root_is_refused(root: Path) -> None:
 def test_data_that_looks_like_a_template_is_rendered_as_text(root: Path) -> None:
     reply = "{{ 7*7 }} ${{ params }} {% include '/etc/passwd' %} {{ self }}"
     env = template_environment(root)
-    assert render_template(env, text="Reply: {{ reply }}", variables={"reply": reply}) == \
-        f"Reply: {reply}"
+    assert (
+        render_template(env, text="Reply: {{ reply }}", variables={"reply": reply})
+        == f"Reply: {reply}"
+    )
