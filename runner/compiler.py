@@ -7,6 +7,7 @@ types, params and step ids, malformed expressions and rules, schema-invalid ``wi
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -162,6 +163,8 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
     data = doc.data
     root = doc.directory.resolve()
     if "root" in data:
+        if "\x00" in data["root"]:
+            raise InvalidPipeline("root contains a NUL byte", where=doc.where("root"))
         root = (doc.directory / data["root"]).resolve()
         if not root.is_dir():
             raise InvalidPipeline(
@@ -206,6 +209,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
             rulebook=rulebook,
         )
 
+    _link_files(compiled, root)
     order = _order(doc, compiled)
     limits_raw = data.get("limits") or {}
     limits = Limits(
@@ -464,6 +468,35 @@ def _check_refs(
                 raise err
             found.add(r.attr)
     return found
+
+
+def _link_files(steps: dict[str, CompiledStep], root: Path) -> None:
+    """A step that reads a file another step declares as its output depends on that step."""
+    producer: dict[str, str] = {}
+    for sid, step in steps.items():
+        if isinstance(step.args, dict):
+            for rel in step.type.produces(step.args):
+                producer.setdefault(os.path.normpath(rel), sid)
+    if not producer:
+        return
+    for sid, step in steps.items():
+        if not isinstance(step.args, dict):
+            continue
+        inputs = step.args.get("inputs")
+        if step.uses != "shell" or not isinstance(inputs, list):
+            reads = [] if not step.static_args else _static_reads(step, root)
+        else:
+            reads = [p for p in inputs if isinstance(p, str) and "${{" not in p]
+        extra = {producer[n] for n in map(os.path.normpath, reads) if n in producer} - {sid}
+        if extra - set(step.deps):
+            step.deps = tuple(sorted(set(step.deps) | extra))
+
+
+def _static_reads(step: CompiledStep, root: Path) -> list[str]:
+    try:
+        return list(step.type.reads(step.args, root=root))
+    except Exception:  # a file that does not exist yet: nothing to link by
+        return []
 
 
 def _order(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> list[str]:

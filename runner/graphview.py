@@ -17,7 +17,8 @@ def _by_phase(plan: Plan) -> list[tuple[str | None, list[str]]]:
 
 
 def _id(sid: str) -> str:
-    return "s_" + "".join(c if c.isalnum() else "_" for c in sid)
+    # Escape rather than replace, so `a-b` and `a_b` stay two nodes.
+    return "s_" + "".join(c if c.isalnum() else f"_{ord(c):x}_" for c in sid)
 
 
 def render_graph(plan: Plan, fmt: str) -> str:

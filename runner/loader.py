@@ -129,9 +129,15 @@ def _step_of(step: str | None, base: tuple[Any, ...], path: tuple[Any, ...]) -> 
     return step
 
 
-def _alternatives(err: ValidationError, where: Any, step: str | None, at: str,
-                  path: tuple[Any, ...], context: str, base: tuple[Any, ...]
-                  ) -> InvalidPipeline | None:
+def _alternatives(
+    err: ValidationError,
+    where: Any,
+    step: str | None,
+    at: str,
+    path: tuple[Any, ...],
+    context: str,
+    base: tuple[Any, ...],
+) -> InvalidPipeline | None:
     """A failed oneOf/anyOf: name the alternatives, or the error of the branch that fits best."""
     branches = err.validator_value if isinstance(err.validator_value, list) else []
     only_required = bool(branches) and all(
@@ -143,8 +149,9 @@ def _alternatives(err: ValidationError, where: Any, step: str | None, at: str,
         given = [k for k in keys if isinstance(err.instance, dict) and k in err.instance]
         if len(given) > 1:
             return InvalidPipeline(f"give only one of {names}{at}", where=where(path), step=step)
-        return InvalidPipeline(f"missing {names}{at} (one is required)", where=where(path),
-                               step=step)
+        return InvalidPipeline(
+            f"missing {names}{at} (one is required)", where=where(path), step=step
+        )
     leaves = list(err.context or [])
     # A branch that failed only on some deeper detail fits better than one of the wrong type.
     fitting = [e for e in leaves if e.validator != "type" or e.relative_path]
@@ -156,8 +163,12 @@ def _alternatives(err: ValidationError, where: Any, step: str | None, at: str,
                 if k not in kinds:
                     kinds.append(str(k))
         expected = " or ".join(kinds) or "another kind of value"
-        return InvalidPipeline(f"expected {expected}{at}, found {_describe(err.instance)}",
-                               where=where(path), step=step, hint=_schema_hint(err))
+        return InvalidPipeline(
+            f"expected {expected}{at}, found {_describe(err.instance)}",
+            where=where(path),
+            step=step,
+            hint=_schema_hint(err),
+        )
     best = max(fitting, key=lambda e: len(e.path))
     converted = _convert(best, where, step, context, base)
     hint = _schema_hint(err)
@@ -179,8 +190,12 @@ def _convert(
         # The instance is the offending key itself; point at the key, not the mapping.
         name = str(err.instance)
         rule = f"names here must match {schema['pattern']}" if "pattern" in schema else None
-        return InvalidPipeline(f"invalid name '{name}'{at}", where=where((*path, name), key=True),
-                               step=None if not base else step, hint=rule)
+        return InvalidPipeline(
+            f"invalid name '{name}'{at}",
+            where=where((*path, name), key=True),
+            step=None if not base else step,
+            hint=rule,
+        )
     if err.validator in ("oneOf", "anyOf"):
         return _alternatives(err, where, step, at, path, context, base)
     if err.validator == "additionalProperties":
@@ -203,14 +218,19 @@ def _convert(
         expected = err.validator_value
         if isinstance(expected, list):
             expected = " or ".join(expected)
-        return InvalidPipeline(f"expected {expected}{at}, found {_describe(err.instance)}",
-                               where=where(path), step=step)
+        return InvalidPipeline(
+            f"expected {expected}{at}, found {_describe(err.instance)}",
+            where=where(path),
+            step=step,
+        )
     if err.validator == "propertyNames":
         return None  # the failing name is reported by its own error (see above)
     if err.validator == "const":
         return InvalidPipeline(
             f"expected {err.validator_value!r}{at}, found {_describe(err.instance)}",
-            where=where(path), step=step, hint=description,
+            where=where(path),
+            step=step,
+            hint=description,
         )
     if err.validator == "enum":
         options = list(err.validator_value) if isinstance(err.validator_value, list) else []
@@ -220,26 +240,34 @@ def _convert(
             hint = did_you_mean(err.instance, [str(v) for v in options])
         return InvalidPipeline(
             f"expected one of {choices}{at}, found {_describe(err.instance)}",
-            where=where(path), step=step, hint=hint,
+            where=where(path),
+            step=step,
+            hint=hint,
         )
     if err.validator == "pattern":
         return InvalidPipeline(
-            f"invalid value{at}: {_describe(err.instance)}", where=where(path), step=step,
+            f"invalid value{at}: {_describe(err.instance)}",
+            where=where(path),
+            step=step,
             hint=description or f"it must match {err.validator_value}",
         )
     if err.validator in _BOUNDS:
         return InvalidPipeline(
             f"'{label or 'value'}' must be {_BOUNDS[err.validator]} {err.validator_value}, "
             f"found {_describe(err.instance)}",
-            where=where(path), step=step,
+            where=where(path),
+            step=step,
         )
     if err.validator in ("minProperties", "minItems") and err.validator_value == 1:
-        return InvalidPipeline(f"'{label or 'value'}' must not be empty", where=where(path),
-                               step=step, hint=description)
+        return InvalidPipeline(
+            f"'{label or 'value'}' must not be empty",
+            where=where(path),
+            step=step,
+            hint=description,
+        )
     if err.validator == "uniqueItems" and isinstance(err.instance, list):
         index, dup = _first_repeat(err.instance)
-        return InvalidPipeline(f"'{dup}' appears twice{at}", where=where((*path, index)),
-                               step=step)
+        return InvalidPipeline(f"'{dup}' appears twice{at}", where=where((*path, index)), step=step)
     message = err.message
     if len(message) > 200:
         message = message[:199] + "…"
@@ -332,7 +360,8 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
     for key, raw in overrides.items():
         if key not in decls:
             hint = did_you_mean(key, decls) or (
-                "declared params: " + ", ".join(sorted(decls)) if decls
+                "declared params: " + ", ".join(sorted(decls))
+                if decls
                 else "the pipeline declares no params"
             )
             where = doc.where("params", key=True) if decls else doc.where()
@@ -341,15 +370,19 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
         value = _parse_override(raw, decl["type"])
         problem = _param_problem(key, value, decl)
         if problem:
-            raise UsageError(f"{problem} (from -p {key}={raw})",
-                             where=doc.where("params", key, key=True))
+            raise UsageError(
+                f"{problem} (from -p {key}={raw})", where=doc.where("params", key, key=True)
+            )
         values[key] = value
     for key, decl in decls.items():
         if key in values:
             continue
         if "default" not in decl:
-            raise UsageError(f"param '{key}' is required", where=doc.where("params", key, key=True),
-                             hint=f"pass it with -p {key}=VALUE")
+            raise UsageError(
+                f"param '{key}' is required",
+                where=doc.where("params", key, key=True),
+                hint=f"pass it with -p {key}=VALUE",
+            )
         problem = _param_problem(key, decl["default"], decl)
         if problem:
             raise InvalidPipeline(problem, where=doc.where("params", key, "default"))
@@ -382,8 +415,9 @@ def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> N
     try:
         Draft202012Validator.check_schema(param_schema(decl))
     except SchemaError as exc:
-        raise InvalidPipeline(f"param '{key}': invalid declaration: {exc.message}",
-                              where=doc.where("params", key)) from None
+        raise InvalidPipeline(
+            f"param '{key}': invalid declaration: {exc.message}", where=doc.where("params", key)
+        ) from None
 
 
 def _param_problem(key: str, value: Any, decl: Mapping[str, Any]) -> str | None:

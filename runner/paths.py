@@ -18,6 +18,8 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
     text = os.fspath(rel)
     if not text:
         raise InvalidPipeline("empty path", where=where)
+    if "\x00" in text:
+        raise InvalidPipeline(f"path {text!r} contains a NUL byte", where=where)
     if os.path.isabs(text):
         raise InvalidPipeline(
             f"path '{text}' is absolute; pipeline paths are relative to {root}", where=where

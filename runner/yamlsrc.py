@@ -71,8 +71,10 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
                 )
             key = _construct(key_node, (*path, "<key>"), src, depth + 1)
             if not isinstance(key, Hashable) or isinstance(key, (list, dict)):
-                raise InvalidPipeline("a mapping key must be a plain value",
-                                      where=Location(src.file, *_mark(key_node)))
+                raise InvalidPipeline(
+                    "a mapping key must be a plain value",
+                    where=Location(src.file, *_mark(key_node)),
+                )
             if key in out:
                 first = src.keys.get((*path, key))
                 where_first = f" (first at line {first[0]})" if first else ""

@@ -287,3 +287,26 @@ def test_when_false_skips_and_when_error_fails(project: Project) -> None:
     assert reason.startswith("when: ") and "missing" in reason
     doc = project.apply("-p", "go=true")
     assert statuses(doc)["maybe"] == "ran" and statuses(doc)["after"] == "ran"
+
+
+def test_reading_another_steps_output_orders_the_steps(project: Project) -> None:
+    # `late` is listed first and names no `needs`: its input is `early`'s declared output.
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: files
+        steps:
+          late:
+            uses: shell
+            with: {run: "cat mid.txt > final.txt", inputs: [mid.txt], outputs: [final.txt]}
+          early:
+            uses: shell
+            with: {run: "sleep 0.2 && echo made > mid.txt", outputs: [mid.txt]}
+    """,
+    )
+    doc = project.apply()
+    assert doc["_exit"] == 0, doc
+    assert (project.root / "final.txt").read_text() == "made\n"
+    graph = project.cli("graph", "pipeline.yaml", "--json").json
+    assert ["early", "late"] in graph["edges"]

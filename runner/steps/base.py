@@ -130,6 +130,11 @@ class StepType:
         """
         return []
 
+    def produces(self, args: Mapping[str, Any]) -> list[str]:
+        """Workspace files (relative to root) this step writes; a step that reads one of them
+        runs after it even without `needs`."""
+        return []
+
     def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
         """Anything else that can change the output (e.g. a provider profile)."""
         return {}

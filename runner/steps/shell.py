@@ -93,6 +93,9 @@ class ShellStep(StepType):
                 elif not isinstance(rel, str):
                     raise invalid(f"{field}[{i}] must be a path", where)
 
+    def produces(self, args: Mapping[str, Any]) -> list[str]:
+        return [p for p in args.get("outputs") or [] if isinstance(p, str) and "${{" not in p]
+
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         for rel in args.get("inputs") or []:
             inside(root, rel)

@@ -60,11 +60,14 @@ class TemplateStep(StepType):
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         name = args.get("template")
+        text = args.get("text")
+        env = environment_for(root)
+        label: str
         if isinstance(name, str) and "${{" not in name:
             path = inside(root, name, where=where)
             if not path.is_file():
                 raise invalid(f"template file not found: {name}", where)
-            env = environment_for(root)
+            label = name
             try:
                 needed = _needed_variables(env, str(path))
             except Exception as exc:
@@ -73,16 +76,24 @@ class TemplateStep(StepType):
                 raise TemplateError(
                     f"template syntax error: {msg}", where=Location(name, lineno, 1)
                 ) from None
-            variables = args.get("vars")
-            if isinstance(variables, dict):
-                missing = needed - set(variables) - {"feedback", "attempt"}
-                if missing:
-                    raise TemplateError(
-                        f"template {name} uses {', '.join(sorted(missing))} "
-                        "but `vars:` does not give "
-                        + ("it" if len(missing) == 1 else "them"),
-                        where=where,
-                    )
+        elif isinstance(text, str) and "${{" not in text:
+            label = "text"
+            try:
+                needed = frozenset(ex.template_variables(env, text))
+            except Exception as exc:
+                msg = getattr(exc, "message", None) or str(exc)
+                raise TemplateError(f"inline template syntax error: {msg}", where=where) from None
+        else:
+            return
+        variables = args.get("vars") if "vars" in args else {}
+        if isinstance(variables, dict):
+            missing = needed - set(variables) - {"feedback", "attempt"}
+            if missing:
+                raise TemplateError(
+                    f"template {label} uses {', '.join(sorted(missing))} "
+                    "but `vars:` does not give " + ("it" if len(missing) == 1 else "them"),
+                    where=where,
+                )
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         name = args.get("template")

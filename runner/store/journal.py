@@ -162,8 +162,15 @@ def _m4_gates_cancel(db: Any) -> None:
 def _m5_overrides(db: Any) -> None:
     db["overrides"].create(
         {
-            "id": int, "pipeline": str, "step_id": str, "element": int, "contract": str,
-            "output": str, "status": str, "reason": str, "created_at": float,
+            "id": int,
+            "pipeline": str,
+            "step_id": str,
+            "element": int,
+            "contract": str,
+            "output": str,
+            "status": str,
+            "reason": str,
+            "created_at": float,
         },
         pk="id",
     )
@@ -172,7 +179,11 @@ def _m5_overrides(db: Any) -> None:
 
 
 MIGRATIONS: list[Migration] = [
-    _m1_core, _m2_iterations, _m3_decisions, _m4_gates_cancel, _m5_overrides,
+    _m1_core,
+    _m2_iterations,
+    _m3_decisions,
+    _m4_gates_cancel,
+    _m5_overrides,
 ]
 
 

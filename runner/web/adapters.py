@@ -39,11 +39,18 @@ def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> 
     its = [it] if it is not None else iterations_of(state.journal, run["id"])
     completed = [i for i in its if i.status == "completed"]
     if not completed:
-        raise UsageError(f"run {run['id']} has no completed iteration to export",
-                         hint=f"see: runner runs show {run['id']}")
+        raise UsageError(
+            f"run {run['id']} has no completed iteration to export",
+            hint=f"see: runner runs show {run['id']}",
+        )
     files = copy_finals(state, completed, cwd / dest_text, run["item"] or run["pipeline"], raw=raw)
-    return {"run_id": run["id"], "iteration_id": it.id if it else None, "raw": raw,
-            "files": [str(f) for f in files], "exit_code": 0}
+    return {
+        "run_id": run["id"],
+        "iteration_id": it.id if it else None,
+        "raw": raw,
+        "files": [str(f) for f in files],
+        "exit_code": 0,
+    }
 
 
 def _iteration_ident(state: State, run: Mapping[str, Any], which: str) -> str:
@@ -103,8 +110,9 @@ def _child_n(body: Mapping[str, Any]) -> int:
     return n
 
 
-def iterate(state_dir: Path, state: State, run_id: str, body: Mapping[str, Any],
-            jobs: Jobs) -> dict[str, Any]:
+def iterate(
+    state_dir: Path, state: State, run_id: str, body: Mapping[str, Any], jobs: Jobs
+) -> dict[str, Any]:
     """`runner iterate`: start a child run refining an iteration (or the picked one).
 
     With ``wait`` the child runs to the end and the result is what ``runner iterate --json``
@@ -125,12 +133,20 @@ def iterate(state_dir: Path, state: State, run_id: str, body: Mapping[str, Any],
     # The journal keeps the file as `apply` was given it (maybe relative to another cwd).
     parent = {**parent, "pipeline_file": str(pipeline_file(state, parent))}
     plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=variables)
-    options = ApplyOptions(kind="iterate", parent_run_id=parent["id"], item=parent["item"],
-                           reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
-                           run_id=new_run_id())
+    options = ApplyOptions(
+        kind="iterate",
+        parent_run_id=parent["id"],
+        item=parent["item"],
+        reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
+        run_id=new_run_id(),
+    )
     job = Job(options.run_id or "", threading.Thread(target=lambda: None))
-    job.thread = threading.Thread(target=_run_child, args=(state_dir, plan, options, job),
-                                  name=f"runner-iterate-{job.run_id}", daemon=True)
+    job.thread = threading.Thread(
+        target=_run_child,
+        args=(state_dir, plan, options, job),
+        name=f"runner-iterate-{job.run_id}",
+        daemon=True,
+    )
     jobs.add(job)
     job.thread.start()
     if body_bool(body, "wait"):
@@ -141,8 +157,13 @@ def iterate(state_dir: Path, state: State, run_id: str, body: Mapping[str, Any],
         raise job.error
     if job.result:
         return job.result
-    return {"run_id": job.run_id, "parent_run_id": parent["id"], "iteration_id": it.id,
-            "status": "running", "exit_code": 0}
+    return {
+        "run_id": job.run_id,
+        "parent_run_id": parent["id"],
+        "iteration_id": it.id,
+        "status": "running",
+        "exit_code": 0,
+    }
 
 
 def _run_child(state_dir: Path, plan: Any, options: Any, job: Job) -> None:

@@ -37,8 +37,9 @@ def settings(request: Request) -> Settings:
     return value
 
 
-async def in_state(request: Request, fn: Callable[..., Any], *args: Any,
-                    readonly: bool = True) -> Any:
+async def in_state(
+    request: Request, fn: Callable[..., Any], *args: Any, readonly: bool = True
+) -> Any:
     """Run ``fn(state, *args)`` in a worker thread with the state directory opened."""
     cfg = settings(request)
 
@@ -93,10 +94,16 @@ async def _body(request: Request) -> dict[str, Any]:
 
 async def list_runs(request: Request) -> Response:
     doc = await in_state(
-        request, lambda s: service.list_runs(
-            s, pipeline=_text(request, "pipeline"), status=_text(request, "status"),
-            item=_text(request, "item"), awaiting=_flag(request, "awaiting"),
-            limit=_int(request, "limit", 50, 1, 1000)))
+        request,
+        lambda s: service.list_runs(
+            s,
+            pipeline=_text(request, "pipeline"),
+            status=_text(request, "status"),
+            item=_text(request, "item"),
+            awaiting=_flag(request, "awaiting"),
+            limit=_int(request, "limit", 50, 1, 1000),
+        ),
+    )
     return JSONResponse(doc)
 
 
@@ -117,9 +124,11 @@ async def run_events(request: Request) -> Response:
         return JSONResponse(await in_state(request, service.events, run_id, after))
     exact = await in_state(request, lambda s: s.journal.get_run(run_id)["id"])
     cfg = settings(request)
-    return StreamingResponse(event_stream(cfg.state_dir, exact, after, cfg.jobs),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        event_stream(cfg.state_dir, exact, after, cfg.jobs),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 async def steps(request: Request) -> Response:
@@ -139,8 +148,11 @@ async def image(request: Request) -> Response:
 
     ext = sniff_ext(path)
     media = {"jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp"}
-    return FileResponse(path, media_type=media.get(ext, "application/octet-stream"),
-                        headers={"Cache-Control": "private, max-age=31536000, immutable"})
+    return FileResponse(
+        path,
+        media_type=media.get(ext, "application/octet-stream"),
+        headers={"Cache-Control": "private, max-age=31536000, immutable"},
+    )
 
 
 async def pick(request: Request) -> Response:
@@ -152,23 +164,32 @@ async def pick(request: Request) -> Response:
 async def export(request: Request) -> Response:
     body = await _body(request)
     cwd = settings(request).cwd
-    doc = await in_state(request, lambda s: adapters.export(
-        s, request.path_params["run_id"], body, cwd=cwd))
+    doc = await in_state(
+        request, lambda s: adapters.export(s, request.path_params["run_id"], body, cwd=cwd)
+    )
     return JSONResponse(doc)
 
 
 async def iterate(request: Request) -> Response:
     body = await _body(request)
     cfg = settings(request)
-    doc = await in_state(request, lambda s: adapters.iterate(
-        cfg.state_dir, s, request.path_params["run_id"], body, cfg.jobs))
+    doc = await in_state(
+        request,
+        lambda s: adapters.iterate(cfg.state_dir, s, request.path_params["run_id"], body, cfg.jobs),
+    )
     return JSONResponse(doc, status_code=202 if doc.get("status") == "running" else 200)
 
 
 async def decide(request: Request) -> Response:
     body = await _body(request)
-    doc = await in_state(request, service.decide, request.path_params["run_id"],
-                          request.path_params["gate"], body, readonly=False)
+    doc = await in_state(
+        request,
+        service.decide,
+        request.path_params["run_id"],
+        request.path_params["gate"],
+        body,
+        readonly=False,
+    )
     return JSONResponse(doc)
 
 

@@ -71,8 +71,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(error, exc.status_code, as_html=_wants_html(request.url.path))
 
 
-def create_app(state_dir: Path, token: str, *, bind_host: str = "127.0.0.1",
-               extra_hosts: Iterable[str] = (), cwd: Path | None = None) -> Starlette:
+def create_app(
+    state_dir: Path,
+    token: str,
+    *,
+    bind_host: str = "127.0.0.1",
+    extra_hosts: Iterable[str] = (),
+    cwd: Path | None = None,
+) -> Starlette:
     """The web app over ``state_dir``; POSTs need ``token``. ``extra_hosts`` are more Host
     names to answer to (tests use "testserver"). Export folders are relative to ``cwd``."""
     jobs = Jobs()
@@ -83,14 +89,24 @@ def create_app(state_dir: Path, token: str, *, bind_host: str = "127.0.0.1",
         jobs.join_all(JOB_GRACE_S)  # a child run started from the page finishes recording
 
     app = Starlette(
-        routes=[*api.ROUTES, *pages.ROUTES,
-                Mount("/static", app=StaticFiles(directory=STATIC), name="static")],
-        exception_handlers={RunnerError: _runner_error, Conflict: _conflict,
-                            HTTPException: _http_error},
+        routes=[
+            *api.ROUTES,
+            *pages.ROUTES,
+            Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        ],
+        exception_handlers={
+            RunnerError: _runner_error,
+            Conflict: _conflict,
+            HTTPException: _http_error,
+        },
         lifespan=lifespan,
     )
     guard = Guard.for_bind(token, bind_host, extra_hosts)
-    app.state.runner = api.Settings(state_dir=Path(state_dir).resolve(), guard=guard, jobs=jobs,
-                                    cwd=(cwd or Path.cwd()).resolve())
+    app.state.runner = api.Settings(
+        state_dir=Path(state_dir).resolve(),
+        guard=guard,
+        jobs=jobs,
+        cwd=(cwd or Path.cwd()).resolve(),
+    )
     app.add_middleware(GuardMiddleware, guard=guard)
     return app

@@ -33,34 +33,51 @@ def _pretty(value: Any) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                             autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(when=_when, seconds=_seconds, pretty=_pretty)
     return env
 
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
     cfg = api.settings(request)
-    html = environment().get_template(name).render(
-        token=cfg.guard.token, state_dir=str(cfg.state_dir), path=request.url.path, **context)
+    html = (
+        environment()
+        .get_template(name)
+        .render(
+            token=cfg.guard.token, state_dir=str(cfg.state_dir), path=request.url.path, **context
+        )
+    )
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 
 async def runs_page(request: Request) -> Response:
     filters = {k: request.query_params.get(k, "") for k in ("pipeline", "item", "status")}
     awaiting = request.query_params.get("awaiting", "") in ("1", "true", "on", "yes")
-    doc = await api.in_state(request, lambda s: service.list_runs(
-        s, pipeline=filters["pipeline"] or None, status=filters["status"] or None,
-        item=filters["item"] or None, awaiting=awaiting, limit=200))
+    doc = await api.in_state(
+        request,
+        lambda s: service.list_runs(
+            s,
+            pipeline=filters["pipeline"] or None,
+            status=filters["status"] or None,
+            item=filters["item"] or None,
+            awaiting=awaiting,
+            limit=200,
+        ),
+    )
     return render(request, "runs.html", runs=doc["runs"], filters=filters, awaiting=awaiting)
 
 
 async def run_page(request: Request) -> Response:
     doc = await api.in_state(request, service.run_document, request.path_params["run_id"])
     pending = [d for d in doc["decisions"] if d["status"] == "pending"]
-    return render(request, "run.html", doc=doc, run=doc["run"], pending=pending,
-                  iterations=doc["iterations"])
+    return render(
+        request, "run.html", doc=doc, run=doc["run"], pending=pending, iterations=doc["iterations"]
+    )
 
 
 async def steps_page(request: Request) -> Response:

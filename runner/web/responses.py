@@ -31,14 +31,17 @@ def error_body(exc: RunnerError) -> dict[str, object]:
     return {"error": exc.to_json(), "exit_code": exc.exit_code}
 
 
-def error_response(exc: RunnerError, status: int | None = None, *,
-                   as_html: bool = False) -> Response:
+def error_response(
+    exc: RunnerError, status: int | None = None, *, as_html: bool = False
+) -> Response:
     code = status or status_for(exc)
     if as_html:
         hint = f"<p class='hint'>hint: {html.escape(exc.hint)}</p>" if exc.hint else ""
-        page = (f"<!doctype html><meta charset='utf-8'><title>{code} - runner</title>"
-                f"<link rel='stylesheet' href='/static/app.css'>"
-                f"<main><h1>{code}</h1><p class='error'>error: {html.escape(exc.message)}</p>"
-                f"{hint}<p><a href='/'>all runs</a></p></main>")
+        page = (
+            f"<!doctype html><meta charset='utf-8'><title>{code} - runner</title>"
+            f"<link rel='stylesheet' href='/static/app.css'>"
+            f"<main><h1>{code}</h1><p class='error'>error: {html.escape(exc.message)}</p>"
+            f"{hint}<p><a href='/'>all runs</a></p></main>"
+        )
         return HTMLResponse(page, status_code=code)
     return JSONResponse(error_body(exc), status_code=code)

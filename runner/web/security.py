@@ -61,8 +61,10 @@ class Guard:
     def check_host(self, host_header: str | None) -> None:
         """Raises Forbidden unless the Host header names this server."""
         if _hostname(host_header or "") not in self.hosts:
-            raise Forbidden(f"host '{host_header}' is not served here",
-                            hint="open the address `runner serve` printed")
+            raise Forbidden(
+                f"host '{host_header}' is not served here",
+                hint="open the address `runner serve` printed",
+            )
 
     def check_change(self, method: str, headers: dict[str, str]) -> None:
         """Raises Forbidden for a state-changing request without the token or from elsewhere."""
@@ -74,13 +76,20 @@ class Guard:
                 parts = urlsplit(origin)
             except ValueError:
                 parts = urlsplit("")
-            if parts.scheme not in ("http", "https") or parts.netloc != headers.get("host") \
-                    or _hostname(parts.netloc) not in self.hosts:
-                raise Forbidden(f"requests from origin '{origin}' are refused",
-                                hint="use the page `runner serve` serves")
+            if (
+                parts.scheme not in ("http", "https")
+                or parts.netloc != headers.get("host")
+                or _hostname(parts.netloc) not in self.hosts
+            ):
+                raise Forbidden(
+                    f"requests from origin '{origin}' are refused",
+                    hint="use the page `runner serve` serves",
+                )
         if headers.get("sec-fetch-site") == "cross-site":
             raise Forbidden("cross-site requests are refused")
         given = headers.get(TOKEN_HEADER, "")
         if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
-            raise Forbidden("missing or wrong session token",
-                            hint=f"send the token `runner serve` printed as {TOKEN_HEADER}")
+            raise Forbidden(
+                "missing or wrong session token",
+                hint=f"send the token `runner serve` printed as {TOKEN_HEADER}",
+            )

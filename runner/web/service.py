@@ -22,8 +22,15 @@ RUN_KEYS = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code
 NO_PHASE = ""
 Layout = tuple[str, str, str]  # (step id, phase, uses)
 PENDING: dict[str, Any] = {
-    "status": "pending", "elements": None, "element_statuses": None, "started_at": None,
-    "finished_at": None, "duration_s": None, "attempts": 0, "error": None, "why": None,
+    "status": "pending",
+    "elements": None,
+    "element_statuses": None,
+    "started_at": None,
+    "finished_at": None,
+    "duration_s": None,
+    "attempts": 0,
+    "error": None,
+    "why": None,
     "output": None,
 }
 
@@ -49,11 +56,19 @@ def opened(state_dir: Path, *, readonly: bool = True) -> Iterator[State]:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def list_runs(state: State, *, pipeline: str | None, status: str | None, item: str | None,
-              awaiting: bool, limit: int) -> dict[str, Any]:
+def list_runs(
+    state: State,
+    *,
+    pipeline: str | None,
+    status: str | None,
+    item: str | None,
+    awaiting: bool,
+    limit: int,
+) -> dict[str, Any]:
     """`runner runs list --json` (with the same filters)."""
-    rows = state.journal.list_runs(pipeline=pipeline, item=item, limit=limit,
-                                   status="awaiting_human" if awaiting else status)
+    rows = state.journal.list_runs(
+        pipeline=pipeline, item=item, limit=limit, status="awaiting_human" if awaiting else status
+    )
     return {"runs": [{k: r[k] for k in RUN_KEYS} for r in rows], "exit_code": 0}
 
 
@@ -68,7 +83,8 @@ def run_document(state: State, run_id: str) -> dict[str, Any]:
     doc["phases"] = step_groups(state, run)
     doc["decisions"] = [r.to_json() for r in decisions(state.journal, run["id"])]
     row = state.journal.conn.execute(
-        "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)).fetchone()
+        "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)
+    ).fetchone()
     doc["last_event"] = int(row[0] or 0)
     doc["exit_code"] = 0
     return doc
@@ -79,8 +95,11 @@ def events(state: State, run_id: str, after: int) -> dict[str, Any]:
     from ..engine.runctl import event_json
 
     rid = state.journal.get_run(run_id)["id"]
-    return {"run_id": rid, "events": [event_json(r) for r in state.journal.events(rid, after)],
-            "exit_code": 0}
+    return {
+        "run_id": rid,
+        "events": [event_json(r) for r in state.journal.events(rid, after)],
+        "exit_code": 0,
+    }
 
 
 def step_types() -> dict[str, Any]:
@@ -93,8 +112,15 @@ def step_types() -> dict[str, Any]:
         t = reg.get(name)
         if t is None:
             continue
-        out.append({"name": name, "version": t.version, "description": t.description,
-                    "requires_check": t.requires_check, "schema": t.schema})
+        out.append(
+            {
+                "name": name,
+                "version": t.version,
+                "description": t.description,
+                "requires_check": t.requires_check,
+                "schema": t.schema,
+            }
+        )
     return {"steps": out, "exit_code": 0}
 
 
@@ -102,9 +128,13 @@ def providers() -> dict[str, Any]:
     """`runner providers --json`."""
     from ..providers.registry import list_providers
 
-    return {"providers": [{"name": i.name, "version": i.version,
-                           "capabilities": i.capabilities.to_json()} for i in list_providers()],
-            "exit_code": 0}
+    return {
+        "providers": [
+            {"name": i.name, "version": i.version, "capabilities": i.capabilities.to_json()}
+            for i in list_providers()
+        ],
+        "exit_code": 0,
+    }
 
 
 def image_object(state: State, digest: str) -> Path | None:
@@ -114,8 +144,9 @@ def image_object(state: State, digest: str) -> Path | None:
     """
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         return None
-    rows = state.journal.query("SELECT 1 FROM iterations WHERE raw=? OR final=? LIMIT 1",
-                               (digest, digest))
+    rows = state.journal.query(
+        "SELECT 1 FROM iterations WHERE raw=? OR final=? LIMIT 1", (digest, digest)
+    )
     if not rows or not state.objects.has(digest):
         return None
     path: Path = state.objects.path(digest)
@@ -131,8 +162,9 @@ def _layout(path: str, mtime_ns: int, params: str) -> tuple[tuple[str, ...], tup
     from ..compiler import compile_pipeline
 
     plan = compile_pipeline(Path(path), params=json.loads(params))
-    steps = tuple((sid, plan.steps[sid].phase or NO_PHASE, plan.steps[sid].uses)
-                  for sid in plan.order)
+    steps = tuple(
+        (sid, plan.steps[sid].phase or NO_PHASE, plan.steps[sid].uses) for sid in plan.order
+    )
     return tuple(plan.phases), steps
 
 
@@ -146,8 +178,9 @@ def pipeline_file(state: State, run: Mapping[str, Any]) -> Path:
     return beside if beside.is_file() else path
 
 
-def pipeline_layout(state: State, run: Mapping[str, Any]
-                    ) -> tuple[list[str], list[Layout], str | None]:
+def pipeline_layout(
+    state: State, run: Mapping[str, Any]
+) -> tuple[list[str], list[Layout], str | None]:
     """(phases, [(step, phase, uses)], error) of the pipeline a run was started from."""
     path = pipeline_file(state, run)
     try:
@@ -156,8 +189,9 @@ def pipeline_layout(state: State, run: Mapping[str, Any]
         return [], [], f"pipeline file {path} is not readable"
     params = run["params"] if isinstance(run["params"], dict) else (loads(run["params"]) or {})
     try:
-        phases, steps = _layout(str(path.resolve()), stat.st_mtime_ns,
-                                json.dumps(params, sort_keys=True))
+        phases, steps = _layout(
+            str(path.resolve()), stat.st_mtime_ns, json.dumps(params, sort_keys=True)
+        )
     except RunnerError as exc:
         return [], [], exc.message
     return list(phases), list(steps), None
@@ -177,8 +211,9 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "status": statuses[0] if len(statuses) == 1 else "mixed",
         "elements": None if single else len(last),
-        "element_statuses": None if single else {s: sum(r["status"] == s for r in last)
-                                                  for s in statuses},
+        "element_statuses": None
+        if single
+        else {s: sum(r["status"] == s for r in last) for s in statuses},
         "started_at": min(started) if started else None,
         "finished_at": max(finished) if finished else None,
         "duration_s": sum(r["duration_s"] or 0.0 for r in last) if last else None,
@@ -214,8 +249,9 @@ def step_groups(state: State, run: Mapping[str, Any]) -> list[dict[str, Any]]:
 # -- request bodies -----------------------------------------------------------------------------
 
 
-def body_str(body: Mapping[str, Any], key: str, *, default: str | None = None,
-             required: bool = False) -> str | None:
+def body_str(
+    body: Mapping[str, Any], key: str, *, default: str | None = None, required: bool = False
+) -> str | None:
     value = body.get(key, default)
     if value is None:
         if required:
@@ -266,9 +302,16 @@ def decide(state: State, run_id: str, gate: str, body: Mapping[str, Any]) -> dic
         raise UsageError(f"decision must be one of approve, reject, revise (got '{raw}')") from None
     values = body_object(body, "input")
     try:
-        row = record_decision(state.journal, state.objects, run_id, gate, decision, input=values,
-                              by=body_str(body, "by") or None,
-                              comment=body_str(body, "comment") or None)
+        row = record_decision(
+            state.journal,
+            state.objects,
+            run_id,
+            gate,
+            decision,
+            input=values,
+            by=body_str(body, "by") or None,
+            comment=body_str(body, "comment") or None,
+        )
     except UsageError as exc:  # not waiting, or already decided: the run's state, not the request
         raise Conflict(exc) from None
     return {"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0}

@@ -31,8 +31,9 @@ def frame(data: object, *, event: str | None = None, ident: int | None = None) -
     return head + "data: " + json.dumps(data, ensure_ascii=False, default=str) + "\n\n"
 
 
-async def event_stream(state_dir: Path, run_id: str, after: int, jobs: Jobs,
-                       poll_s: float = POLL_S) -> AsyncIterator[str]:
+async def event_stream(
+    state_dir: Path, run_id: str, after: int, jobs: Jobs, poll_s: float = POLL_S
+) -> AsyncIterator[str]:
     """SSE frames for run ``run_id`` (an exact id; resolve prefixes before) after seq ``after``."""
     state = State.open(state_dir, readonly=True)
     try:
