@@ -23,7 +23,8 @@ from jsonschema.exceptions import SchemaError, ValidationError
 from .errors import InvalidPipeline, Location, UsageError
 from .yamlsrc import Sourced, parse_file
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+# runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
+SCHEMA_DIR = Path(__file__).parent / "schemas"
 
 
 @cache

@@ -24,7 +24,8 @@ from ..expr import Compiled, Expression, compile_value, is_static, iter_expressi
 from ._source import Path_, Positioned, parse_file
 from ._types import type_problem
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "card.schema.json"
+# runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "card.schema.json"
 
 
 # -- the compiled model --------------------------------------------------------------------------

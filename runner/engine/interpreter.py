@@ -274,7 +274,7 @@ class Interpreter:
                 {
                     "id": self.run_id,
                     "pipeline": plan.name,
-                    "pipeline_file": str(plan.file),
+                    "pipeline_file": str(plan.file.resolve()),
                     "item": item,
                     "status": RunStatus.RUNNING.value,
                     "kind": self.options.kind,
