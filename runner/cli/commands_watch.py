@@ -91,9 +91,9 @@ def watch(
     if not as_json:
         click.echo(f"watching {file} (Ctrl-C to stop)", err=True)
     try:
-        import asyncio
+        from ..engine.apply import run_async
 
-        code = asyncio.run(_until_signal(watcher))
+        code = run_async(_until_signal(watcher))
     finally:
         reporter.close()
     sys.exit(code)
