@@ -306,7 +306,16 @@ class ImageStep(StepType):
 
         async def call() -> ImageResult:
             async with gate:
-                return await provider.generate_image(request)
+                result = await provider.generate_image(request)
+            # A cut-off or garbled image is a bad reply, not a completed call to reuse forever.
+            from ..imaging.finalize import FinalizeError, open_image  # Pillow: only when used
+
+            try:
+                await asyncio.to_thread(open_image, result.image)
+            except FinalizeError as exc:
+                reason = f"the image in the reply is unusable: {exc}"
+                raise provider.error(reason, transient=False) from None
+            return result
 
         try:
             result = await with_provider_retries(provider, call, on_retry=retrying)
