@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import json
 import shutil
 import warnings
@@ -79,11 +81,14 @@ def build_site(root: Path) -> Site:
     state = root / ".runner"
     hero = proj.cli("apply", "pipelines/thumbnail.yaml", "--json", "-q", "--state", ".runner")
     assert hero.exit_code == 0, hero.stderr
-    gated = [proj.cli("apply", "gated.yaml", "--json", "-q", "--state", ".runner", "--item", i)
-             for i in ("a", "b")]
+    gated = [
+        proj.cli("apply", "gated.yaml", "--json", "-q", "--state", ".runner", "--item", i)
+        for i in ("a", "b")
+    ]
     assert [g.exit_code for g in gated] == [7, 7], [g.stderr for g in gated]
-    return Site(proj, state, hero.json["run"]["id"], gated[0].json["run"]["id"],
-                gated[1].json["run"]["id"])
+    return Site(
+        proj, state, hero.json["run"]["id"], gated[0].json["run"]["id"], gated[1].json["run"]["id"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +133,7 @@ def test_run_document_agrees_with_runs_show(site: Site, client: TestClient) -> N
         assert doc[key] == cli_doc[key]
     assert len(doc["iterations"]) == 4
     groups = [(g["phase"], [s["id"] for s in g["steps"]]) for g in doc["phases"]]
-    assert groups == [("prompt", ["prompt"]), ("generate", ["generate"]),
-                      ("finalize", ["final"])]
+    assert groups == [("prompt", ["prompt"]), ("generate", ["generate"]), ("finalize", ["final"])]
     for g in doc["phases"]:
         for s in g["steps"]:
             assert s["status"] == "completed" and s["attempts"] == 1
@@ -164,10 +168,14 @@ def test_events_json_and_stream_agree_with_cli(site: Site, client: TestClient) -
     frames = [f for f in stream.text.split("\n\n") if f.startswith("id:") or "event: end" in f]
     data = [json.loads(f.split("data: ", 1)[1]) for f in frames]
     assert data[:-1] == cli_events
-    assert data[-1] == {"run_id": site.hero, "status": "completed",
-                        "last_event": cli_events[-1]["seq"]}
-    resumed = client.get(f"/api/runs/{site.hero}/events?stream=1",
-                         headers={"Last-Event-ID": str(after)})
+    assert data[-1] == {
+        "run_id": site.hero,
+        "status": "completed",
+        "last_event": cli_events[-1]["seq"],
+    }
+    resumed = client.get(
+        f"/api/runs/{site.hero}/events?stream=1", headers={"Last-Event-ID": str(after)}
+    )
     ids = [int(line[4:]) for line in resumed.text.splitlines() if line.startswith("id: ")]
     assert ids == [e["seq"] for e in cli_events[4:]]
 
@@ -214,10 +222,18 @@ def test_unknown_ids_are_404_with_the_cli_message(site: Site, client: TestClient
         ("get", "/api/runs/nope-nope/events", None, ("runs", "show", "nope-nope")),
         ("post", f"/api/runs/{site.hero}/pick", {"which": "9"}, ("pick", site.hero, "9")),
         ("post", "/api/runs/nope-nope/pick", {"which": "1"}, ("pick", "nope-nope", "1")),
-        ("post", "/api/runs/nope-nope/gates/review/decide", {"decision": "approve"},
-         ("decide", "nope-nope", "review", "approve")),
-        ("post", f"/api/runs/{site.gated}/gates/nope/decide", {"decision": "approve"},
-         ("decide", site.gated, "nope", "approve")),
+        (
+            "post",
+            "/api/runs/nope-nope/gates/review/decide",
+            {"decision": "approve"},
+            ("decide", "nope-nope", "review", "approve"),
+        ),
+        (
+            "post",
+            f"/api/runs/{site.gated}/gates/nope/decide",
+            {"decision": "approve"},
+            ("decide", site.gated, "nope", "approve"),
+        ),
     ]
     for method, url, body, argv in cases:
         res = client.request(method.upper(), url, json=body, headers=AUTH)
@@ -239,14 +255,22 @@ def test_changes_need_the_token(site: Site, client: TestClient) -> None:
         res = client.post(url, json={"which": "1"}, headers=headers)
         assert res.status_code == 403
         assert res.json()["error"]["type"] == "Forbidden"
-    assert not any(it["picked"] for it in cli_json(site, "runs", "show", site.hero)["iterations"]
-                   if it["ordinal"] == 1)
+    assert not any(
+        it["picked"]
+        for it in cli_json(site, "runs", "show", site.hero)["iterations"]
+        if it["ordinal"] == 1
+    )
 
 
 def test_foreign_origin_and_host_are_refused(site: Site, client: TestClient) -> None:
     url = f"/api/runs/{site.hero}/pick"
-    for origin in ("http://evil.example", "http://testserver.evil.example", "null",
-                   "https://testserver:1", "http://[::1"):
+    for origin in (
+        "http://evil.example",
+        "http://testserver.evil.example",
+        "null",
+        "https://testserver:1",
+        "http://[::1",
+    ):
         res = client.post(url, json={"which": "1"}, headers={**AUTH, "Origin": origin})
         assert res.status_code == 403, origin
     cross = client.post(url, json={"which": "1"}, headers={**AUTH, "Sec-Fetch-Site": "cross-site"})
@@ -271,8 +295,11 @@ def test_pick_moves_the_star_and_agrees_with_runs_show(site: Site, client: TestC
     for which, expect in (("2", 2), (3, 3), (f"{site.hero}-2", 2)):
         res = client.post(f"/api/runs/{site.hero}/pick", json={"which": which}, headers=AUTH)
         assert res.status_code == 200
-        assert res.json() == {"run_id": site.hero, "exit_code": 0,
-                              "picked": {"id": f"{site.hero}-{expect}", "ordinal": expect}}
+        assert res.json() == {
+            "run_id": site.hero,
+            "exit_code": 0,
+            "picked": {"id": f"{site.hero}-{expect}", "ordinal": expect},
+        }
         api = client.get(f"/api/runs/{site.hero}").json()["iterations"]
         assert [it["ordinal"] for it in api if it["picked"]] == [expect]
         assert api == cli_json(site, "runs", "show", site.hero)["iterations"]
@@ -294,22 +321,28 @@ def test_export_copies_finals_like_the_cli(site: Site, client: TestClient) -> No
     for web, cli in zip(doc["files"], cli_doc["files"], strict=True):
         assert Path(web).parent == site.project.root / "web-out"
         assert Path(web).read_bytes() == Path(cli).read_bytes()
-    one = client.post(f"/api/runs/{site.hero}/export",
-                      json={"to": str(site.project.root / "one"), "iteration": 2, "raw": True},
-                      headers=AUTH).json()
+    one = client.post(
+        f"/api/runs/{site.hero}/export",
+        json={"to": str(site.project.root / "one"), "iteration": 2, "raw": True},
+        headers=AUTH,
+    ).json()
     assert one["iteration_id"] == f"{site.hero}-2" and one["raw"] is True
     assert [Path(f).name for f in one["files"]] == ["dQw4w9WgXcQ-2.png"]
     for body in ({}, {"to": ""}, {"to": "x\x00y"}, {"to": 5, "raw": "yes"}):
-        assert client.post(f"/api/runs/{site.hero}/export", json=body,
-                           headers=AUTH).status_code == 400, body
+        assert (
+            client.post(f"/api/runs/{site.hero}/export", json=body, headers=AUTH).status_code == 400
+        ), body
     none = client.post(f"/api/runs/{site.gated}/export", json={"to": "x"}, headers=AUTH)
     assert none.status_code == 400
     assert none.json() == cli_json(site, "export", site.gated, "--to", "x")
 
 
 def test_iterate_waits_or_streams_a_child_run(site: Site, client: TestClient) -> None:
-    res = client.post(f"/api/runs/{site.hero}/iterate", headers=AUTH,
-                      json={"iteration": 1, "n": 2, "prompt_append": "warmer", "wait": True})
+    res = client.post(
+        f"/api/runs/{site.hero}/iterate",
+        headers=AUTH,
+        json={"iteration": 1, "n": 2, "prompt_append": "warmer", "wait": True},
+    )
     assert res.status_code == 200, res.text
     child = res.json()
     assert child["exit_code"] == 0 and child["run"]["parent_run_id"] == site.hero
@@ -319,8 +352,9 @@ def test_iterate_waits_or_streams_a_child_run(site: Site, client: TestClient) ->
     assert show["run"]["reference_asset"]["iteration_id"] == f"{site.hero}-1"
     assert show["run"]["params"]["prompt_append"] == "warmer"
     # without wait: 202 at once, then the live stream follows the child to its end
-    started = client.post(f"/api/runs/{site.hero}/iterate", headers=AUTH,
-                          json={"iteration": f"{site.hero}-3", "n": 1})
+    started = client.post(
+        f"/api/runs/{site.hero}/iterate", headers=AUTH, json={"iteration": f"{site.hero}-3", "n": 1}
+    )
     assert started.status_code in (200, 202), started.text
     rid = started.json()["run_id"] if started.status_code == 202 else started.json()["run"]["id"]
     stream = client.get(f"/api/runs/{rid}/events?stream=1").text
@@ -337,18 +371,30 @@ def test_decide_records_a_decision_like_the_cli(site: Site, client: TestClient) 
     url = f"/api/runs/{site.gated}/gates/review/decide"
     bad = client.post(url, json={"decision": "maybe"}, headers=AUTH)
     assert bad.status_code == 400 and "approve, reject, revise" in bad.json()["error"]["message"]
-    res = client.post(url, headers=AUTH, json={"decision": "revise", "input": {"tone": "dry"},
-                                               "comment": "shorter", "by": "ada"})
+    # resume: false keeps the run waiting, so the next answers can be compared with the CLI's
+    res = client.post(
+        url,
+        headers=AUTH,
+        json={
+            "decision": "revise",
+            "input": {"tone": "dry"},
+            "comment": "shorter",
+            "by": "ada",
+            "resume": False,
+        },
+    )
     assert res.status_code == 200, res.text
     doc = res.json()
     assert doc["decision"]["decision"] == "revise" and doc["decision"]["by"] == "ada"
     rows = cli_json(site, "runs", "decisions", site.gated)["decisions"]
     assert rows[-1] == doc["decision"]
-    again = client.post(url, json={"decision": "approve"}, headers=AUTH)
+    assert doc["resumed"] is False
+    again = client.post(url, json={"decision": "approve", "resume": False}, headers=AUTH)
     assert again.status_code == 409
     assert again.json() == cli_json(site, "decide", site.gated, "review", "approve")
-    done = client.post(f"/api/runs/{site.hero}/gates/review/decide", json={"decision": "approve"},
-                       headers=AUTH)
+    done = client.post(
+        f"/api/runs/{site.hero}/gates/review/decide", json={"decision": "approve"}, headers=AUTH
+    )
     assert done.status_code == 409 and "is not waiting for a decision" in done.text
     assert done.json() == cli_json(site, "decide", site.hero, "review", "approve")
 
@@ -405,15 +451,19 @@ def _body(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def api_request(draw: st.DrawFn, spec: dict[str, Any], site: Site
-                ) -> tuple[str, str, dict[str, str], Any]:
+def api_request(
+    draw: st.DrawFn, spec: dict[str, Any], site: Site
+) -> tuple[str, str, dict[str, str], Any]:
     from urllib.parse import quote
 
     path = draw(st.sampled_from(sorted(spec["paths"])))
     method = draw(st.sampled_from(sorted(spec["paths"][path])))
     op = spec["paths"][path][method]
-    known = {"run_id": [site.hero, site.gated, site.hero[:8], "nope-nope"],
-             "gate": ["review", "nope"], "digest": ["0" * 64, "g" * 64]}
+    known = {
+        "run_id": [site.hero, site.gated, site.hero[:8], "nope-nope"],
+        "gate": ["review", "nope"],
+        "digest": ["0" * 64, "g" * 64],
+    }
     query: dict[str, str] = {}
     for p in op.get("parameters", []):
         if p["in"] == "path":
@@ -428,14 +478,19 @@ def api_request(draw: st.DrawFn, spec: dict[str, Any], site: Site
 
 
 def test_no_request_from_the_openapi_paths_fails_the_server(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     site = build_site(tmp_path_factory.mktemp("fuzz"))
     with site.client() as client:
         spec = client.get("/api/openapi.json").json()
         seen: set[int] = set()
 
-        @settings(max_examples=300, deadline=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.too_slow])
+        @settings(
+            max_examples=300,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
         @given(req=api_request(spec, site))
         def check(req: tuple[str, str, dict[str, str], Any]) -> None:
             method, path, query, body = req
@@ -449,3 +504,19 @@ def test_no_request_from_the_openapi_paths_fails_the_server(
 
         check()
     assert 200 in seen and 404 in seen and 400 in seen
+
+
+def test_decide_then_the_run_continues_in_the_server(site: Site, client: TestClient) -> None:
+    url = f"/api/runs/{site.gated2}/gates/review/decide"
+    res = client.post(url, json={"decision": "approve", "by": "eve"}, headers=AUTH)
+    assert res.status_code == 200, res.text
+    assert res.json()["resumed"] is True
+    deadline = time.monotonic() + 30
+    status = None
+    while time.monotonic() < deadline:
+        status = client.get(f"/api/runs/{site.gated2}").json()["run"]["status"]
+        if status not in ("running", "awaiting_human"):
+            break
+        time.sleep(0.1)
+    assert status == "completed"
+    assert cli_json(site, "runs", "show", site.gated2)["run"]["status"] == "completed"

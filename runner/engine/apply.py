@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,13 +119,21 @@ def apply_plan(
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run, with child processes reaped through pidfds where Python 3.11 does not do so
     by default (its thread-per-child watcher costs ~1.5 ms per shell step)."""
-    if sys.version_info < (3, 12) and hasattr(os, "pidfd_open"):
+    if (
+        sys.version_info < (3, 12)
+        and hasattr(os, "pidfd_open")
+        and threading.current_thread() is threading.main_thread()  # the watcher is global
+    ):
 
         async def with_pidfd() -> T:
             watcher = asyncio.PidfdChildWatcher()
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
-            return await coro
+            try:
+                return await coro
+            finally:
+                # The watcher is process-global: leave the default for loops in other threads.
+                asyncio.set_child_watcher(None)
 
         return asyncio.run(with_pidfd())
     return asyncio.run(coro)

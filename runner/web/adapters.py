@@ -189,3 +189,29 @@ def _wait_started(state: State, job: Job, timeout: float = 10.0) -> None:
         if state.journal.query("SELECT 1 FROM runs WHERE id=?", (job.run_id,)):
             return
         time.sleep(0.02)
+
+
+def resume_in_background(state_dir: Path, run_id: str, jobs: Jobs) -> bool:
+    """Continue a decided run in a server thread (`runner resume`); False if one already runs."""
+    if jobs.busy(run_id):
+        return False
+    job = Job(run_id, threading.Thread(target=lambda: None))
+    job.thread = threading.Thread(
+        target=_resume, args=(state_dir, job), name=f"runner-resume-{run_id}", daemon=True
+    )
+    jobs.add(job)
+    job.thread.start()
+    return True
+
+
+def _resume(state_dir: Path, job: Job) -> None:
+    from ..engine.runctl import resume_run
+
+    state = State.open(state_dir)
+    try:
+        report = resume_run(state, job.run_id)
+        job.result = report.to_json()
+    except RunnerError as exc:
+        job.error = exc
+    finally:
+        state.close()

@@ -190,6 +190,11 @@ async def decide(request: Request) -> Response:
         body,
         readonly=False,
     )
+    doc["resumed"] = False
+    if body.get("resume", True) is not False:
+        # The reviewer watches the run go on: it continues here, as `runner resume` would.
+        cfg = settings(request)
+        doc["resumed"] = adapters.resume_in_background(cfg.state_dir, doc["run_id"], cfg.jobs)
     return JSONResponse(doc)
 
 

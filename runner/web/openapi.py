@@ -189,13 +189,15 @@ def openapi_document() -> dict[str, Any]:
             extra={"202": _ok("The child run started; follow its events")},
         ),
         "/api/runs/{run_id}/gates/{gate}/decide": _post(
-            "Decide a pending human gate (`runner decide`); then `runner resume RUN`.",
+            "Decide a pending human gate (`runner decide`); the run then continues in the server "
+            "(`runner resume RUN`) unless `resume` is false.",
             _body(
                 {
                     "decision": {"type": "string", "enum": ["approve", "reject", "revise"]},
                     "input": {"type": "object"},
                     "comment": {"type": "string"},
                     "by": {"type": "string"},
+                    "resume": {"type": "boolean", "description": "Continue the run (default)."},
                 },
                 ["decision"],
             ),

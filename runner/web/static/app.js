@@ -142,8 +142,13 @@ if (page) {
         const p = document.createElement("p");
         p.className = "decided";
         p.textContent = doc.decision.decision + " by " + doc.decision.by +
-          " (round " + doc.decision.round + "); continue with: runner resume " + doc.run_id;
+          " (round " + doc.decision.round + ")" +
+          (doc.resumed ? "; the run continues" : "; continue with: runner resume " + doc.run_id);
         card.appendChild(p);
+        if (doc.resumed) {
+          setStatus(document.getElementById("run-status"), "running");
+          follow(runId, page.dataset.lastEvent || "0", true);
+        }
       }
     } catch (err) {
       // flash() has shown the server's message already
