@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import json
 import shutil
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass

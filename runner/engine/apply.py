@@ -133,7 +133,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
                 return await coro
             finally:
                 # The watcher is process-global: leave the default for loops in other threads.
-                asyncio.set_child_watcher(None)
+                asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None resets it
 
         return asyncio.run(with_pidfd())
     return asyncio.run(coro)
