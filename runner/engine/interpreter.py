@@ -260,6 +260,14 @@ class Interpreter:
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
+        # Records are batched per loop tick; every one names only durable objects (journal.py).
+        self.journal.batch_commits()
+        try:
+            return await self._apply()
+        finally:
+            self.journal.end_batch()
+
+    async def _apply(self) -> RunReport:
         plan = self.plan
         self._check_gates()
         self.cached = self.journal.cached_results(plan.name)
