@@ -29,6 +29,9 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from ._exprshape import Placeholder, Shape
+from ._exprshape import instantiate as instantiate_shape
+from ._exprshape import split as split_shape
 from .errors import ExpressionError, InvalidPipeline, Location, TemplateError
 from .paths import inside
 
@@ -393,7 +396,16 @@ class Expression:
     where: Location | None
     refs: frozenset[Reference]
     _fn: Callable[..., Any] = field(repr=False)
-    tree: nodes.Expr | None = field(default=None, repr=False, compare=False)
+    # The tree, or a function building it (an instance of a cached shape, built when read).
+    _tree: nodes.Expr | Callable[[], nodes.Expr] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def tree(self) -> nodes.Expr | None:
+        if callable(self._tree):
+            self._tree = self._tree()
+        return self._tree
 
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
@@ -515,41 +527,124 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
     return Expression(source, where, refs, fn, tree)
 
 
+_Compiled = tuple[frozenset[Reference], "nodes.Expr | Callable[[], nodes.Expr]", "_Lazy"]
+
+
 @functools.lru_cache(maxsize=4096)
-def _compile_source(source: str) -> tuple[frozenset[Reference], nodes.Expr, _Lazy]:
-    # Parsing finds every error a pipeline author can make (syntax, unknown filter or test,
-    # forbidden name); generating Python code costs ~10x more and waits for first use.
-    env = environment()
-    parser = Parser(env, source, state="variable")
+def _compile_source(source: str) -> _Compiled:
+    return _compile_by_shape(source) or _compile_parsed(source)
+
+
+def _parse(source: str) -> nodes.Expr:
+    parser = Parser(environment(), source, state="variable")
     expr = parser.parse_expression()
     if not parser.stream.eos:
         raise jinja2.TemplateSyntaxError(
             f"unexpected '{parser.stream.current.value}' after the expression",
             parser.stream.current.lineno,
         )
+    return expr
+
+
+def _compile_parsed(source: str) -> _Compiled:
+    # Parsing finds every error a pipeline author can make (syntax, unknown filter or test,
+    # forbidden name); generating Python code costs ~10x more and waits for first use.
+    env = environment()
+    expr = _parse(source)
     holder = nodes.Output([expr], lineno=1)  # find_all skips the node it starts from
     for node in holder.find_all((nodes.Filter, nodes.Test, nodes.Name)):
         if isinstance(node, nodes.Filter) and node.name not in env.filters:
             raise jinja2.TemplateSyntaxError(f"no filter named '{node.name}'", node.lineno)
         if isinstance(node, nodes.Test) and node.name not in env.tests:
             raise jinja2.TemplateSyntaxError(f"no test named '{node.name}'", node.lineno)
-        if isinstance(node, nodes.Name) and (
-            node.name in FORBIDDEN_NAMES or node.name.startswith("_runner")
-        ):
+        if isinstance(node, nodes.Name) and _forbidden(node.name):
             raise jinja2.TemplateSyntaxError(
                 f"'{node.name}' is not available in the sandbox", node.lineno
             )
     return _refs(holder), expr, _Lazy(expr)
 
 
+def _forbidden(name: str) -> bool:
+    return name in FORBIDDEN_NAMES or name.startswith("_runner")
+
+
+@dataclass(frozen=True)
+class _ShapeFacts:
+    """What compiling needs from a shape: its tree, references and names to check."""
+
+    shape: Shape
+    refs: tuple[tuple[Placeholder, Placeholder | None], ...]
+    checks: tuple[tuple[str, Placeholder], ...]  # ("filter" | "test" | "name", its name)
+
+
+_SHAPES: dict[str, _ShapeFacts | None] = {}
+_MAX_SHAPES = 4096
+
+
+def _shape_facts(text: str, holders: tuple[Placeholder, ...]) -> _ShapeFacts | None:
+    shape = Shape.build(text, holders, _parse)
+    if shape is None:
+        return None
+    holder = nodes.Output([shape.tree], lineno=1)
+    checks: list[tuple[str, Placeholder]] = []
+    for node in holder.find_all((nodes.Filter, nodes.Test, nodes.Name)):
+        kind = type(node).__name__.lower()
+        checks.append((kind, node.name))  # type: ignore[attr-defined]
+    refs = tuple((r.root, r.attr) for r in _refs(holder))
+    return _ShapeFacts(shape, refs, tuple(checks))
+
+
+def _compile_by_shape(source: str) -> _Compiled | None:
+    """Compile an instance of an already parsed shape; None when the source must be parsed in
+    full (outside the shape subset, or any error: the full parse words the message)."""
+    cut = split_shape(source)
+    if cut is None:
+        return None
+    text, holders, values = cut
+    facts = _SHAPES.get(text, _MISSING)
+    if facts is _MISSING:
+        if len(_SHAPES) >= _MAX_SHAPES:
+            _SHAPES.clear()
+        facts = _SHAPES[text] = _shape_facts(text, holders)
+    if not isinstance(facts, _ShapeFacts):
+        return None
+    mapping = dict(zip(holders, values, strict=True))
+    env = environment()
+    for kind, name in facts.checks:
+        real = mapping.get(name, name)
+        if kind == "filter":
+            if real not in env.filters:
+                return None
+        elif kind == "test":
+            if real not in env.tests:
+                return None
+        elif not isinstance(real, str) or _forbidden(real):
+            return None
+    refs = frozenset(
+        Reference(mapping.get(root, root), None if attr is None else mapping.get(attr, attr))
+        for root, attr in facts.refs
+    )
+    tree = functools.partial(instantiate_shape, facts.shape.tree, mapping)
+    return refs, tree, _Lazy(tree)
+
+
+_MISSING: Any = object()
+
+
 class _Lazy:
     """An expression's compiled template, generated on first evaluation and then kept."""
 
-    __slots__ = ("_template", "expr")
+    __slots__ = ("_expr", "_template")
 
-    def __init__(self, expr: nodes.Expr) -> None:
-        self.expr = expr
+    def __init__(self, expr: nodes.Expr | Callable[[], nodes.Expr]) -> None:
+        self._expr = expr
         self._template: jinja2.Template | None = None
+
+    @property
+    def expr(self) -> nodes.Expr:
+        if callable(self._expr):
+            self._expr = self._expr()
+        return self._expr
 
     @property
     def template(self) -> jinja2.Template:

@@ -1,0 +1,206 @@
+"""The shape cache compiles exactly what a full Jinja parse compiles, or steps aside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jinja2 import nodes
+
+from runner import expr as ex
+from runner._exprshape import _KEYWORDS, split
+from runner.errors import ExpressionError
+
+NAMES = [
+    "a",
+    "b1",
+    "steps",
+    "params",
+    "output",
+    "length",
+    "upper",
+    "join",
+    "default",
+    "x_y",
+    "self",
+    "_runner_loop",
+    "nofilter",
+    "defined",
+    "none",
+    "true",
+    "not",
+    "and",
+    "or",
+    "in",
+    "is",
+    "if",
+    "else",
+    "range",
+    "zq0",
+    "loop",
+]
+OPS = [
+    "==",
+    "!=",
+    ">",
+    "<",
+    ">=",
+    "<=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "**",
+    "~",
+    ".",
+    "|",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "=",
+]
+SPACES = [" ", "", "  ", "\n", "\t"]
+
+
+def _token(kind: str, pick: int) -> str:
+    if kind == "name":
+        return NAMES[pick % len(NAMES)]
+    if kind == "int":
+        return str(pick % 1000)
+    if kind == "str":
+        return repr("s" * (pick % 3) + "zq" * (pick % 2))
+    return OPS[pick % len(OPS)]
+
+
+token = st.tuples(
+    st.sampled_from(["name", "name", "int", "str", "op", "op", "op"]),
+    st.integers(0, 10_000),
+    st.sampled_from(SPACES),
+)
+
+
+def _source(tokens: list[tuple[str, int, str]], shift: int = 0) -> str:
+    out = []
+    for kind, pick, space in tokens:
+        if kind == "name" and NAMES[pick % len(NAMES)] not in _KEYWORDS:
+            pick += shift  # another instance of the same shape: other names and constants
+        elif kind in ("int", "str"):
+            pick += shift
+        out.append(_token(kind, pick) + space)
+    return "".join(out)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal trees, line numbers included (jinja's == ignores them)."""
+    if isinstance(a, nodes.Node):
+        return (
+            type(a) is type(b)
+            and a.lineno == b.lineno
+            and all(_same(x, y) for x, y in zip(a.iter_fields(), b.iter_fields(), strict=True))
+        )
+    if isinstance(a, (list, tuple)):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
+
+
+def _check(source: str) -> None:
+    fast = ex._compile_by_shape(source)
+    try:
+        slow = ex._compile_parsed(source)
+    except (jinja2.TemplateSyntaxError, RecursionError):
+        assert fast is None, source
+        return
+    if fast is None:
+        return
+    refs, tree, _ = fast
+    assert refs == slow[0], source
+    assert callable(tree)
+    assert _same(tree(), slow[1]), source
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(token, min_size=1, max_size=12), st.integers(1, 50))
+def test_shape_instances_parse_like_jinja(tokens: list[tuple[str, int, str]], shift: int) -> None:
+    _check(_source(tokens))
+    _check(_source(tokens, shift))
+
+
+def test_common_shapes_take_the_fast_path() -> None:
+    for source in [
+        "steps.h00001.output.short",
+        "params.n > 3 and steps.draft.output.ok",
+        "steps.a.output.text | length > 100",
+        "x is defined",
+        "not x",
+        "a.b[0] == 'q'",
+        "[1, 2] | join(',')",
+    ]:
+        assert split(source) is not None
+        assert ex._compile_by_shape(source) is not None
+        _check(source)
+
+
+def test_outside_the_subset_falls_back() -> None:
+    for source in ["'a' 'b'", "x.0.1", "1.5", "'\\n'", "é", "{'a': {'b': 1}}", "x | a.b", "007"]:
+        assert ex._compile_by_shape(source) is None
+        _check(source)
+
+
+def test_errors_come_from_the_full_parse() -> None:
+    ex.compile_expression("steps.a.output | length")  # warm the shape
+    for source, message in [
+        ("steps.a.output | nope", "no filter named 'nope'"),
+        ("self | length", "'self' is not available in the sandbox"),
+    ]:
+        try:
+            ex.compile_expression(source)
+        except ExpressionError as exc:
+            assert message in exc.message
+        else:
+            raise AssertionError(source)
+
+
+def _grammar() -> st.SearchStrategy[str]:
+    name = st.sampled_from(NAMES)
+    atom = st.one_of(
+        name,
+        st.integers(0, 99).map(str),
+        st.sampled_from(["'a'", '"zq"', "''"]),
+        st.tuples(name, name).map(".".join),
+    )
+    binop = st.sampled_from([" == ", " != ", " > ", " and ", " or ", " + ", " in ", "~", " * "])
+
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, binop, inner).map("".join),
+            inner.map(lambda e: f"not {e}"),
+            inner.map(lambda e: f"({e})"),
+            st.tuples(inner, name).map(lambda p: f"{p[0]} | {p[1]}"),
+            st.tuples(inner, name, inner).map(lambda p: f"{p[0]}|{p[1]}({p[2]}, k={p[2]})"),
+            st.tuples(inner, name).map(lambda p: f"{p[0]} is {p[1]}"),
+            st.tuples(inner, inner, inner).map(lambda p: f"{p[0]} if {p[1]}\nelse {p[2]}"),
+            st.tuples(inner, inner).map(lambda p: f"{p[0]}[{p[1]}]"),
+            st.tuples(inner, inner).map(lambda p: f"[{p[0]}, {p[1]}]"),
+            st.tuples(inner, inner).map(lambda p: f"{{{p[0]}: {p[1]} }}"),
+        )
+
+    return st.recursive(atom, extend, max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_grammar())
+def test_grammar_expressions_parse_like_jinja(source: str) -> None:
+    _check(source)
