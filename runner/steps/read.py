@@ -13,6 +13,9 @@ from ..errors import Location, StepFailure
 from ..paths import inside
 from .base import StepContext, StepResult, StepType, invalid
 
+# libyaml's loader is ~10x faster on data files of thousands of records; same safe types.
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def _matches(root: Path, pattern: str) -> list[str]:
     if any(ch in pattern for ch in "*?["):
@@ -83,7 +86,7 @@ class ReadStep(StepType):
                         ) from None
                 elif mode == "yaml":
                     try:
-                        entry["data"] = yaml.safe_load(text)
+                        entry["data"] = yaml.load(text, Loader=_YAML_LOADER)
                     except yaml.YAMLError as exc:
                         raise StepFailure(f"{rel}: invalid YAML: {exc}") from None
                 else:
