@@ -117,3 +117,117 @@ def test_reapply_retries_a_failed_iteration(thumbs: Project) -> None:
         _broken_one(apply(thumbs, *SMALL))
         again = apply(thumbs, *SMALL)
     assert again["_exit"] == 0 and server.generations == 5
+
+
+def _files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+def test_hostile_ids_never_write_outside_the_export_folder(tmp_path: Path) -> None:
+    # The project sits a few folders deep so "../.." escapes would still land inside tmp_path.
+    root = tmp_path / "a" / "b" / "c" / "proj"
+    (root / "pipelines").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines" / "thumbnail.yaml", root / "pipelines" / "thumbnail.yaml")
+    shutil.copytree(REPO / "prompts" / "thumbnail", root / "prompts" / "thumbnail")
+    proj = Project(root)
+    before = _files_under(tmp_path)
+    hostile = [
+        "../../escape",
+        "a/../../b",
+        "..",
+        str(tmp_path / "abs" / "path"),
+        "..\\..\\win",
+        "-rf",
+    ]
+    allowed: list[Path] = [root / ".runner"]
+    for i, video_id in enumerate(hostile):
+        out, delivered = root / f"out{i}", root / f"delivered{i}"
+        doc = apply(
+            proj,
+            "-p",
+            f"video_id={video_id}",
+            "-p",
+            "n=2",
+            "-p",
+            "size=64x36",
+            "--out",
+            str(delivered),
+        )
+        if doc["_exit"] == 2:  # a clean refusal is acceptable
+            assert "Traceback" not in doc["_stderr"]
+            continue
+        assert doc["_exit"] == 0, (video_id, doc["_stderr"])
+        allowed += [out, delivered]
+        res = proj.cli("export", doc["run"]["id"], "--to", str(out), "--json", "--state", ".runner")
+        assert res.exit_code == 0, (video_id, res.stderr)
+        written = [Path(f) for f in res.json["files"]]
+        assert len(written) == 2
+        for f in written:
+            assert f.resolve().parent == out.resolve(), (video_id, f)
+            assert f.name.endswith((".jpg", ".png")) and not f.name.startswith(".")
+        assert sorted(p.name for p in delivered.iterdir()) == sorted(f.name for f in written)
+    created = _files_under(tmp_path) - before
+    stray = sorted(
+        str(p.relative_to(tmp_path))
+        for p in created
+        if not any(p.is_relative_to(a) for a in allowed)
+    )
+    assert stray == []
+    assert not (tmp_path / "abs").exists() and not (tmp_path / "a" / "b" / "escape").exists()
+
+
+TINY_PROFILE = """\
+name: tiny
+description: An impossible target, 1280x720 in under 400 bytes
+width: 1280
+height: 720
+max_bytes: 400
+formats: [jpg]
+rules:
+  - name: bytes
+    expr: bytes < 400
+    expect: "< 400"
+    fail: ">= limit 400"
+"""
+
+
+def _with_profile_file(p: Project) -> None:
+    """The shipped pipeline with its profile param opened up to a profile file (a user's edit)."""
+    pipeline = p.root / "pipelines" / "thumbnail.yaml"
+    text = pipeline.read_text(encoding="utf-8")
+    assert "enum: [youtube, shorts, square], " in text
+    pipeline.write_text(text.replace("enum: [youtube, shorts, square], ", ""), encoding="utf-8")
+    p.write("profiles/tiny.yaml", TINY_PROFILE)
+
+
+def test_compliance_only_failures_exit_5(thumbs: Project) -> None:
+    # No packaged profile can fail: finalize always reaches the exact size, and a 1280x720 JPEG
+    # is far under 2 MB. A profile file with an impossible byte limit is the natural way.
+    _with_profile_file(thumbs)
+    doc = apply(thumbs, "-p", "profile=profiles/tiny.yaml", "-p", "n=2", "-p", "size=640x360")
+    assert doc["_exit"] == 5 and doc["exit_code"] == 5, doc["_stderr"]
+    for it in doc["iterations"]:
+        assert it["status"] == "failed" and it["compliant"] is False
+        assert (it["error"] or "").startswith("compliance:") and "400" in it["error"]
+        assert Path(it["final_path"]).is_file()  # kept so it can be inspected
+
+
+def test_mixed_failures_are_not_compliance_only(thumbs: Project) -> None:
+    _with_profile_file(thumbs)
+    with TruncatingServer(bad=1) as server:
+        _openai_config(thumbs, server.url)
+        doc = apply(thumbs, "-p", "profile=profiles/tiny.yaml", "-p", "n=2", *SMALL)
+    assert doc["_exit"] == 4 and doc["exit_code"] == 4, doc["_stderr"]
+    errors = sorted(it["error"] or "" for it in doc["iterations"])
+    assert errors[0].startswith("compliance:") and "truncated" in errors[1], errors
+
+
+def test_a_failing_step_after_finalize_is_not_a_completed_run(thumbs: Project) -> None:
+    pipeline = thumbs.root / "pipelines" / "thumbnail.yaml"
+    text = pipeline.read_text(encoding="utf-8")
+    publish = '  publish:\n    uses: shell\n    needs: [final]\n    with: {run: "exit 3"}\n'
+    pipeline.write_text(text.replace("\ntests:\n", f"\n{publish}tests:\n"), encoding="utf-8")
+    doc = apply(thumbs, "-p", "n=2", "-p", "size=640x360")
+    assert {s["id"]: s["status"] for s in doc["steps"]}["publish"] == "failed"
+    assert [it["status"] for it in doc["iterations"]] == ["completed", "completed"]
+    assert doc["_exit"] == 6 and doc["exit_code"] == 6 and doc["run"]["status"] != "completed"

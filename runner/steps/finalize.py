@@ -107,6 +107,8 @@ class FinalizeStep(StepType):
             raise StepFailure(
                 f"all {len(entries)} iterations failed: {reasons}{more}",
                 check=all(e.get("failure") == "compliance" for e in failed),
+                # journaled with the failure, so each iteration's own reason reaches its record
+                output={"iterations": entries, "profile": profile.name},
             )
         output: dict[str, Any] = {"iterations": entries, "profile": profile.name}
         if "image" in args:

@@ -23,7 +23,9 @@ def after_apply(
     outputs = {o.id: o.output for o in report.steps}
     its = record_iterations(state.journal, report.run_id, outputs, image_steps, final_steps)
     status, code = run_outcome(its)
-    if report.exit_code in (7, 130):  # a gate or a cancel wins over iteration counts
+    # A gate or a cancel wins over iteration counts, and so does a failure outside the
+    # iterations (e.g. a publish step after finalize): all iterations done is not a done run.
+    if report.exit_code in (7, 130) or (code == 0 and report.exit_code != 0):
         status, code = report.status.value, report.exit_code
     profile = None
     for sid in image_steps:
