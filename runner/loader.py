@@ -20,6 +20,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
+from ._fastschema import Check, Unsure, compile_schema
 from .errors import InvalidPipeline, Location, UsageError
 from .yamlsrc import Sourced, parse_file
 
@@ -99,6 +100,8 @@ def schema_errors(
     ``${{ }}`` expression is accepted wherever a schema expects some other type (it is checked
     again after evaluation). When ``step`` is not given, an error under ``steps.ID`` names ID.
     """
+    if _surely_valid(validator, instance):
+        return []
     out: list[InvalidPipeline] = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: (-len(e.path), str(e.path))):
         if tolerate_expressions and _about_expression(err):
@@ -107,6 +110,25 @@ def schema_errors(
         if converted is not None:
             out.append(converted)
     return out
+
+
+_FAST: dict[int, tuple[Draft202012Validator, Check | None]] = {}
+
+
+def _surely_valid(validator: Draft202012Validator, instance: Any) -> bool:
+    """The fast predicate derived from the validator's schema says valid (see _fastschema)."""
+    entry = _FAST.get(id(validator))
+    if entry is None or entry[0] is not validator:
+        check = None
+        if type(validator) is Draft202012Validator and validator.format_checker is None:
+            check = compile_schema(validator.schema)
+        entry = _FAST[id(validator)] = (validator, check)
+    if entry[1] is None:
+        return False
+    try:
+        return entry[1](instance)
+    except (Unsure, RecursionError):
+        return False
 
 
 def _about_expression(err: ValidationError) -> bool:

@@ -1,0 +1,272 @@
+"""A fast "is this valid?" for the JSON Schema keywords our schemas use, derived from the schema.
+
+jsonschema builds a validator object per subschema it descends into (~60 µs a pipeline step);
+a pipeline of 10,000 steps spent seconds proving itself valid. ``compile_schema`` turns a schema
+into plain Python predicates with Draft 2020-12 semantics for a subset of keywords. It decides
+only what it is sure of: a schema with any other keyword does not compile, and a value it cannot
+judge exactly (a float against an enum, non-string items under uniqueItems) raises ``Unsure``.
+Either way the caller asks jsonschema, which also words every error, so the schema stays the
+single source of truth and a fast "valid" always agrees with jsonschema.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Check = Callable[[Any], bool]
+
+
+class Unsure(Exception):
+    """The fast path cannot decide this value; ask jsonschema."""
+
+
+class _Unsupported(Exception):
+    """The schema uses a keyword the fast path does not implement."""
+
+
+# Keywords that never change validity (format is an annotation without a format checker).
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+     "writeOnly", "format", "$schema"}
+)  # fmt: skip
+
+
+def compile_schema(schema: Any) -> Check | None:
+    """A predicate deciding validity against ``schema`` (raising Unsure when it cannot), or
+    None when the schema uses keywords the fast path does not implement."""
+    try:
+        return _Compiler(schema).compile(schema, root=True)
+    except _Unsupported:
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    if isinstance(value, numbers.Number):
+        raise Unsure
+    return False
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, numbers.Number):
+        raise Unsure
+    return False
+
+
+_TYPES: dict[str, Check] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "number": _is_number,
+    "integer": _is_integer,
+}
+
+
+def _equal(one: Any, two: Any) -> bool:
+    """jsonschema's equality for scalars (True is not 1, 1 is 1.0); containers are Unsure."""
+    if isinstance(one, str) or isinstance(two, str):
+        return bool(one == two)
+    if isinstance(one, (list, dict, tuple)) or isinstance(two, (list, dict, tuple)):
+        raise Unsure
+    if isinstance(one, bool) or isinstance(two, bool):
+        return one is two
+    if one is None or two is None:
+        return one is two
+    if not (_is_number(one) and _is_number(two)):
+        raise Unsure
+    return bool(one == two)
+
+
+class _Compiler:
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.refs: dict[str, list[Check]] = {}
+
+    def compile(self, schema: Any, *, root: bool = False) -> Check:
+        if schema is True:
+            return lambda v: True
+        if schema is False:
+            return lambda v: False
+        if not isinstance(schema, dict):
+            raise _Unsupported
+        checks: list[Check] = []
+        for key, arg in schema.items():
+            if key in _ANNOTATIONS or key == "$defs" or (root and key == "$id"):
+                continue
+            if key == "additionalProperties":
+                continue  # with properties, below
+            builder = getattr(self, "_kw_" + key.lstrip("$"), None)
+            if builder is None:
+                raise _Unsupported(key)
+            checks.append(builder(arg, schema))
+        if "additionalProperties" in schema:
+            checks.append(self._additional(schema))
+        if not checks:
+            return lambda v: True
+        if len(checks) == 1:
+            return checks[0]
+        return lambda v: all(c(v) for c in checks)
+
+    # -- references -----------------------------------------------------------------------------
+
+    def _kw_ref(self, ref: Any, schema: Any) -> Check:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise _Unsupported(ref)
+        cell = self.refs.get(ref)
+        if cell is None:
+            cell = self.refs[ref] = []  # filled after, so recursive schemas terminate
+            target: Any = self.root
+            for part in ref[1:].split("/")[1:]:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if not isinstance(target, dict) or part not in target:
+                    raise _Unsupported(ref)
+                target = target[part]
+            cell.append(self.compile(target))
+        return lambda v: cell[0](v)
+
+    # -- any type -------------------------------------------------------------------------------
+
+    def _kw_type(self, kind: Any, schema: Any) -> Check:
+        kinds = [kind] if isinstance(kind, str) else kind
+        if not isinstance(kinds, list) or any(k not in _TYPES for k in kinds):
+            raise _Unsupported(kind)
+        tests = [_TYPES[k] for k in kinds]
+        if len(tests) == 1:
+            return tests[0]
+        return lambda v: any(t(v) for t in tests)
+
+    def _kw_const(self, const: Any, schema: Any) -> Check:
+        return lambda v: _equal(v, const)
+
+    def _kw_enum(self, enum: Any, schema: Any) -> Check:
+        if not isinstance(enum, list):
+            raise _Unsupported("enum")
+        strings = frozenset(e for e in enum if isinstance(e, str))
+        others = [e for e in enum if not isinstance(e, str)]
+
+        def check(v: Any) -> bool:
+            if isinstance(v, str):
+                return v in strings
+            return any(_equal(v, e) for e in others)
+
+        return check
+
+    # Methods are named _kw_<keyword> (camelCase as in the spec) and found by name.
+    def _kw_anyOf(self, subs: Any, schema: Any) -> Check:
+        checks = [self.compile(s) for s in subs]
+        return lambda v: any(c(v) for c in checks)
+
+    def _kw_allOf(self, subs: Any, schema: Any) -> Check:
+        checks = [self.compile(s) for s in subs]
+        return lambda v: all(c(v) for c in checks)
+
+    def _kw_oneOf(self, subs: Any, schema: Any) -> Check:
+        checks = [self.compile(s) for s in subs]
+        return lambda v: sum(1 for c in checks if c(v)) == 1
+
+    # -- numbers and strings --------------------------------------------------------------------
+
+    def _bound(self, limit: Any, ok: Callable[[Any, Any], bool]) -> Check:
+        if not _is_number(limit):
+            raise _Unsupported("bound")
+        return lambda v: not _is_number(v) or ok(v, limit)
+
+    def _kw_minimum(self, limit: Any, schema: Any) -> Check:
+        return self._bound(limit, lambda v, m: v >= m)
+
+    def _kw_maximum(self, limit: Any, schema: Any) -> Check:
+        return self._bound(limit, lambda v, m: v <= m)
+
+    def _kw_exclusiveMinimum(self, limit: Any, schema: Any) -> Check:
+        return self._bound(limit, lambda v, m: v > m)
+
+    def _kw_exclusiveMaximum(self, limit: Any, schema: Any) -> Check:
+        return self._bound(limit, lambda v, m: v < m)
+
+    def _kw_pattern(self, pattern: Any, schema: Any) -> Check:
+        regex = re.compile(pattern)
+        return lambda v: not isinstance(v, str) or regex.search(v) is not None
+
+    def _kw_minLength(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, str) or len(v) >= n
+
+    def _kw_maxLength(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, str) or len(v) <= n
+
+    # -- arrays ---------------------------------------------------------------------------------
+
+    def _kw_items(self, sub: Any, schema: Any) -> Check:
+        if "prefixItems" in schema:
+            raise _Unsupported("prefixItems")
+        check = self.compile(sub)
+        return lambda v: not isinstance(v, list) or all(check(x) for x in v)
+
+    def _kw_minItems(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, list) or len(v) >= n
+
+    def _kw_maxItems(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, list) or len(v) <= n
+
+    def _kw_uniqueItems(self, unique: Any, schema: Any) -> Check:
+        if not unique:
+            return lambda v: True
+
+        def check(v: Any) -> bool:
+            if not isinstance(v, list):
+                return True
+            if not all(isinstance(x, str) for x in v):
+                raise Unsure
+            return len(set(v)) == len(v)
+
+        return check
+
+    # -- objects --------------------------------------------------------------------------------
+
+    def _kw_properties(self, props: Any, schema: Any) -> Check:
+        checks = {name: self.compile(sub) for name, sub in props.items()}
+
+        def check(v: Any) -> bool:
+            if not isinstance(v, dict):
+                return True
+            return all(c(v[name]) for name, c in checks.items() if name in v)
+
+        return check
+
+    def _additional(self, schema: Mapping[str, Any]) -> Check:
+        if "patternProperties" in schema:
+            raise _Unsupported("patternProperties")
+        known = frozenset(schema.get("properties") or ())
+        sub = schema["additionalProperties"]
+        if sub is False:
+            return lambda v: not isinstance(v, dict) or all(k in known for k in v)
+        check = self.compile(sub)
+        return lambda v: (
+            not isinstance(v, dict) or all(check(x) for k, x in v.items() if k not in known)
+        )
+
+    def _kw_required(self, names: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+
+    def _kw_minProperties(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, dict) or len(v) >= n
+
+    def _kw_maxProperties(self, n: Any, schema: Any) -> Check:
+        return lambda v: not isinstance(v, dict) or len(v) <= n
+
+    def _kw_propertyNames(self, sub: Any, schema: Any) -> Check:
+        check = self.compile(sub)
+        return lambda v: not isinstance(v, dict) or all(check(k) for k in v)

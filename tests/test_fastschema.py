@@ -1,0 +1,91 @@
+"""The fast schema predicate agrees with jsonschema wherever it gives an answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from runner._fastschema import Unsure, compile_schema
+from runner.loader import pipeline_schema
+from runner.steps.registry import default_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _schemas() -> list[dict[str, Any]]:
+    registry = default_registry()
+    steps = [registry.get(n).schema for n in registry.names()]  # type: ignore[union-attr]
+    return [pipeline_schema(), *steps]
+
+
+def _agrees(schema: dict[str, Any], instance: Any) -> bool | None:
+    check = compile_schema(schema)
+    assert check is not None, "our schemas use only keywords the fast path implements"
+    try:
+        fast = check(instance)
+    except Unsure:
+        return None
+    assert fast == Draft202012Validator(schema).is_valid(instance), instance
+    return fast
+
+
+def test_every_shipped_and_bad_pipeline() -> None:
+    files = [*ROOT.glob("pipelines/*.yaml"), *ROOT.glob("examples/*/*.yaml")]
+    files += list((ROOT / "tests" / "bad_pipelines").glob("*.yaml"))
+    answered = 0
+    for path in files:
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError):
+            continue
+        answered += _agrees(pipeline_schema(), doc) is not None
+        steps = doc.get("steps") if isinstance(doc, dict) else None
+        for step in (steps or {}).values() if isinstance(steps, dict) else ():
+            for schema in _schemas()[1:]:
+                if isinstance(step, dict) and "with" in step:
+                    _agrees(schema, step["with"])
+    assert answered > len(files) // 2
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, 1.0, 1.5, -2.5]),
+    st.sampled_from(["", "a", "x-1", "Bad Name", "5m", "use", "shell", "hash", "${{ a }}", "1"]),
+)
+keys = st.sampled_from(["runner", "name", "steps", "uses", "with", "value", "path", "run", "when",
+                        "needs", "params", "type", "default", "check", "retries", "timeout",
+                        "cache", "phase", "a", "s1", "1x", "text", "inputs", "outputs"])  # fmt: skip
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values, st.integers(0, 50))
+def test_random_values(instance: Any, pick: int) -> None:
+    schemas = _schemas()
+    _agrees(schemas[pick % len(schemas)], instance)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["s1", "a-b", "9x"]), values, min_size=1, max_size=3),
+       st.sampled_from([1, True, 1.0, 2]), st.sampled_from(["demo", "Demo", 3]))  # fmt: skip
+def test_pipeline_shaped_values(steps: dict[str, Any], runner: Any, name: Any) -> None:
+    _agrees(pipeline_schema(), {"runner": runner, "name": name, "steps": steps})
+    ok_steps = {sid: {"uses": "hash", "with": {"value": v}} for sid, v in steps.items()}
+    _agrees(pipeline_schema(), {"runner": runner, "name": name, "steps": ok_steps})
+
+
+def test_unknown_keywords_do_not_compile() -> None:
+    assert compile_schema({"type": "object", "if": {"required": ["a"]}}) is None
+    assert compile_schema({"$ref": "other.json#/x"}) is None
+    assert compile_schema({"patternProperties": {"a": {}}, "additionalProperties": False}) is None
