@@ -100,7 +100,8 @@ steps:
 def test_sigkill_mid_run_never_pays_twice_for_a_completed_image(tmp_path: Path) -> None:
     (tmp_path / "pipeline.yaml").write_text(EIGHT, encoding="utf-8")
     cmd = ("apply", "pipeline.yaml", "--json", "-q")
-    with CountingOpenAIServer(delay=0.3, hold_after=3) as server:
+    server = CountingOpenAIServer(delay=0.3, hold_after=3)
+    with server:
         _config(tmp_path, server.url)
         proc = subprocess.Popen(
             [*runner_bin(), *cmd],

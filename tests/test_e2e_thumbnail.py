@@ -72,7 +72,7 @@ SMALL = ("-p", "concurrency=1", "-p", "size=640x360")
 
 def _broken_one(doc: dict[str, Any]) -> dict[str, Any]:
     """The one failed iteration, after checking the other three are complete and compliant."""
-    failed = [it for it in doc["iterations"] if it["status"] == "failed"]
+    failed: list[dict[str, Any]] = [it for it in doc["iterations"] if it["status"] == "failed"]
     done = [it for it in doc["iterations"] if it["status"] == "completed"]
     assert len(failed) == 1 and len(done) == 3, doc["iterations"]
     for it in done:
@@ -83,7 +83,8 @@ def _broken_one(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_truncated_raw_image_fails_only_its_iteration(thumbs: Project) -> None:
-    with TruncatingServer(bad=2) as server:
+    server = TruncatingServer(bad=2)
+    with server:
         _openai_config(thumbs, server.url)
         doc = apply(thumbs, *SMALL)
     assert server.generations == 4
@@ -94,7 +95,8 @@ def test_truncated_raw_image_fails_only_its_iteration(thumbs: Project) -> None:
 
 def test_truncated_raw_image_is_not_kept_as_a_paid_call(thumbs: Project) -> None:
     """Forcing the step again asks only for the broken image, instead of reusing its bytes."""
-    with TruncatingServer(bad=2) as server:
+    server = TruncatingServer(bad=2)
+    with server:
         _openai_config(thumbs, server.url)
         first = apply(thumbs, *SMALL)
         broken = _broken_one(first)
@@ -112,7 +114,8 @@ def test_truncated_raw_image_is_not_kept_as_a_paid_call(thumbs: Project) -> None
     "`--force generate` is the workaround)",
 )
 def test_reapply_retries_a_failed_iteration(thumbs: Project) -> None:
-    with TruncatingServer(bad=2) as server:
+    server = TruncatingServer(bad=2)
+    with server:
         _openai_config(thumbs, server.url)
         _broken_one(apply(thumbs, *SMALL))
         again = apply(thumbs, *SMALL)

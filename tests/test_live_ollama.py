@@ -67,7 +67,8 @@ def ollama_project(project: Project) -> Project:
 
 
 def _apply(project: Project) -> dict[str, Any]:
-    return project.apply("--state", ".runner", file="pipelines/classify-ingest.yaml")
+    doc: dict[str, Any] = project.apply("--state", ".runner", file="pipelines/classify-ingest.yaml")
+    return doc
 
 
 @pytest.mark.live
