@@ -260,7 +260,7 @@ class Interpreter:
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
-        # Records are batched per loop tick; every one names only durable objects (journal.py).
+        # Records are batched (50 ms); every one names only durable objects (journal.py).
         self.journal.batch_commits()
         try:
             return await self._apply()

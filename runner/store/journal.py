@@ -5,8 +5,8 @@ paths use prepared SQL on the same connection. WAL mode lets a reader (``runner 
 ``runner watch``) look while an apply writes.
 
 During an apply the engine turns on batched commits (``batch_commits``): writes join one
-transaction that commits at the end of the event-loop tick, or after ``max_age_s``, whichever
-comes first; a commit per statement cost ~0.2 ms an execution. This keeps the durability rule:
+transaction that commits ``max_age_s`` after it began (50 ms) and when the apply ends; a commit
+per statement cost ~0.2 ms an execution. This keeps the durability rule:
 a row is only ever written after the objects it names are durable, so a crash loses at most the
 last batch of records, and what they described simply runs again. Idempotency-ledger writes
 (the calls table) still commit at once, before and after the paid call.
@@ -287,7 +287,7 @@ class Journal:
     # -- batched commits -------------------------------------------------------------------------
 
     def batch_commits(self, max_age_s: float = 0.05) -> None:
-        """Group later writes into one transaction per event-loop tick (at most ``max_age_s``)."""
+        """Group later writes into transactions that commit ``max_age_s`` after they begin."""
         self._batching = True
         self._max_age_s = max_age_s
 
@@ -312,9 +312,10 @@ class Journal:
                 return
         self.conn.execute("BEGIN IMMEDIATE")
         self._tx_started = time.monotonic()
-        # Without a running loop the age limit and end_batch commit it.
+        # Committed after max_age_s even when the engine then sits idle (a long step), so a
+        # reader in another process sees it soon; without a loop, end_batch commits it.
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_soon(self.commit)
+            asyncio.get_running_loop().call_later(self._max_age_s, self.commit)
 
     def _many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """executemany in one transaction (autocommit would commit each row on its own)."""
