@@ -57,6 +57,9 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> Any:
     if depth > 200:
         raise InvalidPipeline("document nested too deeply", where=src.where(path))
@@ -69,7 +72,10 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
                     "YAML merge keys (<<) are not supported",
                     where=Location(src.file, *_mark(key_node)),
                 )
-            key = _construct(key_node, (*path, "<key>"), src, depth + 1)
+            if key_node.tag == _STR_TAG and depth < 200 and type(key_node) is yaml.ScalarNode:
+                key: Any = key_node.value  # what the constructor returns for a plain string
+            else:
+                key = _construct(key_node, (*path, "<key>"), src, depth + 1)
             if not isinstance(key, Hashable) or isinstance(key, (list, dict)):
                 raise InvalidPipeline(
                     "a mapping key must be a plain value",
@@ -88,6 +94,8 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(v, (*path, i), src, depth + 1) for i, v in enumerate(node.value)]
+    if node.tag == _STR_TAG and type(node) is yaml.ScalarNode:
+        return node.value  # SafeConstructor.construct_yaml_str, without its per-node cache
     try:
         return _SCALAR_LOADER.construct_object(node, deep=True)
     except yaml.constructor.ConstructorError as exc:
