@@ -17,17 +17,23 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-
 from . import expr as ex
 from .errors import InvalidPipeline, Location
-from .loader import PipelineDoc, did_you_mean, load_document, resolve_params, schema_errors
+from .loader import (
+    PipelineDoc,
+    did_you_mean,
+    load_document,
+    resolve_params,
+    schema_errors,
+    surely_valid,
+)
 from .paths import inside
 from .steps.base import StepType
 from .steps.registry import StepRegistry, default_registry
 
 if TYPE_CHECKING:
     import networkx as nx
+    from jsonschema import Draft202012Validator
 
     from .rules import Rule, RuleBook
 
@@ -132,24 +138,22 @@ def parse_duration(value: Any) -> float:
 def _validator(schema_id: int, schema_json: str) -> Draft202012Validator:
     import json
 
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(json.loads(schema_json))
 
 
-def _args_validator(
-    step_type: StepType, seen: dict[int, tuple[StepType, Draft202012Validator]] | None = None
-) -> Draft202012Validator:
-    """The validator of a step type's `with:`; ``seen`` remembers it for one compile (a
-    schema does not change while a pipeline compiles; serialising it per step cost ~50 µs)."""
+def _args_schema(step_type: StepType, seen: dict[int, tuple[StepType, str]]) -> str:
+    """A step type's `with:` schema as JSON text, serialised once per compile (a schema does
+    not change while a pipeline compiles; serialising it per step cost ~50 µs)."""
     import json
 
-    entry = seen.get(id(step_type)) if seen is not None else None
+    entry = seen.get(id(step_type))
     if entry is not None and entry[0] is step_type:
         return entry[1]
     text = json.dumps(step_type.schema, sort_keys=True)
-    validator = _validator(id(step_type), text)
-    if seen is not None:
-        seen[id(step_type)] = (step_type, validator)
-    return validator
+    seen[id(step_type)] = (step_type, text)
+    return text
 
 
 def compile_pipeline(
@@ -219,7 +223,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
 
         rulebook = RuleBook(lambda p: doc.where(*p), patterns, named_rules, root)
     compiled: dict[str, CompiledStep] = {}
-    validators: dict[int, tuple[StepType, Draft202012Validator]] = {}
+    schemas: dict[int, tuple[StepType, str]] = {}
     for sid, raw in steps_raw.items():
         compiled[sid] = _compile_step(
             doc,
@@ -234,7 +238,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
             declared_params=declared_params,
             step_ids=step_ids,
             rulebook=rulebook,
-            validators=validators,
+            schemas=schemas,
         )
 
     _link_files(compiled, root)
@@ -282,7 +286,7 @@ def _compile_step(
     declared_params: set[str],
     step_ids: set[str],
     rulebook: RuleBook | None,
-    validators: dict[int, tuple[StepType, Draft202012Validator]] | None = None,
+    schemas: dict[int, tuple[StepType, str]] | None = None,
 ) -> CompiledStep:
     where = doc.where("steps", sid, key=True)
     uses = raw["uses"]
@@ -296,16 +300,18 @@ def _compile_step(
             or "installed step types: " + ", ".join(registry.names()),
         )
     with_raw = raw.get("with") or {}
-    errors = schema_errors(
-        _args_validator(step_type, validators),
-        with_raw,
-        where=lambda p, key=False: doc.where("steps", sid, "with", *p, key=key),
-        step=sid,
-        context="with",
-        tolerate_expressions=True,
-    )
-    if errors:
-        raise errors[0]
+    schema_text = _args_schema(step_type, {} if schemas is None else schemas)
+    if not surely_valid(schema_text, with_raw):
+        errors = schema_errors(
+            _validator(id(step_type), schema_text),
+            with_raw,
+            where=lambda p, key=False: doc.where("steps", sid, "with", *p, key=key),
+            step=sid,
+            context="with",
+            tolerate_expressions=True,
+        )
+        if errors:
+            raise errors[0]
 
     def where_of(p: tuple[Any, ...]) -> Location:
         return doc.where("steps", sid, "with", *p)

@@ -13,16 +13,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
 
 from ._fastschema import Check, Unsure, compile_schema
 from .errors import InvalidPipeline, Location, UsageError
 from .yamlsrc import Sourced, parse_file
+
+if TYPE_CHECKING:  # jsonschema loads on first need: a valid pipeline never needs it
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 # runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
 SCHEMA_DIR = Path(__file__).parent / "schemas"
@@ -37,7 +38,14 @@ def pipeline_schema() -> dict[str, Any]:
 
 @cache
 def _pipeline_validator() -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(pipeline_schema())
+
+
+@cache
+def _pipeline_schema_text() -> str:
+    return json.dumps(pipeline_schema(), sort_keys=True)
 
 
 @dataclass
@@ -100,8 +108,6 @@ def schema_errors(
     ``${{ }}`` expression is accepted wherever a schema expects some other type (it is checked
     again after evaluation). When ``step`` is not given, an error under ``steps.ID`` names ID.
     """
-    if _surely_valid(validator, instance):
-        return []
     out: list[InvalidPipeline] = []
     for err in sorted(validator.iter_errors(instance), key=lambda e: (-len(e.path), str(e.path))):
         if tolerate_expressions and _about_expression(err):
@@ -112,23 +118,24 @@ def schema_errors(
     return out
 
 
-_FAST: dict[int, tuple[Draft202012Validator, Check | None]] = {}
+_FAST: dict[str, Check | None] = {}
 
 
-def _surely_valid(validator: Draft202012Validator, instance: Any) -> bool:
-    """The fast predicate derived from the validator's schema says valid (see _fastschema)."""
-    entry = _FAST.get(id(validator))
-    if entry is None or entry[0] is not validator:
-        check = None
-        if type(validator) is Draft202012Validator and validator.format_checker is None:
-            check = compile_schema(validator.schema)
-        entry = _FAST[id(validator)] = (validator, check)
-    if entry[1] is None:
+def surely_valid(schema_json: str, instance: Any) -> bool:
+    """True when the schema (given as its JSON text) certainly accepts ``instance``, decided by
+    a predicate compiled from it (see _fastschema); False means: ask jsonschema."""
+    check = _FAST.get(schema_json, _UNSEEN)
+    if check is _UNSEEN:
+        check = _FAST[schema_json] = compile_schema(json.loads(schema_json))
+    if check is None:
         return False
     try:
-        return entry[1](instance)
+        return bool(check(instance))
     except (Unsure, RecursionError):
         return False
+
+
+_UNSEEN: Any = object()
 
 
 def _about_expression(err: ValidationError) -> bool:
@@ -336,9 +343,10 @@ def load_document(path: Path) -> PipelineDoc:
             f"found {_describe(src.data)}",
             where=Location(display, 1, 1),
         )
-    errors = schema_errors(_pipeline_validator(), src.data, where=src.where)
-    if errors:
-        raise errors[0]
+    if not surely_valid(_pipeline_schema_text(), src.data):
+        errors = schema_errors(_pipeline_validator(), src.data, where=src.where)
+        if errors:
+            raise errors[0]
     return PipelineDoc(path, src, src.data)
 
 
@@ -435,6 +443,9 @@ def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> N
                 f"param '{key}': pattern is not a valid regular expression: {exc}",
                 where=doc.where("params", key, "pattern"),
             ) from None
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(param_schema(decl))
     except SchemaError as exc:
@@ -444,8 +455,11 @@ def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> N
 
 
 def _param_problem(key: str, value: Any, decl: Mapping[str, Any]) -> str | None:
+    import jsonschema
+    from jsonschema.exceptions import ValidationError
+
     try:
-        jsonschema.validate(value, param_schema(decl), cls=Draft202012Validator)
+        jsonschema.validate(value, param_schema(decl), cls=jsonschema.Draft202012Validator)
     except ValidationError as err:
         if err.validator == "type":
             return f"param '{key}' must be {decl['type']}, found {_describe(value)}"
