@@ -192,7 +192,9 @@ def test_api_key_never_reaches_disk_or_output(tmp_path: Path) -> None:
         shown = _run(tmp_path, "runs", "show", doc["run"]["id"], "--json")
         listed = _run(tmp_path, "runs", "list", "--json")
     assert server.count("POST", "/v1/chat/completions") == 2  # the 500, then the answer
-    assert server.count("POST", "/v1/images/generations") == 2
+    # 2 on the first apply (one refused with 400); the re-apply retries only the failed one
+    assert server.count("POST", "/v1/images/generations") == 3
+    assert json.loads(again.stdout)["exit_code"] == 0, again.stdout
     assert all(r.headers.get("authorization") == f"Bearer {SECRET}" for r in server.requests)
     assert doc["exit_code"] == first.returncode == 6, first.stderr
     text = first.stdout + first.stderr

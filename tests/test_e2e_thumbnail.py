@@ -107,12 +107,6 @@ def test_truncated_raw_image_is_not_kept_as_a_paid_call(thumbs: Project) -> None
     assert again["idempotency_key"] == broken["idempotency_key"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an image step with some failed iterations is recorded as a completed execution, "
-    "so a plain re-apply answers from the cache and never retries them (exit 6 forever; "
-    "`--force generate` is the workaround)",
-)
 def test_reapply_retries_a_failed_iteration(thumbs: Project) -> None:
     server = TruncatingServer(bad=2)
     with server:

@@ -266,6 +266,8 @@ def _explain_one(
         return False, [f"cannot resolve arguments yet: {exc}"]
     key = parts.key()
     hit = cached.get((sid, key))
+    if hit is not None and hit.status == "partial":
+        return False, ["last result was partial: runs again"]
     if hit is not None:
         if not interp._usable(hit):
             return False, ["artifact missing from the store"]

@@ -867,9 +867,11 @@ class Interpreter:
         forced = step.id in self.options.force
         if step.cache is CachePolicy.USE and not forced:
             hit = self.cached.get((step.id, key))
-            if hit is not None and self._usable(hit):
+            # A partial result (some iterations failed, a card drifted) is not a cache hit: the
+            # next apply runs it again, and idempotency keys make the finished parts free.
+            if hit is not None and hit.status == "completed" and self._usable(hit):
                 restored = self._restore_files(hit.files)
-                status = StepStatus.PARTIAL if hit.status == "partial" else StepStatus.CACHED
+                status = StepStatus.CACHED
                 self.emit(
                     EventType.STEP_SKIPPED,
                     step.id,

@@ -381,7 +381,8 @@ class ImageStep(StepType):
         return StepResult(
             output=output,
             artifacts=[it["raw"] for it in iterations if it["raw"]],
-            # Failed iterations are listed, not a partial step: finalize still runs on the rest.
-            status=ResultStatus.OK,
+            # Some iterations failed: partial, so the next apply runs the step again (completed
+            # calls are answered by the ledger, failed ones are retried); finalize continues.
+            status=ResultStatus.PARTIAL if failed else ResultStatus.OK,
             usage=usage,
         )
