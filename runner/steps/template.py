@@ -138,15 +138,11 @@ def _needed_variables(env: ex.HardenedEnvironment, path: str) -> frozenset[str]:
 
 
 def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[str]) -> list[str]:
-    from jinja2 import meta
-
     if name in seen:
         return []
     seen.add(name)
-    try:
-        source = (root / name).read_text(encoding="utf-8")
-        names = [n for n in meta.find_referenced_templates(env.parse(source)) if n]
-    except Exception:
+    names = _includes(env, root / name)
+    if names is None:
         return []
     out = []
     for n in names:
@@ -154,3 +150,25 @@ def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[st
         out.append(n)
         out.extend(_referenced(env, root, n, seen))
     return out
+
+
+_INCLUDES: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+
+def _includes(env: ex.HardenedEnvironment, path: Path) -> tuple[str, ...] | None:
+    """Templates a template file includes or extends by constant name; parsed once per file
+    version (every step of a pipeline computes its reads). None when it cannot be read or
+    parsed."""
+    from jinja2 import meta
+
+    try:
+        st = os.stat(path)
+        sig = (str(path), st.st_mtime_ns, st.st_size)
+        found = _INCLUDES.get(sig)
+        if found is None:
+            source = path.read_text(encoding="utf-8")
+            found = tuple(n for n in meta.find_referenced_templates(env.parse(source)) if n)
+            _INCLUDES[sig] = found
+    except Exception:
+        return None
+    return found
