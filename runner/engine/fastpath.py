@@ -45,6 +45,14 @@ def _sig(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
+def _sha256(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
 def _config_candidates(root: Path) -> list[str]:
     out: list[str] = []
     for directory in (root, *root.parents):
@@ -80,9 +88,8 @@ def record(
     if report.exit_code != 0 or report.status.value != "completed":
         return
     now = time.time_ns()
+    # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
-    if any(now - sig[1] < _RACY_NS for sig in inputs.values()):
-        return  # an input changed a moment ago: do not vouch for it
     pipeline_bytes = pipeline.read_bytes()
     doc = {
         "format": FORMAT,
@@ -97,7 +104,8 @@ def record(
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
         "workspace": sorted(str(plan.root / rel) for rel in report.workspace),
-        "objects": sorted(report.objects),
+        # every object the run's results name, output files' copies included
+        "objects": sorted(set(report.objects) | set(report.workspace.values())),
         "steps": [o.to_json() for o in report.steps],
         "recorded_at_ns": now,
     }
@@ -129,8 +137,13 @@ def check(
         return None
     if hashlib.sha256(data).hexdigest() != doc["pipeline"]["sha256"]:
         return None
-    for p, sig in doc["inputs"].items():
-        if _sig(p) != sig:
+    racy_before = int(doc["recorded_at_ns"]) - _RACY_NS
+    for p, recorded in doc["inputs"].items():
+        if _sig(p) != recorded[:3]:
+            return None
+        # Racily clean: written so close to the recording that a same-size rewrite within the
+        # clock's granularity would keep its signature. Compare its content instead.
+        if recorded[1] >= racy_before and _sha256(p) != recorded[3]:
             return None
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:

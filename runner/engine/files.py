@@ -30,18 +30,20 @@ class FileHasher:
         self.journal = journal
         self.known = journal.file_hashes() if journal is not None else {}
         self.dirty: list[tuple[str, int, int, int, str]] = []
-        self.used: dict[str, tuple[int, int, int]] = {}  # every file hashed in this run
+        # every file hashed in this run: (size, mtime_ns, inode, sha256)
+        self.used: dict[str, tuple[int, int, int, str]] = {}
 
     def hash(self, path: Path) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing."""
         st = os.stat(path)
         key = str(path)
         sig = (st.st_size, st.st_mtime_ns, st.st_ino)
-        self.used[key] = sig
         cached = self.known.get(key)
         if cached is not None and cached[:3] == sig:
+            self.used[key] = (*sig, cached[3])
             return cached[3]
         digest = sha256_file(path)
+        self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its
         # (size, mtime) changing ("racily clean"): only trust signatures that are old enough.
         if time.time_ns() - st.st_mtime_ns > _RACY_NS:

@@ -131,7 +131,7 @@ class RunReport:
     reason: str | None = None
     # What this run depended on, for the no-op fast path (engine/fastpath.py): input files with
     # their stat signatures, workspace files that must exist, objects that must be present.
-    inputs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    inputs: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
     workspace: dict[str, str] = field(default_factory=dict)
     objects: set[str] = field(default_factory=set)
 
