@@ -24,10 +24,10 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
         raise InvalidPipeline(
             f"path '{text}' is absolute; pipeline paths are relative to {root}", where=where
         )
-    base, target = _resolved(os.path.abspath(root), text)
-    if target != base and base not in target.parents:
+    target = _resolved(os.path.abspath(root), text)  # absolute: the key must not depend on cwd
+    if target is None:
         raise InvalidPipeline(
-            f"path '{text}' escapes the pipeline root {base}",
+            f"path '{text}' escapes the pipeline root {os.path.realpath(root)}",
             where=where,
             hint="declare a wider `root:` in the pipeline if this is intended",
         )
@@ -35,10 +35,17 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
 
 
 @lru_cache(maxsize=65536)
-def _resolved(root: str, rel: str) -> tuple[Path, Path]:
-    # Resolving walks every component with lstat: cache it for the life of one command.
-    base = Path(os.path.realpath(root))
-    return base, Path(os.path.realpath(os.path.join(base, rel)))
+def _resolved(root: str, rel: str) -> Path | None:
+    """The real path of ``rel`` under ``root``, or None when it lies outside.
+
+    Resolving walks every component with lstat: cached for the life of one command (the plan's
+    root is absolute, so the key does not depend on the working directory).
+    """
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, rel))
+    if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return Path(target)
 
 
 def relative(root: Path, path: Path) -> str:
