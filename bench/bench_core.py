@@ -140,8 +140,10 @@ def _write_dodo(root: Path, rules: list[tuple[str, str]]) -> None:
     for name, rule in rules:
         head, recipe = rule.split("\n\t@", 1)
         target, deps = head.split(": ", 1)
+        # make's automatic variable has no meaning to doit: spell the target out
+        action = recipe.strip().replace("$@", target)
         tasks.append({"name": name, "file_dep": deps.split(), "targets": [target],
-                      "actions": [recipe.strip()]})
+                      "actions": [action]})
     (root / "dodo.py").write_text(
         "import json\n"
         f"TASKS = json.loads({json.dumps(json.dumps(tasks))})\n\n"
