@@ -443,6 +443,10 @@ def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> N
                 f"param '{key}': pattern is not a valid regular expression: {exc}",
                 where=doc.where("params", key, "pattern"),
             ) from None
+    if "items" not in decl:
+        # The pipeline schema fixed every other part's type and the regex compiled: the
+        # metaschema cannot object (jsonschema loads only for an `items` schema).
+        return
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
@@ -455,6 +459,12 @@ def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> N
 
 
 def _param_problem(key: str, value: Any, decl: Mapping[str, Any]) -> str | None:
+    try:
+        schema_text = json.dumps(param_schema(decl), sort_keys=True)
+    except (TypeError, ValueError):  # e.g. a YAML date in `enum`: jsonschema judges it
+        schema_text = None
+    if schema_text is not None and surely_valid(schema_text, value):
+        return None
     import jsonschema
     from jsonschema.exceptions import ValidationError
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,13 +18,18 @@ from .base import StepContext, StepResult, StepType, invalid
 def template_filters() -> dict[str, Callable[..., Any]]:
     """Filters every template gets; step families add theirs here (one line each)."""
     filters: dict[str, Callable[..., Any]] = {}
-    try:
-        from ..cards import card_block
-    except ImportError:  # cards not installed in this build
-        pass
-    else:
+    if importlib.util.find_spec("runner.cards") is not None:  # cards not installed in this build
         filters["card_block"] = card_block
     return filters
+
+
+def card_block(
+    value: Mapping[str, Any], title: str | None = None, schema_version: int | None = None
+) -> str:
+    """runner.cards.card_block, imported on first use (cards load jsonschema: ~0.1 s)."""
+    from ..cards import card_block as build_block
+
+    return build_block(value, title, schema_version)
 
 
 _ENVS: dict[Path, ex.HardenedEnvironment] = {}
