@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ExpressionError, Location, RuleError
 from ..expr import (
@@ -34,6 +32,9 @@ from ..expr import (
 )
 
 Path_ = tuple[Any, ...]  # a path inside the pipeline document, e.g. ("steps", "a", "check", 0)
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 @dataclass
@@ -174,6 +175,8 @@ def _validator(check: CheckType) -> jsonschema.protocols.Validator:
         # Nested rules are compiled (and their errors located) one by one, so here a
         # nested rule may be anything.
         schema = {**check.schema, "$defs": {"rule": True}}
+        import jsonschema  # on first use: most pipelines' rules are plain expressions
+
         found = _VALIDATORS[check.name] = jsonschema.Draft202012Validator(schema)
     return found
 

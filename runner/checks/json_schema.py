@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import jsonschema
 import yaml
 
 from ..errors import InvalidPipeline, Location
@@ -16,6 +15,9 @@ from ..paths import inside
 from .base import VALUE_DESCRIPTION, CheckType, Path_, Rule, Scope, Verdict, register_check, show
 
 MAX_ERRORS_SHOWN = 3
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 def _json_path(parts: Iterable[Any]) -> str:
@@ -113,6 +115,8 @@ class JsonSchema(CheckType):
         else:
             schema, schema_path = args["schema"], (*path, "schema")
         try:
+            import jsonschema  # on first use: a ~0.1 s import most runs never need
+
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise scope.error(f"json_schema: invalid schema: {exc.message}", schema_path) from None
