@@ -197,9 +197,23 @@ class Scope:
     _regexes: dict[str, re.Pattern[str]] = field(default_factory=dict)
     _compiled_named: dict[str, Rule] = field(default_factory=dict)
     _compiling: list[str] = field(default_factory=list)
+    # A rule's location is asked for by each layer that compiles it (rule, check, expression).
+    _located: dict[Path_, Location | None] = field(default_factory=dict)
 
     def where(self, path: Path_) -> Location | None:
         """The location of ``path``, or of its nearest located ancestor."""
+        try:
+            return self._located[path]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable part: just look it up
+            return self._locate(path)
+        if len(self._located) > 4096:
+            self._located.clear()
+        found = self._located[path] = self._locate(path)
+        return found
+
+    def _locate(self, path: Path_) -> Location | None:
         for n in range(len(path), -1, -1):
             found = self.where_of(path[:n])
             if found is not None:
