@@ -492,6 +492,13 @@ def _refs(tree: nodes.Node) -> frozenset[Reference]:
     return frozenset(found)
 
 
+def _too_deep(source: str) -> bool:
+    """Brackets nest deeper than MAX_NESTING (counting them first: the walk is per character)."""
+    if source.count("(") + source.count("[") + source.count("{") <= MAX_NESTING:
+        return False
+    return _depth(source) > MAX_NESTING
+
+
 def _depth(source: str) -> int:
     depth = best = 0
     for ch in source:
@@ -512,7 +519,7 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
         )
     if not source.strip():
         raise ExpressionError("empty expression", where=where)
-    if _depth(source) > MAX_NESTING:
+    if _too_deep(source):
         raise ExpressionError(
             f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
         )
@@ -621,7 +628,7 @@ def _compile_by_shape(source: str) -> _Compiled | None:
         elif not isinstance(real, str) or _forbidden(real):
             return None
     refs = frozenset(
-        Reference(mapping.get(root, root), None if attr is None else mapping.get(attr, attr))
+        _reference(mapping.get(root, root), None if attr is None else mapping.get(attr, attr))
         for root, attr in facts.refs
     )
     tree = functools.partial(instantiate_shape, facts.shape.tree, mapping)
@@ -629,6 +636,18 @@ def _compile_by_shape(source: str) -> _Compiled | None:
 
 
 _MISSING: Any = object()
+_REFERENCES: dict[tuple[str, str | None], Reference] = {}
+
+
+def _reference(root: str, attr: str | None) -> Reference:
+    """Reference(root, attr), shared: a frozen dataclass costs ~1 µs to build, and a pipeline
+    names the same few roots and step ids over and over."""
+    found = _REFERENCES.get((root, attr))
+    if found is None:
+        if len(_REFERENCES) > 65_536:
+            _REFERENCES.clear()
+        found = _REFERENCES[(root, attr)] = Reference(root, attr)
+    return found
 
 
 class _Lazy:
@@ -786,7 +805,7 @@ class _RootLoader(jinja2.BaseLoader):
                 f"template '{template}' is over the limit of {MAX_TEMPLATE_CHARS} bytes"
             )
         text = path.read_text(encoding="utf-8")
-        if _depth(text) > MAX_NESTING:
+        if _too_deep(text):
             raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
 
         def uptodate() -> bool:
@@ -825,7 +844,7 @@ def render_template(
     label = name or "<inline>"
     token: contextvars.Token[_Budget | None] | None = None
     try:
-        if text is not None and (len(text) > MAX_TEMPLATE_CHARS or _depth(text) > MAX_NESTING):
+        if text is not None and (len(text) > MAX_TEMPLATE_CHARS or _too_deep(text)):
             raise SandboxRefused(
                 f"inline template over {MAX_TEMPLATE_CHARS} characters or {MAX_NESTING} levels"
             )
