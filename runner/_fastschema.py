@@ -76,6 +76,19 @@ _TYPES: dict[str, Check] = {
 }
 
 
+def _all_of(checks: list[Check]) -> Check:
+    if len(checks) == 1:
+        return checks[0]
+
+    def check(v: Any) -> bool:
+        for c in checks:  # noqa: SIM110 - a loop: all(genexpr) costs a generator per call
+            if not c(v):
+                return False
+        return True
+
+    return check
+
+
 def _equal(one: Any, two: Any) -> bool:
     """jsonschema's equality for scalars (True is not 1, 1 is 1.0); containers are Unsure."""
     if isinstance(one, str) or isinstance(two, str):
@@ -119,7 +132,7 @@ class _Compiler:
             return lambda v: True
         if len(checks) == 1:
             return checks[0]
-        return lambda v: all(c(v) for c in checks)
+        return _all_of(checks)
 
     # -- references -----------------------------------------------------------------------------
 
@@ -171,8 +184,7 @@ class _Compiler:
         return lambda v: any(c(v) for c in checks)
 
     def _kw_allOf(self, subs: Any, schema: Any) -> Check:
-        checks = [self.compile(s) for s in subs]
-        return lambda v: all(c(v) for c in checks)
+        return _all_of([self.compile(s) for s in subs])
 
     def _kw_oneOf(self, subs: Any, schema: Any) -> Check:
         checks = [self.compile(s) for s in subs]
@@ -242,7 +254,11 @@ class _Compiler:
         def check(v: Any) -> bool:
             if not isinstance(v, dict):
                 return True
-            return all(c(v[name]) for name, c in checks.items() if name in v)
+            for name, value in v.items():  # loops, not all(genexpr): this is the hot path
+                c = checks.get(name)
+                if c is not None and not c(value):
+                    return False
+            return True
 
         return check
 
@@ -252,7 +268,7 @@ class _Compiler:
         known = frozenset(schema.get("properties") or ())
         sub = schema["additionalProperties"]
         if sub is False:
-            return lambda v: not isinstance(v, dict) or all(k in known for k in v)
+            return lambda v: not isinstance(v, dict) or known.issuperset(v)
         check = self.compile(sub)
         return lambda v: (
             not isinstance(v, dict) or all(check(x) for k, x in v.items() if k not in known)
