@@ -260,12 +260,19 @@ class Interpreter:
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
-        # Records are batched (50 ms); every one names only durable objects (journal.py).
+        # Records are batched (50 ms); every one names only durable objects: the object store
+        # fsyncs what is pending right before each commit (grouped, not one fsync per step).
         self.journal.batch_commits()
+        self.objects.defer_sync()
+        self.journal.before_commit = self.objects.sync
         try:
             return await self._apply()
         finally:
-            self.journal.end_batch()
+            try:
+                self.journal.end_batch()
+            finally:
+                self.journal.before_commit = None
+                self.objects.stop_deferring()
 
     async def _apply(self) -> RunReport:
         plan = self.plan

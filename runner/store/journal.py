@@ -228,6 +228,9 @@ class Journal:
         self.conn = conn
         self.path = path
         self._batching = False
+        # Called before every commit during an apply: the object store makes the objects the
+        # records name durable first (grouped fsyncs; see ObjectStore.sync).
+        self.before_commit: Callable[[], None] | None = None
         self._max_age_s = 0.05
         self._tx_started = 0.0
 
@@ -282,7 +285,7 @@ class Journal:
 
     def transaction(self) -> _Tx:
         self.commit()  # a pending batch first: BEGIN cannot nest
-        return _Tx(self.conn)
+        return _Tx(self.conn, self.before_commit)
 
     # -- batched commits -------------------------------------------------------------------------
 
@@ -299,7 +302,12 @@ class Journal:
     def commit(self) -> None:
         """Commit the pending batch, if any."""
         if self.conn.in_transaction:
-            self.conn.execute("COMMIT")
+            self._durable_then("COMMIT")
+
+    def _durable_then(self, sql: str) -> None:
+        if self.before_commit is not None:
+            self.before_commit()
+        self.conn.execute(sql)
 
     def _write(self) -> None:
         """Called before every write: opens the batch transaction when batching."""
@@ -307,7 +315,7 @@ class Journal:
             return
         if self.conn.in_transaction:
             if time.monotonic() - self._tx_started > self._max_age_s:
-                self.conn.execute("COMMIT")
+                self._durable_then("COMMIT")
             else:
                 return
         self.conn.execute("BEGIN IMMEDIATE")
@@ -331,7 +339,7 @@ class Journal:
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        self._durable_then("COMMIT")
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -492,6 +500,8 @@ class Journal:
 
     def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
         self.commit()
+        if self.before_commit is not None:
+            self.before_commit()  # the result names an object: durable before it is recorded
         self.conn.execute(
             "UPDATE calls SET status='completed', result=?, finished_at=? WHERE key=?",
             (dumps(dict(result)), now(), key),
@@ -537,12 +547,20 @@ class Journal:
 
 
 class _Tx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, before_commit: Callable[[], None] | None = None
+    ) -> None:
         self.conn = conn
+        self.before_commit = before_commit
 
     def __enter__(self) -> sqlite3.Connection:
         self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type:
+            self.conn.execute("ROLLBACK")
+            return
+        if self.before_commit is not None:
+            self.before_commit()
+        self.conn.execute("COMMIT")
