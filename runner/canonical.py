@@ -18,6 +18,40 @@ class CanonicalError(ValueError):
     """A value cannot be canonicalised (not a JSON type, NaN, a non-string key)."""
 
 
+_INF = (float("inf"), float("-inf"))
+
+
+def _plain(value: object) -> bool:
+    """True when ``value`` is made of exact JSON types only (the common case), checked without
+    recursion; anything else goes through ``_check``, which accepts subclasses of str/list/dict
+    and names the path of what it refuses."""
+    stack = [value]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            continue
+        if t is dict:
+            for k in v:  # type: ignore[attr-defined]
+                if type(k) is not str:
+                    return False
+            push(v.values())  # type: ignore[attr-defined]
+        elif t is list:
+            push(v)  # type: ignore[arg-type]
+        elif t is float:
+            if v != v or v in _INF:
+                return False
+        else:
+            return False
+    return True
+
+
+def _validate(value: object) -> None:
+    if not _plain(value):
+        _check(value, "$")
+
+
 def _check(value: object, path: str) -> None:
     # json.dumps would coerce int subclasses, tuples and non-str keys silently: refuse them here.
     if value is None or isinstance(value, (str, bool)):
@@ -80,7 +114,7 @@ def prepare(
     ``unordered`` maps a dotted path ("a.b.list") to a sort key ("field" or "f1|f2"), or None to
     sort by value; a plain iterable of paths sorts each by value. Missing paths are ignored.
     """
-    _check(value, "$")
+    _validate(value)
     doc = json.loads(json.dumps(value))  # a deep copy that is plain JSON
     if isinstance(doc, dict):
         for key in exclude:
@@ -98,7 +132,7 @@ def prepare(
 
 def canonical_json(value: JSONValue) -> str:
     """The canonical JSON text of ``value``; raises CanonicalError for non-JSON values."""
-    _check(value, "$")
+    _validate(value)
     return json.dumps(
         value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
     )

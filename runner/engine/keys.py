@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..canonical import digest
+from ..canonical import canonical_json, sha256_hex
 
 
 @dataclass(frozen=True)
@@ -36,19 +36,34 @@ class KeyParts:
             doc["item"] = self.item
         return doc
 
+    def _canonical_parts(self) -> dict[str, str]:
+        # Each part's canonical text, computed once: the key and the summary share them.
+        cached: dict[str, str] | None = self.__dict__.get("_parts")
+        if cached is None:
+            cached = {name: canonical_json(value) for name, value in self.as_document().items()}
+            object.__setattr__(self, "_parts", cached)
+        return cached
+
     def key(self) -> str:
-        return digest(self.as_document())
+        """sha256 of the canonical JSON of the parts document.
+
+        Built from the parts' canonical texts: with sorted keys and fixed separators, joining
+        them gives exactly canonical_json(as_document()) (a test asserts the equality).
+        """
+        parts = self._canonical_parts()
+        text = "{" + ",".join(f'"{name}":{parts[name]}' for name in sorted(parts)) + "}"
+        return sha256_hex(text.encode("utf-8"))
 
     def summary(self) -> dict[str, Any]:
         """Per-part digests, journaled so `explain` can say which part changed."""
-        doc = self.as_document()
+        parts = self._canonical_parts()
         return {
             "type": f"{self.step_type}@{self.type_version}",
-            "args": digest(doc["args"]),
+            "args": sha256_hex(parts["args"].encode("utf-8")),
             "files": dict(self.files),
-            "extra": digest(doc["extra"]),
+            "extra": sha256_hex(parts["extra"].encode("utf-8")),
             "version": self.version,
-            **({"item": digest(self.item)} if self.has_item else {}),
+            **({"item": sha256_hex(parts["item"].encode("utf-8"))} if self.has_item else {}),
         }
 
 
