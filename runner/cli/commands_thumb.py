@@ -95,11 +95,7 @@ def iterate(
     """
     import yaml
 
-    from ..engine.apply import apply_plan
-    from ..engine.interpreter import ApplyOptions
-    from ..store.journal import dumps
-    from ..thumbs.hooks import after_apply
-    from ..thumbs.iterate import find_source, plan_child
+    from ..thumbs.iterate import child_options, find_source, plan_child, run_child
     from .commands_core import _reporter
 
     var_map: dict[str, Any] = {}
@@ -112,15 +108,8 @@ def iterate(
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)
         plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
-        options = ApplyOptions(
-            kind="iterate",
-            parent_run_id=parent["id"],
-            item=parent["item"],
-            reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
-        )
-        report = apply_plan(plan, state, options, _reporter(as_json, len(plan.order), None, quiet))
-        doc = report.to_json()
-        doc.update(after_apply(plan, state, report, out_dir=None, as_json=as_json))
+        reporter = _reporter(as_json, len(plan.order), None, quiet)
+        doc = run_child(state, plan, child_options(parent, it), reporter, as_json=as_json)
     finally:
         state.close()
     if as_json:
@@ -139,32 +128,15 @@ def export(target: str, dest: Path, raw: bool, state_dir: str | None, as_json: b
 
     Example: runner export RUN --to out/
     """
-    from ..thumbs.hooks import copy_finals
-    from ..thumbs.records import iterations_of, resolve_target
+    from ..thumbs.hooks import export_run
 
     state = _open_state(state_dir, readonly=True)
     try:
-        run, it = resolve_target(state.journal, target)
-        its = [it] if it is not None else iterations_of(state.journal, run["id"])
-        completed = [i for i in its if i.status == "completed"]
-        if not completed:
-            raise UsageError(
-                f"run {run['id']} has no completed iteration to export",
-                hint=f"see: runner runs show {run['id']}",
-            )
-        files = copy_finals(state, completed, dest, run["item"] or run["pipeline"], raw=raw)
+        doc = export_run(state, target, dest, raw=raw)
     finally:
         state.close()
     if as_json:
-        emit_json(
-            {
-                "run_id": run["id"],
-                "iteration_id": it.id if it else None,
-                "raw": raw,
-                "files": [str(f) for f in files],
-                "exit_code": 0,
-            }
-        )
+        emit_json(doc)
     else:
-        for f in files:
+        for f in doc["files"]:
             click.echo(f"wrote {f}")

@@ -115,3 +115,30 @@ def sniff_ext(path: Path) -> str:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     return "bin"
+
+
+def export_run(state: Any, target: str, dest: Path, *, raw: bool = False) -> dict[str, Any]:
+    """`runner export`: copy a run's (or one iteration's) completed finals or raws to ``dest``.
+
+    Raises NotFound for an unknown id, UsageError when nothing completed, StoreError when
+    ``dest`` cannot be written. Returns the --json document.
+    """
+    from ..errors import UsageError
+    from .records import iterations_of, resolve_target
+
+    run, it = resolve_target(state.journal, target)
+    its = [it] if it is not None else iterations_of(state.journal, run["id"])
+    completed = [i for i in its if i.status == "completed"]
+    if not completed:
+        raise UsageError(
+            f"run {run['id']} has no completed iteration to export",
+            hint=f"see: runner runs show {run['id']}",
+        )
+    files = copy_finals(state, completed, dest, run["item"] or run["pipeline"], raw=raw)
+    return {
+        "run_id": run["id"],
+        "iteration_id": it.id if it else None,
+        "raw": raw,
+        "files": [str(f) for f in files],
+        "exit_code": 0,
+    }

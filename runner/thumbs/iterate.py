@@ -95,3 +95,30 @@ def plan_child(
         )
     prerender(plan)
     return plan
+
+
+def child_options(parent: dict[str, Any], it: Iteration, run_id: str | None = None) -> Any:
+    """The apply options of a child run: kind iterate, the parent, its item, the reference."""
+    from ..engine.interpreter import ApplyOptions
+    from ..store.journal import dumps
+
+    return ApplyOptions(
+        kind="iterate",
+        parent_run_id=parent["id"],
+        item=parent["item"],
+        reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
+        run_id=run_id,
+    )
+
+
+def run_child(
+    state: Any, plan: Any, options: Any, reporter: Any = None, *, as_json: bool = True
+) -> dict[str, Any]:
+    """Apply a child plan and record its iterations; the `runner iterate --json` document."""
+    from ..engine.apply import apply_plan
+    from .hooks import after_apply
+
+    report = apply_plan(plan, state, options, reporter)
+    doc: dict[str, Any] = report.to_json()
+    doc.update(after_apply(plan, state, report, out_dir=None, as_json=as_json))
+    return doc

@@ -25,8 +25,7 @@ def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> 
 
     A relative folder is taken from ``cwd`` (the server's working directory, as for the CLI).
     """
-    from ..thumbs.hooks import copy_finals
-    from ..thumbs.records import iterations_of, resolve_target
+    from ..thumbs.hooks import export_run
 
     dest_text = body_str(body, "to", required=True) or ""
     if not dest_text.strip():
@@ -35,22 +34,7 @@ def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> 
     which = body_str(body, "iteration")
     run = state.journal.get_run(run_id)
     target = run["id"] if which is None else _iteration_ident(state, run, which)
-    run, it = resolve_target(state.journal, target)
-    its = [it] if it is not None else iterations_of(state.journal, run["id"])
-    completed = [i for i in its if i.status == "completed"]
-    if not completed:
-        raise UsageError(
-            f"run {run['id']} has no completed iteration to export",
-            hint=f"see: runner runs show {run['id']}",
-        )
-    files = copy_finals(state, completed, cwd / dest_text, run["item"] or run["pipeline"], raw=raw)
-    return {
-        "run_id": run["id"],
-        "iteration_id": it.id if it else None,
-        "raw": raw,
-        "files": [str(f) for f in files],
-        "exit_code": 0,
-    }
+    return export_run(state, target, cwd / dest_text, raw=raw)
 
 
 def _iteration_ident(state: State, run: Mapping[str, Any], which: str) -> str:
@@ -119,9 +103,8 @@ def iterate(
     prints; without it the child runs in a background thread and its id is returned at once.
     Raises NotFound / UsageError before any run exists, as the command does.
     """
-    from ..engine.interpreter import ApplyOptions, new_run_id
-    from ..store.journal import dumps
-    from ..thumbs.iterate import find_source, plan_child
+    from ..engine.interpreter import new_run_id
+    from ..thumbs.iterate import child_options, find_source, plan_child
 
     n = _child_n(body)
     prompt_append = body_str(body, "prompt_append", default="") or ""
@@ -133,13 +116,7 @@ def iterate(
     # The journal keeps the file as `apply` was given it (maybe relative to another cwd).
     parent = {**parent, "pipeline_file": str(pipeline_file(state, parent))}
     plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=variables)
-    options = ApplyOptions(
-        kind="iterate",
-        parent_run_id=parent["id"],
-        item=parent["item"],
-        reference_asset=dumps({"sha256": it.raw, "iteration_id": it.id}),
-        run_id=new_run_id(),
-    )
+    options = child_options(parent, it, run_id=new_run_id())
     job = Job(options.run_id or "", threading.Thread(target=lambda: None))
     job.thread = threading.Thread(
         target=_run_child,
@@ -167,15 +144,11 @@ def iterate(
 
 
 def _run_child(state_dir: Path, plan: Any, options: Any, job: Job) -> None:
-    from ..engine.apply import apply_plan
-    from ..thumbs.hooks import after_apply
+    from ..thumbs.iterate import run_child
 
     state = State.open(state_dir)
     try:
-        report = apply_plan(plan, state, options, None)
-        doc = report.to_json()
-        doc.update(after_apply(plan, state, report, out_dir=None, as_json=True))
-        job.result = doc
+        job.result = run_child(state, plan, options)
     except RunnerError as exc:
         job.error = exc
     finally:
