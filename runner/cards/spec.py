@@ -21,7 +21,9 @@ import jsonschema
 
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, Expression, compile_value, is_static, iter_expressions
-from ._source import Path_, Positioned, parse_file
+from ..yamlsrc import Path_
+from ..yamlsrc import Sourced as Positioned
+from ..yamlsrc import parse_file as _parse_yaml
 from ._types import type_problem
 
 # runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
@@ -403,3 +405,11 @@ class _Compiler:
             return NotCondition(self._condition(arg, sub, names))
         parts = tuple(self._condition(c, (*sub, i), names) for i, c in enumerate(arg))
         return AllCondition(parts) if kind == "all" else AnyCondition(parts)
+
+
+def parse_file(path: Path) -> Positioned:
+    """A card spec file with positions (the same YAML reader as pipelines: duplicate keys are
+    errors, every value keeps its file:line:column)."""
+    if not path.is_file():
+        raise InvalidPipeline(f"no such card spec: {path}")
+    return _parse_yaml(path, str(path))
