@@ -593,21 +593,7 @@ class Interpreter:
         ):
             # Approved before with these very inputs (an earlier run): no need to ask again.
             self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
-            self.journal.start_execution(
-                {
-                    "run_id": self.run_id,
-                    "step_id": step.id,
-                    "element": -1,
-                    "key": key,
-                    "status": "cached",
-                    "pipeline": self.plan.name,
-                    "output": dumps(hit.output),
-                    "started_at": time.time(),
-                    "finished_at": time.time(),
-                    "attempts": 0,
-                    "why": "approved before with the same inputs",
-                }
-            )
+            self._journal_reused(step, -1, key, hit.output, "approved before with the same inputs")
             return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
         rows = gates.decisions(self.journal, self.run_id, step.id)
         last = rows[-1] if rows else None
@@ -815,6 +801,19 @@ class Interpreter:
             return None
         self.emit(EventType.OVERRIDE_USED, step.id, index, override=ov.id)
         self.emit(EventType.STEP_SKIPPED, step.id, index, reason="edited", key=key)
+        self._journal_reused(step, el_index, key, ov.output, f"user edit #{ov.id}", contract)
+        return ElementOutcome(el_index, StepStatus.CACHED, key, ov.output)
+
+    def _journal_reused(
+        self,
+        step: CompiledStep,
+        el_index: int,
+        key: str,
+        output: Any,
+        why: str,
+        contract: str | None = None,
+    ) -> None:
+        """Journal an execution answered without running (cache, approval, user edit)."""
         now = time.time()
         self.journal.start_execution(
             {
@@ -824,15 +823,14 @@ class Interpreter:
                 "key": key,
                 "status": "cached",
                 "pipeline": self.plan.name,
-                "output": dumps(ov.output),
+                "output": dumps(output),
                 "started_at": now,
                 "finished_at": now,
                 "attempts": 0,
                 "contract": contract,
-                "why": f"user edit #{ov.id}",
+                "why": why,
             }
         )
-        return ElementOutcome(el_index, StepStatus.CACHED, key, ov.output)
 
     def _usable(self, cached: CachedResult) -> bool:
         usable = all(self.objects.has(d) for d in cached.artifacts) and all(
@@ -887,22 +885,8 @@ class Interpreter:
                     key=key,
                     restored=restored,
                 )
-                self.journal.start_execution(
-                    {
-                        "contract": contract,
-                        "run_id": self.run_id,
-                        "step_id": step.id,
-                        "element": el_index,
-                        "key": key,
-                        "status": "cached",
-                        "pipeline": self.plan.name,
-                        "output": dumps(hit.output),
-                        "started_at": time.time(),
-                        "finished_at": time.time(),
-                        "attempts": 0,
-                        "why": "cached" + (f"; restored {', '.join(restored)}" if restored else ""),
-                    }
-                )
+                why = "cached" + (f"; restored {', '.join(restored)}" if restored else "")
+                self._journal_reused(step, el_index, key, hit.output, why, contract)
                 return ElementOutcome(el_index, status, key, hit.output)
         if self.options.dry_run:
             return ElementOutcome(el_index, StepStatus.RAN, key, None, reason="would run")
