@@ -227,7 +227,9 @@ def test_gate_card_approves(site: Site, served: Served, browser: Any) -> None:
     shot(browser, "run-gate-approved")
     shown = json.loads(site.cli("runs", "show", site.gated, "--json").stdout)
     assert shown["run"]["status"] == "completed"
-    assert not browser.find_elements(By.ID, "gate-review")
+    # when the run ends the page reloads itself, and the decided gate's card is gone
+    wait(browser, lambda d: not d.find_elements(By.ID, "gate-review"))
+    assert browser.find_element(By.ID, "run-status").text == "completed"
 
 
 def test_list_pages_render(site: Site, served: Served, browser: Any) -> None:
