@@ -1,13 +1,22 @@
 """Web benchmark: the run view of a run with 2,000 steps (4 phases of template steps).
 
-Run: python bench/bench_web.py [STEPS] [--browser]
+Run: python bench/bench_web.py [STEPS] [--no-browser]
 Prints, for the HTML run page and its JSON document: time to first byte and to the whole
 body over a real socket (uvicorn on 127.0.0.1), cold (first request: compiles the pipeline)
-and warm (median of 5); with --browser, also Chromium's page load (domContentLoaded, load).
+and warm (median of 5). Then, in headless Chromium via selenium (skipped with a message when
+/usr/bin/chromium or /usr/bin/chromedriver is missing):
+- the page load: first paint, first contentful paint, domContentLoaded and load event, cold and
+  the median of 5 warm loads;
+- live progress: with the run marked "running", a writer thread journals 100 StepStarted
+  events a second for 10 s (one per step row, each carrying its write time); a MutationObserver
+  in the page stamps when each row's status cell changes. Prints the event-to-DOM latency
+  (median/p90/max; the SSE endpoint polls the journal every 0.2 s, so ~100 ms is its floor
+  on average) and the requestAnimationFrame gaps and long tasks during the stream.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import statistics
 import sys
@@ -15,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,12 +70,29 @@ def timed_get(client: httpx.Client, url: str) -> tuple[float, float, int]:
     return ttfb, time.perf_counter() - started, size
 
 
-def browser_load(url: str, profile: Path) -> tuple[float, float, int]:
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def browser_missing() -> str | None:
+    """Why the browser part cannot run here, or None when it can."""
+    for tool in (CHROMIUM, CHROMEDRIVER):
+        if not tool.exists():
+            return f"{tool} is missing"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed"
+    return None
+
+
+def start_browser(profile: Path) -> Any:
+    """Headless Chromium with the flags tests/test_web_browser.py uses."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
+    options.binary_location = str(CHROMIUM)
     for flag in (
         "--headless=new",
         "--no-sandbox",
@@ -75,21 +102,212 @@ def browser_load(url: str, profile: Path) -> tuple[float, float, int]:
         "--disable-component-update",
         "--disable-sync",
         "--no-first-run",
+        "--window-size=1280,900",
         f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+
+
+# Paint entries can land a moment after `load`; wait for first-contentful-paint briefly.
+PAINT_JS = """
+const done = arguments[arguments.length - 1];
+const started = performance.now();
+(function poll() {
+  const paints = {};
+  for (const e of performance.getEntriesByType('paint')) paints[e.name] = e.startTime;
+  const nav = performance.getEntriesByType('navigation')[0];
+  if ((!('first-contentful-paint' in paints) || nav.loadEventEnd === 0)
+      && performance.now() - started < 3000) { setTimeout(poll, 20); return; }
+  done({fp: paints['first-paint'] ?? null, fcp: paints['first-contentful-paint'] ?? null,
+        ttfb: nav.responseStart, body: nav.responseEnd, dcl: nav.domContentLoadedEventEnd,
+        load: nav.loadEventEnd, rows: document.querySelectorAll('tr[data-step]').length,
+        resources: performance.getEntriesByType('resource').map(
+          (r) => [r.name.replace(location.origin, ''), r.startTime, r.responseEnd])});
+})();
+"""
+
+
+def page_loads(driver: Any, url: str, loads: int = 5) -> None:
+    """Print paint and navigation timings of ``loads`` loads of ``url`` (first one cold)."""
+    driver.set_script_timeout(10)
+    samples: list[dict[str, float | None]] = []
+    for _ in range(loads + 1):
+        driver.get(url)
+        samples.append(driver.execute_async_script(PAINT_JS))
+    cold, warm = samples[0], samples[1:]
+
+    def ms(v: float | None) -> str:
+        return "   n/a" if v is None else f"{v:6.0f}"
+
+    keys = ("ttfb", "body", "fp", "fcp", "dcl", "load")
+    print("browser page load (ms since navigation start):")
+    print("        " + "".join(f"{k:>8}" for k in keys) + "    rows")
+    print("cold    " + "".join(f"  {ms(cold[k])}" for k in keys) + f"  {cold['rows']:>6}")
+    med: dict[str, float | None] = {}
+    for k in keys:
+        vals = [float(s[k]) for s in warm if s[k] is not None]  # type: ignore[arg-type]
+        med[k] = statistics.median(vals) if vals else None
+    print(f"warm x{loads}" + "".join(f"  {ms(med[k])}" for k in keys) + f"  {warm[-1]['rows']:>6}")
+    for name, begun, ended in warm[-1]["resources"]:  # type: ignore[union-attr]
+        print(f"  last load fetched {name}: {begun:.0f} -> {ended:.0f} ms")
+    verdict = "PASS" if (med["load"] or 1e9) < 1000 else "FAIL"
+    print(f"target: run view loads in under 1 s (warm median load event): {verdict}")
+
+
+# A MutationObserver stamps the wall-clock time at which each step row's status cell changes;
+# a requestAnimationFrame loop and a long-task observer measure whether the page stays fluid.
+INSTRUMENT_JS = """
+const table = document.getElementById('run-page');  // one table per phase
+window.__bench = {marks: {}, gaps: [], lastFrame: null, longTasks: [], measuring: false};
+const b = window.__bench;
+new MutationObserver((records) => {
+  const t = performance.timeOrigin + performance.now();
+  for (const r of records) {
+    if (!r.target.classList || !r.target.classList.contains('st')) continue;
+    const row = r.target.closest('tr[data-step]');
+    const text = r.target.textContent;
+    if (row && text && !(row.dataset.step in b.marks)) b.marks[row.dataset.step] = [text, t];
+  }
+}).observe(table, {childList: true, subtree: true});
+function frame(ts) {
+  if (b.measuring && b.lastFrame !== null) b.gaps.push(ts - b.lastFrame);
+  b.lastFrame = ts;
+  requestAnimationFrame(frame);
+}
+requestAnimationFrame(frame);
+try {
+  new PerformanceObserver((list) => {
+    if (b.measuring) for (const e of list.getEntries()) b.longTasks.push(e.duration);
+  }).observe({type: 'longtask'});
+} catch (e) { /* no long-task support: the frame gaps still tell */ }
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def stream_latency(
+    driver: Any, url: str, state_dir: Path, run_id: str, steps: int,
+    rate: float = 100.0, seconds: float = 10.0,
+) -> None:
+    """Event-to-DOM latency with StepStarted events written at ``rate``/s for ``seconds``."""
+    from runner.store.journal import Journal
+
+    journal = Journal.open(state_dir)
+    old_status = journal.get_run(run_id)["status"]
+    journal.update_run(run_id, status="running")  # the page follows only a running run
     try:
         driver.get(url)
-        timing = driver.execute_script(
-            "const t = performance.getEntriesByType('navigation')[0];"
-            "return [t.domContentLoadedEventEnd, t.loadEventEnd, t.responseStart, t.responseEnd];"
+        status = driver.execute_script(
+            "return document.getElementById('run-page').dataset.status"
         )
-        rows = driver.execute_script("return document.querySelectorAll('tr[data-step]').length")
-        print(f"browser: first byte {timing[2]:.0f} ms, last byte {timing[3]:.0f} ms")
-        return timing[0] / 1000, timing[1] / 1000, int(rows)
+        assert status == "running", status
+        driver.execute_script(INSTRUMENT_JS)
+
+        def write(step: str) -> float:
+            wrote_ms = time.time() * 1000
+            data = json.dumps({"attempt": 1, "bench_wrote_ms": wrote_ms})
+            journal.add_events([(run_id, wrote_ms / 1000, "StepStarted", step, None, data)])
+            return wrote_ms
+
+        def shown(step: str) -> bool:
+            return bool(driver.execute_script("return arguments[0] in __bench.marks", step))
+
+        # Warm-up: one event, so the SSE stream is connected before the clock starts.
+        write("s0")
+        deadline = time.monotonic() + 10
+        while not shown("s0"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the warm-up event never reached the page")
+            time.sleep(0.02)
+        driver.execute_script("__bench.gaps = []; __bench.measuring = true;")
+
+        count = min(int(rate * seconds), steps - 1)
+        written: dict[str, float] = {}
+
+        def writer() -> None:
+            # A journal connection of its own, like an engine in another process.
+            own = Journal.open(state_dir)
+            try:
+                t0 = time.monotonic()
+                for i in range(1, count + 1):
+                    pause = t0 + i / rate - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+                    wrote_ms = time.time() * 1000
+                    data = json.dumps({"attempt": 1, "bench_wrote_ms": wrote_ms})
+                    own.add_events(
+                        [(run_id, wrote_ms / 1000, "StepStarted", f"s{i}", None, data)]
+                    )
+                    written[f"s{i}"] = wrote_ms
+            finally:
+                own.close()
+
+        started = time.monotonic()
+        thread = threading.Thread(target=writer)
+        thread.start()
+        # Round trips into the page during the stream: a busy main thread would delay them.
+        probes: list[float] = []
+        while thread.is_alive():
+            t = time.perf_counter()
+            driver.execute_script("return 1")
+            probes.append((time.perf_counter() - t) * 1000)
+            time.sleep(0.25)
+        thread.join()
+        wrote_for = time.monotonic() - started
+        deadline = time.monotonic() + 5
+        marks: dict[str, list[Any]] = {}
+        while time.monotonic() < deadline:
+            marks = driver.execute_script("return __bench.marks")
+            if all(step in marks for step in written):
+                break
+            time.sleep(0.05)
+        bench = driver.execute_script(
+            "__bench.measuring = false;"
+            "return {gaps: __bench.gaps, longTasks: __bench.longTasks};"
+        )
     finally:
-        driver.quit()
+        journal.update_run(run_id, status=old_status)
+        journal.close()
+
+    latencies = [marks[s][1] - w for s, w in written.items() if s in marks]
+    wrong = [s for s, w in written.items() if s in marks and marks[s][0] != "running"]
+    missing = [s for s in written if s not in marks]
+    if missing:
+        print(f"not shown: {len(missing)}, e.g. {', '.join(missing[:8])}")
+    print(
+        f"stream: {len(written)} StepStarted events in {wrote_for:.1f} s "
+        f"({len(written) / wrote_for:.0f}/s); {len(latencies)} reached the DOM, "
+        f"{len(wrong)} with an unexpected status"
+    )
+    if latencies:
+        print(
+            f"event-to-DOM latency (ms): median {statistics.median(latencies):.0f}, "
+            f"p90 {pct(latencies, 0.9):.0f}, max {max(latencies):.0f}, "
+            f"min {min(latencies):.0f}"
+        )
+    gaps: list[float] = bench["gaps"]
+    long_tasks: list[float] = bench["longTasks"]
+    if gaps:
+        print(
+            f"frames during the stream: {len(gaps)}, rAF gap median "
+            f"{statistics.median(gaps):.1f} ms, p99 {pct(gaps, 0.99):.1f} ms, "
+            f"max {max(gaps):.1f} ms"
+        )
+    print(
+        f"long tasks (>50 ms): {len(long_tasks)}"
+        + (f", longest {max(long_tasks):.0f} ms" if long_tasks else "")
+        + f"; script round trips during the stream: median "
+        f"{statistics.median(probes) if probes else 0:.1f} ms, max {max(probes, default=0):.1f} ms"
+    )
+    responsive = bool(gaps) and max(gaps) < 100 and len(latencies) == len(written)
+    print(
+        "target: stays responsive at 100 events/s (every event shown, no frame gap >= 100 ms): "
+        + ("PASS" if responsive else "FAIL")
+    )
 
 
 def main() -> None:
@@ -134,12 +352,19 @@ def main() -> None:
                     ttfb = statistics.median(w[0] for w in warm) * 1000
                     total = statistics.median(w[1] for w in warm) * 1000
                     print(f"{label:<5} warm: ttfb {ttfb:7.1f} ms, total {total:7.1f} ms")
-            if "--browser" in sys.argv:
-                dcl, load, rows = browser_load(f"{base}/runs/{report.run_id}", root / "profile")
-                print(
-                    f"browser: domContentLoaded {dcl * 1000:.0f} ms, load {load * 1000:.0f} ms, "
-                    f"{rows} step rows"
-                )
+            missing = browser_missing()
+            if "--no-browser" in sys.argv:
+                print("browser: skipped (--no-browser)")
+            elif missing:
+                print(f"browser: skipped, {missing} (needs headless Chromium and chromedriver)")
+            else:
+                url = f"{base}/runs/{report.run_id}"
+                driver = start_browser(root / "profile")
+                try:
+                    page_loads(driver, url)
+                    stream_latency(driver, url, root / ".runner", report.run_id, steps)
+                finally:
+                    driver.quit()
         finally:
             server.should_exit = True
             thread.join(10)
