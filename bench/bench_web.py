@@ -120,7 +120,8 @@ const started = performance.now();
   if ((!('first-contentful-paint' in paints) || nav.loadEventEnd === 0)
       && performance.now() - started < 3000) { setTimeout(poll, 20); return; }
   done({fp: paints['first-paint'] ?? null, fcp: paints['first-contentful-paint'] ?? null,
-        ttfb: nav.responseStart, body: nav.responseEnd, dcl: nav.domContentLoadedEventEnd,
+        ttfb: nav.responseStart, body: nav.responseEnd, interactive: nav.domInteractive,
+        dcl: nav.domContentLoadedEventEnd, complete: nav.domComplete,
         load: nav.loadEventEnd, rows: document.querySelectorAll('tr[data-step]').length,
         resources: performance.getEntriesByType('resource').map(
           (r) => [r.name.replace(location.origin, ''), r.startTime, r.responseEnd])});
@@ -140,9 +141,10 @@ def page_loads(driver: Any, url: str, loads: int = 5) -> None:
     def ms(v: float | None) -> str:
         return "   n/a" if v is None else f"{v:6.0f}"
 
-    keys = ("ttfb", "body", "fp", "fcp", "dcl", "load")
+    keys = ("ttfb", "body", "fp", "fcp", "interactive", "dcl", "complete", "load")
     print("browser page load (ms since navigation start):")
-    print("        " + "".join(f"{k:>8}" for k in keys) + "    rows")
+    labels = {"interactive": "interac", "complete": "complet"}
+    print("        " + "".join(f"{labels.get(k, k):>8}" for k in keys) + "    rows")
     print("cold    " + "".join(f"  {ms(cold[k])}" for k in keys) + f"  {cold['rows']:>6}")
     med: dict[str, float | None] = {}
     for k in keys:
