@@ -461,6 +461,7 @@ def api_request(
     known = {
         "run_id": [site.hero, site.gated, site.hero[:8], "nope-nope"],
         "gate": ["review", "nope"],
+        "step": ["prompt", "generate", "nope"],
         "digest": ["0" * 64, "g" * 64],
     }
     query: dict[str, str] = {}
@@ -519,3 +520,14 @@ def test_decide_then_the_run_continues_in_the_server(site: Site, client: TestCli
         time.sleep(0.1)
     assert status == "completed"
     assert cli_json(site, "runs", "show", site.gated2)["run"]["status"] == "completed"
+
+
+def test_step_output_is_served_on_demand(site: Site, client: TestClient) -> None:
+    page = client.get(f"/runs/{site.hero}").text
+    assert 'class="lazy-out" data-step="prompt"' in page and "A striking" not in page
+    res = client.get(f"/api/runs/{site.hero}/steps/prompt/output")
+    assert res.status_code == 200
+    assert res.json()["output"]["text"].startswith("A striking")
+    missing = client.get(f"/api/runs/{site.hero}/steps/nope/output")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == f"run {site.hero} has no step 'nope'"

@@ -247,3 +247,11 @@ def test_list_pages_render(site: Site, served: Served, browser: Any) -> None:
     browser.get(f"{served.url}/providers")
     assert "fake" in browser.find_element(By.ID, "providers").text
     shot(browser, "providers")
+
+
+def test_step_output_loads_when_opened(site: Site, served: Served, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{site.hero}")
+    box = browser.find_element(By.CSS_SELECTOR, 'details.lazy-out[data-step="prompt"]')
+    assert box.find_element(By.TAG_NAME, "pre").text == ""
+    box.find_element(By.TAG_NAME, "summary").click()
+    wait(browser, lambda d: "A striking" in box.find_element(By.TAG_NAME, "pre").text)

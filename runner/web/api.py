@@ -131,6 +131,12 @@ async def run_events(request: Request) -> Response:
     )
 
 
+async def step_output(request: Request) -> Response:
+    params = request.path_params
+    doc = await in_state(request, service.step_output, params["run_id"], params["step"])
+    return JSONResponse(doc)
+
+
 async def steps(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(service.step_types))
 
@@ -207,6 +213,7 @@ ROUTES = [
     Route("/api/runs", list_runs),
     Route("/api/runs/{run_id}", show_run),
     Route("/api/runs/{run_id}/events", run_events),
+    Route("/api/runs/{run_id}/steps/{step}/output", step_output),
     Route("/api/runs/{run_id}/pick", pick, methods=["POST"]),
     Route("/api/runs/{run_id}/export", export, methods=["POST"]),
     Route("/api/runs/{run_id}/iterate", iterate, methods=["POST"]),

@@ -128,6 +128,13 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": _ok("The run", _ref("Run")), **_errors(404)},
             }
         },
+        "/api/runs/{run_id}/steps/{step}/output": {
+            "get": {
+                "summary": "One step's stored output in the run (null for a for_each step).",
+                "parameters": [RUN_ID, _path("step", "The step id.")],
+                "responses": {"200": _ok("The output"), **_errors(404)},
+            }
+        },
         "/api/runs/{run_id}/events": {
             "get": {
                 "summary": "The run's journaled events after `after`; with `Accept: "

@@ -315,3 +315,18 @@ def decide(state: State, run_id: str, gate: str, body: Mapping[str, Any]) -> dic
     except UsageError as exc:  # not waiting, or already decided: the run's state, not the request
         raise Conflict(exc) from None
     return {"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0}
+
+
+def step_output(state: State, run_id: str, step: str) -> dict[str, Any]:
+    """One step's stored output in a run (the run page loads outputs only when opened).
+
+    Raises NotFound for an unknown run or a step that has no execution in it.
+    """
+    from ..errors import NotFound
+
+    run = state.journal.get_run(run_id)
+    rows = [r for r in state.journal.executions(run["id"]) if r["step_id"] == step]
+    if not rows:
+        raise NotFound(f"run {run['id']} has no step '{step}'")
+    summary = _summary(rows)
+    return {"run_id": run["id"], "step": step, "output": summary["output"], "exit_code": 0}

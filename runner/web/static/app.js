@@ -104,6 +104,24 @@ function follow(runId, after, wasRunning) {
   });
 }
 
+// Step outputs load when opened: a 2,000-step run page stays small.
+document.addEventListener("toggle", async (e) => {
+  const box = e.target;
+  if (!page || !(box instanceof HTMLDetailsElement) || !box.open) return;
+  if (!box.classList.contains("lazy-out") || box.dataset.loaded) return;
+  box.dataset.loaded = "1";
+  const pre = box.querySelector("pre");
+  try {
+    const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
+                            encodeURIComponent(box.dataset.step) + "/output");
+    const doc = await res.json();
+    const text = res.ok ? JSON.stringify(doc.output, null, 2) : doc.error.message;
+    pre.textContent = text.length > 4000 ? text.slice(0, 3999) + "…" : text;
+  } catch (err) {
+    pre.textContent = "could not load the output: " + err;
+  }
+}, true);
+
 if (page) {
   const runId = page.dataset.run;
   follow(runId, page.dataset.lastEvent || "0", page.dataset.status === "running");
