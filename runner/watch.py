@@ -78,6 +78,10 @@ class WatchSet:
     excluded: frozenset[Path] = frozenset()  # declared outputs
     state_dir: Path | None = None
     journal: bool = False  # also watch the journal (a run is awaiting a human decision)
+    # Per step, the files it reads (None: not knowable before it runs); and the files that are
+    # only ever data (shell `inputs`, `read` paths): a change to those alone keeps the plan.
+    step_reads: Mapping[str, frozenset[Path] | None] = dataclasses.field(default_factory=dict)
+    data_files: frozenset[Path] = frozenset()
 
     def directories(self) -> list[Path]:
         """The directories to watch (non-recursively), each existing."""
@@ -172,6 +176,9 @@ def watch_set_for(
     files: set[Path] = {_norm(plan.file)}
     globs: list[tuple[Path, str]] = []
     outputs: set[Path] = {_norm(root / rel) for rel in produced}
+    step_reads: dict[str, frozenset[Path] | None] = {}
+    data: set[Path] = set()
+    other: set[Path] = set()
     for sid in plan.order:
         step = plan.steps[sid]
         args = _probe_args(plan, sid)
@@ -181,11 +188,20 @@ def watch_set_for(
         pattern = args.get("path")
         if step.uses == "read" and isinstance(pattern, str) and _is_glob(pattern):
             globs.append((_glob_base(root, pattern), pattern))
+        known = (
+            isinstance(step.args, dict)
+            and set(args) == set(step.args)
+            and step.for_each is None
+            and not (step.uses == "read" and isinstance(pattern, str) and _is_glob(pattern))
+        )
         try:
             read = step.type.reads(args, root=root)
         except Exception:  # arguments unknown before the run (KeyError, a bad path): skip
-            read = []
-        files.update(_norm(root / rel) for rel in read)
+            read, known = [], False
+        paths = frozenset(_norm(root / rel) for rel in read)
+        files.update(paths)
+        step_reads[sid] = paths if known else None
+        (data if step.uses in ("shell", "read") else other).update(paths)
         for rule in [r for r in (step.when, *step.checks) if r is not None]:
             files.update(_norm(root / rel) for rel in _rule_files(rule))
     state = state_dir.resolve() if state_dir is not None else None
@@ -196,6 +212,8 @@ def watch_set_for(
         excluded=frozenset(outputs),
         state_dir=state,
         journal=journal,
+        step_reads=step_reads,
+        data_files=frozenset(data - other - {_norm(plan.file)}),
     )
 
 
@@ -304,6 +322,8 @@ class Watcher:
         self.reporter = reporter
         self.state_dir = state_dir_for(file, self.options.state_dir)
         self.plan: Plan | None = None
+        self._changed_paths: set[Path] = set()  # changed since the last cycle started
+        self._last_report: RunReport | None = None
         self._plan_watch: WatchSet | None = None
         self.watch_set = WatchSet(root=self.file.parent, files=frozenset({self.file}))
         self.hashes: dict[Path, str | None] = {}
@@ -335,6 +355,7 @@ class Watcher:
             if self.hashes.get(path) != digest:
                 self.hashes[path] = digest
                 changed.append(self._display(path))
+                self._changed_paths.add(path)
         return changed
 
     def _decision_signature(self) -> Any:
@@ -417,14 +438,21 @@ class Watcher:
     def _compile(self) -> Plan:
         return compile_pipeline(self.file, self.options.overrides)
 
-    async def _apply(self, number: int, changed: list[str], plan: Plan, started: float) -> Cycle:
+    async def _apply(
+        self,
+        number: int,
+        changed: list[str],
+        plan: Plan,
+        started: float,
+        reuse: dict[str, Any] | None = None,
+    ) -> Cycle:
         """Run ``plan``; ``started`` (perf_counter) is when the cycle began, compile included."""
         assert self._state is not None
         collector = _RanCollector()
         reporters: list[Reporter] = [collector]
         if self.reporter is not None:
             reporters.append(self.reporter)
-        options = ApplyOptions()
+        options = ApplyOptions(reuse=reuse or {})
         if self.options.jobs:
             options.jobs = self.options.jobs
         run_ids: list[str] = []
@@ -464,6 +492,27 @@ class Watcher:
             duration_s=time.perf_counter() - started,
         )
 
+    def _incremental(self) -> dict[str, Any] | None:
+        """When only data files changed since the last finished run: the outcomes of the steps
+        no changed file reaches (the plan still holds, so it is not recompiled)."""
+        paths, ws, last = self._changed_paths, self._plan_watch, self._last_report
+        if self.plan is None or ws is None or last is None or not paths:
+            return None
+        if not paths <= ws.data_files:
+            return None
+        plan = self.plan
+        done = {o.id: o for o in last.steps if o.status in (StepStatus.RAN, StepStatus.CACHED)}
+        # A step is touched when the last run read a changed file for it (its reads can only
+        # differ if its arguments did, i.e. an upstream or the pipeline changed), or when it
+        # did not complete last time.
+        touched = {
+            sid
+            for sid in plan.order
+            if sid not in done or any(_norm(plan.root / rel) in paths for rel in done[sid].reads)
+        }
+        affected = plan.downstream(touched)
+        return {sid: o for sid, o in done.items() if sid not in affected}
+
     def _start(self, changed: list[str]) -> asyncio.Task[Cycle] | None:
         """Recompile and start a run; an invalid pipeline ends the cycle at once."""
         self.cycles += 1
@@ -471,6 +520,13 @@ class Watcher:
         if self.on_start is not None:
             self.on_start(number, changed)
         started = time.perf_counter()
+        reuse = self._incremental()
+        self._changed_paths = set()
+        if reuse is not None and self.plan is not None:
+            self.awaiting = False
+            return asyncio.create_task(
+                self._apply(number, changed, self.plan, started, reuse), name=f"cycle-{number}"
+            )
         try:
             plan = self._compile()
         except RunnerError as exc:
@@ -492,6 +548,8 @@ class Watcher:
         return asyncio.create_task(cycle, name=f"cycle-{number}")
 
     def _finished(self, cycle: Cycle) -> None:
+        # Only a finished run can stand in for the steps a later change does not reach.
+        self._last_report = cycle.report if cycle.exit_code != 130 else None
         if cycle.report is not None:
             self.produced = produced_files(cycle.report)
             self.awaiting = cycle.report.status is RunStatus.AWAITING_HUMAN

@@ -9,6 +9,7 @@ branches finish.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import os
 import random
@@ -84,6 +85,8 @@ class StepOutcome:
     check_failure: bool = False
     elements: list[ElementOutcome] | None = None
     report: Any = None
+    # Files (relative to the root) the step's key covered: watch re-runs a step when one changes.
+    reads: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -118,6 +121,8 @@ class ApplyOptions:
     wall_clock: float | None = None
     max_steps: int | None = None
     token_budget: int | None = None
+    # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
+    reuse: dict[str, StepOutcome] = field(default_factory=dict)
 
 
 @dataclass
@@ -235,6 +240,7 @@ class Interpreter:
         self.finished: dict[str, StepStatus] = {}  # step id -> status, for phase progress
         self._progress: dict[str, dict[str, int]] | None = None
         self.workspace_used: dict[str, str] = {}
+        self._reads: dict[str, set[str]] = {}
         self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
         self.objects_used: set[str] = set()
@@ -277,7 +283,9 @@ class Interpreter:
     async def _apply(self) -> RunReport:
         plan = self.plan
         self._check_gates()
-        self.cached = self.journal.cached_results(plan.name)
+        # Steps whose outcome is reused (watch) need no cached results: load only the others.
+        needed = [sid for sid in plan.order if sid not in self.options.reuse]
+        self.cached = self.journal.cached_results(plan.name, needed if self.options.reuse else None)
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item
@@ -531,6 +539,10 @@ class Interpreter:
             self.emit(EventType.PHASE_ENTERED, phase=step.phase)
 
     async def _step(self, step: CompiledStep) -> StepOutcome:
+        reused = self.options.reuse.get(step.id)
+        if reused is not None and not self._blocked(step):
+            self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True)
+            return self._record_outcome(_as_cached(reused))
         blocked = self._blocked(step)
         if blocked is not None:
             self.emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
@@ -690,6 +702,8 @@ class Interpreter:
         return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)
 
     def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
+        if outcome.id in self._reads:
+            outcome.reads = frozenset(self._reads[outcome.id])
         self._mark_finished(outcome.id, outcome.status)
         now = time.monotonic()
         if now - self._progress_written > 0.2:  # the final record is written by _finish
@@ -857,6 +871,7 @@ class Interpreter:
         el_index = -1 if index is None else index
         try:
             args, parts = self._resolve(step, extra)
+            self._reads.setdefault(step.id, set()).update(parts.files)
         except (StepFailure, ExpressionError) as exc:
             reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
             self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
@@ -1184,3 +1199,14 @@ def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunS
     if failed and not succeeded:
         return RunStatus.FAILED, 5 if all_checks else 4
     return RunStatus.PARTIAL, 5 if all_checks else 6
+
+
+def _as_cached(outcome: StepOutcome) -> StepOutcome:
+    """A previous cycle's outcome, reported as cached this time."""
+    elements = None
+    if outcome.elements is not None:
+        elements = [
+            dataclasses.replace(e, status=StepStatus.CACHED) if e.status is StepStatus.RAN else e
+            for e in outcome.elements
+        ]
+    return dataclasses.replace(outcome, status=StepStatus.CACHED, duration_s=0.0, elements=elements)

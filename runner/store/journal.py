@@ -411,14 +411,21 @@ class Journal:
     def cached_results(
         self, pipeline: str, step_ids: Iterable[str] | None = None
     ) -> dict[tuple[str, str], CachedResult]:
-        """Every completed (or partial) execution of a pipeline by (step_id, key): one query."""
-        rows = self.conn.execute(
-            "SELECT step_id, key, output, artifacts, files, status, run_id, report FROM executions "
-            "WHERE pipeline=? AND status IN ('completed','partial') ORDER BY id",
-            (pipeline,),
-        ).fetchall()
-        out: dict[tuple[str, str], CachedResult] = {}
+        """Every completed (or partial) execution of a pipeline by (step_id, key): one query.
+
+        With ``step_ids``, only those steps' (selected in SQL when they are few).
+        """
         wanted = set(step_ids) if step_ids is not None else None
+        sql = (
+            "SELECT step_id, key, output, artifacts, files, status, run_id, report FROM executions "
+            "WHERE pipeline=? AND status IN ('completed','partial')"
+        )
+        args: list[Any] = [pipeline]
+        if wanted is not None and len(wanted) <= 500:
+            sql += f" AND step_id IN ({','.join('?' for _ in wanted)})"
+            args.extend(sorted(wanted))
+        rows = self.conn.execute(sql + " ORDER BY id", args).fetchall()
+        out: dict[tuple[str, str], CachedResult] = {}
         for step_id, key, output, artifacts, files, status, run_id, report in rows:
             if wanted is not None and step_id not in wanted:
                 continue
