@@ -5,7 +5,7 @@ that reads `in.txt`. Each of 20 edits rewrites `in.txt`; the latency is the time
 write and the `StepStarted` event of the last step (engine timestamps from `--events`). Every
 cycle must run exactly that one step.
 
-Usage: python bench/bench_watch.py [--steps 1000] [--edits 20] [--debounce 150]
+Usage: python bench/bench_watch.py [--steps 1000] [--edits 20] [--debounce 80]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--edits", type=int, default=20)
-    ap.add_argument("--debounce", type=int, default=150)
+    ap.add_argument("--debounce", type=int, default=80)
     opts = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-watch-") as tmp:

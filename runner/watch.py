@@ -231,7 +231,7 @@ def produced_files(report: RunReport) -> list[str]:
 class WatchOptions:
     overrides: Mapping[str, str] = field(default_factory=dict)
     state_dir: Path | None = None
-    debounce_ms: int = 150
+    debounce_ms: int = 80
     interrupt: bool = True
     jobs: int | None = None
 

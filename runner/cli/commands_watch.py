@@ -18,7 +18,7 @@ from .app import cli, emit_json, json_option, param_option, parse_params, pipeli
     "--debounce",
     "debounce_ms",
     type=click.IntRange(min=1),
-    default=150,
+    default=80,
     show_default=True,
     metavar="MS",
     help="Start a cycle once no change arrived for MS ms.",
