@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 
@@ -44,8 +45,22 @@ def verify_state(state: Any) -> tuple[list[str], int]:
             problems.append(f"object {digest[:12]} ({label}) is missing from the store")
         elif not state.objects.verify(digest):
             problems.append(f"object {digest[:12]} ({label}) is corrupt (hash mismatch)")
-    stuck = conn.execute("SELECT COUNT(*) FROM runs WHERE status='running'").fetchone()[0]
-    if stuck:
-        problems_note: Any = None
-        del problems_note
+    for run_id, pid in conn.execute("SELECT id, pid FROM runs WHERE status='running'"):
+        if not _alive(pid):
+            problems.append(
+                f"run {run_id} is marked running but its process {pid} is gone "
+                "(the next apply of its pipeline marks it interrupted)"
+            )
     return problems, len(referenced)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

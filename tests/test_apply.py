@@ -310,3 +310,19 @@ def test_reading_another_steps_output_orders_the_steps(project: Project) -> None
     assert (project.root / "final.txt").read_text() == "made\n"
     graph = project.cli("graph", "pipeline.yaml", "--json").json
     assert ["early", "late"] in graph["edges"]
+
+
+def test_verify_reports_a_run_left_running_by_a_dead_process(project: Project) -> None:
+    chain(project)
+    doc = project.apply()
+    db = sqlite3.connect(project.root / ".runner/journal.db")
+    db.execute(
+        "UPDATE runs SET status='running', pid=? WHERE id=?", (2**22 + 12345, doc["run"]["id"])
+    )
+    db.commit()
+    db.close()
+    res = project.cli("verify", "--state", ".runner", "--json")
+    assert res.exit_code == 1
+    assert "is marked running but its process" in res.json["problems"][0]
+    project.apply()  # the next apply marks it interrupted
+    assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True

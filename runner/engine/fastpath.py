@@ -170,6 +170,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     from filelock import FileLock, Timeout
 
     from ..errors import Busy
+    from ..store.interrupt import mark_interrupted
 
     name, item = doc["name"], doc["item"]
     tag = hashlib.sha256(f"{name}\0{item}".encode()).hexdigest()[:16]
@@ -185,6 +186,9 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
         try:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("BEGIN IMMEDIATE")
+            # As a full apply does under the item lock: runs still marked running belong to
+            # processes that died.
+            mark_interrupted(conn, "pipeline=? AND item IS ?", (name, item))
             conn.execute(
                 "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, "
                 "created_at, finished_at, exit_code, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",

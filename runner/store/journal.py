@@ -453,17 +453,11 @@ class Journal:
         )
 
     def mark_interrupted(self, run_ids: list[str]) -> None:
+        from .interrupt import mark_interrupted
+
         self._write()
         for rid in run_ids:
-            self.conn.execute(
-                "UPDATE executions SET status='interrupted' WHERE run_id=? AND status='running'",
-                (rid,),
-            )
-            self.conn.execute(
-                "UPDATE runs SET status='failed', reason='interrupted: the process ended without "
-                "finishing the run' WHERE id=? AND status='running'",
-                (rid,),
-            )
+            mark_interrupted(self.conn, "id=?", (rid,))
 
     # -- artifacts --------------------------------------------------------------------------------
 

@@ -1,0 +1,22 @@
+"""Marking runs whose process died: one place for the SQL (the journal and the fast path)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+REASON = "interrupted: the process ended without finishing the run"
+
+
+def mark_interrupted(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
+    """Runs matching ``where`` (a condition on runs) that are still `running` become failed,
+    and their running executions interrupted. Runs inside the caller's transaction."""
+    conn.execute(
+        "UPDATE executions SET status='interrupted' WHERE status='running' AND run_id IN "
+        f"(SELECT id FROM runs WHERE status='running' AND {where})",
+        args,
+    )
+    conn.execute(
+        f"UPDATE runs SET status='failed', reason=? WHERE status='running' AND {where}",
+        (REASON, *args),
+    )
