@@ -153,3 +153,12 @@ def digest(value: JSONValue) -> str:
 
 def short_hash(value: JSONValue, length: int = 16) -> str:
     return digest(value)[:length]
+
+
+def prepared_short_hash(doc: JSONValue, length: int = 16) -> str:
+    """short_hash of a value returned by ``prepare`` (already checked and plain JSON after its
+    round trip, so it is not walked again: card hashing does this twice per card)."""
+    text = json.dumps(
+        doc, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+    return sha256_hex(text.encode("utf-8"))[:length]

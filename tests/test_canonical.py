@@ -84,3 +84,11 @@ def test_any_value_change_changes_the_key(doc: dict, data) -> None:
     if canonical_json(changed) == canonical_json(doc):  # e.g. 0.0 vs -0.0 differ in text already
         return
     assert digest(changed) != digest(doc)
+
+
+@given(st.dictionaries(st.text(max_size=6), json_values, min_size=1, max_size=6))
+def test_prepared_short_hash_equals_short_hash(doc: dict) -> None:
+    from runner.canonical import prepared_short_hash, short_hash
+
+    prepared = prepare(doc)
+    assert prepared_short_hash(prepared) == short_hash(prepared) == short_hash(doc)

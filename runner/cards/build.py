@@ -13,7 +13,7 @@ from typing import Any
 
 from jinja2 import TemplateSyntaxError
 
-from ..canonical import CanonicalError, canonical_json, prepare, short_hash
+from ..canonical import CanonicalError, canonical_json, prepare, prepared_short_hash
 from ..errors import ExpressionError
 from ..expr import evaluate_value
 from ._fast import FastCard, Unsupported
@@ -64,7 +64,7 @@ def card_hash(spec: CardSpec, card: Mapping[str, Any]) -> str:
     CanonicalError when the card holds a non-JSON value.
     """
     doc = prepare(dict(card), exclude=spec.hash_excluded, unordered=spec.unordered)
-    return short_hash(doc, HASH_LENGTH)
+    return prepared_short_hash(doc, HASH_LENGTH)
 
 
 def card_block(
@@ -141,7 +141,7 @@ class _Builder:
                 self.key = group
         try:
             doc = prepare(card, unordered=spec.unordered)
-            return Card(doc, short_hash(doc, HASH_LENGTH))
+            return Card(doc, prepared_short_hash(doc, HASH_LENGTH))
         except CanonicalError as exc:
             raise self.violation("card", f"not canonical JSON: {exc}") from None
 
