@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
+
+from .store.interrupt import process_alive
 
 
 def verify_state(state: Any) -> tuple[list[str], int]:
@@ -46,21 +47,9 @@ def verify_state(state: Any) -> tuple[list[str], int]:
         elif not state.objects.verify(digest):
             problems.append(f"object {digest[:12]} ({label}) is corrupt (hash mismatch)")
     for run_id, pid in conn.execute("SELECT id, pid FROM runs WHERE status='running'"):
-        if not _alive(pid):
+        if not process_alive(pid):
             problems.append(
                 f"run {run_id} is marked running but its process {pid} is gone "
                 "(the next apply of its pipeline marks it interrupted)"
             )
     return problems, len(referenced)
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -93,6 +93,26 @@ def param_option(fn: F) -> F:
     )(fn)
 
 
+def jobs_option(fn: F) -> F:
+    return click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Steps in flight at once (default: number of cores).",
+    )(fn)
+
+
+def events_option(fn: F) -> F:
+    return click.option(
+        "--events",
+        "events_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Append every event as a JSON line to this file.",
+    )(fn)
+
+
 def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:

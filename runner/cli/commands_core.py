@@ -15,6 +15,8 @@ from .app import (
     Ctx,
     cli,
     emit_json,
+    events_option,
+    jobs_option,
     json_option,
     param_option,
     parse_params,
@@ -51,23 +53,11 @@ def _install_sigterm() -> None:
 @cli.command()
 @pipeline_arg
 @param_option
-@click.option(
-    "--jobs",
-    "-j",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Steps in flight at once (default: number of cores).",
-)
+@jobs_option
 @click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
 @click.option("--dry-run", is_flag=True, help="Show what would run; run nothing.")
 @click.option("--item", default=None, help="What this run is for (one active run per item).")
-@click.option(
-    "--events",
-    "events_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Append every event as a JSON line to this file.",
-)
+@events_option
 @click.option(
     "--out",
     "out_dir",

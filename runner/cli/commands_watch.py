@@ -8,7 +8,17 @@ from typing import Any
 
 import click
 
-from .app import cli, emit_json, json_option, param_option, parse_params, pipeline_arg, state_option
+from .app import (
+    cli,
+    emit_json,
+    events_option,
+    jobs_option,
+    json_option,
+    param_option,
+    parse_params,
+    pipeline_arg,
+    state_option,
+)
 
 
 @cli.command()
@@ -29,20 +39,8 @@ from .app import cli, emit_json, json_option, param_option, parse_params, pipeli
     is_flag=True,
     help="Let a running apply finish before starting the next (default: cancel it).",
 )
-@click.option(
-    "--jobs",
-    "-j",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Steps in flight at once (default: number of cores).",
-)
-@click.option(
-    "--events",
-    "events_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Append every engine event as a JSON line to this file.",
-)
+@jobs_option
+@events_option
 @state_option
 @json_option
 def watch(

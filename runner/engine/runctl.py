@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound, UsageError
+from ..store.interrupt import process_alive
 from ..store.journal import Journal, loads
 from .apply import State, apply_plan
 from .events import Reporter
@@ -45,16 +45,6 @@ def resume_run(
         options.jobs = jobs
     return apply_plan(plan, state, options, reporter)
 
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -65,7 +55,7 @@ def request_cancel(journal: Journal, run_id: str) -> dict[str, Any]:
     """
     run = journal.get_run(run_id)
     rid, status = run["id"], run["status"]
-    if status == "running" and _alive(run["pid"]):
+    if status == "running" and process_alive(run["pid"]):
         journal.update_run(rid, cancel_requested=time.time())
         return {"run_id": rid, "status": "cancelling"}
     if status in ("running", "awaiting_human"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import Any
 
@@ -20,3 +21,16 @@ def mark_interrupted(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]
         f"UPDATE runs SET status='failed', reason=? WHERE status='running' AND {where}",
         (REASON, *args),
     )
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether a process with this id exists (a run marked running whose process is gone died)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
