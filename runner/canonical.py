@@ -67,6 +67,17 @@ def _validate(value: object) -> None:
         _check(value, "$")
 
 
+def plain_copy(value: JSONValue, path: str = "$") -> JSONValue:
+    """A copy of ``value`` made of plain JSON types only (new lists and dicts; subclasses of
+    str, list and dict become their base type). Raises CanonicalError naming the first thing
+    under ``path`` that is not JSON."""
+    try:
+        return _plain_copy(value)
+    except _NotPlain:
+        _check(value, path)
+        return json.loads(json.dumps(value))  # only accepted subclasses get here
+
+
 def _plain_copy(value: Any) -> Any:
     """A copy of ``value`` made of new lists and dicts, checked in the same walk: what the JSON
     round trip gives for exact JSON types, at a fraction of its cost. Raises _NotPlain at
@@ -113,15 +124,23 @@ def _check(value: object, path: str) -> None:
     raise CanonicalError(f"{path}: {type(value).__name__} is not a JSON type")
 
 
-def _sort_key(item: object, by: str | None) -> str:
+def sort_unordered(items: list[Any], by: str | None) -> list[Any]:
+    """A declared unordered list in canonical order: by value (``by`` None; strings as they
+    are, anything else by its canonical JSON) or by the fields ``"f1|f2"`` of its objects.
+    Raises CanonicalError when an element is not an object or lacks a field."""
     if by is None:
-        if isinstance(item, str):
-            return item
-        return canonical_json(item)
+        if all(type(it) is str for it in items):
+            return sorted(items)  # a string is its own sort key
+        return sorted(items, key=lambda it: it if isinstance(it, str) else canonical_json(it))
+    fields = by.split("|")
+    return sorted(items, key=lambda it: _fields_key(it, fields, by))
+
+
+def _fields_key(item: object, fields: list[str], by: str) -> str:
     if not isinstance(item, Mapping):
         raise CanonicalError(f"cannot sort by '{by}': element {item!r} is not an object")
     parts = []
-    for field in by.split("|"):
+    for field in fields:
         if field not in item:
             raise CanonicalError(f"cannot sort by '{by}': element lacks '{field}'")
         v = item[field]
@@ -150,11 +169,7 @@ def prepare(
     ``unordered`` maps a dotted path ("a.b.list") to a sort key ("field" or "f1|f2"), or None to
     sort by value; a plain iterable of paths sorts each by value. Missing paths are ignored.
     """
-    try:
-        doc = _plain_copy(value)
-    except _NotPlain:
-        _check(value, "$")  # raises CanonicalError, naming the path, for what JSON refuses
-        doc = json.loads(json.dumps(value))  # accepted subclasses become their plain types
+    doc = plain_copy(value)
     if isinstance(doc, dict):
         for key in exclude:
             doc.pop(key, None)
@@ -165,7 +180,7 @@ def prepare(
             continue
         parent, last = found
         if isinstance(parent, dict) and isinstance(parent.get(last), list):
-            parent[last] = sorted(parent[last], key=lambda it: _sort_key(it, by))
+            parent[last] = sort_unordered(parent[last], by)
     return doc
 
 

@@ -3,15 +3,20 @@
 Evaluating each field's expression on its own costs one Jinja context per expression (~20 µs
 each, ~50 per card). Here the spec's lets and fields are translated once into a single template
 built from the very same expression sources, whose only effect is to hand values to a collector.
-Anything unusual (a failure, a refusal, a construct not translated) makes the caller fall back to
-the field-by-field path, which is the reference semantics and gives the precise error.
+A field whose source is a literal or a plain path (``shot.camera_direction``: a name, then keys)
+is not put in the template: it is read in Python, from dicts only, after the render.
+Anything unusual (a failure, a refusal, a construct not translated, a path step that is not a
+key of a dict) makes the caller fall back to the field-by-field path, which is the reference
+semantics and gives the precise error.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from jinja2 import nodes
 
 from ..expr import Compiled, Expression, HardenedEnvironment, is_static
 from .spec import (
@@ -32,6 +37,10 @@ class Unsupported(Exception):
 
 class _Refused(Exception):
     """A rule refused the inputs (the slow path will say which and why)."""
+
+
+class NotPlainData(Exception):
+    """A plain path met something other than a dict holding the key (the sandbox decides)."""
 
 
 def _fail(_value: Any) -> str:
@@ -61,7 +70,7 @@ def _collect(values: list[Any], out: list[Any]) -> str:
 
 
 class FastCard:
-    """The one-template translation of a spec; ``run`` returns {slot-name: value} or raises."""
+    """The one-template translation of a spec; ``run`` returns the field values, in spec order."""
 
     def __init__(self, spec: CardSpec) -> None:
         self.literals: list[Any] = []
@@ -71,14 +80,23 @@ class FastCard:
         if "loop" in names:
             raise Unsupported("a name Jinja reserves")
         parts: list[str] = []
+        self.let_names = [name for name, _ in spec.lets]
         for name, source in spec.lets:
             slot = self._slot(f"let:{name}")
             parts.append(self._source(source, slot))
             parts.append(f"{{% set {name} = S{slot} %}}")
+        # Per field, in spec order: read in Python (a getter) or a slot of the template.
+        self.plan: list[_Getter | int] = []
         for fd in spec.fields():
-            parts.append(self._source(fd.source, self._slot(fd.path)))
+            getter = _direct(fd.source)
+            if getter is None:
+                slot = self._slot(fd.path)
+                parts.append(self._source(fd.source, slot))
+                self.plan.append(slot)
+            else:
+                self.plan.append(getter)
         every = ", ".join(f"S{i}" for i in range(len(self.slot_names)))
-        parts.append(f"{{{{ [{every}] | card_collect(OUT) }}}}")
+        parts.append(f"{{% if [{every}] | card_collect(OUT) %}}{{% endif %}}")
         # A private sandbox: the same hardened environment, plus this card's helper filters.
         env = HardenedEnvironment()
         env.filters.update(
@@ -137,7 +155,7 @@ class FastCard:
             out = []
             for i, rule in enumerate(source.rules):
                 body = (
-                    "{{ none | card_fail }}"
+                    _FAIL
                     if rule.error is not None
                     else f"{{% set {target} = {self._value(rule.value)} %}}"
                 )
@@ -146,12 +164,12 @@ class FastCard:
                 else:
                     out.append(f"{{% {'elif' if i else 'if'} {self._cond(rule.when)} %}}" + body)
             if source.rules[-1].when is not None:
-                out.append("{% else %}{{ none | card_fail }}")
+                out.append("{% else %}" + _FAIL)
             return "".join(out) + "{% endif %}"
         if source.items is not None:
             out = [f"{{% set {target} = [] %}}"]
             for item in source.items:
-                add = f"{{{{ {target} | card_add({self._value(item.value)}) }}}}"
+                add = f"{{% if {target} | card_add({self._value(item.value)}) %}}{{% endif %}}"
                 if item.when is not None:
                     add = f"{{% if {self._cond(item.when)} %}}{add}{{% endif %}}"
                 if item.for_each is not None:
@@ -163,8 +181,67 @@ class FastCard:
             return "".join(out)
         return f"{{% set {target} = {self._value(source.value)} %}}"
 
-    def run(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
-        """Evaluate everything; raises on any failure (the caller then takes the slow path)."""
+    def run(self, ctx: Mapping[str, Any]) -> list[Any]:
+        """Every field's value, in spec order; raises on any failure (the caller then takes the
+        slow path)."""
         out: list[Any] = []
-        self.template.render({**ctx, "OUT": out})
-        return dict(zip(self.slot_names, out, strict=True))
+        # What Template.render does, minus copying the variables and joining an empty output.
+        template = self.template
+        for _ in template.root_render_func(template.new_context({**ctx, "OUT": out}, shared=True)):
+            pass
+        scope = {**ctx, **dict(zip(self.let_names, out, strict=False))}  # lets come first
+        return [out[p] if isinstance(p, int) else p(scope) for p in self.plan]
+
+
+# Statements, not output: a helper's "" result is never emitted, so never measured.
+_FAIL = "{% if none | card_fail %}{% endif %}"
+
+_Getter = Callable[[Mapping[str, Any]], Any]
+
+
+def _direct(source: Source) -> _Getter | None:
+    """A getter for a field read without the sandbox: a literal, or a plain path whose parsed
+    tree is a name followed by ``.key`` / ``['key']`` steps. None for anything else."""
+    if source.rules is not None or source.items is not None:
+        return None
+    value = source.value
+    if not isinstance(value, Expression):
+        if not is_static(value):
+            return None
+        return lambda _scope: value  # copied by canonicalisation: the card never shares it
+    path = _plain_path(value.tree)
+    if path is None:
+        return None
+    root, keys = path
+    return lambda scope: _lookup(scope[root], keys)
+
+
+def _plain_path(tree: nodes.Node | None) -> tuple[str, tuple[str, ...]] | None:
+    """(name, keys) of ``name.k1['k2']...``; None for any other tree."""
+    keys: list[str] = []
+    node = tree
+    while True:
+        if isinstance(node, nodes.Getattr):
+            keys.append(node.attr)
+            node = node.node
+        elif (
+            isinstance(node, nodes.Getitem)
+            and isinstance(node.arg, nodes.Const)
+            and type(node.arg.value) is str
+        ):
+            keys.append(node.arg.value)
+            node = node.node
+        elif isinstance(node, nodes.Name) and node.ctx == "load":
+            return node.name, tuple(reversed(keys))
+        else:
+            return None
+
+
+def _lookup(value: Any, keys: tuple[str, ...]) -> Any:
+    # The sandbox gives a dict's key for both ``.k`` and ``['k']`` when the key is present;
+    # anything else (a missing key, a list, None...) is left to it, through the slow path.
+    for key in keys:
+        if type(value) is not dict or key not in value:
+            raise NotPlainData(key)
+        value = value[key]
+    return value

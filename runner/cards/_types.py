@@ -36,10 +36,18 @@ def is_type(value: Any, declared: str) -> bool:
     return False
 
 
+# The exact type that is always a valid value of a declared type (the common case, one lookup).
+_EXACT = {"string": str, "int": int, "bool": bool, "list": list, "object": dict, "number": float}
+
+
 def type_problem(
     value: Any, declared: str, allowed: Sequence[Any] = (), nullable: bool = False
 ) -> str | None:
     """Why ``value`` is not a valid ``declared`` value, or None when it is."""
+    if type(value) is _EXACT.get(declared):
+        return None
+    if type(value) is str and declared == "enum" and value in allowed:
+        return None  # a str equals only a str: the same verdict as the typed comparison below
     if value is None:
         return None if nullable else f"is null, expected {declared}"
     if declared == "enum":

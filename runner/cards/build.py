@@ -13,7 +13,14 @@ from typing import Any
 
 from jinja2 import TemplateSyntaxError
 
-from ..canonical import CanonicalError, canonical_json, prepare, prepared_short_hash
+from ..canonical import (
+    CanonicalError,
+    canonical_json,
+    plain_copy,
+    prepare,
+    prepared_short_hash,
+    sort_unordered,
+)
 from ..errors import ExpressionError
 from ..expr import evaluate_value
 from ._fast import FastCard, Unsupported
@@ -123,27 +130,35 @@ class _Builder:
             problem = type_problem(value, decl.type)
             if problem:
                 raise self.violation(name, f"input {problem}")
-        values = _fast_values(spec, ctx)
-        if values is None:
+        fast = _fast_values(spec, ctx)
+        if fast is None:  # the reference path, field by field: it names the field at fault
             for name, source in spec.lets:
                 ctx[name] = self._evaluate(source, ctx, name)
+        slow = (self._evaluate(fd.source, ctx, fd.path) for fd in spec.fields())
+        values = iter(fast if fast is not None else slow)
         card: dict[str, Any] = {"schema_version": spec.schema_version}
         for gname, defs in spec.groups.items():
             group: dict[str, Any] = {}
             for fd in defs:
-                if values is None:
-                    value = self._evaluate(fd.source, ctx, fd.path)
-                else:
-                    value = values[fd.path]
-                group[fd.name] = self._check_field(fd, value)
+                group[fd.name] = self._check_field(fd, next(values))
             card[gname] = group
             if gname == spec.key_group:
                 self.key = group
         try:
-            doc = prepare(card, unordered=spec.unordered)
-            return Card(doc, prepared_short_hash(doc, HASH_LENGTH))
+            self._canonicalise(card)
         except CanonicalError as exc:
             raise self.violation("card", f"not canonical JSON: {exc}") from None
+        return Card(card, prepared_short_hash(card, HASH_LENGTH))
+
+    def _canonicalise(self, card: dict[str, Any]) -> None:
+        """What ``prepare`` does, on a card whose envelope this builder just made: each group
+        becomes a plain JSON copy (the card shares nothing with the inputs or the spec's
+        literals) and each unordered list is sorted. Raises CanonicalError."""
+        for gname, defs in self.spec.groups.items():
+            group = card[gname] = plain_copy(card[gname], f"$.{gname}")
+            for fd in defs:
+                if fd.unordered:
+                    group[fd.name] = sort_unordered(group[fd.name], fd.sort_key)
 
     def _key_label(self, ctx: Mapping[str, Any]) -> Any:
         # Best effort, for messages only: the key of a card whose inputs are broken may not exist.
@@ -231,8 +246,9 @@ class _Builder:
         return any(self._holds(c, ctx) for c in cond.parts)
 
 
-def _fast_values(spec: CardSpec, ctx: Mapping[str, Any]) -> dict[str, Any] | None:
-    """All let and field values from one template render, or None to take the slow path."""
+def _fast_values(spec: CardSpec, ctx: Mapping[str, Any]) -> list[Any] | None:
+    """Every field's value (in spec order) from one template render, or None to take the slow
+    path."""
     if spec.fast is None:
         try:
             spec.fast = FastCard(spec)
@@ -241,7 +257,7 @@ def _fast_values(spec: CardSpec, ctx: Mapping[str, Any]) -> dict[str, Any] | Non
     if spec.fast is False:
         return None
     try:
-        values: dict[str, Any] = spec.fast.run(ctx)
+        values: list[Any] = spec.fast.run(ctx)
     except Exception:  # any failure: the field-by-field path is the reference and names the field
         return None
     return values
