@@ -76,6 +76,16 @@ _TYPES: dict[str, Check] = {
 }
 
 
+# The types that are exactly a Python class (a bool is no integer, so those two are not).
+_CLASSES: dict[str, type] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+}
+
+
 def _all_of(checks: list[Check]) -> Check:
     if len(checks) == 1:
         return checks[0]
@@ -160,6 +170,9 @@ class _Compiler:
         tests = [_TYPES[k] for k in kinds]
         if len(tests) == 1:
             return tests[0]
+        if not {"number", "integer"} & set(kinds):  # e.g. a rule: one isinstance, no generator
+            classes = tuple(_CLASSES[k] for k in kinds)
+            return lambda v: isinstance(v, classes)
         return lambda v: any(t(v) for t in tests)
 
     def _kw_const(self, const: Any, schema: Any) -> Check:

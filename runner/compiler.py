@@ -347,40 +347,21 @@ def _compile_step(
     checks: list[Rule] = []
     if "when" in raw or "check" in raw:
         assert rulebook is not None
-
-        def rule_refs(rule: Rule, base: tuple[Any, ...]) -> set[str]:
-            found: set[str] = set()
-            # A check also sees `output`: the output of the attempt it judges.
-            names = (*allowed, "output") if base[:1] == ("check",) else allowed
-            for r in rule.refs:
-                if r.root not in names:
-                    raise InvalidPipeline(
-                        f"unknown name '{r.root}' in expression",
-                        where=doc.where("steps", sid, *base),
-                        step=sid,
-                        hint=did_you_mean(r.root, names) or "names: " + ", ".join(names),
-                    )
-                if r.root == "params" and r.attr is not None and r.attr not in declared_params:
-                    raise _unknown_param(doc, sid, r.attr, declared_params, base)
-                if r.root == "steps" and r.attr is not None:
-                    if r.attr not in step_ids:
-                        raise _unknown_step(doc, sid, r.attr, step_ids, base)
-                    found.add(r.attr)
-            return found
-
+        check_raw = raw.get("check")
         try:
-            compiled_rules = rulebook.add_step(sid, when=raw.get("when"), check=raw.get("check"))
+            compiled_rules = rulebook.add_step(sid, when=raw.get("when"), check=check_raw)
         except InvalidPipeline as exc:
             if exc.step is None and exc.where is not None:
                 exc.step = sid
             raise
         when = compiled_rules.when
         if when is not None:
-            refs |= rule_refs(when, ("when",))
-        check_raw = raw.get("check")
+            refs |= _rule_refs(when, doc, sid, ("when",), allowed, declared_params, step_ids)
+        # A check also sees `output`: the output of the attempt it judges.
+        check_names = (*allowed, "output")
         for i, rule in enumerate(compiled_rules.checks):
             path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
-            refs |= rule_refs(rule, path)
+            refs |= _rule_refs(rule, doc, sid, path, check_names, declared_params, step_ids)
             checks.append(rule)
     if step_type.requires_check and not checks:
         raise InvalidPipeline(
@@ -471,6 +452,38 @@ def _unknown_param(
             else "the pipeline declares no params"
         ),
     )
+
+
+def _rule_refs(
+    rule: Rule,
+    doc: PipelineDoc,
+    sid: str,
+    base: tuple[Any, ...],
+    names: tuple[str, ...],
+    declared_params: set[str],
+    step_ids: set[str],
+) -> set[str]:
+    """The steps a rule of step ``sid`` reads; an unknown name, param or step is an error
+    located at the rule (``base`` under the step)."""
+    found: set[str] = set()
+    for r in rule.refs:
+        root, attr = r.root, r.attr
+        if root not in names:
+            raise InvalidPipeline(
+                f"unknown name '{root}' in expression",
+                where=doc.where("steps", sid, *base),
+                step=sid,
+                hint=did_you_mean(root, names) or "names: " + ", ".join(names),
+            )
+        if attr is None:
+            continue
+        if root == "steps":
+            if attr not in step_ids:
+                raise _unknown_step(doc, sid, attr, step_ids, base)
+            found.add(attr)
+        elif root == "params" and attr not in declared_params:
+            raise _unknown_param(doc, sid, attr, declared_params, base)
+    return found
 
 
 def _check_refs(

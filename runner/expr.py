@@ -24,7 +24,6 @@ from typing import Any
 
 import jinja2
 from jinja2 import nodes
-from jinja2.environment import TemplateExpression
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
@@ -401,25 +400,16 @@ class Expression:
     source: str
     where: Location | None
     refs: frozenset[Reference]
-    _fn: Callable[..., Any] = field(repr=False)
-    # The tree, or a function building it (an instance of a cached shape, built when read).
-    _tree: nodes.Expr | Callable[[], nodes.Expr] | None = field(
-        default=None, repr=False, compare=False
-    )
+    _fn: _Lazy = field(repr=False)
 
     @property
     def tree(self) -> nodes.Expr | None:
-        if callable(self._tree):
-            self._tree = self._tree()
-        return self._tree
+        return self._fn.expr
 
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
         # into every call (half the cost of a small `when`).
-        fn = self._fn
-        template = fn.template if isinstance(fn, _Lazy) else getattr(fn, "_template", None)
-        if template is None:
-            return fn(**context)
+        template = self._fn.template
         ctx = template.new_context({"range": _bounded_range, **context}, shared=True)
         for _ in template.root_render_func(ctx):
             pass
@@ -533,17 +523,17 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
             f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
         )
     try:
-        refs, tree, fn = _compile_source(source)
+        refs, fn = _compile_source(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ExpressionError(
             f"invalid expression '{_clip(source)}': {exc.message}", where=where
         ) from None
     except RecursionError:
         raise ExpressionError("expression refused: nesting too deep", where=where) from None
-    return Expression(source, where, refs, fn, tree)
+    return Expression(source, where, refs, fn)
 
 
-_Compiled = tuple[frozenset[Reference], "nodes.Expr | Callable[[], nodes.Expr]", "_Lazy"]
+_Compiled = tuple[frozenset[Reference], "_Lazy"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -577,7 +567,7 @@ def _compile_parsed(source: str) -> _Compiled:
             raise jinja2.TemplateSyntaxError(
                 f"'{node.name}' is not available in the sandbox", node.lineno
             )
-    return _refs(holder), expr, _Lazy(expr)
+    return _refs(holder), _Lazy(expr)
 
 
 def _forbidden(name: str) -> bool:
@@ -640,8 +630,7 @@ def _compile_by_shape(source: str) -> _Compiled | None:
         _reference(mapping.get(root, root), None if attr is None else mapping.get(attr, attr))
         for root, attr in facts.refs
     )
-    tree = functools.partial(instantiate_shape, facts.shape.tree, mapping)
-    return refs, tree, _Lazy(tree)
+    return refs, _Lazy(facts.shape.tree, mapping)
 
 
 _MISSING: Any = object()
@@ -660,18 +649,24 @@ def _reference(root: str, attr: str | None) -> Reference:
 
 
 class _Lazy:
-    """An expression's compiled template, generated on first evaluation and then kept."""
+    """An expression's tree and compiled template, each made on first use and then kept.
 
-    __slots__ = ("_expr", "_template")
+    With a ``mapping``, ``expr`` is a cached shape's tree: the instance (placeholders replaced
+    by the mapping's values) is built when first read, as most are only ever evaluated.
+    """
 
-    def __init__(self, expr: nodes.Expr | Callable[[], nodes.Expr]) -> None:
+    __slots__ = ("_expr", "_mapping", "_template")
+
+    def __init__(self, expr: nodes.Expr, mapping: dict[Placeholder, Any] | None = None) -> None:
         self._expr = expr
+        self._mapping = mapping
         self._template: jinja2.Template | None = None
 
     @property
     def expr(self) -> nodes.Expr:
-        if callable(self._expr):
-            self._expr = self._expr()
+        if self._mapping is not None:
+            self._expr = instantiate_shape(self._expr, self._mapping)
+            self._mapping = None
         return self._expr
 
     @property
@@ -682,9 +677,6 @@ class _Lazy:
             body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(self.expr), lineno=1)]
             self._template = environment().from_string(nodes.Template(body, lineno=1))
         return self._template
-
-    def __call__(self, **context: Any) -> Any:
-        return TemplateExpression(self.template, False)(**context)
 
 
 # -- values with ${{ }} inside ------------------------------------------------------------------

@@ -80,12 +80,13 @@ class RuleBook:
         """Compile a step's ``when`` and ``check`` (a rule or a list of rules) and remember
         them for linting."""
         base: Path_ = ("steps", step_id)
-        when_rule = None if when is None else self.compile(when, (*base, "when"))
+        scope = self._scope
+        when_rule = None if when is None else scope.compile(when, ("steps", step_id, "when"))
         checks: tuple[Rule, ...] = ()
         if isinstance(check, list):
-            checks = tuple(self.compile(r, (*base, "check", i)) for i, r in enumerate(check))
+            checks = tuple(scope.compile(r, (*base, "check", i)) for i, r in enumerate(check))
         elif check is not None:
-            checks = (self.compile(check, (*base, "check")),)
+            checks = (scope.compile(check, (*base, "check")),)
         entry = StepRules(when_rule, checks, self.where_of(base))
         self.steps[step_id] = entry
         return entry

@@ -214,11 +214,12 @@ class Scope:
         return found
 
     def _locate(self, path: Path_) -> Location | None:
-        for n in range(len(path), -1, -1):
+        found = self.where_of(path)  # almost always located itself: no slicing
+        n = len(path)
+        while found is None and n > 0:
+            n -= 1
             found = self.where_of(path[:n])
-            if found is not None:
-                return found
-        return None
+        return found
 
     def error(self, message: str, path: Path_, hint: str | None = None) -> RuleError:
         return RuleError(message, where=self.where(path), hint=hint)
@@ -272,13 +273,13 @@ class Scope:
 
     def compile(self, raw: Any, path: Path_) -> Rule:
         """Compile one rule in any of its YAML forms."""
+        if isinstance(raw, str):  # most rules: one expression (the check locates it)
+            return CHECKS["expr"].compile(raw, self, path)
         from .compose import AllRule, ConstRule  # composition is itself a set of checks
 
         where = self.where(path)
         if isinstance(raw, bool):
             return ConstRule(value=raw, raw=raw, where=where)
-        if isinstance(raw, str):
-            return CHECKS["expr"].compile(raw, self, path)
         if isinstance(raw, list):
             if not raw:
                 raise self.error("an empty list of rules", path)

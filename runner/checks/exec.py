@@ -7,14 +7,13 @@ Values of ``${{ }}`` inside ``run`` are shell-quoted: data can never become shel
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shlex
 import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import Location
 from ..expr import Compiled, Expression, Interpolation, evaluate_value
@@ -24,6 +23,9 @@ DEFAULT_TIMEOUT = 60.0
 TAIL_CHARS = 400
 _DRAIN_SECONDS = 2.0
 _KEEP_BYTES = 64 * 1024
+
+if TYPE_CHECKING:  # asyncio loads when a check runs (inside the engine's loop): not to validate
+    import asyncio
 
 
 def _tail(data: bytes) -> str:
@@ -72,6 +74,8 @@ class ExecRule(Rule):
         return str(self.run)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
+        import asyncio
+
         command = self.command(context)
         env = {**os.environ, **{k: _text(v) for k, v in evaluate_value(self.env, context).items()}}
         shown = command if len(command) <= 80 else command[:79] + "…"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location
-from ..expr import Compiled, Expression
+from ..expr import Compiled, Expression, Reference
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check, show
 
 
@@ -20,6 +20,14 @@ class ExprRule(Rule):
 
     def own_values(self) -> Iterable[Compiled]:
         return (self.expression,)
+
+    @property
+    def refs(self) -> frozenset[Reference]:
+        # The expression's own set: the compiler reads it for every `when`, and walking
+        # expressions() into a new frozenset cost more than compiling a cached expression.
+        if self.message is None:
+            return self.expression.refs
+        return frozenset(r for e in self.expressions() for r in e.refs)
 
     def describe(self) -> str:
         return f"`{self.expression.source}`"
@@ -43,7 +51,8 @@ class Expr(CheckType):
     }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
-        return ExprRule(scope.expression(args, path), raw=args, where=scope.where(path))
+        expression = scope.expression(args, path)
+        return ExprRule(expression, raw=args, where=expression.where)
 
 
 register_check(Expr())
