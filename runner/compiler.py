@@ -221,7 +221,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
     if patterns or named_rules or any("when" in r or "check" in r for r in steps_raw.values()):
         from .rules import RuleBook
 
-        rulebook = RuleBook(lambda p: doc.where(*p), patterns, named_rules, root)
+        rulebook = RuleBook(doc.src.where, patterns, named_rules, root)
     compiled: dict[str, CompiledStep] = {}
     schemas: dict[int, tuple[StepType, str]] = {}
     for sid, raw in steps_raw.items():
@@ -358,7 +358,7 @@ def _compile_step(
         if when is not None:
             refs |= _rule_refs(when, doc, sid, ("when",), allowed, declared_params, step_ids)
         # A check also sees `output`: the output of the attempt it judges.
-        check_names = (*allowed, "output")
+        check_names = (*allowed, "output") if compiled_rules.checks else allowed
         for i, rule in enumerate(compiled_rules.checks):
             path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
             refs |= _rule_refs(rule, doc, sid, path, check_names, declared_params, step_ids)

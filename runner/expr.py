@@ -493,6 +493,8 @@ def _refs(tree: nodes.Node) -> frozenset[Reference]:
 
 def _too_deep(source: str) -> bool:
     """Brackets nest deeper than MAX_NESTING (counting them first: the walk is per character)."""
+    if len(source) <= MAX_NESTING:  # most expressions: too short to nest that deep
+        return False
     if source.count("(") + source.count("[") + source.count("{") <= MAX_NESTING:
         return False
     return _depth(source) > MAX_NESTING

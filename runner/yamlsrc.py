@@ -42,12 +42,9 @@ class Sourced:
         table = self.keys if key else self.values
         p = tuple(path)
         while True:
-            if p in table:
-                line, col = table[p]
-                return Location(self.file, line, col)
-            if key and p in self.values:
-                line, col = self.values[p]
-                return Location(self.file, line, col)
+            found = table.get(p) or (self.values.get(p) if key else None)
+            if found is not None:
+                return Location(self.file, *found)
             if not p:
                 return Location(self.file, 1, 1)
             p = p[:-1]
@@ -66,6 +63,7 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
     src.values[path] = _mark(node)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
+        odd_keys = False
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise InvalidPipeline(
@@ -75,6 +73,7 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
             if key_node.tag == _STR_TAG and depth < 200 and type(key_node) is yaml.ScalarNode:
                 key: Any = key_node.value  # what the constructor returns for a plain string
             else:
+                odd_keys = True
                 key = _construct(key_node, (*path, "<key>"), src, depth + 1)
             if not isinstance(key, Hashable) or isinstance(key, (list, dict)):
                 raise InvalidPipeline(
@@ -88,9 +87,15 @@ def _construct(node: yaml.Node, path: Path_, src: Sourced, depth: int = 0) -> An
                     f"duplicate key '{key}'{where_first}",
                     where=Location(src.file, *_mark(key_node)),
                 )
-            src.keys[(*path, key)] = _mark(key_node)
-            out[key] = _construct(value_node, (*path, key), src, depth + 1)
-        src.values.pop((*path, "<key>"), None)
+            sub = (*path, key)  # one tuple for both tables
+            src.keys[sub] = _mark(key_node)
+            if value_node.tag == _STR_TAG and depth < 200 and type(value_node) is yaml.ScalarNode:
+                src.values[sub] = _mark(value_node)  # most values: a string, no recursion
+                out[key] = value_node.value
+            else:
+                out[key] = _construct(value_node, sub, src, depth + 1)
+        if odd_keys:
+            src.values.pop((*path, "<key>"), None)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(v, (*path, i), src, depth + 1) for i, v in enumerate(node.value)]

@@ -203,9 +203,8 @@ class Scope:
     def where(self, path: Path_) -> Location | None:
         """The location of ``path``, or of its nearest located ancestor."""
         try:
-            return self._located[path]
-        except KeyError:
-            pass
+            if path in self._located:  # most paths are new: no KeyError raised for them
+                return self._located[path]
         except TypeError:  # an unhashable part: just look it up
             return self._locate(path)
         if len(self._located) > 4096:
