@@ -22,29 +22,46 @@ T = TypeVar("T")
 
 
 class CallLog:
-    """Appends JSON-line summaries of one keyed call to ``<dir>/<key>.out`` and ``.err``."""
+    """Appends JSON-line summaries of one keyed call to ``<dir>/<key>.out`` and ``.err``.
+
+    ``line`` formats a record when its event happens; ``write_out`` appends several at once,
+    so a call that went well costs one open of its log, not one per event.
+    """
 
     def __init__(self, directory: Path, key: str, redactor: Redactor) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         self.out_path = directory / f"{key}.out"
         self.err_path = directory / f"{key}.err"
         self.redactor = redactor
 
-    def _write(self, path: Path, event: str, data: Mapping[str, Any]) -> None:
+    def line(self, event: str, data: Mapping[str, Any]) -> str:
+        """One redacted JSON line, stamped now."""
         record = {
             "t": round(time.time(), 3),
             "event": event,
             **self.redactor.redact_json(dict(data)),
         }
-        line = self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        return self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
+
+    def _append(self, path: Path, lines: tuple[str, ...]) -> None:
+        text = "".join(f"{line}\n" for line in lines)
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+        except FileNotFoundError:  # the run's first call: the directory is made once, here
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+
+    def write_out(self, *lines: str) -> None:
+        """Append lines made by ``line`` to ``<key>.out``."""
+        self._append(self.out_path, lines)
 
     def out(self, event: str, data: Mapping[str, Any]) -> None:
-        self._write(self.out_path, event, data)
+        self.write_out(self.line(event, data))
 
     def err(self, event: str, data: Mapping[str, Any]) -> None:
-        self._write(self.err_path, event, data)
+        self._append(self.err_path, (self.line(event, data),))
 
 
 def error_summary(exc: ProviderError) -> dict[str, Any]:

@@ -17,7 +17,9 @@ import json
 import random
 import re
 import textwrap
+import threading
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from PIL import Image, ImageDraw, ImageFont
@@ -48,15 +50,31 @@ def _colour(rng: random.Random) -> tuple[int, int, int]:
     return (rng.randrange(256), rng.randrange(256), rng.randrange(256))
 
 
+@lru_cache(maxsize=16)
+def _gradient(w: int, h: int, rotated: bool) -> Image.Image:
+    """The background's blend mask; shared read-only by every drawing of that size."""
+    mask = Image.linear_gradient("L").resize((w, h))
+    return mask.transpose(Image.Transpose.ROTATE_90).resize((w, h)) if rotated else mask
+
+
+_fonts = threading.local()  # a FreeType face is not to be shared between threads
+
+
+def _font(px: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    cache: dict[int, ImageFont.FreeTypeFont | ImageFont.ImageFont]
+    cache = _fonts.__dict__.setdefault("by_size", {})
+    if px not in cache:
+        cache[px] = ImageFont.load_default(size=px)
+    return cache[px]
+
+
 def draw_image(
     prompt: str, seed: int | str, size: tuple[int, int], references: list[bytes]
 ) -> bytes:
     """The fake's picture as PNG bytes: a pure function of its arguments."""
     w, h = size
     rng = _seeded(prompt, seed, w, h)
-    mask = Image.linear_gradient("L").resize((w, h))
-    if rng.random() < 0.5:
-        mask = mask.transpose(Image.Transpose.ROTATE_90).resize((w, h))
+    mask = _gradient(w, h, rng.random() < 0.5)
     img = Image.composite(
         Image.new("RGB", (w, h), _colour(rng)), Image.new("RGB", (w, h), _colour(rng)), mask
     )
@@ -75,7 +93,7 @@ def draw_image(
         else:
             draw.polygon([(x0, box[3]), (box[2], box[3]), ((x0 + box[2]) // 2, y0)], fill=fill)
     font_px = max(10, min(w, h) // 24)
-    font = ImageFont.load_default(size=font_px)
+    font = _font(font_px)
     lines = textwrap.wrap(prompt, width=max(10, int(w / (font_px * 0.6))))[:4]
     lines.append(f"seed {seed}")
     y = h - (len(lines) + 1) * int(font_px * 1.3)
@@ -207,10 +225,8 @@ class FakeProvider(Provider):
                 )
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
-        await self._enter(request.prompt, request.idempotency_key)
         w, h = request.size
-        if not (1 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE):
-            raise self.error(f"size {w}x{h} is outside 1..{MAX_SIDE}", transient=False)
+        valid = 1 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE
         seeded = self.capabilities.supports_seed and request.seed is not None
         # A seedless fake still varies per call, as a seedless backend would, but stays stable.
         seed: int | str = (
@@ -218,12 +234,25 @@ class FakeProvider(Provider):
             if seeded and request.seed is not None
             else (f"key:{request.idempotency_key[:8]}")
         )
-        try:
-            png = await asyncio.to_thread(
-                draw_image, request.prompt, seed, (w, h), request.references
+        # Drawn while the delay runs, as a server renders while its client waits: delay_ms is
+        # the response time, and the fake's own CPU work does not add to it.
+        drawing = (
+            asyncio.ensure_future(
+                asyncio.to_thread(draw_image, request.prompt, seed, (w, h), request.references)
             )
+            if valid
+            else None
+        )
+        try:
+            await self._enter(request.prompt, request.idempotency_key)
+            if drawing is None:
+                raise self.error(f"size {w}x{h} is outside 1..{MAX_SIDE}", transient=False)
+            png = await drawing
         except (OSError, ValueError) as exc:
             raise self.error(f"cannot read reference image: {exc}", transient=False) from None
+        finally:
+            if drawing is not None and not drawing.done():
+                drawing.cancel()  # the call failed first: its picture is not wanted
         meta = {
             "seed": request.seed if seeded else None,
             "model": self.settings["model"],

@@ -22,6 +22,7 @@ from ..paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
 from ..providers.config import Providers
+from ..store.objects import ObjectStore
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -214,7 +215,7 @@ class ImageStep(StepType):
                 "generating from the prompt alone"
             )
         cap = min(int(args.get("concurrency", 4)), caps.max_concurrency)
-        gate = asyncio.Semaphore(max(cap, 1))
+        calls = _Calls(ctx, provider, profile, asyncio.Semaphore(max(cap, 1)), ref_sha)
         item = str(args.get("video_id") or args.get("item") or "")
 
         async def iteration(k: int) -> dict[str, Any]:
@@ -239,20 +240,16 @@ class ImageStep(StepType):
                 params=dict(args.get("params") or {}),
                 idempotency_key=key,
             )
-            return await self._one(ctx, provider, gate, k, request, ref_sha)
+            return await self._one(calls, k, request)
 
-        iterations = await asyncio.gather(*(iteration(k) for k in range(1, n + 1)))
+        try:
+            iterations = await asyncio.gather(*(iteration(k) for k in range(1, n + 1)))
+        finally:
+            await calls.logs_written()
         return self._result(iterations, provider, profile)
 
-    async def _one(
-        self,
-        ctx: StepContext,
-        provider: Provider,
-        gate: asyncio.Semaphore,
-        k: int,
-        request: ImageRequest,
-        ref_sha: str,
-    ) -> dict[str, Any]:
+    async def _one(self, calls: _Calls, k: int, request: ImageRequest) -> dict[str, Any]:
+        ctx, provider = calls.ctx, calls.provider
         key = request.idempotency_key
         entry: dict[str, Any] = {
             "ordinal": k,
@@ -284,12 +281,12 @@ class ImageStep(StepType):
             return entry
         summary = {
             "provider": provider.name,
-            "profile": provider.profile(),
+            "profile": calls.profile,
             "prompt": request.prompt,
             "negative_prompt": request.negative_prompt,
             "size": list(request.size),
             "seed": request.seed,
-            "references": ref_sha,
+            "references": calls.ref_sha,
             "params": request.params,
             "ordinal": k,
             "run_id": ctx.run_id,
@@ -298,43 +295,44 @@ class ImageStep(StepType):
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(summary))
         log = CallLog(ctx.log_dir, key, provider.redactor)
-        log.out("request", summary)
+        asked = log.line("request", summary)  # written with the outcome: one open per call
 
         def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
             log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
             ctx.log(f"image #{k}: {exc.message} (retrying in {delay:.1f}s)")
 
         async def call() -> ImageResult:
-            async with gate:
-                result = await provider.generate_image(request)
-            # A cut-off or garbled image is a bad reply, not a completed call to reuse forever.
-            from ..imaging.finalize import FinalizeError, open_image  # Pillow: only when used
-
-            try:
-                await asyncio.to_thread(open_image, result.image)
-            except FinalizeError as exc:
-                reason = f"the image in the reply is unusable: {exc}"
-                raise provider.error(reason, transient=False) from None
-            return result
+            async with calls.gate:
+                return await provider.generate_image(request)
 
         try:
             result = await with_provider_retries(provider, call, on_retry=retrying)
+            stored = await calls.keep(result.image)
         except ProviderError as exc:
+            log.write_out(asked)
             log.err("failed", error_summary(exc))
             if ctx.ledger is not None:
                 ctx.ledger.fail(key, exc.message)
             ctx.log(f"image #{k} failed: {exc.message}")
             return {**entry, "error": exc.message, "transient": exc.transient}
-        # Storing fsyncs: off the event loop, so it overlaps with the other calls in flight.
-        stored = await asyncio.to_thread(ctx.objects.put_bytes, result.image)
         meta = jsonable(result.metadata)
         if ctx.ledger is not None:  # the ledger stays on the loop's thread (SQLite)
             ctx.ledger.complete(
                 key, {"digest": stored, "metadata": meta, "usage": dict(result.usage)}
             )
-        log.out(
-            "response",
-            {"digest": stored, "bytes": len(result.image), "metadata": meta, "usage": result.usage},
+        # After the ledger: a logged response always means a recorded, never-repaid call.
+        calls.write_later(
+            log,
+            asked,
+            log.line(
+                "response",
+                {
+                    "digest": stored,
+                    "bytes": len(result.image),
+                    "metadata": meta,
+                    "usage": result.usage,
+                },
+            ),
         )
         ctx.log(f"image #{k} completed ({stored[:12]})")
         return {
@@ -386,3 +384,51 @@ class ImageStep(StepType):
             status=ResultStatus.PARTIAL if failed else ResultStatus.OK,
             usage=usage,
         )
+
+
+class _Calls:
+    """What the iterations of one image step share, and the work they hand to worker threads."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        provider: Provider,
+        profile: str,
+        gate: asyncio.Semaphore,
+        ref_sha: str,
+    ) -> None:
+        self.ctx, self.provider, self.profile, self.gate = ctx, provider, profile, gate
+        self.ref_sha = ref_sha
+        # The same directory, written durably by the worker thread itself: the ledger records
+        # an image right after its call, and an object left to the apply's grouped fsync would
+        # be fsynced then, on the event loop, where it holds up every other call.
+        self._durable = ObjectStore(ctx.objects.root)
+        self._writes: list[asyncio.Future[None]] = []
+
+    async def keep(self, image: bytes) -> str:
+        """Check the reply is a whole image and store it: one worker hand-off for both.
+
+        Raises a permanent ProviderError for a cut-off or garbled image: that is a bad reply,
+        not a completed call to reuse forever.
+        """
+        from ..imaging.finalize import FinalizeError
+        from ..imaging.intact import check_intact  # Pillow: only when used
+
+        def keep() -> str:
+            check_intact(image)
+            return self._durable.put_bytes(image)
+
+        try:
+            return await asyncio.to_thread(keep)
+        except FinalizeError as exc:
+            message = f"the image in the reply is unusable: {exc}"
+            raise self.provider.error(message, transient=False) from None
+
+    def write_later(self, log: CallLog, *lines: str) -> None:
+        """Append to a call's log in a worker thread; ``logs_written`` waits for all of them."""
+        loop = asyncio.get_running_loop()
+        self._writes.append(loop.run_in_executor(None, log.write_out, *lines))
+
+    async def logs_written(self) -> None:
+        """Wait for every log write; raises the first that failed."""
+        await asyncio.gather(*self._writes)
