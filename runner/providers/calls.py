@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,11 +22,20 @@ from .retry import call_with_retries
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened to a keyed call, stamped when it happened."""
+
+    name: str
+    data: Mapping[str, Any]
+    t: float = field(default_factory=time.time)
+
+
 class CallLog:
     """Appends JSON-line summaries of one keyed call to ``<dir>/<key>.out`` and ``.err``.
 
-    ``line`` formats a record when its event happens; ``write_out`` appends several at once,
-    so a call that went well costs one open of its log, not one per event.
+    Events are stamped when they happen and formatted (redacted) when written, so a call that
+    went well can write its request and response with one open, from a worker thread.
     """
 
     def __init__(self, directory: Path, key: str, redactor: Redactor) -> None:
@@ -34,17 +44,17 @@ class CallLog:
         self.err_path = directory / f"{key}.err"
         self.redactor = redactor
 
-    def line(self, event: str, data: Mapping[str, Any]) -> str:
-        """One redacted JSON line, stamped now."""
+    def line(self, event: Event) -> str:
+        """The event as one redacted JSON line."""
         record = {
-            "t": round(time.time(), 3),
-            "event": event,
-            **self.redactor.redact_json(dict(data)),
+            "t": round(event.t, 3),
+            "event": event.name,
+            **self.redactor.redact_json(dict(event.data)),
         }
         return self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
 
-    def _append(self, path: Path, lines: tuple[str, ...]) -> None:
-        text = "".join(f"{line}\n" for line in lines)
+    def _append(self, path: Path, events: tuple[Event, ...]) -> None:
+        text = "".join(f"{self.line(event)}\n" for event in events)
         try:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(text)
@@ -53,15 +63,15 @@ class CallLog:
             with open(path, "a", encoding="utf-8") as f:
                 f.write(text)
 
-    def write_out(self, *lines: str) -> None:
-        """Append lines made by ``line`` to ``<key>.out``."""
-        self._append(self.out_path, lines)
+    def write_out(self, *events: Event) -> None:
+        """Append events to ``<key>.out``."""
+        self._append(self.out_path, events)
 
     def out(self, event: str, data: Mapping[str, Any]) -> None:
-        self.write_out(self.line(event, data))
+        self.write_out(Event(event, data))
 
     def err(self, event: str, data: Mapping[str, Any]) -> None:
-        self._append(self.err_path, (self.line(event, data),))
+        self._append(self.err_path, (Event(event, data),))
 
 
 def error_summary(exc: ProviderError) -> dict[str, Any]:

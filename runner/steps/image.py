@@ -20,7 +20,7 @@ from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure, StoreError
 from ..paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
-from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
+from ..providers.calls import CallLog, Event, error_summary, jsonable, with_provider_retries
 from ..providers.config import Providers
 from ..store.objects import ObjectStore
 from .base import (
@@ -295,7 +295,7 @@ class ImageStep(StepType):
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(summary))
         log = CallLog(ctx.log_dir, key, provider.redactor)
-        asked = log.line("request", summary)  # written with the outcome: one open per call
+        asked = Event("request", summary)  # written with the outcome: one open per call
 
         def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
             log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
@@ -321,19 +321,8 @@ class ImageStep(StepType):
                 key, {"digest": stored, "metadata": meta, "usage": dict(result.usage)}
             )
         # After the ledger: a logged response always means a recorded, never-repaid call.
-        calls.write_later(
-            log,
-            asked,
-            log.line(
-                "response",
-                {
-                    "digest": stored,
-                    "bytes": len(result.image),
-                    "metadata": meta,
-                    "usage": result.usage,
-                },
-            ),
-        )
+        answered = {"digest": stored, "bytes": len(result.image), "metadata": meta}
+        calls.write_later(log, asked, Event("response", {**answered, "usage": result.usage}))
         ctx.log(f"image #{k} completed ({stored[:12]})")
         return {
             **entry,
@@ -424,10 +413,10 @@ class _Calls:
             message = f"the image in the reply is unusable: {exc}"
             raise self.provider.error(message, transient=False) from None
 
-    def write_later(self, log: CallLog, *lines: str) -> None:
+    def write_later(self, log: CallLog, *events: Event) -> None:
         """Append to a call's log in a worker thread; ``logs_written`` waits for all of them."""
         loop = asyncio.get_running_loop()
-        self._writes.append(loop.run_in_executor(None, log.write_out, *lines))
+        self._writes.append(loop.run_in_executor(None, log.write_out, *events))
 
     async def logs_written(self) -> None:
         """Wait for every log write; raises the first that failed."""
