@@ -51,6 +51,20 @@ fields:
     truth: {type: bool, value: "${{ true }}"}
     nothing: {type: string, nullable: true, value: "${{ none }}"}
     shouted: {type: string, value: "${{ shot.meta.name | upper }}"}
+    nick: {type: string, nullable: true, value: "${{ shot.meta.nick | default('anon') }}"}
+    loose: {type: string, value: "${{ shot.meta.nick | default('anon', true) }}"}
+    where:
+      type: object
+      rules:
+        - when: "${{ shot.kind == 'close' }}"
+          value:
+            name: "${{ shot.meta.name }}"
+            nick: "${{ shot.meta.nick | default('') }}"
+            marks: ["${{ label }}", fixed]
+        - when: "${{ shot.kind == 'bad' }}"
+          error: a bad shot is refused
+        - when: "${{ shot.kind == 'wide' }}"
+          value: {}
 """
 
 
@@ -100,8 +114,19 @@ def test_plain_paths_and_literals_are_read_outside_the_template(tmp_path: Path) 
     in_python = {
         fd.name for fd, step in zip(spec.fields(), fast.plan, strict=True) if callable(step)
     }
-    # `true`, `none` parse as constants and `| upper` is a filter: they stay in the sandbox.
-    assert in_python == {"id", "name", "name_item", "items_key", "label", "tags", "fixed"}
+    # `true`, `none` parse as constants, `| upper` and a two-argument `default` are not plain
+    # reads: they stay in the sandbox. For `where` the template only picks the rule.
+    assert in_python == {
+        "id",
+        "name",
+        "name_item",
+        "items_key",
+        "label",
+        "tags",
+        "fixed",
+        "nick",
+        "where",
+    }
     card = build_card(spec, good_inputs()).card
     assert card["main"] == {
         "name": "door",
@@ -113,6 +138,9 @@ def test_plain_paths_and_literals_are_read_outside_the_template(tmp_path: Path) 
         "truth": True,
         "nothing": None,
         "shouted": "DOOR",
+        "nick": "anon",
+        "loose": "anon",
+        "where": {"name": "door", "nick": "", "marks": ["close", "fixed"]},
     }
     assert build_card(spec, good_inputs()) == reference(spec, good_inputs())
 
@@ -132,6 +160,43 @@ def test_unusual_data_gives_what_the_sandbox_gives(tmp_path: Path, shot: dict[st
     spec = paths_spec(tmp_path)
     inputs = {**good_inputs(), "shot": shot}
     assert built(spec, inputs) == reference(spec, inputs)
+
+
+@pytest.mark.parametrize(
+    "shot",
+    [
+        {"kind": "close", "meta": {"name": "door", "nick": None}, "items": []},  # present: kept
+        {"kind": "close", "meta": {"name": "door", "nick": "d"}, "items": []},
+        {"kind": "close", "meta": {"name": "door", "nick": 5}, "items": []},  # wrong type
+        {"kind": "close", "meta": {"name": "door", "nick": ""}, "items": []},
+        {"kind": "close", "meta": {"name": "door", "keys": 1}, "items": []},
+        {"kind": "wide", "meta": {"name": "door"}, "items": []},
+        {"kind": "bad", "meta": {"name": "door"}, "items": []},  # an error rule
+        {"kind": "other", "meta": {"name": "door"}, "items": []},  # no rule applies
+        {"kind": "wide", "meta": None, "items": []},  # `| default` past a null
+        {"kind": "wide", "meta": [], "items": []},  # `| default` past a list
+    ],
+)
+def test_defaults_and_picked_rules_give_what_the_sandbox_gives(
+    tmp_path: Path, shot: dict[str, Any]
+) -> None:
+    spec = paths_spec(tmp_path)
+    inputs = {**good_inputs(), "shot": shot}
+    assert built(spec, inputs) == reference(spec, inputs)
+
+
+def test_default_does_not_replace_a_dict_method_name(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        textwrap.dedent(PATHS_SPEC).replace(
+            "shot.meta.nick | default('anon')", "shot.meta.keys | default('anon')"
+        ),
+        encoding="utf-8",
+    )
+    spec = load_spec(path)
+    for meta in ({"name": "door"}, {"name": "door", "keys": "k"}):
+        inputs = {**good_inputs(), "shot": {"kind": "wide", "meta": meta, "items": []}}
+        assert built(spec, inputs) == reference(spec, inputs)
 
 
 def test_the_card_shares_nothing_with_inputs_or_spec(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 Evaluating each field's expression on its own costs one Jinja context per expression (~20 µs
 each, ~50 per card). Here the spec's lets and fields are translated once into a single template
 built from the very same expression sources, whose only effect is to hand values to a collector.
-A field whose source is a literal or a plain path (``shot.camera_direction``: a name, then keys)
-is not put in the template: it is read in Python, from dicts only, after the render.
+A field whose value is a literal or a plain path (``shot.camera_direction``: a name, then keys;
+optionally ``| default(<literal>)``) is not put in the template: it is read in Python, from
+dicts only, after the render. For a field given by rules whose values are all of that kind, the
+template only decides which rule applies (conditions stay in the sandbox).
 Anything unusual (a failure, a refusal, a construct not translated, a path step that is not a
 key of a dict) makes the caller fall back to the field-by-field path, which is the reference
 semantics and gives the precise error.
@@ -88,13 +90,19 @@ class FastCard:
         # Per field, in spec order: read in Python (a getter) or a slot of the template.
         self.plan: list[_Getter | int] = []
         for fd in spec.fields():
-            getter = _direct(fd.source)
-            if getter is None:
-                slot = self._slot(fd.path)
+            plain = fd.source.rules is None and fd.source.items is None
+            getter = _direct(fd.source.value) if plain else None
+            if getter is not None:
+                self.plan.append(getter)
+                continue
+            slot = self._slot(fd.path)
+            choices = _rule_choices(fd.source)
+            if choices is None:
                 parts.append(self._source(fd.source, slot))
                 self.plan.append(slot)
-            else:
-                self.plan.append(getter)
+            else:  # the template only picks the rule; its value is read in Python
+                parts.append(self._source(fd.source, slot, by_index=True))
+                self.plan.append(_chosen(slot, choices))
         every = ", ".join(f"S{i}" for i in range(len(self.slot_names)))
         parts.append(f"{{% if [{every}] | card_collect(OUT) %}}{{% endif %}}")
         # A private sandbox: the same hardened environment, plus this card's helper filters.
@@ -149,16 +157,13 @@ class FastCard:
         assert isinstance(cond, (AllCondition, AnyCondition))
         return "(" + joiner.join(self._cond(c) for c in cond.parts) + ")"
 
-    def _source(self, source: Source, slot: int) -> str:
+    def _source(self, source: Source, slot: int, by_index: bool = False) -> str:
         target = f"S{slot}"
         if source.rules is not None:
             out = []
             for i, rule in enumerate(source.rules):
-                body = (
-                    _FAIL
-                    if rule.error is not None
-                    else f"{{% set {target} = {self._value(rule.value)} %}}"
-                )
+                value = str(i) if by_index else self._value(rule.value)
+                body = _FAIL if rule.error is not None else f"{{% set {target} = {value} %}}"
                 if rule.when is None:
                     out.append(("{% else %}" if i else "{% if true %}") + body)
                 else:
@@ -190,30 +195,83 @@ class FastCard:
         for _ in template.root_render_func(template.new_context({**ctx, "OUT": out}, shared=True)):
             pass
         scope = {**ctx, **dict(zip(self.let_names, out, strict=False))}  # lets come first
-        return [out[p] if isinstance(p, int) else p(scope) for p in self.plan]
+        return [out[p] if isinstance(p, int) else p(scope, out) for p in self.plan]
 
 
 # Statements, not output: a helper's "" result is never emitted, so never measured.
 _FAIL = "{% if none | card_fail %}{% endif %}"
 
-_Getter = Callable[[Mapping[str, Any]], Any]
+# A value read in Python: from the scope (inputs and lets) and the template's slots.
+_Getter = Callable[[Mapping[str, Any], list[Any]], Any]
+
+# Names the sandbox resolves as dict attributes (methods) when they are not keys.
+_DICT_NAMES = frozenset(dir(dict))
 
 
-def _direct(source: Source) -> _Getter | None:
-    """A getter for a field read without the sandbox: a literal, or a plain path whose parsed
-    tree is a name followed by ``.key`` / ``['key']`` steps. None for anything else."""
-    if source.rules is not None or source.items is not None:
-        return None
-    value = source.value
-    if not isinstance(value, Expression):
-        if not is_static(value):
+def _direct(compiled: Compiled) -> _Getter | None:
+    """A getter for a value read without the sandbox, or None when the sandbox must evaluate it.
+
+    Read directly: literals; a plain path (a name, then ``.key`` / ``['key']`` steps, as the
+    parsed tree says); a plain path ``| default(<literal>)``; dicts and lists made of those.
+    """
+    if isinstance(compiled, Expression):
+        return _direct_expression(compiled.tree)
+    if is_static(compiled):
+        return lambda _scope, _out: compiled  # copied by canonicalisation: never shared
+    if isinstance(compiled, (dict, list)):
+        parts = list(compiled.values()) if isinstance(compiled, dict) else compiled
+        found = [_direct(v) for v in parts]
+        getters = [g for g in found if g is not None]
+        if len(getters) != len(found):
             return None
-        return lambda _scope: value  # copied by canonicalisation: the card never shares it
-    path = _plain_path(value.tree)
-    if path is None:
+        if isinstance(compiled, list):
+            return lambda scope, out: [g(scope, out) for g in getters]
+        keys = list(compiled)
+        return lambda scope, out: {k: g(scope, out) for k, g in zip(keys, getters, strict=True)}
+    return None  # an interpolated string
+
+
+def _direct_expression(tree: nodes.Node | None) -> _Getter | None:
+    path = _plain_path(tree)
+    if path is not None:
+        root, keys = path
+        return lambda scope, _out: _lookup(scope[root], keys)
+    if not (
+        isinstance(tree, nodes.Filter)
+        and tree.name == "default"
+        and len(tree.args) == 1
+        and isinstance(tree.args[0], nodes.Const)
+        and not (tree.kwargs or tree.dyn_args or tree.dyn_kwargs)
+    ):
+        return None
+    path = _plain_path(tree.node)
+    if path is None or not path[1]:
         return None
     root, keys = path
-    return lambda scope: _lookup(scope[root], keys)
+    fallback = tree.args[0].value
+    return lambda scope, _out: _lookup(scope[root], keys, fallback)
+
+
+def _rule_choices(source: Source) -> list[_Getter | None] | None:
+    """Per rule, its value's getter (None for an error rule), when every value is direct."""
+    if source.rules is None:
+        return None
+    choices: list[_Getter | None] = []
+    for rule in source.rules:
+        getter = None if rule.error is not None else _direct(rule.value)
+        if getter is None and rule.error is None:
+            return None
+        choices.append(getter)
+    return choices
+
+
+def _chosen(slot: int, choices: list[_Getter | None]) -> _Getter:
+    def get(scope: Mapping[str, Any], out: list[Any]) -> Any:
+        getter = choices[out[slot]]
+        assert getter is not None  # an error rule fails the render: it is never chosen
+        return getter(scope, out)
+
+    return get
 
 
 def _plain_path(tree: nodes.Node | None) -> tuple[str, tuple[str, ...]] | None:
@@ -237,11 +295,24 @@ def _plain_path(tree: nodes.Node | None) -> tuple[str, tuple[str, ...]] | None:
             return None
 
 
-def _lookup(value: Any, keys: tuple[str, ...]) -> Any:
-    # The sandbox gives a dict's key for both ``.k`` and ``['k']`` when the key is present;
-    # anything else (a missing key, a list, None...) is left to it, through the slow path.
-    for key in keys:
-        if type(value) is not dict or key not in value:
+_NO_FALLBACK: Any = object()
+
+
+def _lookup(value: Any, keys: tuple[str, ...], fallback: Any = _NO_FALLBACK) -> Any:
+    """The value at ``keys`` (a ``fallback`` given: it, when the last key is absent).
+
+    The sandbox gives a dict's key for both ``.k`` and ``['k']`` when the key is present, and
+    an undefined value (which ``default`` replaces) when the last one is absent and names no
+    dict method. Anything else (a list or null on the way, a missing key without a fallback...)
+    is left to the sandbox, through the slow path.
+    """
+    last = len(keys) - 1
+    for i, key in enumerate(keys):
+        if type(value) is not dict:
+            raise NotPlainData(key)
+        if key not in value:
+            if i == last and fallback is not _NO_FALLBACK and key not in _DICT_NAMES:
+                return fallback
             raise NotPlainData(key)
         value = value[key]
     return value
