@@ -237,7 +237,9 @@ class Scope:
                 f"a rule string must be one expression, found text around ${{{{ }}}}: {show(text)}",
                 path,
             )
-        return compile_expression(stripped, self.where(path))
+        # Located once, not cached: the rule reuses the expression's location, and a cache
+        # entry per `when` would outlive the compile (the plan keeps its rulebook).
+        return compile_expression(stripped, self._locate(path))
 
     def regex(self, name: str, path: Path_) -> re.Pattern[str]:
         """The compiled pattern declared as ``patterns: {name: ...}``."""
