@@ -8,6 +8,7 @@ lists, and the quick accept of type_problem.
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from collections import OrderedDict
@@ -287,3 +288,21 @@ def test_type_problem_quick_accept_agrees(
     value: Any, declared: str, allowed: tuple[Any, ...], ok: bool
 ) -> None:
     assert (type_problem(value, declared, allowed) is None) is ok
+
+
+def test_spec_digest_is_reused_but_an_edit_is_always_seen(tmp_path: Path) -> None:
+    path = tmp_path / "card.yaml"
+    first = textwrap.dedent(PATHS_SPEC)
+    second = first.replace("title: PathCard", "title: PathCrd")
+    second = second.replace("value: [b, a]", "value: [b, aa]")  # same size, other content
+    assert len(second) == len(first)
+    path.write_text(first, encoding="utf-8")
+    old = 1_500_000_000_000_000_000
+    os.utime(path, ns=(old, old))  # old enough to be trusted
+    assert load_spec(path).title == "PathCard"
+    assert load_spec(path) is load_spec(str(path))
+    path.write_text(second, encoding="utf-8")
+    os.utime(path, ns=(old, old))  # same size and mtime: only the ctime tells
+    assert load_spec(path).title == "PathCrd"
+    path.write_text(first, encoding="utf-8")  # a fresh edit, inside the clock's granularity
+    assert load_spec(path).title == "PathCard"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import time
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -162,14 +164,37 @@ def _schema_validator() -> jsonschema.Draft202012Validator:
 
 def load_spec(path: str | Path) -> CardSpec:
     """Load a card spec file. Raises InvalidPipeline (file:line:column) when it is not valid."""
-    p = Path(path)
+    text = str(Path(path))
     try:
-        raw = p.read_bytes()
+        digest = _content_digest(text)
     except FileNotFoundError:
-        raise InvalidPipeline(f"no such card spec: {p}") from None
+        raise InvalidPipeline(f"no such card spec: {text}") from None
     except OSError as exc:
-        raise InvalidPipeline(f"cannot read card spec {p}: {exc.strerror}") from None
-    return _load_cached(str(p), hashlib.sha256(raw).hexdigest())
+        raise InvalidPipeline(f"cannot read card spec {text}: {exc.strerror}") from None
+    return _load_cached(text, digest)
+
+
+# A card step loads its spec once per for_each element: the file's digest is kept by its
+# (size, mtime, ctime, inode) signature instead of being read and hashed every time.
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+_RACY_NS = 2_000_000_000
+
+
+def _content_digest(path: str) -> str:
+    st = os.stat(path)
+    sig = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    known = _DIGESTS.get(path)
+    if known is not None and known[0] == sig:
+        return known[1]
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    # A file changed within the clock's granularity of now could change again with the same
+    # signature: only signatures old enough are trusted (the file is read again until then).
+    if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+        if len(_DIGESTS) >= 1024:
+            _DIGESTS.clear()
+        _DIGESTS[path] = (sig, digest)
+    return digest
 
 
 @lru_cache(maxsize=64)
