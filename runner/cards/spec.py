@@ -164,7 +164,7 @@ def _schema_validator() -> jsonschema.Draft202012Validator:
 
 def load_spec(path: str | Path) -> CardSpec:
     """Load a card spec file. Raises InvalidPipeline (file:line:column) when it is not valid."""
-    text = str(Path(path))
+    text = str(path if isinstance(path, Path) else Path(path))  # one spelling per file
     try:
         digest = _content_digest(text)
     except FileNotFoundError:
