@@ -56,7 +56,11 @@ def completed_steps(state: Path) -> set[str]:
     if not (state / "journal.db").exists():
         return set()
     with sqlite3.connect(state / "journal.db") as db:
-        return {r[0] for r in db.execute("SELECT step_id FROM executions WHERE status='completed'")}
+        try:
+            rows = db.execute("SELECT step_id FROM executions WHERE status='completed'")
+            return {r[0] for r in rows}
+        except sqlite3.OperationalError:  # killed (or polled) before the first migration ran
+            return set()
 
 
 def kill_when(proc: subprocess.Popen[str], root: Path, *, after_s: float | None = None,

@@ -119,24 +119,30 @@ def apply_plan(
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run, with child processes reaped through pidfds where Python 3.11 does not do so
     by default (its thread-per-child watcher costs ~1.5 ms per shell step)."""
-    if (
-        sys.version_info < (3, 12)
-        and hasattr(os, "pidfd_open")
-        and threading.current_thread() is threading.main_thread()  # the watcher is global
-    ):
+    box: list[T] = []
 
-        async def with_pidfd() -> T:
+    async def main() -> None:
+        # The result goes through ``box``, not the task: on exit asyncio.Runner resets SIGINT and
+        # signal.signal builds the repr of the old handler, which holds the main task and so
+        # its result -- a whole run's outputs (1.5 s for a 3,000-element for_each).
+        if pidfd:
             watcher = asyncio.PidfdChildWatcher()
             watcher.attach_loop(asyncio.get_running_loop())
             asyncio.set_child_watcher(watcher)
-            try:
-                return await coro
-            finally:
+        try:
+            box.append(await coro)
+        finally:
+            if pidfd:
                 # The watcher is process-global: leave the default for loops in other threads.
                 asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None resets it
 
-        return asyncio.run(with_pidfd())
-    return asyncio.run(coro)
+    pidfd = (
+        sys.version_info < (3, 12)
+        and hasattr(os, "pidfd_open")
+        and threading.current_thread() is threading.main_thread()  # the watcher is global
+    )
+    asyncio.run(main())
+    return box[0]
 
 
 async def apply_plan_async(
