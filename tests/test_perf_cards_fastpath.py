@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from runner.canonical import CanonicalError, plain_copy, prepare, sort_unordered
 from runner.cards import CardSpec, ContractViolation, build_card, load_spec
 from runner.cards._fast import FastCard
 from runner.cards._types import type_problem
+
+from .test_canonical import json_values
 
 PATHS_SPEC = """\
 title: PathCard
@@ -208,19 +209,6 @@ def test_the_card_shares_nothing_with_inputs_or_spec(tmp_path: Path) -> None:
     first["main"]["fixed"].append("changed")
     assert inputs["shot"]["items"] == ["x"]
     assert build_card(spec, good_inputs()).card["main"]["fixed"] == ["b", "a"]
-
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
-    ),
-    max_leaves=30,
-)
 
 
 @given(json_values)
