@@ -7,13 +7,11 @@ Values of ``${{ }}`` inside ``run`` are shell-quoted: data can never become shel
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
-import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ..errors import Location
 from ..expr import Compiled, Expression, Interpolation, evaluate_value
@@ -21,30 +19,12 @@ from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 
 DEFAULT_TIMEOUT = 60.0
 TAIL_CHARS = 400
-_DRAIN_SECONDS = 2.0
 _KEEP_BYTES = 64 * 1024
-
-if TYPE_CHECKING:  # asyncio loads when a check runs (inside the engine's loop): not to validate
-    import asyncio
 
 
 def _tail(data: bytes) -> str:
     text = data.decode("utf-8", errors="replace").strip()
     return text if len(text) <= TAIL_CHARS else "…" + text[-TAIL_CHARS:]
-
-
-async def _pump(stream: asyncio.StreamReader | None, into: bytearray) -> None:
-    """Read a pipe to its end, keeping only the tail (the reason shows the end)."""
-    if stream is None:
-        return
-    while chunk := await stream.read(65536):
-        into.extend(chunk)
-        del into[:-_KEEP_BYTES]
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 class ExecRule(Rule):
@@ -74,45 +54,18 @@ class ExecRule(Rule):
         return str(self.run)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
-        import asyncio
+        from ..shellrun import run_shell  # asyncio loads when a check runs, not to validate
 
         command = self.command(context)
         env = {**os.environ, **{k: _text(v) for k, v in evaluate_value(self.env, context).items()}}
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh",
-                "-c",
-                command,
-                cwd=root,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # its own process group: killable as a whole
+            done = await run_shell(
+                command, cwd=root, env=env, timeout=self.timeout, keep=_KEEP_BYTES
             )
         except OSError as exc:
             return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
-        out, err = bytearray(), bytearray()
-        readers = [
-            asyncio.create_task(_pump(proc.stdout, out)),
-            asyncio.create_task(_pump(proc.stderr, err)),
-        ]
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), self.timeout)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            # On a timeout, a cancel, or a normal exit that left background children: the
-            # whole group goes, so nothing the check started outlives it.
-            _kill_group(proc.pid)
-            if proc.returncode is None:
-                await proc.wait()
-            _done, pending = await asyncio.wait(readers, timeout=_DRAIN_SECONDS)
-            for task in pending:  # a child that left the group still holds a pipe
-                task.cancel()
-        stdout, stderr = bytes(out), bytes(err)
+        stdout, stderr, timed_out = done.stdout, done.stderr, done.timed_out
         output = _tail(stderr) or _tail(stdout)
         stream = "stderr" if _tail(stderr) else "stdout"
         detail = f"; {stream}: {output}" if output else ""
@@ -124,8 +77,8 @@ class ExecRule(Rule):
                     f"(its process group was killed){detail}"
                 ],
             )
-        if proc.returncode != 0:
-            return Verdict(False, [f"exec: `{shown}` exited with {proc.returncode}{detail}"])
+        if done.code != 0:
+            return Verdict(False, [f"exec: `{shown}` exited with {done.code}{detail}"])
         return Verdict(True)
 
 

@@ -441,9 +441,13 @@ class Interpreter:
                 dependents[d].append(sid)
         running: dict[asyncio.Task[StepOutcome], str] = {}
         position = {sid: i for i, sid in enumerate(plan.order)}
+        # Finished tasks arrive on a queue: asyncio.wait over every running task would hook and
+        # unhook a callback on each of them per completion (quadratic in a wide fan-out).
+        finished: asyncio.Queue[asyncio.Task[StepOutcome]] = asyncio.Queue()
 
         def launch(sid: str) -> None:
             task = asyncio.create_task(self._step(plan.steps[sid]), name=sid)
+            task.add_done_callback(finished.put_nowait)
             running[task] = sid
 
         for sid in plan.order:
@@ -451,7 +455,9 @@ class Interpreter:
                 launch(sid)
         try:
             while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                done = [await finished.get()]
+                while not finished.empty():
+                    done.append(finished.get_nowait())
                 for task in sorted(done, key=lambda t: position[running[t]]):
                     sid = running.pop(task)
                     self.outcomes[sid] = task.result()

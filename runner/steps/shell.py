@@ -2,59 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..paths import inside
+from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
 
 INLINE_LIMIT = 64 * 1024
-
-
-async def run_process_group(
-    command: str,
-    *,
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-) -> tuple[int, bytes, bytes]:
-    """Run ``/bin/sh -c command`` in its own process group; kill the whole group on cancel.
-
-    Returns (exit code, stdout, stderr). Raises TimeoutError after ``timeout`` seconds (the group
-    is killed first).
-    """
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
-        cwd=str(cwd),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else None,
-        start_new_session=True,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except BaseException:
-        _kill_group(proc.pid)
-        await proc.wait()
-        raise
-    # A command may leave background children behind in its group: they die with it.
-    _kill_group(proc.pid)
-    assert proc.returncode is not None
-    return proc.returncode, out, err
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 class ShellStep(StepType):
@@ -109,7 +67,8 @@ class ShellStep(StepType):
         env = None
         if args.get("env"):
             env = {**os.environ, **args["env"]}
-        code, out, err = await run_process_group(args["run"], cwd=ctx.root, env=env)
+        done = await run_shell(args["run"], cwd=ctx.root, env=env)
+        code, out, err = done.code, done.stdout, done.stderr
         output: dict[str, Any] = {"exit_code": code, "files": {}}
         artifacts: list[str] = []
         for name, data in (("stdout", out), ("stderr", err)):

@@ -1,0 +1,117 @@
+"""Run a ``/bin/sh -c`` command in its own process group, cheaply, from the event loop.
+
+asyncio's subprocess machinery costs the loop ~0.65 ms of CPU per command on a 2-core machine (a
+waiter thread per child, two pipe transports, epoll registrations, a protocol per stream): for a
+pipeline of a thousand short shell steps that is a third of the run. Here the command writes its
+stdout and stderr into anonymous memory files and the loop learns of its exit through a pidfd
+(Linux >= 5.3), about 0.25 ms a command. Where there is no pidfd a worker thread waits instead.
+
+The command runs in a new session, so it and everything it starts form one process group: on a
+timeout, a cancel, or a normal exit that left background children, the whole group is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a command ended. ``code`` is None when it was killed for running past its timeout."""
+
+    code: int | None
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def timed_out(self) -> bool:
+        return self.code is None
+
+
+async def run_shell(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    keep: int | None = None,
+) -> Finished:
+    """Run ``/bin/sh -c command`` in ``cwd``; its output is captured (the last ``keep`` bytes of
+    each stream when given, else all of it).
+
+    Raises OSError when the shell cannot start. A cancel kills the process group and propagates.
+    """
+    with _capture() as out, _capture() as err:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            if timeout is None:
+                await _exit_of(proc)
+            else:
+                await asyncio.wait_for(_exit_of(proc), timeout)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            kill_group(proc.pid)
+            proc.wait()  # already exited, or just killed: does not block
+        code = None if timed_out else proc.returncode
+        return Finished(code, _contents(out, keep), _contents(err, keep))
+
+
+def kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _exit_of(proc: subprocess.Popen[bytes]) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux, an old kernel, or a sandbox refusing it
+        await loop.run_in_executor(None, proc.wait)
+        return
+    try:
+        exited: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, _settle, exited)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _capture() -> IO[bytes]:
+    # A memory file costs ~3 µs; a temporary file on disk ~85 µs (create, unlink, close).
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return open(os.memfd_create("runner-capture", os.MFD_CLOEXEC), "w+b")
+    return tempfile.TemporaryFile()
+
+
+def _contents(f: IO[bytes], keep: int | None) -> bytes:
+    size = f.seek(0, os.SEEK_END)
+    f.seek(size - keep if keep is not None and size > keep else 0)
+    return f.read()
