@@ -14,9 +14,11 @@ Scenarios, run in this order in a fresh directory per tool and shape:
   validate `runner validate` (and, separately, validate of 10,000 hash steps)
 
 Every number is one subprocess's wall time (time.perf_counter around subprocess.run), so it
-includes interpreter start-up. Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`).
+includes interpreter start-up. Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`);
+`doit` runs 2 (`-n 2`), `doit-1` runs serially (the fan target compares with it), `floor` runs
+the same commands the way runner spawns them with no engine (cold only; see FLOOR).
 
-Run: /work/venv/bin/python bench/bench_core.py [--n 1000] [--quick]
+Run: /work/venv/bin/python bench/bench_core.py [--n 1000] [--quick] [--shapes chain,fan,hash]
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ def write_chain(root: Path, n: int) -> None:
     (root / "pipeline.yaml").write_text("runner: 1\nname: chain\nsteps:\n" + "".join(steps))
     (root / "Makefile").write_text("".join(rules))
     _write_dodo(root, [(f"s{i:05d}", r) for i, r in enumerate(rules[1:])])
+    _write_waves(root, [[r.split("\n\t@", 1)[1].strip()] for r in rules[1:]])
 
 
 def write_fan(root: Path, n: int) -> None:
@@ -113,6 +116,8 @@ def write_fan(root: Path, n: int) -> None:
     (root / "pipeline.yaml").write_text("runner: 1\nname: fan\nsteps:\n" + "".join(steps))
     (root / "Makefile").write_text("".join(rules))
     _write_dodo(root, [(f"t{i}", r) for i, r in enumerate(rules[1:])])
+    recipes = [r.split("\n\t@", 1)[1].strip().replace("$@", "out/root.txt") for r in rules[1:]]
+    _write_waves(root, [recipes[:1], recipes[1:-1], recipes[-1:]])
 
 
 def hash_pipeline(n: int, name: str = "hashes") -> str:
@@ -153,6 +158,35 @@ def _write_dodo(root: Path, rules: list[tuple[str, str]]) -> None:
     )
 
 
+def _write_waves(root: Path, waves: list[list[str]]) -> None:
+    """The commands in dependency waves, for the spawn floor (see FLOOR)."""
+    (root / "waves.json").write_text(json.dumps(waves))
+
+
+# The spawn floor: the same commands, spawned the way runner spawns them (runner.shellrun, from a
+# process that has imported what an apply imports, since the cost of a spawn grows with the
+# parent), JOBS at a time, wave after wave, with no engine at all: no keys, hashing, store or
+# journal. runner minus floor is what the engine costs.
+FLOOR = """
+import asyncio, json, sys
+from pathlib import Path
+import runner.cli.app, runner.compiler, runner.engine.interpreter
+from runner.shellrun import run_shell
+
+async def main(jobs):
+    slots = asyncio.Semaphore(jobs)
+    async def one(command):
+        async with slots:
+            done = await run_shell(command, cwd=Path.cwd())
+            if done.code != 0:
+                raise SystemExit(done.stderr.decode())
+    for wave in json.loads(Path("waves.json").read_text()):
+        await asyncio.gather(*(one(c) for c in wave))
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
 SHAPES: dict[str, Callable[[Path, int], None]] = {
     "chain": write_chain, "fan": write_fan, "hash": write_hash,
 }
@@ -185,10 +219,19 @@ def doit_cmd() -> list[str] | None:
     return None
 
 
-def run_doit(root: Path) -> tuple[float, int | None]:
+def run_doit(root: Path, jobs: int = JOBS) -> tuple[float, int | None]:
     cmd = doit_cmd()
     assert cmd is not None
-    seconds, _ = timed([*cmd, "-n", str(JOBS), "--db-file", ".doit.db"], root)
+    seconds, _ = timed([*cmd, "-n", str(jobs), "--db-file", ".doit.db"], root)
+    return seconds, None
+
+
+def run_doit_serial(root: Path) -> tuple[float, int | None]:
+    return run_doit(root, 1)
+
+
+def run_floor(root: Path) -> tuple[float, int | None]:
+    seconds, _ = timed([sys.executable, "-c", FLOOR, str(JOBS)], root)
     return seconds, None
 
 
@@ -202,6 +245,9 @@ def scenarios(shape: str, tool: str, run: Callable[[Path], tuple[float, int | No
     root.mkdir()
     SHAPES[shape](root, n)
     rows: list[Row] = []
+    if tool == "floor":  # it has no notion of up to date: only a cold run means anything
+        seconds, _ = run(root)
+        return [Row(shape, "cold", tool, seconds)]
     for scenario, before in (("cold", None), ("noop", None), ("noop2", None),
                              ("source", "src/in.txt"), ("mid", "src/mid.txt")):
         if before:
@@ -248,10 +294,31 @@ def table(rows: list[Row], tools: list[str]) -> str:
     return "\n".join(lines)
 
 
+def targets(rows: list[Row], n: int) -> list[str]:
+    """The issue's cold-run targets, and what the engine costs over the spawn floor."""
+    keyed = {(r.shape, r.scenario, r.tool): r.seconds for r in rows}
+    lines = []
+    for shape in ("chain", "fan"):
+        mine, floor = keyed.get((shape, "cold", "runner")), keyed.get((shape, "cold", "floor"))
+        if mine is not None and floor is not None:
+            lines.append(f"{shape} cold: engine over the spawn floor "
+                         f"{(mine - floor) / n * 1000:.3f} ms/step "
+                         f"(floor {floor:.3f} s = {floor / n * 1000:.3f} ms/step)")
+    chain, make = keyed.get(("chain", "cold", "runner")), keyed.get(("chain", "cold", "make"))
+    if chain and make:
+        lines.append(f"target chain cold <= 1.25x make: {chain / make:.2f}x")
+    fan, serial = keyed.get(("fan", "cold", "runner")), keyed.get(("fan", "cold", "doit-1"))
+    if fan and serial:
+        lines.append(f"target fan cold --jobs 2 >= 1.6x faster than doit serial: {serial / fan:.2f}x")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=1000, help="steps per shape (default 1000)")
     parser.add_argument("--quick", action="store_true", help="N=100 and a 1,000-step validate")
+    parser.add_argument("--shapes", default="chain,fan,hash",
+                        help="comma-separated subset of chain,fan,hash (default all)")
     args = parser.parse_args()
     n = 100 if args.quick else args.n
     tools = ["runner", "make"]
@@ -260,26 +327,32 @@ def main() -> None:
     }
     notes = []
     if doit_cmd() is not None:
-        tools.append("doit")
+        tools += ["doit", "doit-1"]
         runs["doit"] = run_doit
+        runs["doit-1"] = run_doit_serial
     else:
         notes.append("doit: not installed (neither on PATH nor importable); column skipped")
     if not os.access(MAKE, os.X_OK):
         tools.remove("make")
         notes.append(f"make: {MAKE} not found; column skipped")
+    tools.append("floor")
+    runs["floor"] = run_floor
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
         base = Path(tmp)
-        for shape in ("chain", "fan", "hash"):
+        for shape in args.shapes.split(","):
             for tool in tools:
                 if shape == "hash" and tool != "runner":
                     continue  # in-process steps have no make/doit equivalent
                 rows.extend(scenarios(shape, tool, runs[tool], n, base))
                 print(f"  done {shape} with {tool}", file=sys.stderr)
-        rows.append(validate_big(base, 1000 if args.quick else 10_000))
+        if "hash" in args.shapes:
+            rows.append(validate_big(base, 1000 if args.quick else 10_000))
     print(f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
           f"python {sys.version.split()[0]}")
     print(table(rows, tools))
+    for line in targets(rows, n):
+        print(line)
     for note in notes:
         print("note:", note)
 

@@ -16,6 +16,9 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
     resolved before the check). Raises InvalidPipeline.
     """
     text = os.fspath(rel)
+    known = _known.get((root, text))
+    if known is not None:
+        return known
     if not text:
         raise InvalidPipeline("empty path", where=where)
     if "\x00" in text:
@@ -31,7 +34,14 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
             where=where,
             hint="declare a wider `root:` in the pipeline if this is intended",
         )
+    if len(_known) < 65536 and os.path.isabs(root):  # a relative root depends on the cwd
+        _known[(root, text)] = target
     return target
+
+
+# (root as given, path as given) -> resolved: the same pair is asked for at compile time and
+# again for every execution of the step, and abspath/realpath walks are the costly part.
+_known: dict[tuple[Path, str], Path] = {}
 
 
 @lru_cache(maxsize=65536)

@@ -138,3 +138,21 @@ def chdir_bad(bad_dir: Path) -> Iterator[Path]:
 def test_step_type_validate_errors_name_the_step(bad_dir: Path, name: str) -> None:
     res = run_cli(bad_dir, "validate", name)
     assert "step 'a': " in res.stderr
+
+
+def test_a_deleted_working_directory_is_a_clean_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    script = f'mkdir "{gone}" && cd "{gone}" && rmdir "{gone}" && exec "$0" -m runner "$@"'
+    proc = subprocess.run(
+        ["/bin/sh", "-c", script, sys.executable, "apply", "pipeline.yaml", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "current directory no longer exists" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert '"exit_code": 2' in proc.stdout

@@ -35,6 +35,7 @@ class RunnerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            _cwd_exists()
             return super().invoke(ctx)
         except RunnerError as exc:
             as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
@@ -53,6 +54,16 @@ class RunnerGroup(click.Group):
             click.echo(traceback.format_exc(), err=True)
             click.echo("runner hit a bug (the traceback is above); please report it.", err=True)
             ctx.exit(1)
+
+
+def _cwd_exists() -> None:
+    # Relative paths (the pipeline, the state dir) resolve against it; without it they cannot.
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (deleted or moved); cd to a real one"
+        ) from None
 
 
 def json_option(fn: F) -> F:

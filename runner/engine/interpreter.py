@@ -25,7 +25,14 @@ from .. import expr as ex
 from .. import overrides
 from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
-from ..errors import ExpressionError, InvalidPipeline, ProviderError, RunnerError, StepFailure
+from ..errors import (
+    ExpressionError,
+    InvalidPipeline,
+    ProviderError,
+    RunnerError,
+    StepFailure,
+    StoreError,
+)
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResult, Journal, dumps
 from ..store.objects import ObjectStore
@@ -245,6 +252,9 @@ class Interpreter:
         self.edited_steps: set[str] = set()
         self.objects_used: set[str] = set()
         self._progress_written = 0.0
+        # Journal writes of finished plain steps, done once their dependents have started
+        # (see _run_all): the records are not on the path from one process to the next.
+        self._deferred: list[Callable[[], None]] = []
 
     # -- events --------------------------------------------------------------------------------
 
@@ -257,6 +267,13 @@ class Interpreter:
             self._pending_events.append(
                 (self.run_id, ev.ts, type_.value, step, element, dumps(data))
             )
+
+    def _flush_deferred(self) -> None:
+        while self._deferred:
+            batch, self._deferred = self._deferred, []
+            for write in batch:
+                write()
+        self.flush_events()
 
     def flush_events(self) -> None:
         if self._pending_events:
@@ -458,20 +475,24 @@ class Interpreter:
                 done = [await finished.get()]
                 while not finished.empty():
                     done.append(finished.get_nowait())
+                launched = False
                 for task in sorted(done, key=lambda t: position[running[t]]):
                     sid = running.pop(task)
                     self.outcomes[sid] = task.result()
-                    self.flush_events()
                     for dep in dependents[sid]:
                         remaining[dep].discard(sid)
                         if not remaining[dep] and self.abort_reason is None:
                             launch(dep)
+                            launched = True
+                if launched:
+                    await asyncio.sleep(0)  # the new steps start (a process spawned) first
+                self._flush_deferred()
         finally:
             for task in running:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
-            self.flush_events()
+            self._flush_deferred()
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -1117,26 +1138,34 @@ class Interpreter:
         sizes = {}
         for d in digests:
             try:
-                sizes[d] = self.objects.path(d).stat().st_size
-            except FileNotFoundError:
+                sizes[d] = self.objects.size(d)
+            except StoreError:
                 raise StepFailure(
                     f"step type '{step.uses}' referenced object {d[:12]} it never stored"
                 ) from None
-        self.journal.record_artifacts(sizes)
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
-        self.journal.finish_execution(
-            exec_id,
-            status=status,
-            finished_at=time.time(),
-            attempts=attempt,
-            duration_s=duration,
-            output=dumps(result.output),
-            artifacts=dumps(sorted(digests)),
-            files=dumps(result.files),
-            report=dumps(result.report) if result.report is not None else None,
-            usage=dumps(result.usage) if result.usage else None,
-        )
+        finished_at = time.time()
+
+        def record() -> None:
+            self.journal.record_artifacts(sizes)
+            self.journal.finish_execution(
+                exec_id,
+                status=status,
+                finished_at=finished_at,
+                attempts=attempt,
+                duration_s=duration,
+                output=dumps(result.output),
+                artifacts=dumps(sorted(digests)),
+                files=dumps(result.files),
+                report=dumps(result.report) if result.report is not None else None,
+                usage=dumps(result.usage) if result.usage else None,
+            )
+
+        if index is None:
+            self._deferred.append(record)  # a plain step: written once its dependents started
+        else:
+            record()  # an element: written now (a for_each may hold thousands)
         if result.usage:
             self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
             budget = self.options.token_budget or self.plan.limits.token_budget

@@ -22,7 +22,6 @@ from ..paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import CallLog, Event, error_summary, jsonable, with_provider_retries
 from ..providers.config import Providers
-from ..store.objects import ObjectStore
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -388,10 +387,6 @@ class _Calls:
     ) -> None:
         self.ctx, self.provider, self.profile, self.gate = ctx, provider, profile, gate
         self.ref_sha = ref_sha
-        # The same directory, written durably by the worker thread itself: the ledger records
-        # an image right after its call, and an object left to the apply's grouped fsync would
-        # be fsynced then, on the event loop, where it holds up every other call.
-        self._durable = ObjectStore(ctx.objects.root)
         self._writes: list[asyncio.Future[None]] = []
 
     async def keep(self, image: bytes) -> str:
@@ -405,7 +400,9 @@ class _Calls:
 
         def keep() -> str:
             check_intact(image)
-            return self._durable.put_bytes(image)
+            # Durable in the worker itself: the ledger records the image right after its call,
+            # and an object left to the grouped fsync would be fsynced on the event loop then.
+            return self.ctx.objects.put_bytes(image, durable=True)
 
         try:
             return await asyncio.to_thread(keep)

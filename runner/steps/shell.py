@@ -63,7 +63,8 @@ class ShellStep(StepType):
         outputs = [str(p) for p in args.get("outputs") or []]
         targets = {rel: inside(ctx.root, rel) for rel in outputs}
         for path in targets.values():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():  # a stat; mkdir of an existing dir raises and catches
+                path.parent.mkdir(parents=True, exist_ok=True)
         env = None
         if args.get("env"):
             env = {**os.environ, **args["env"]}

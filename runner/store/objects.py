@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -20,6 +21,7 @@ from typing import BinaryIO
 from ..errors import StoreError
 
 _CHUNK = 1 << 20
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ObjectStore:
@@ -27,6 +29,7 @@ class ObjectStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._root = os.fspath(root)
         self._pending: set[Path] | None = None  # written but not yet fsynced (deferred mode)
         self._lock = threading.Lock()
 
@@ -56,29 +59,48 @@ class ObjectStore:
             raise StoreError(f"cannot make objects durable: {exc}") from exc
 
     def path(self, digest: str) -> Path:
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        return Path(self._file(digest))
+
+    def _file(self, digest: str) -> str:
+        # A string: pathlib's joins cost more than everything else in has()/size() together.
+        if _DIGEST.fullmatch(digest) is None:
             raise StoreError(f"not an object digest: {digest!r}")
-        return self.root / digest[:2] / digest[2:]
+        return f"{self._root}/{digest[:2]}/{digest[2:]}"
 
     def has(self, digest: str) -> bool:
-        return self.path(digest).is_file()
+        return os.path.isfile(self._file(digest))
 
-    def put_bytes(self, data: bytes) -> str:
+    def size(self, digest: str) -> int:
+        """The object's size in bytes; raises StoreError when it is not in the store."""
+        try:
+            return os.stat(self._file(digest)).st_size
+        except FileNotFoundError:
+            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+
+    def put_bytes(self, data: bytes, *, durable: bool = False) -> str:
+        """Store ``data``; returns its digest. With ``durable``, the object is fsynced before this
+        returns even while fsyncs are grouped (a worker thread storing what a ledger records at
+        once, so the grouped fsync does not land on the event loop)."""
         digest = hashlib.sha256(data).hexdigest()
-        target = self.path(digest)
-        if target.is_file():
+        target = self._file(digest)
+        if os.path.isfile(target):
+            if durable:
+                self._settle(Path(target))
             return digest
-        self._write(target, lambda f: f.write(data))
+        self._write(Path(target), lambda f: f.write(data), durable=durable)
         return digest
 
     def put_file(self, source: Path) -> str:
-        h = hashlib.sha256()
         with open(source, "rb") as f:
+            head = f.read(_CHUNK)
+            if len(head) < _CHUNK:  # small (the usual case): hashed and written from one read
+                return self.put_bytes(head)
+            h = hashlib.sha256(head)
             for chunk in iter(lambda: f.read(_CHUNK), b""):
                 h.update(chunk)
         digest = h.hexdigest()
         target = self.path(digest)
-        if not target.is_file():
+        if not os.path.isfile(target):
 
             def copy(out: BinaryIO) -> None:
                 with open(source, "rb") as src:
@@ -131,11 +153,29 @@ class ObjectStore:
                 out.extend(sub.name + p.name for p in sub.iterdir() if len(p.name) == 62)
         return out
 
-    def _write(self, target: Path, writer: Callable[[BinaryIO], object]) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    def _settle(self, target: Path) -> None:
+        """Make an existing object durable now if it is still waiting for the grouped fsync."""
+        with self._lock:
+            pending = self._pending is not None and target in self._pending
+            if pending:
+                self._pending.discard(target)  # type: ignore[union-attr]
+        if pending:
+            try:
+                _fsync_path(target)
+                _fsync_path(target.parent)
+            except OSError as exc:
+                raise StoreError(f"cannot make object {target.name[:10]} durable: {exc}") from exc
+
+    def _write(
+        self, target: Path, writer: Callable[[BinaryIO], object], *, durable: bool = False
+    ) -> None:
         try:
-            deferred = self._pending is not None
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        except FileNotFoundError:  # the first object of its fan-out directory
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            deferred = self._pending is not None and not durable
             with os.fdopen(fd, "wb") as out:
                 writer(out)
                 out.flush()
