@@ -51,11 +51,25 @@ def _resolved(root: str, rel: str) -> Path | None:
     Resolving walks every component with lstat: cached for the life of one command (the plan's
     root is absolute, so the key does not depend on the working directory).
     """
-    base = os.path.realpath(root)
-    target = os.path.realpath(os.path.join(base, rel))
+    base = _real_dir(root)
+    joined = os.path.join(base, rel)
+    head, leaf = os.path.split(joined)
+    if leaf in ("", ".", ".."):
+        target = os.path.realpath(joined)
+    else:
+        # realpath(head/leaf) == realpath(realpath(head)/leaf) for a plain leaf name: the
+        # directory's walk is shared by every file in it, the leaf costs one lstat.
+        target = os.path.join(_real_dir(head), leaf)
+        if os.path.islink(target):
+            target = os.path.realpath(target)
     if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
         return None
     return Path(target)
+
+
+@lru_cache(maxsize=4096)
+def _real_dir(path: str) -> str:
+    return os.path.realpath(path)
 
 
 def relative(root: Path, path: Path) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidPipeline
 from .base import StepType
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 ENTRY_POINT_GROUP = "runner.steps"
 
@@ -37,6 +39,8 @@ class StepRegistry:
 
     def _entry_points(self) -> dict[str, metadata.EntryPoint]:
         if self._plugins is None:
+            from importlib import metadata  # ~10 ms: only when a name is not a built-in
+
             self._plugins = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
         return self._plugins
 

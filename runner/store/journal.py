@@ -278,7 +278,9 @@ class Journal:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            db = sqlite_utils.Database(self.conn)
+            # No plugins: third-party prepare_connection hooks have no business with the journal
+            # (and finding them scans every installed package, ~15 ms).
+            db = sqlite_utils.Database(self.conn, execute_plugins=False)
             for i in range(version, len(MIGRATIONS)):
                 MIGRATIONS[i](db)
             self.conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
