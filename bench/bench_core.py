@@ -14,7 +14,7 @@ Scenarios, run in this order in a fresh directory per tool and shape:
   validate `runner validate` (and, separately, validate of 10,000 hash steps)
 
 Every number is one subprocess's wall time (time.perf_counter around subprocess.run), so it
-includes interpreter start-up. Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`);
+includes interpreter start-up, with bytecode cached for every tool (see ENV). Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`);
 `doit` runs 2 (`-n 2`), `doit-1` runs serially (the fan target compares with it), `floor` runs
 the same commands the way runner spawns them with no engine (cold only; see FLOOR).
 
@@ -49,9 +49,24 @@ class Row:
     ran: int | None = None
 
 
+# Every tool runs with its bytecode cached, as an installed tool does: pip compiles doit's (and
+# every dependency's) at install time, while an editable runner compiles its own on first import,
+# unless PYTHONDONTWRITEBYTECODE forbids the cache (set on some machines, this one included), in
+# which case each runner process would compile ~60 ms of source that doit never does.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def cache_bytecode() -> None:
+    import compileall
+
+    import runner
+
+    compileall.compile_dir(str(Path(runner.__file__).parent), quiet=1)
+
+
 def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     began = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=ENV)
     elapsed = time.perf_counter() - began
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
@@ -337,6 +352,7 @@ def main() -> None:
         notes.append(f"make: {MAKE} not found; column skipped")
     tools.append("floor")
     runs["floor"] = run_floor
+    cache_bytecode()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
         base = Path(tmp)
