@@ -102,6 +102,14 @@ class Plan:
     def directory(self) -> Path:
         return self.doc.path.parent
 
+    @property
+    def uses_collections(self) -> bool:
+        """Whether a run may read collections: only rules (a ``collection_has`` check) and
+        ``ingest`` steps do, and the collections module is not worth importing otherwise."""
+        return any(
+            s.uses == "ingest" or s.when is not None or s.checks for s in self.steps.values()
+        )
+
     def downstream(self, step_ids: set[str]) -> set[str]:
         out = set(step_ids)
         for sid in self.order:

@@ -161,6 +161,8 @@ def _after_apply(
     plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool
 ) -> dict[str, Any]:
     """Hooks for workflows that add to apply's output (thumbnail iterations, gates)."""
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        return {}  # the hooks act on image steps only: not worth their import otherwise
     try:
         from ..thumbs.hooks import after_apply
     except ModuleNotFoundError:

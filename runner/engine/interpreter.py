@@ -306,9 +306,10 @@ class Interpreter:
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item
-        from ..collections import bind_state
+        if plan.uses_collections:
+            from ..collections import bind_state
 
-        bind_state(self.state_dir)  # collection_has checks read this state's collections
+            bind_state(self.state_dir)  # collection_has checks read this state's collections
         if self.options.resume_run_id is None:
             self.journal.create_run(
                 {

@@ -1,7 +1,8 @@
 """The journal: runs, executions, artifacts, events and idempotency calls in SQLite.
 
-sqlite-utils creates and migrates the tables (ordered migrations, PRAGMA user_version); the hot
-paths use prepared SQL on the same connection. WAL mode lets a reader (``runner runs show``,
+sqlite-utils creates and migrates the tables (ordered migrations, PRAGMA user_version; a fresh
+journal is created from a generated snapshot of their result, see snapshot.py); the hot paths use
+prepared SQL on the same connection. WAL mode lets a reader (``runner runs show``,
 ``runner watch``) look while an apply writes.
 
 During an apply the engine turns on batched commits (``batch_commits``): writes join one
@@ -196,6 +197,46 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
+def migrate(conn: sqlite3.Connection, *, snapshot: bool = True) -> None:
+    """Bring a journal's tables to the latest version, in one transaction.
+
+    A fresh journal is created from the generated snapshot of the latest schema (see
+    snapshot.py) when it is current; an older one replays the migrations it lacks through
+    sqlite-utils.
+    """
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= len(MIGRATIONS):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Read again under the lock: another process may have migrated meanwhile.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        fresh = _snapshot_statements() if version == 0 and snapshot else None
+        if fresh is not None:
+            for statement in fresh:
+                conn.execute(statement)
+        elif version < len(MIGRATIONS):
+            import sqlite_utils  # only needed to change tables
+
+            # No plugins: third-party prepare_connection hooks have no business with the
+            # journal (and finding them scans every installed package, ~15 ms).
+            db = sqlite_utils.Database(conn, execute_plugins=False)
+            for i in range(version, len(MIGRATIONS)):
+                MIGRATIONS[i](db)
+        conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _snapshot_statements() -> tuple[str, ...] | None:
+    from . import _schema
+
+    # A snapshot older than the migrations (not regenerated yet) is not used: replaying is
+    # always right, the snapshot only faster.
+    return _schema.STATEMENTS if len(MIGRATIONS) == _schema.VERSION else None
+
+
 def now() -> float:
     return time.time()
 
@@ -270,24 +311,7 @@ class Journal:
     # -- schema ----------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-        if version >= len(MIGRATIONS):
-            return
-        import sqlite_utils  # only needed to create or change tables
-
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            # No plugins: third-party prepare_connection hooks have no business with the journal
-            # (and finding them scans every installed package, ~15 ms).
-            db = sqlite_utils.Database(self.conn, execute_plugins=False)
-            for i in range(version, len(MIGRATIONS)):
-                MIGRATIONS[i](db)
-            self.conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
+        migrate(self.conn)
 
     def transaction(self) -> _Tx:
         self.commit()  # a pending batch first: BEGIN cannot nest
