@@ -63,7 +63,7 @@ class ShellStep(StepType):
         outputs = [str(p) for p in args.get("outputs") or []]
         targets = {rel: inside(ctx.root, rel) for rel in outputs}
         for path in targets.values():
-            if not path.parent.is_dir():  # a stat; mkdir of an existing dir raises and catches
+            if not os.path.isdir(path.parent):  # a stat; mkdir of an existing dir raises
                 path.parent.mkdir(parents=True, exist_ok=True)
         env = None
         if args.get("env"):
@@ -86,7 +86,7 @@ class ShellStep(StepType):
             raise StepFailure(f"command exited with {code}{detail}")
         files: dict[str, str] = {}
         for rel, path in targets.items():
-            if not path.is_file():
+            if not os.path.isfile(path):
                 raise StepFailure(f"declared output {rel} was not produced")
             files[rel] = ctx.objects.put_file(path)
         output["files"] = dict(files)

@@ -1,0 +1,113 @@
+"""runner.shellrun: real /bin/sh processes, their output, their exit, and their process group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.shellrun import run_shell
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie no one has reaped yet counts as gone.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_output_exit_code_and_stdin(tmp_path: Path) -> None:
+    done = asyncio.run(
+        run_shell("cat; printf 'out\\0bin'; echo err >&2; exit 3", cwd=tmp_path)
+    )
+    assert (done.code, done.stdout, done.stderr) == (3, b"out\x00bin", b"err\n")
+    assert not done.timed_out  # `cat` read an empty stdin and returned: no terminal, no pipe
+
+
+def test_runs_in_cwd_with_env(tmp_path: Path) -> None:
+    done = asyncio.run(run_shell('pwd; echo "$GREETING"', cwd=tmp_path, env={"GREETING": "hi"}))
+    assert done.stdout.decode().splitlines() == [str(tmp_path), "hi"]
+
+
+def test_big_output_whole_or_its_tail(tmp_path: Path) -> None:
+    command = "head -c 3000000 /dev/zero | tr '\\0' a; printf END"
+    whole = asyncio.run(run_shell(command, cwd=tmp_path))
+    assert len(whole.stdout) == 3_000_003 and whole.stdout.endswith(b"aaEND")
+    tail = asyncio.run(run_shell(command, cwd=tmp_path, keep=10))
+    assert tail.stdout == b"aaaaaaaEND"
+
+
+def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    began = time.monotonic()
+    done = asyncio.run(
+        run_shell(f"sleep 30 & echo $! > {pidfile}; echo started; wait", cwd=tmp_path, timeout=0.5)
+    )
+    assert done.timed_out and done.code is None
+    assert done.stdout == b"started\n"  # what it printed before the timeout is kept
+    assert time.monotonic() - began < 5
+    assert _wait_gone(int(pidfile.read_text()))
+
+
+def test_a_background_child_left_behind_dies_with_the_command(tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    done = asyncio.run(run_shell(f"sleep 30 & echo $! > {pidfile}", cwd=tmp_path))
+    assert done.code == 0
+    assert _wait_gone(int(pidfile.read_text()))
+
+
+def test_cancel_kills_the_group_and_propagates(tmp_path: Path) -> None:
+    pidfile = tmp_path / "sh.pid"
+
+    async def main() -> None:
+        task = asyncio.create_task(run_shell(f"echo $$ > {pidfile}; sleep 30", cwd=tmp_path))
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert _wait_gone(int(pidfile.read_text()))
+
+
+def test_a_missing_directory_is_an_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        asyncio.run(run_shell("true", cwd=tmp_path / "nope"))
+
+
+def test_many_at_once_each_gets_its_own_output(tmp_path: Path) -> None:
+    async def main() -> list[bytes]:
+        runs = [run_shell(f"echo {i}; echo e{i} >&2", cwd=tmp_path) for i in range(40)]
+        return [d.stdout + d.stderr for d in await asyncio.gather(*runs)]
+
+    assert asyncio.run(main()) == [f"{i}\ne{i}\n".encode() for i in range(40)]
+
+
+def test_no_descriptor_is_left_open(tmp_path: Path) -> None:
+    before = set(os.listdir("/proc/self/fd"))
+
+    async def main() -> None:
+        for _ in range(20):
+            await run_shell("echo x", cwd=tmp_path)
+        await run_shell("sleep 5", cwd=tmp_path, timeout=0.1)
+
+    asyncio.run(main())
+    leaked = set(os.listdir("/proc/self/fd")) - before
+    # one /dev/null for every command's stdin is opened once per process, on purpose
+    assert len(leaked) <= 1, leaked
