@@ -44,6 +44,9 @@ _INT_BASE = 7_000_000_000  # integer placeholders: far above any line number
 _PREFIX = "zq"  # name and string placeholders: zq0, zq1, ... (every user name is replaced)
 
 Placeholder = str | int
+# For code that looks for placeholders in what was built from a shape (see expr._SharedCode).
+PLACEHOLDER_TEXT = _PREFIX
+PLACEHOLDER_INT = _INT_BASE
 
 
 def split(source: str) -> tuple[str, tuple[Placeholder, ...], tuple[Any, ...]] | None:

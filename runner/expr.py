@@ -16,6 +16,7 @@ import math
 import os
 import re
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import wraps
@@ -28,6 +29,8 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from ._exprshape import PLACEHOLDER_INT as _PLACEHOLDER_INT
+from ._exprshape import PLACEHOLDER_TEXT as _PLACEHOLDER_TEXT
 from ._exprshape import Placeholder, Shape
 from ._exprshape import instantiate as instantiate_shape
 from ._exprshape import split as split_shape
@@ -409,9 +412,9 @@ class Expression:
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
         # into every call (half the cost of a small `when`).
-        template = self._fn.template
+        template, render = self._fn.render
         ctx = template.new_context({"range": _bounded_range, **context}, shared=True)
-        for _ in template.root_render_func(ctx):
+        for _ in render(ctx):
             pass
         return ctx.vars["result"]
 
@@ -576,13 +579,21 @@ def _forbidden(name: str) -> bool:
     return name in FORBIDDEN_NAMES or name.startswith("_runner")
 
 
-@dataclass(frozen=True)
+@dataclass
 class _ShapeFacts:
-    """What compiling needs from a shape: its tree, references and names to check."""
+    """What compiling needs from a shape: its tree, references and names to check; and, built
+    on the first evaluation of an instance, its shared code."""
 
     shape: Shape
     refs: tuple[tuple[Placeholder, Placeholder | None], ...]
     checks: tuple[tuple[str, Placeholder], ...]  # ("filter" | "test" | "name", its name)
+    holders: frozenset[Placeholder] = frozenset()
+    _shared: Any = field(default=None, repr=False)  # _SharedCode | False (refused) | None
+
+    def shared_code(self) -> _SharedCode | None:
+        if self._shared is None:
+            self._shared = _SharedCode.build(self.shape.tree, self.holders) or False
+        return self._shared or None
 
 
 _SHAPES: dict[str, _ShapeFacts | None] = {}
@@ -599,7 +610,7 @@ def _shape_facts(text: str, holders: tuple[Placeholder, ...]) -> _ShapeFacts | N
         kind = type(node).__name__.lower()
         checks.append((kind, node.name))  # type: ignore[attr-defined]
     refs = tuple((r.root, r.attr) for r in _refs(holder))
-    return _ShapeFacts(shape, refs, tuple(checks))
+    return _ShapeFacts(shape, refs, tuple(checks), frozenset(holders))
 
 
 def _compile_by_shape(source: str) -> _Compiled | None:
@@ -632,7 +643,7 @@ def _compile_by_shape(source: str) -> _Compiled | None:
         _reference(mapping.get(root, root), None if attr is None else mapping.get(attr, attr))
         for root, attr in facts.refs
     )
-    return refs, _Lazy(facts.shape.tree, mapping)
+    return refs, _Lazy(facts.shape.tree, mapping, facts if _may_share(values) else None)
 
 
 _MISSING: Any = object()
@@ -654,15 +665,23 @@ class _Lazy:
     """An expression's tree and compiled template, each made on first use and then kept.
 
     With a ``mapping``, ``expr`` is a cached shape's tree: the instance (placeholders replaced
-    by the mapping's values) is built when first read, as most are only ever evaluated.
+    by the mapping's values) is built when first read, as most are only ever evaluated; and its
+    code is the shape's compiled code with the placeholder constants replaced (see
+    ``_SharedCode``), when the shape allows it.
     """
 
-    __slots__ = ("_expr", "_mapping", "_template")
+    __slots__ = ("_expr", "_facts", "_mapping", "_render")
 
-    def __init__(self, expr: nodes.Expr, mapping: dict[Placeholder, Any] | None = None) -> None:
+    def __init__(
+        self,
+        expr: nodes.Expr,
+        mapping: dict[Placeholder, Any] | None = None,
+        facts: _ShapeFacts | None = None,
+    ) -> None:
         self._expr = expr
         self._mapping = mapping
-        self._template: jinja2.Template | None = None
+        self._facts = facts
+        self._render: tuple[jinja2.Template, Callable[..., Any]] | None = None
 
     @property
     def expr(self) -> nodes.Expr:
@@ -672,13 +691,121 @@ class _Lazy:
         return self._expr
 
     @property
-    def template(self) -> jinja2.Template:
-        if self._template is None:
-            # Code generation rewrites the tree (guards): work on a copy, keep the original
-            # for readers such as the rule linter.
-            body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(self.expr), lineno=1)]
-            self._template = environment().from_string(nodes.Template(body, lineno=1))
-        return self._template
+    def render(self) -> tuple[jinja2.Template, Callable[..., Any]]:
+        """(a template to make the context with, the function that evaluates into it)."""
+        if self._render is None:
+            shared = None
+            if self._facts is not None and self._mapping is not None:
+                shared = self._facts.shared_code()
+            if shared is not None and self._mapping is not None:
+                self._render = shared.instance(self._mapping)
+            else:
+                template = _template_of(self.expr)
+                self._render = (template, template.root_render_func)
+        return self._render
+
+
+def _template_of(expr: nodes.Expr) -> jinja2.Template:
+    # Code generation rewrites the tree (guards): work on a copy, keep the original for readers
+    # such as the rule linter.
+    body = [nodes.Assign(nodes.Name("result", "store"), copy.deepcopy(expr), lineno=1)]
+    return environment().from_string(nodes.Template(body, lineno=1))
+
+
+def _may_share(values: tuple[Any, ...]) -> bool:
+    """Whether an instance with these slot values may use its shape's code. Python compiles
+    `0 and x` differently from `7000000000 and x` (a constant's truth value decides jumps),
+    so every value must be as true as its placeholder (a non-empty string, a non-zero integer);
+    and no name may be one Jinja's code generator treats specially."""
+    return all(v and not (type(v) is str and v in _SPECIAL_NAMES) for v in values)
+
+
+# Names Jinja's code generator treats specially (it declares `self` as a template reference;
+# the rest have meanings inside loops, macros and blocks): an instance naming one is compiled
+# on its own, as its code may differ from the shape's.
+_SPECIAL_NAMES = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
+
+
+class _SharedCode:
+    """A shape's compiled expression, shared by its instances.
+
+    Jinja's code generation and Python's compile() cost ~0.4 ms an expression, and a pipeline
+    of a thousand steps each reading ``steps.<previous>.output.x`` has a thousand instances of
+    one shape. The shape's code holds each placeholder as a constant (a name looked up, an
+    attribute, a string, an integer), so an instance's code is that code with its values put
+    in place of the placeholders: what compiling the instance would produce, provided nothing
+    in the compilation depended on the placeholders' values. ``build`` refuses a shape whose
+    code does not hold every placeholder whole, as a constant of its own (one folded into
+    another constant, or quoted in a message, means a value was computed with); what remains
+    is truth values deciding jumps, which ``_may_share`` keeps equal. Instances that may not
+    share are compiled in full.
+    """
+
+    __slots__ = ("code", "template")
+
+    def __init__(self, template: jinja2.Template, code: types.CodeType) -> None:
+        self.template = template
+        self.code = code
+
+    @classmethod
+    def build(cls, shape_tree: nodes.Expr, holders: frozenset[Placeholder]) -> _SharedCode | None:
+        try:
+            template = _template_of(shape_tree)
+        except Exception:  # any failure: instances compile on their own and report it
+            return None
+        code = template.root_render_func.__code__
+        seen: set[Placeholder] = set()
+        if not _placeholders_whole(code, holders, seen) or seen != holders:
+            return None
+        return cls(template, code)
+
+    def instance(self, mapping: dict[Placeholder, Any]) -> tuple[jinja2.Template, Any]:
+        root = self.template.root_render_func
+        code = _substituted(self.code, mapping)
+        fn = types.FunctionType(
+            code, root.__globals__, root.__name__, root.__defaults__, root.__closure__
+        )
+        return self.template, fn
+
+
+def _placeholders_whole(
+    code: types.CodeType, holders: frozenset[Placeholder], seen: set[Placeholder]
+) -> bool:
+    """Every placeholder constant of ``code`` (and its nested code) is one of ``holders``, whole;
+    the ones found are added to ``seen``."""
+    stack: list[Any] = list(code.co_consts)
+    while stack:
+        const = stack.pop()
+        if isinstance(const, types.CodeType):
+            stack.extend(const.co_consts)
+        elif type(const) is tuple or type(const) is frozenset:
+            stack.extend(const)  # a literal list, or a set made for an `in` test
+        elif type(const) is str:
+            if const in holders:
+                seen.add(const)
+            elif _PLACEHOLDER_TEXT in const:
+                return False  # a placeholder inside a larger string: folded, or in a message
+        elif type(const) is int and abs(const) >= _PLACEHOLDER_INT:
+            if const not in holders:
+                return False  # arithmetic on placeholders, folded
+            seen.add(const)
+    return True
+
+
+def _substituted(code: types.CodeType, mapping: dict[Placeholder, Any]) -> types.CodeType:
+    return code.replace(co_consts=tuple(_put(c, mapping) for c in code.co_consts))
+
+
+def _put(const: Any, mapping: dict[Placeholder, Any]) -> Any:
+    if isinstance(const, types.CodeType):
+        return _substituted(const, mapping)
+    if type(const) is tuple:
+        return tuple(_put(c, mapping) for c in const)
+    if type(const) is frozenset:
+        return frozenset(_put(c, mapping) for c in const)
+    if (type(const) is str or type(const) is int) and const in mapping:
+        return mapping[const]
+    return const
 
 
 # -- values with ${{ }} inside ------------------------------------------------------------------

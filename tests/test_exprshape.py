@@ -203,3 +203,94 @@ def _grammar() -> st.SearchStrategy[str]:
 @given(_grammar())
 def test_grammar_expressions_parse_like_jinja(source: str) -> None:
     _check(source)
+
+
+# -- shared code: an instance evaluates with its shape's compiled code, values put in place ---
+
+
+def _leaf(i: int) -> Any:
+    return [i, "zq", f"s{i}", None, True, 2.5, [1, 2], {"a": i}][i % 8]
+
+
+def _data(depth: int, seed: int) -> Any:
+    if depth == 0:
+        return _leaf(seed)
+    return {n: _data(depth - 1, seed + i) for i, n in enumerate(NAMES)}
+
+
+CONTEXTS = [_data(2, s) for s in (0, 3)] + [{n: _leaf(i) for i, n in enumerate(NAMES)}]
+
+
+def _outcome(lazy: Any, context: dict[str, Any]) -> tuple[str, Any]:
+    expression = ex.Expression("e", None, frozenset(), lazy)
+    try:
+        value = expression.evaluate(context)
+    except ExpressionError as exc:
+        return "error", exc.message
+    try:  # by repr: a value may hold undefineds, which refuse to be compared
+        return "value", repr(value)
+    except Exception as exc:
+        return "unprintable", type(exc).__name__
+
+
+def _check_shared(source: str) -> bool:
+    """The shared-code evaluation of ``source`` matches its own compile; True if shared."""
+    fast = ex._compile_by_shape(source)
+    if fast is None or fast[1]._facts is None or fast[1]._facts.shared_code() is None:
+        return False
+    try:
+        slow = ex._compile_parsed(source)
+    except (jinja2.TemplateSyntaxError, RecursionError):
+        raise AssertionError(f"{source!r} compiled by shape but not in full") from None
+    for context in CONTEXTS:
+        assert _outcome(fast[1], context) == _outcome(slow[1], context), source
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(_grammar())
+def test_shared_code_evaluates_like_its_own_compile(source: str) -> None:
+    _check_shared(source)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(token, min_size=1, max_size=10), st.integers(1, 50))
+def test_shared_code_of_token_soup_evaluates_like_its_own_compile(
+    tokens: list[tuple[str, int, str]], shift: int
+) -> None:
+    _check_shared(_source(tokens))
+    _check_shared(_source(tokens, shift))
+
+
+def test_common_shapes_share_their_code() -> None:
+    for source in [
+        "steps.h00001.output.short",
+        "steps.h00002.output.short",
+        "params.n > 3 and steps.draft.output.ok",
+        "a.b[1] == 'q'",
+        "x in ['a', 'b'] or y not in ('c', 'd')",
+        "params.n + 2 * 7",
+    ]:
+        assert _check_shared(source), source
+    first = ex._compile_by_shape("steps.h00001.output.short")
+    second = ex._compile_by_shape("steps.h00009.output.short")
+    assert first is not None and second is not None
+    assert first[1].render[0] is second[1].render[0]  # one compiled template for the shape
+    context = {"steps": {"h00009": {"output": {"short": "ok"}}}}
+    assert _outcome(second[1], context) == ("value", "'ok'")
+
+
+def test_names_jinja_treats_specially_compile_on_their_own() -> None:
+    fast = ex._compile_by_shape("self.x")  # a shape-mate of `a.x`, but `self` is special
+    assert fast is None or fast[1]._facts is None
+
+
+def test_false_constants_compile_on_their_own() -> None:
+    """`0 and a` is compiled with a jump its shape-mate `7 and a` does not have."""
+    for source in ["0 and a", "'' or a", "a[0]"]:
+        fast = ex._compile_by_shape(source)
+        assert fast is not None and fast[1]._facts is None, source
+    assert not _check_shared("0 and a")
+    context = {"a": 5}
+    assert _outcome(ex._compile_by_shape("0 and a")[1], context) == ("value", "0")  # type: ignore[index]
+    assert _outcome(ex._compile_by_shape("7 and a")[1], context) == ("value", "5")  # type: ignore[index]
