@@ -27,6 +27,7 @@ from .loader import (
     schema_errors,
     surely_valid,
 )
+from .paths import forget as forget_paths
 from .paths import inside
 from .steps.base import StepType
 from .steps.registry import StepRegistry, default_registry
@@ -176,6 +177,7 @@ def compile_pipeline(
     ``params`` (already typed values) bypass command-line parsing; ``overrides`` are the raw
     ``-p key=value`` strings.
     """
+    forget_paths()  # resolutions from an earlier command of this process are not trusted
     with _collector_paused():
         doc = load_document(path)
         values = resolve_params(doc, overrides or {})

@@ -44,12 +44,21 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
 _known: dict[tuple[Path, str], Path] = {}
 
 
+def forget() -> None:
+    """Drop every remembered resolution: a directory may have become a symlink since. Called as
+    a compile and an apply begin, so a long-lived process (watch, serve) never trusts a
+    resolution older than the command it serves."""
+    _known.clear()
+    _resolved.cache_clear()
+    _real_dir.cache_clear()
+
+
 @lru_cache(maxsize=65536)
 def _resolved(root: str, rel: str) -> Path | None:
     """The real path of ``rel`` under ``root``, or None when it lies outside.
 
-    Resolving walks every component with lstat: cached for the life of one command (the plan's
-    root is absolute, so the key does not depend on the working directory).
+    Resolving walks every component with lstat: cached until ``forget`` (the plan's root is
+    absolute, so the key does not depend on the working directory).
     """
     base = _real_dir(root)
     joined = os.path.join(base, rel)
