@@ -1146,22 +1146,23 @@ class Interpreter:
                 ) from None
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
-        finished_at = time.time()
+        # Serialised now, written maybe a moment later: what is recorded is the output as it
+        # was returned, whatever a later step does with the objects.
+        row = {
+            "status": status,
+            "finished_at": time.time(),
+            "attempts": attempt,
+            "duration_s": duration,
+            "output": dumps(result.output),
+            "artifacts": dumps(sorted(digests)),
+            "files": dumps(result.files),
+            "report": dumps(result.report) if result.report is not None else None,
+            "usage": dumps(result.usage) if result.usage else None,
+        }
 
         def record() -> None:
             self.journal.record_artifacts(sizes)
-            self.journal.finish_execution(
-                exec_id,
-                status=status,
-                finished_at=finished_at,
-                attempts=attempt,
-                duration_s=duration,
-                output=dumps(result.output),
-                artifacts=dumps(sorted(digests)),
-                files=dumps(result.files),
-                report=dumps(result.report) if result.report is not None else None,
-                usage=dumps(result.usage) if result.usage else None,
-            )
+            self.journal.finish_execution(exec_id, **row)
 
         if index is None:
             self._deferred.append(record)  # a plain step: written once its dependents started
