@@ -118,8 +118,9 @@ def apply_plan(
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run, with child processes reaped through pidfds where Python 3.11 does not do so
-    by default (its thread-per-child watcher costs ~1.5 ms per shell step)."""
+    """asyncio.run, with asyncio's child processes reaped through pidfds where Python 3.11 does
+    not do so by default (its thread-per-child watcher costs ~1.5 ms a child). runner's own
+    commands go through runner.shellrun; this serves step types from plugins."""
     box: list[T] = []
 
     async def main() -> None:
