@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,9 +33,7 @@ def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
 
 
 def test_output_exit_code_and_stdin(tmp_path: Path) -> None:
-    done = asyncio.run(
-        run_shell("cat; printf 'out\\0bin'; echo err >&2; exit 3", cwd=tmp_path)
-    )
+    done = asyncio.run(run_shell("cat; printf 'out\\0bin'; echo err >&2; exit 3", cwd=tmp_path))
     assert (done.code, done.stdout, done.stderr) == (3, b"out\x00bin", b"err\n")
     assert not done.timed_out  # `cat` read an empty stdin and returned: no terminal, no pipe
 
@@ -111,3 +110,27 @@ def test_no_descriptor_is_left_open(tmp_path: Path) -> None:
     leaked = set(os.listdir("/proc/self/fd")) - before
     # one /dev/null for every command's stdin is opened once per process, on purpose
     assert len(leaked) <= 1, leaked
+
+
+def test_without_memfd_or_pidfd_the_fallbacks_do_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel offers neither (old kernels, other systems, some sandboxes): an unlinked
+    temporary file captures, a worker thread waits; timeouts still kill the group."""
+
+    def refused(*_args: object) -> int:
+        raise OSError("not here")
+
+    monkeypatch.setattr(os, "memfd_create", refused)
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    done = asyncio.run(run_shell("echo out; echo err >&2; exit 2", cwd=tmp_path))
+    assert (done.code, done.stdout, done.stderr) == (2, b"out\n", b"err\n")
+    pidfile = tmp_path / "bg.pid"
+    slow = asyncio.run(
+        run_shell(f"sleep 30 & echo $! > {pidfile}; wait", cwd=tmp_path, timeout=0.3)
+    )
+    assert slow.timed_out
+    assert _wait_gone(int(pidfile.read_text()))
+    assert not any(
+        p.name.startswith("runner-capture-") for p in Path(tempfile.gettempdir()).iterdir()
+    )
