@@ -34,13 +34,29 @@ _ANNOTATIONS = frozenset(
 )  # fmt: skip
 
 
-def compile_schema(schema: Any) -> Check | None:
+def compile_schema(schema: Any, *, tolerate_expressions: bool = False) -> Check | None:
     """A predicate deciding validity against ``schema`` (raising Unsure when it cannot), or
-    None when the schema uses keywords the fast path does not implement."""
+    None when the schema uses keywords the fast path does not implement.
+
+    With ``tolerate_expressions``, a ``${{ }}`` string is accepted wherever it stands, whatever
+    the schema asks there: what loader.schema_errors does with ``tolerate_expressions`` (it drops
+    the errors about such values). Each keyword we implement judges its own value only, so the
+    values beneath are tolerated exactly where jsonschema's errors about them would be dropped;
+    a oneOf made ambiguous by a tolerated value says invalid, and jsonschema is asked.
+    """
     try:
-        return _Compiler(schema).compile(schema, root=True)
+        return _Compiler(schema, tolerate_expressions).compile(schema, root=True)
     except _Unsupported:
         return None
+
+
+def is_expression_string(value: Any) -> bool:
+    """A value that is a ``${{ }}`` expression (checked again once evaluated)."""
+    return isinstance(value, str) and value.strip().startswith("${{")
+
+
+def _tolerant(check: Check) -> Check:
+    return lambda v: is_expression_string(v) or check(v)
 
 
 def _is_number(value: Any) -> bool:
@@ -115,11 +131,16 @@ def _equal(one: Any, two: Any) -> bool:
 
 
 class _Compiler:
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, tolerate_expressions: bool = False) -> None:
         self.root = root
         self.refs: dict[str, list[Check]] = {}
+        self.tolerate = tolerate_expressions
 
     def compile(self, schema: Any, *, root: bool = False) -> Check:
+        check = self._compile(schema, root=root)
+        return _tolerant(check) if self.tolerate else check
+
+    def _compile(self, schema: Any, *, root: bool = False) -> Check:
         if schema is True:
             return lambda v: True
         if schema is False:

@@ -311,7 +311,7 @@ def _compile_step(
         )
     with_raw = raw.get("with") or {}
     schema_text = _args_schema(step_type, {} if schemas is None else schemas)
-    if not surely_valid(schema_text, with_raw):
+    if not surely_valid(schema_text, with_raw, tolerate_expressions=True):
         errors = schema_errors(
             _validator(id(step_type), schema_text),
             with_raw,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ._fastschema import Check, Unsure, compile_schema
+from ._fastschema import Check, Unsure, compile_schema, is_expression_string
 from .errors import InvalidPipeline, Location, UsageError
 from .yamlsrc import Sourced, parse_file
 
@@ -88,8 +88,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def is_expression_string(value: Any) -> bool:
-    return isinstance(value, str) and value.strip().startswith("${{")
 
 
 def schema_errors(
@@ -118,15 +116,19 @@ def schema_errors(
     return out
 
 
-_FAST: dict[str, Check | None] = {}
+_FAST: dict[tuple[str, bool], Check | None] = {}
 
 
-def surely_valid(schema_json: str, instance: Any) -> bool:
+def surely_valid(schema_json: str, instance: Any, *, tolerate_expressions: bool = False) -> bool:
     """True when the schema (given as its JSON text) certainly accepts ``instance``, decided by
-    a predicate compiled from it (see _fastschema); False means: ask jsonschema."""
-    check = _FAST.get(schema_json, _UNSEEN)
+    a predicate compiled from it (see _fastschema); False means: ask jsonschema. With
+    ``tolerate_expressions``, as schema_errors with it: a ``${{ }}`` value is accepted anywhere."""
+    key = (schema_json, tolerate_expressions)
+    check = _FAST.get(key, _UNSEEN)
     if check is _UNSEEN:
-        check = _FAST[schema_json] = compile_schema(json.loads(schema_json))
+        check = _FAST[key] = compile_schema(
+            json.loads(schema_json), tolerate_expressions=tolerate_expressions
+        )
     if check is None:
         return False
     try:

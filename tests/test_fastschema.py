@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from runner._fastschema import Unsure, compile_schema
-from runner.loader import pipeline_schema
+from runner.errors import Location
+from runner.loader import pipeline_schema, schema_errors
 from runner.steps.registry import default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +90,51 @@ def test_unknown_keywords_do_not_compile() -> None:
     assert compile_schema({"type": "object", "if": {"required": ["a"]}}) is None
     assert compile_schema({"$ref": "other.json#/x"}) is None
     assert compile_schema({"patternProperties": {"a": {}}, "additionalProperties": False}) is None
+
+
+# -- tolerating ${{ }} values, as a step's `with:` is checked at compile time ------------------
+
+
+def _agrees_tolerant(schema: dict[str, Any], instance: Any) -> bool | None:
+    """A tolerant "valid" means loader.schema_errors with tolerate_expressions finds nothing."""
+    check = compile_schema(schema, tolerate_expressions=True)
+    assert check is not None
+    try:
+        fast = check(instance)
+    except Unsure:
+        return None
+    if fast:
+        errors = schema_errors(
+            Draft202012Validator(schema),
+            instance,
+            where=lambda _path, key=False: Location("p.yaml", 1, 1),
+            tolerate_expressions=True,
+        )
+        assert errors == [], (instance, [str(e) for e in errors])
+    return fast
+
+
+expression_values = st.recursive(
+    st.one_of(scalars, st.sampled_from(["${{ steps.a.output.n }}", "  ${{ x }} ", "${{ [1] }}"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(expression_values, st.integers(0, 50))
+def test_tolerant_valid_means_no_errors_but_about_expressions(instance: Any, pick: int) -> None:
+    schemas = _schemas()
+    _agrees_tolerant(schemas[pick % len(schemas)], instance)
+
+
+def test_typed_fields_holding_expressions_are_decided_without_jsonschema() -> None:
+    registry = default_registry()
+    image = registry.get("image")
+    assert image is not None
+    args = {"prompt": "a harbour", "n": "${{ params.n }}", "size": "${{ params.size }}"}
+    check = compile_schema(image.schema, tolerate_expressions=True)
+    assert check is not None and check(args) is True
+    strict = compile_schema(image.schema)
+    assert strict is not None and strict(args) is False  # strictly, "n" must be an integer
+    assert check({**args, "n": "four"}) is False  # a plain string is still judged

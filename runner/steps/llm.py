@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import jsonschema
-
 from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
@@ -74,6 +72,8 @@ def parse_json_reply(text: str) -> Any:
 
 def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
     """Raise StepFailure(check=True) naming the first place where ``value`` breaks ``schema``."""
+    import jsonschema  # ~35 ms: only for steps that ask for a schema
+
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(value)
     )
@@ -121,6 +121,8 @@ class LlmStep(StepType):
             raise invalid("llm needs `prompt` or `messages`", where)
         schema = args.get("schema")
         if isinstance(schema, dict):
+            import jsonschema
+
             try:
                 jsonschema.Draft202012Validator.check_schema(schema)
             except jsonschema.SchemaError as exc:
