@@ -63,11 +63,19 @@ scalars = st.one_of(
 keys = st.sampled_from(["runner", "name", "steps", "uses", "with", "value", "path", "run", "when",
                         "needs", "params", "type", "default", "check", "retries", "timeout",
                         "cache", "phase", "a", "s1", "1x", "text", "inputs", "outputs"])  # fmt: skip
-values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
-    max_leaves=12,
-)
+
+
+def _nested(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)
+        ),
+        max_leaves=12,
+    )
+
+
+values = _nested(scalars)
 
 
 @settings(max_examples=400, deadline=None)
@@ -114,10 +122,8 @@ def _agrees_tolerant(schema: dict[str, Any], instance: Any) -> bool | None:
     return fast
 
 
-expression_values = st.recursive(
-    st.one_of(scalars, st.sampled_from(["${{ steps.a.output.n }}", "  ${{ x }} ", "${{ [1] }}"])),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
-    max_leaves=12,
+expression_values = _nested(
+    st.one_of(scalars, st.sampled_from(["${{ steps.a.output.n }}", "  ${{ x }} ", "${{ [1] }}"]))
 )
 
 
