@@ -220,6 +220,10 @@ class _Compiler:
     def _kw_allOf(self, subs: Any, schema: Any) -> Check:
         return _all_of([self.compile(s) for s in subs])
 
+    def _kw_not(self, sub: Any, schema: Any) -> Check:
+        check = self.compile(sub)
+        return lambda v: not check(v)
+
     def _kw_oneOf(self, subs: Any, schema: Any) -> Check:
         checks = [self.compile(s) for s in subs]
         return lambda v: sum(1 for c in checks if c(v)) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from runner._fastschema import Unsure, compile_schema
+from runner.cards.spec import SCHEMA_PATH as CARD_SCHEMA
 from runner.errors import Location
 from runner.loader import pipeline_schema, schema_errors
 from runner.steps.registry import default_registry
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _schemas() -> list[dict[str, Any]]:
     registry = default_registry()
     steps = [registry.get(n).schema for n in registry.names()]  # type: ignore[union-attr]
-    return [pipeline_schema(), *steps]
+    return [pipeline_schema(), *steps, json.loads(CARD_SCHEMA.read_text(encoding="utf-8"))]
 
 
 def _agrees(schema: dict[str, Any], instance: Any) -> bool | None:
@@ -144,3 +146,11 @@ def test_typed_fields_holding_expressions_are_decided_without_jsonschema() -> No
     strict = compile_schema(image.schema)
     assert strict is not None and strict(args) is False  # strictly, "n" must be an integer
     assert check({**args, "n": "four"}) is False  # a plain string is still judged
+
+
+def test_the_shipped_card_spec_is_decided_without_jsonschema() -> None:
+    spec = yaml.safe_load((ROOT / "cards" / "render_prompt_card.yaml").read_text(encoding="utf-8"))
+    schema = json.loads(CARD_SCHEMA.read_text(encoding="utf-8"))
+    assert _agrees(schema, spec) is True
+    broken = {**spec, "schema_version": "one"}
+    assert _agrees(schema, broken) is False

@@ -17,16 +17,18 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, Expression, compile_value, is_static, iter_expressions
+from ..loader import surely_valid
 from ..yamlsrc import Path_
 from ..yamlsrc import Sourced as Positioned
 from ..yamlsrc import parse_file as _parse_yaml
 from ._types import type_problem
+
+if TYPE_CHECKING:
+    import jsonschema
 
 # runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "card.schema.json"
@@ -157,9 +159,15 @@ class CardSpec:
 
 
 @lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return SCHEMA_PATH.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
 def _schema_validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(schema)
+    import jsonschema  # ~35 ms: only for a spec the fast predicate cannot vouch for
+
+    return jsonschema.Draft202012Validator(json.loads(_schema_text()))
 
 
 def load_spec(path: str | Path) -> CardSpec:
@@ -265,6 +273,10 @@ class _Compiler:
         )
 
     def _check_schema(self, data: dict[str, Any]) -> None:
+        if surely_valid(_schema_text(), data):
+            return
+        import jsonschema
+
         errors = sorted(_schema_validator().iter_errors(data), key=lambda e: list(e.path))
         if not errors:
             return
