@@ -38,9 +38,6 @@ class FileHasher:
         st = os.stat(path)
         key = str(path)
         sig = (st.st_size, st.st_mtime_ns, st.st_ino)
-        seen = self.used.get(key)
-        if seen is not None and seen[:3] == sig:  # read by another step of this run (a fan-out)
-            return seen[3]
         cached = self.known.get(key)
         if cached is not None and cached[:3] == sig:
             self.used[key] = (*sig, cached[3])
