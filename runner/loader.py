@@ -88,8 +88,6 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-
-
 def schema_errors(
     validator: Draft202012Validator,
     instance: Any,

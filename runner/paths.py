@@ -46,8 +46,8 @@ _known: dict[tuple[Path, str], Path] = {}
 
 def forget() -> None:
     """Drop every remembered resolution: a directory may have become a symlink since. Called as
-    a compile and an apply begin, so a long-lived process (watch, serve) never trusts a
-    resolution older than the command it serves."""
+    a compile begins (every apply compiles first), so a long-lived process (watch, serve) never
+    trusts a resolution older than the command it serves."""
     _known.clear()
     _resolved.cache_clear()
     _real_dir.cache_clear()
