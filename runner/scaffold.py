@@ -28,6 +28,13 @@ tests:
     params: {title: "snapshot me"}
 """
 
+CONFIG = """\
+# runner.toml marks this directory as the project root: its state is .runner/ here, found from
+# any subdirectory (like git). Providers and prices are configured here; see the README.
+[general]
+default_provider = "fake"
+"""
+
 PROMPT = """\
 Write a one-line greeting for: {{ title }}
 """
@@ -37,6 +44,7 @@ def init_project(directory: Path) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     created: list[str] = []
     files = {
+        "runner.toml": CONFIG,
         "pipeline.yaml": PIPELINE,
         "prompts/hello.j2": PROMPT,
     }

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..engine.locate import STATE_HELP
 from ..errors import RunnerError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,7 +90,7 @@ def state_option(fn: F) -> F:
         type=click.Path(file_okay=False),
         default=None,
         envvar="RUNNER_STATE",
-        help="State directory (default: .runner/ beside the pipeline).",
+        help=STATE_HELP,
     )(fn)
 
 

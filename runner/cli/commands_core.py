@@ -266,13 +266,10 @@ def runs() -> None:
 def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
     from ..engine.apply import State
 
-    path = Path(state_dir).resolve() if state_dir else Path.cwd() / ".runner"
-    if not (path / "journal.db").exists():
-        # Commands without a pipeline file look in ./.runner, then in pipelines/.runner.
-        for candidate in (Path.cwd() / "pipelines" / ".runner",):
-            if (candidate / "journal.db").exists() and not state_dir:
-                path = candidate
-    return State.open(path, readonly=readonly)
+    from ..engine.locate import state_dir_here
+
+    # Commands without a pipeline file find the project from the working directory, like git.
+    return State.open(state_dir_here(state_dir), readonly=readonly)
 
 
 @runs.command("list")

@@ -235,12 +235,9 @@ def render_decisions(rows: list[dict[str, Any]]) -> str:
 
 
 def _state_path(state_dir: str | None) -> Path:
-    path = Path(state_dir).resolve() if state_dir else Path.cwd() / ".runner"
-    if not state_dir and not (path / "journal.db").exists():
-        alt = Path.cwd() / "pipelines" / ".runner"
-        if (alt / "journal.db").exists():
-            path = alt
-    return path
+    from ..engine.locate import state_dir_here
+
+    return state_dir_here(state_dir)
 
 
 @cli.group()
