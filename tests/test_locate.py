@@ -165,5 +165,7 @@ def test_every_state_option_documents_the_lookup_and_env() -> None:
             if isinstance(opt, click.Option) and "--state" in opt.opts and name != "render":
                 with_state += 1
                 assert opt.envvar == "RUNNER_STATE", name
-                assert "RUNNER_STATE" in (opt.help or "") and "runner.toml" in (opt.help or ""), name
+                assert "RUNNER_STATE" in (opt.help or "") and "runner.toml" in (opt.help or ""), (
+                    name
+                )
     assert with_state >= 15

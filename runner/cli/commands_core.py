@@ -265,7 +265,6 @@ def runs() -> None:
 
 def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
     from ..engine.apply import State
-
     from ..engine.locate import state_dir_here
 
     # Commands without a pipeline file find the project from the working directory, like git.

@@ -93,11 +93,14 @@ def _adopt_legacy(old: Path, new: Path, root: Path) -> None:
             new.rmdir()  # only an empty directory is replaced; anything else stays put
         old.rename(new)
     except OSError as exc:
-        print(f"runner: cannot move the old state {shown_old} to {shown_new}: {exc}",
-              file=sys.stderr)
+        print(
+            f"runner: cannot move the old state {shown_old} to {shown_new}: {exc}", file=sys.stderr
+        )
         return
-    print(f"runner: moved the state {shown_old} to {shown_new} (one state per project)",
-          file=sys.stderr)
+    print(
+        f"runner: moved the state {shown_old} to {shown_new} (one state per project)",
+        file=sys.stderr,
+    )
 
 
 def _shown(path: Path, root: Path) -> str:
