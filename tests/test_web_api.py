@@ -65,9 +65,15 @@ class Site:
         res = self.project.cli(*args, "--state", str(self.state))
         return res
 
-    def client(self, **kw: Any) -> TestClient:
+    def client(self, *, login: bool = True, **kw: Any) -> TestClient:
+        """A client that opened the printed URL (so it holds the session cookie), as a
+        browser does; ``login=False`` for one without credentials."""
         app = create_app(self.state, TOKEN, extra_hosts=["testserver"], cwd=self.project.root)
-        return TestClient(app, **kw)
+        client = TestClient(app, **kw)
+        if login:
+            res = client.get(f"/?token={TOKEN}", follow_redirects=False)
+            assert res.status_code == 303 and TOKEN not in res.headers["location"]
+        return client
 
 
 def build_site(root: Path) -> Site:
@@ -281,9 +287,9 @@ def test_foreign_origin_and_host_are_refused(site: Site, client: TestClient) -> 
     assert ok.status_code == 200
 
 
-def test_pages_embed_the_token_only_for_known_hosts(site: Site, client: TestClient) -> None:
-    page = client.get(f"/runs/{site.hero}")
-    assert f'<meta name="runner-token" content="{TOKEN}">' in page.text
+def test_pages_never_carry_the_token(site: Site, client: TestClient) -> None:
+    for path in ("/", f"/runs/{site.hero}", "/steps", "/providers", "/static/app.js"):
+        assert TOKEN not in client.get(path).text, path
     assert TOKEN not in client.get("/", headers={"Host": "evil.example"}).text
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from runner.web.app import create_app
+from runner.web.security import login_url
 
 from .test_web_api import TOKEN, Site, build_site
 
@@ -103,7 +104,7 @@ def served(site: Site) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def browser(tmp_path_factory: pytest.TempPathFactory, served: Served) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in FLAGS:
@@ -112,6 +113,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(20)
     try:
+        # As a user does: open the URL `runner serve` printed once; the cookie does the rest.
+        driver.get(login_url(f"{served.url}/", TOKEN))
+        assert TOKEN not in driver.current_url
+        assert not driver.execute_script("return document.cookie")  # HttpOnly
         yield driver
     finally:
         driver.quit()

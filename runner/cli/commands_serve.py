@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
@@ -26,18 +27,34 @@ from .commands_core import _open_state
     envvar="RUNNER_SERVE_TOKEN",
     help="Session token for changes (default: a fresh random one).",
 )
+@click.option(
+    "--export-dir",
+    "export_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A folder outside the project the page may export to (repeatable).",
+)
 @state_option
 def serve(
-    host: str, port: int, open_browser: bool, token: str | None, state_dir: str | None
+    host: str,
+    port: int,
+    open_browser: bool,
+    token: str | None,
+    export_dirs: tuple[str, ...],
+    state_dir: str | None,
 ) -> None:
     """Serve a local web page for runs: live progress, iteration picking, gate decisions.
+
+    Every request needs the session token: open the printed URL once (it carries the token and
+    leaves an HttpOnly cookie in the browser); API clients send it as X-Runner-Token. Exports
+    from the page go inside the project or an --export-dir.
 
     Example: runner serve --state .runner --open
     """
     import uvicorn
 
     from ..web.app import create_app
-    from ..web.security import is_loopback, new_token
+    from ..web.security import is_loopback, login_url, new_token
 
     if not is_loopback(host) and not token:
         raise UsageError(
@@ -48,21 +65,21 @@ def serve(
     path = state.dir
     state.close()
     token = token or new_token()
-    app = create_app(path, token, bind_host=host)
+    app = create_app(path, token, bind_host=host, export_dirs=[Path(d) for d in export_dirs])
     shown = "localhost" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{port}/"
     if not is_loopback(host):
         click.echo(
-            f"warning: serving on {host}: anyone who can reach it can read the runs; "
-            "changes need the token",
+            f"warning: serving on {host} over plain HTTP: the token and cookie cross the "
+            "network unencrypted",
             err=True,
         )
-    click.echo(f"runner serve: {url}  (state {path}; Ctrl-C stops)", err=True)
-    click.echo(f"session token (X-Runner-Token for API changes): {token}", err=True)
+    click.echo(f"runner serve: {login_url(url, token)}  (state {path}; Ctrl-C stops)", err=True)
+    click.echo("open that URL once; API clients send the token as X-Runner-Token", err=True)
     if open_browser:
         import threading
         import webbrowser
 
-        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+        threading.Timer(0.5, webbrowser.open, args=(login_url(url, token),)).start()
     log_level = os.environ.get("RUNNER_SERVE_LOG", "warning")
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -156,7 +156,9 @@ def pick(journal: Journal, run_id: str, which: str) -> Iteration:
     its = iterations_of(journal, run["id"])
     target = None
     for it in its:
-        if which == it.id or (which.isdigit() and int(which) == it.ordinal):
+        # ASCII digits only, and few: int('²') and int('9' * 5000) raise.
+        ordinal = int(which) if which.isascii() and which.isdigit() and len(which) < 12 else -1
+        if which == it.id or ordinal == it.ordinal:
             target = it
     if target is None:
         known = ", ".join(str(i.ordinal) for i in its) or "none"

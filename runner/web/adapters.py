@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..engine.apply import State
-from ..errors import RunnerError, UsageError
+from ..errors import RunnerError, StoreError, UsageError
+from .security import Forbidden, export_destination
 from .service import body_bool, body_object, body_str, pipeline_file
 
 
-def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> dict[str, Any]:
+def export(
+    state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path, roots: Iterable[Path]
+) -> dict[str, Any]:
     """`runner export TARGET --to DIR [--raw] --json`; TARGET is the run or one iteration of it.
 
-    A relative folder is taken from ``cwd`` (the server's working directory, as for the CLI).
+    A relative folder is taken from ``cwd`` (the server's working directory, as for the CLI);
+    it must lie inside ``roots`` (security.export_destination). A folder that cannot be written
+    is a 403 naming it as given, not a 500 with the server's paths.
     """
     from ..thumbs.hooks import export_run
 
@@ -34,7 +39,14 @@ def export(state: State, run_id: str, body: Mapping[str, Any], *, cwd: Path) -> 
     which = body_str(body, "iteration")
     run = state.journal.get_run(run_id)
     target = run["id"] if which is None else _iteration_ident(state, run, which)
-    return export_run(state, target, cwd / dest_text, raw=raw)
+    dest = export_destination(dest_text, base=cwd, roots=roots)
+    try:
+        return export_run(state, target, dest, raw=raw)
+    except (StoreError, OSError):
+        raise Forbidden(
+            f"cannot write to export folder '{dest_text}'",
+            hint="choose a folder this server's user may write",
+        ) from None
 
 
 def _iteration_ident(state: State, run: Mapping[str, Any], which: str) -> str:
@@ -44,7 +56,9 @@ def _iteration_ident(state: State, run: Mapping[str, Any], which: str) -> str:
 
     its = iterations_of(state.journal, run["id"])
     for it in its:
-        if which == it.id or (which.isdigit() and int(which) == it.ordinal):
+        # ASCII digits only, and few: int('²') and int('9' * 5000) raise.
+        ordinal = int(which) if which.isascii() and which.isdigit() and len(which) < 12 else -1
+        if which == it.id or ordinal == it.ordinal:
             return it.id
     known = ", ".join(str(i.ordinal) for i in its) or "none"
     raise NotFound(f"run {run['id']} has no iteration '{which}' (ordinals: {known})")

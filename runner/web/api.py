@@ -30,6 +30,7 @@ class Settings:
     guard: Guard
     jobs: adapters.Jobs
     cwd: Path
+    export_roots: tuple[Path, ...] = ()
 
 
 def settings(request: Request) -> Settings:
@@ -85,8 +86,12 @@ async def _body(request: Request) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise UsageError("request body is not valid JSON") from None
+        # A lone surrogate ("\ud800") parses but can be neither stored nor used as a path.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError):
+        raise UsageError("request body is not valid JSON (UTF-8, no lone surrogates)") from None
+    except RecursionError:
+        raise UsageError("request body is nested too deeply") from None
     if not isinstance(value, dict):
         raise UsageError("request body must be a JSON object")
     return value
@@ -115,7 +120,9 @@ async def show_run(request: Request) -> Response:
 async def run_events(request: Request) -> Response:
     after = _int(request, "after", 0, 0, 2**62)
     last_id = request.headers.get("last-event-id", "")
-    if last_id.isdigit():
+    # Only what this server sends as ids (ASCII digits that fit the journal); anything else,
+    # as EventSource does with an unknown id, is ignored rather than a 500.
+    if last_id.isascii() and last_id.isdigit() and len(last_id) <= 18:
         after = max(after, int(last_id))
     run_id = request.path_params["run_id"]
     accept = request.headers.get("accept", "")
@@ -169,9 +176,12 @@ async def pick(request: Request) -> Response:
 
 async def export(request: Request) -> Response:
     body = await _body(request)
-    cwd = settings(request).cwd
+    cfg = settings(request)
     doc = await in_state(
-        request, lambda s: adapters.export(s, request.path_params["run_id"], body, cwd=cwd)
+        request,
+        lambda s: adapters.export(
+            s, request.path_params["run_id"], body, cwd=cfg.cwd, roots=cfg.export_roots
+        ),
     )
     return JSONResponse(doc)
 

@@ -12,13 +12,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import NotFound, RunnerError, UsageError
 from . import api, pages
 from .adapters import Jobs
 from .responses import error_response
-from .security import Forbidden, Guard
+from .security import Guard, GuardMiddleware
 from .service import Conflict
 
 STATIC = Path(__file__).parent / "static"
@@ -27,28 +26,6 @@ JOB_GRACE_S = 30.0
 
 def _wants_html(request_path: str) -> bool:
     return not request_path.startswith("/api/")
-
-
-class GuardMiddleware:
-    """Refuses unknown Hosts, and POSTs without the token or from a foreign Origin (403)."""
-
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
-        self.app = app
-        self.guard = guard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            self.guard.check_host(headers.get("host"))
-            self.guard.check_change(scope["method"], headers)
-        except Forbidden as exc:
-            response = error_response(exc, 403, as_html=_wants_html(scope["path"]))
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 async def _runner_error(request: Request, exc: Exception) -> Response:
@@ -78,9 +55,12 @@ def create_app(
     bind_host: str = "127.0.0.1",
     extra_hosts: Iterable[str] = (),
     cwd: Path | None = None,
+    export_dirs: Iterable[Path] = (),
 ) -> Starlette:
-    """The web app over ``state_dir``; POSTs need ``token``. ``extra_hosts`` are more Host
-    names to answer to (tests use "testserver"). Export folders are relative to ``cwd``."""
+    """The web app over ``state_dir``; every request but static files needs ``token`` (or the
+    cookie the login URL gives). ``extra_hosts`` are more Host names to answer to (tests use
+    "testserver"). Export folders are relative to ``cwd`` and must lie inside the project (the
+    directory holding the state) or one of ``export_dirs``."""
     jobs = Jobs()
 
     @contextlib.asynccontextmanager
@@ -107,6 +87,10 @@ def create_app(
         guard=guard,
         jobs=jobs,
         cwd=(cwd or Path.cwd()).resolve(),
+        export_roots=(
+            Path(state_dir).resolve().parent,
+            *(Path(d).resolve() for d in export_dirs),
+        ),
     )
     app.add_middleware(GuardMiddleware, guard=guard)
     return app

@@ -48,9 +48,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> Re
     html = (
         environment()
         .get_template(name)
-        .render(
-            token=cfg.guard.token, state_dir=str(cfg.state_dir), path=request.url.path, **context
-        )
+        .render(state_dir=str(cfg.state_dir), path=request.url.path, **context)
     )
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 

@@ -7,11 +7,13 @@ import html
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ..errors import Busy, InvalidPipeline, NotFound, RunnerError, UsageError
-from .security import Forbidden
+from .security import BodyTooLarge, Forbidden, Unauthorized
 
 # Most specific first: Busy is not a UsageError, but Conflict-like.
 STATUS: list[tuple[type[RunnerError], int]] = [
+    (Unauthorized, 401),
     (Forbidden, 403),
+    (BodyTooLarge, 413),
     (NotFound, 404),
     (Busy, 409),
     (UsageError, 400),

@@ -1,7 +1,6 @@
 // runner serve: the few things the pages do in the browser. Plain JS, no build step.
 "use strict";
 
-const TOKEN = document.querySelector('meta[name="runner-token"]').content;
 const page = document.getElementById("run-page");
 
 function flash(text, isError) {
@@ -14,7 +13,9 @@ function flash(text, isError) {
 async function post(url, body) {
   const res = await fetch(url, {
     method: "POST",
-    headers: {"Content-Type": "application/json", "X-Runner-Token": TOKEN},
+    // the HttpOnly session cookie authenticates; the browser adds Origin
+    credentials: "same-origin",
+    headers: {"Content-Type": "application/json"},
     body: JSON.stringify(body),
   });
   let doc = {};
