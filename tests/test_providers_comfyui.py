@@ -1,9 +1,11 @@
-"""The comfyui provider against a local server speaking /prompt, /history, /view, /upload."""
+"""The comfyui provider against a loopback ComfyUI that queues, validates and executes like one."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,167 +14,331 @@ import pytest
 from runner.errors import ProviderError
 from runner.providers import ImageRequest, ProviderConfigError, create
 from runner.providers.base import Provider
+from runner.providers.calls import with_provider_retries
+from runner.providers.jobs import RemoteJob
+from tests.providers.comfy_server import ComfyUIServer
 from tests.providers.faults import FAULTS, TIMEOUT, Fault, check_fault
-from tests.providers.servers import ComfyUIServer, Reply, png
+from tests.providers.servers import png
 
-WORKFLOW = {
-    "3": {"class_type": "KSampler", "inputs": {"seed": 0, "steps": 20, "model": ["4", 0]}},
-    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sd.safetensors"}},
-    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 512, "height": 512}},
-    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "", "clip": ["4", 1]}},
-    "10": {"class_type": "LoadImage", "inputs": {"image": ""}},
-    "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0]}},
-}
-SUBS = {
+DATA = Path(__file__).parent / "data" / "comfyui"
+SD15 = {
     "prompt": "6.inputs.text",
+    "negative_prompt": "7.inputs.text",
     "seed": "3.inputs.seed",
     "width": "5.inputs.width",
     "height": "5.inputs.height",
-    "reference": "10.inputs.image",
 }
 
 
 def provider(
-    tmp_path: Path, server: ComfyUIServer, graph: dict[str, Any] | None = None, **settings: Any
+    tmp_path: Path,
+    server: ComfyUIServer,
+    workflow: str = "sd15_api.json",
+    subs: Mapping[str, Any] = SD15,
+    **settings: Any,
 ) -> Provider:
     (tmp_path / "flows").mkdir(exist_ok=True)
-    (tmp_path / "flows" / "wf.json").write_text(json.dumps(graph or WORKFLOW))
+    shutil.copy(DATA / workflow, tmp_path / "flows" / workflow)
     return create(
         "comfyui",
         {
             "base_url": server.url,
-            "workflow": "flows/wf.json",
-            "substitutions": SUBS,
+            "workflow": f"flows/{workflow}",
+            "substitutions": dict(subs),
             "poll_interval": 0.01,
-            "timeout": TIMEOUT,
+            "timeout": 5,
             **settings,
         },
         base_dir=tmp_path,
     )
 
 
-def test_queue_poll_and_fetch_with_substitutions(tmp_path: Path) -> None:
-    with ComfyUIServer(pending_polls=2) as server:
+def graph_file(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / name).read_text())
+    return data
+
+
+def run(p: Provider, request: ImageRequest) -> Any:
+    return asyncio.run(p.generate_image(request))
+
+
+def test_sd15_graph_is_filled_queued_under_its_own_id_and_fetched(tmp_path: Path) -> None:
+    with ComfyUIServer() as server:
         p = provider(tmp_path, server)
-        result = asyncio.run(
-            p.generate_image(ImageRequest(prompt="a canyon", seed=11, size=(768, 432)))
-        )
-        [graph] = server.prompts.values()
-        paths = [r.path for r in server.requests]
+        req = ImageRequest(prompt="a canyon", seed=11, size=(768, 432), idempotency_key="k1")
+        result = run(p, req)
+        [(pid, graph)] = server.graphs.items()
+        body = server.requests[0].json()
+    original = graph_file("sd15_api.json")
     assert graph["6"]["inputs"]["text"] == "a canyon"
     assert graph["3"]["inputs"]["seed"] == 11
     assert (graph["5"]["inputs"]["width"], graph["5"]["inputs"]["height"]) == (768, 432)
-    assert graph["4"] == WORKFLOW["4"]  # untouched nodes stay as the user wrote them
-    assert paths[0] == "/prompt" and paths[-1] == "/view"
-    assert sum(p.startswith("/history/") for p in paths) == 3  # two pending, then done
+    # No negative prompt given: the workflow's own stays; untouched nodes are as exported.
+    assert graph["7"] == original["7"] and graph["4"] == original["4"]
+    assert body["prompt_id"] == pid == result.metadata["prompt_id"]
+    assert body["client_id"] == "runner"
     assert result.image.startswith(b"\x89PNG") and result.metadata["seed"] == 11
+    assert server.executions == {pid: 1}
 
 
-def test_reference_is_uploaded_and_substituted(tmp_path: Path) -> None:
-    ref = png((5, 6, 7))
-    with ComfyUIServer(pending_polls=0) as server:
+def test_prompt_ids_follow_the_idempotency_key(tmp_path: Path) -> None:
+    with ComfyUIServer() as server:
         p = provider(tmp_path, server)
+        a = run(p, ImageRequest(prompt="x", seed=1, idempotency_key="same"))
+        b = run(p, ImageRequest(prompt="x", seed=1, idempotency_key="other"))
+    assert a.metadata["prompt_id"] != b.metadata["prompt_id"]
+    again = provider(tmp_path, server)._prompt_id("same", 0)  # type: ignore[attr-defined]
+    assert again == a.metadata["prompt_id"]
+
+
+def test_flux_seed_goes_to_random_noise(tmp_path: Path) -> None:
+    subs = {
+        "prompt": "6.inputs.text",
+        "seed": "25.inputs.noise_seed",
+        "width": "27.inputs.width",
+        "height": "27.inputs.height",
+    }
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server, "flux_api.json", subs)
+        run(p, ImageRequest(prompt="fox", seed=5, size=(512, 768)))
+        [graph] = server.graphs.values()
+    assert graph["25"]["inputs"]["noise_seed"] == 5
+    assert graph["27"]["inputs"]["width"] == 512 and graph["6"]["inputs"]["text"] == "fox"
+
+
+def test_one_field_into_several_paths(tmp_path: Path) -> None:
+    subs = {"prompt": ["6.inputs.text_g", "6.inputs.text_l"], "seed": "3.inputs.seed"}
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server, "sdxl_api.json", subs)
+        run(p, ImageRequest(prompt="harbour at night", seed=2))
+        [graph] = server.graphs.values()
+    assert graph["6"]["inputs"]["text_g"] == graph["6"]["inputs"]["text_l"] == "harbour at night"
+    # width/height are not mapped: the workflow's latent size stays.
+    assert graph["5"]["inputs"]["width"] == 1024
+
+
+def test_img2img_reference_is_uploaded_into_its_load_image_node(tmp_path: Path) -> None:
+    ref = png((5, 6, 7))
+    subs = {"prompt": "6.inputs.text", "reference": ["10.inputs.image"]}
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server, "img2img_api.json", subs)
         assert p.capabilities.supports_reference_image
-        asyncio.run(p.generate_image(ImageRequest(prompt="x", seed=1, references=[ref])))
-        [graph] = server.prompts.values()
-        [(name, data)] = server.uploads.items()
+        run(p, ImageRequest(prompt="x", seed=1, references=[ref]))
+        [graph] = server.graphs.values()
+        uploads = dict(server.inputs)
+    [(name, data)] = uploads.items()
     assert data == ref and graph["10"]["inputs"]["image"] == name
 
 
-def test_profile_follows_the_workflow_content_not_its_path(tmp_path: Path) -> None:
+def test_without_the_upload_comfyui_refuses_the_load_image_value(tmp_path: Path) -> None:
+    subs = {"prompt": "6.inputs.text"}
     with ComfyUIServer() as server:
-        before = provider(tmp_path, server).profile()
-        changed = dict(
-            WORKFLOW,
-            **{
-                "4": {
-                    "class_type": "CheckpointLoaderSimple",
-                    "inputs": {"ckpt_name": "other.safetensors"},
-                }
-            },
-        )
-        assert provider(tmp_path, server, changed).profile() != before
-        assert provider(tmp_path, server).profile() == before
-
-
-def test_node_errors_reach_the_user(tmp_path: Path) -> None:
-    broken = {"6": {"inputs": {"text": ""}}}
-    with ComfyUIServer() as server:
-        p = provider(tmp_path, server, broken, substitutions={"prompt": "6.inputs.text"})
+        p = provider(tmp_path, server, "img2img_api.json", subs)
         with pytest.raises(ProviderError) as info:
-            asyncio.run(p.generate_image(ImageRequest(prompt="x")))
+            run(p, ImageRequest(prompt="x"))
     assert not info.value.transient and info.value.status == 400
-    assert "Cannot execute because a node is invalid" in info.value.message
-    assert "missing class_type" in info.value.message
+    assert (
+        "Prompt outputs failed validation; node 10 (LoadImage): Custom validation failed for "
+        "node: image - Invalid image file: example.png"
+    ) in info.value.message
 
 
-def test_execution_error_in_history_is_permanent(tmp_path: Path) -> None:
+def test_value_not_in_list_names_node_and_input(tmp_path: Path) -> None:
+    flow = graph_file("sd15_api.json")
+    flow["4"]["inputs"]["ckpt_name"] = "missing.safetensors"
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "bad.json").write_text(json.dumps(flow))
+    with ComfyUIServer() as server:
+        p = create(
+            "comfyui",
+            {"base_url": server.url, "workflow": "flows/bad.json", "substitutions": SD15},
+            base_dir=tmp_path,
+        )
+        with pytest.raises(ProviderError) as info:
+            run(p, ImageRequest(prompt="x"))
+        assert server.total_executions() == 0
+    assert (
+        "HTTP 400: Prompt outputs failed validation; node 4 (CheckpointLoaderSimple): Value not "
+        "in list: ckpt_name: 'missing.safetensors' not in"
+    ) in info.value.message
+
+
+def test_missing_node_type_is_comfyuis_own_words(tmp_path: Path) -> None:
+    flow = graph_file("sd15_api.json")
+    flow["12"] = {"class_type": "UltimateSDUpscale", "inputs": {}, "_meta": {"title": "Upscale"}}
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "custom.json").write_text(json.dumps(flow))
+    with ComfyUIServer() as server:
+        p = create(
+            "comfyui",
+            {"base_url": server.url, "workflow": "flows/custom.json", "substitutions": SD15},
+            base_dir=tmp_path,
+        )
+        with pytest.raises(ProviderError) as info:
+            run(p, ImageRequest(prompt="x"))
+    assert (
+        "Node 'Upscale' not found. The custom node may not be installed. (Node ID '#12')"
+        in info.value.message
+    )
+
+
+def test_execution_error_is_permanent_and_the_next_call_submits_anew(tmp_path: Path) -> None:
     with ComfyUIServer() as server:
         p = provider(tmp_path, server)
-        server.queue(
-            "POST", "/prompt", Reply(body={"prompt_id": "p1", "number": 1, "node_errors": {}})
+        job = RemoteJob("k")
+        with pytest.raises(ProviderError) as info:
+            run(p, ImageRequest(prompt="[[OOM]] x", seed=1, idempotency_key="k", job=job))
+        assert job.known is not None and job.known["state"] == "failed"
+        first = job.known["prompt_id"]
+        assert not info.value.transient
+        assert (
+            "workflow failed: node 3 (KSampler): Allocation on device [torch.OutOfMemoryError]"
+            in info.value.message
         )
-        server.queue(
-            "GET",
-            "/history/p1",
-            Reply(
-                body={
-                    "p1": {
-                        "outputs": {},
-                        "status": {
-                            "status_str": "error",
-                            "completed": False,
-                            "messages": [
-                                [
-                                    "execution_error",
-                                    {
-                                        "node_type": "KSampler",
-                                        "exception_message": "CUDA out of memory",
-                                    },
-                                ]
-                            ],
-                        },
-                    }
-                }
-            ),
+        with pytest.raises(ProviderError):
+            run(p, ImageRequest(prompt="[[OOM]] x", seed=1, idempotency_key="k", job=job))
+        assert job.known["prompt_id"] != first and server.executions[first] == 1
+
+
+def test_timeout_shorter_than_the_render_runs_the_job_exactly_once(tmp_path: Path) -> None:
+    with ComfyUIServer(render_s=0.8) as server:
+        p = provider(tmp_path, server, timeout=0.2, max_retries=8, retry_base_delay=0.05)
+        req = ImageRequest(prompt="slow", seed=3, idempotency_key="slow-1")
+        waits: list[str] = []
+        result = asyncio.run(
+            with_provider_retries(
+                p,
+                lambda: p.generate_image(req),
+                on_retry=lambda _a, exc, _d: waits.append(exc.message),
+            )
         )
-        with pytest.raises(ProviderError, match="KSampler: CUDA out of memory") as info:
-            asyncio.run(p.generate_image(ImageRequest(prompt="x", seed=1)))
-    assert not info.value.transient
+        server.wait_idle()
+        assert server.count("POST", "/prompt") == 1
+        assert server.total_executions() == 1
+    assert waits and "still running" in waits[0] and "re-attaches" in waits[0]
+    assert result.metadata["reattached"] is True
 
 
-def test_a_prompt_that_never_finishes_times_out_transiently(tmp_path: Path) -> None:
-    with ComfyUIServer(pending_polls=10_000) as server:
-        p = provider(tmp_path, server, timeout=0.2)
-        with pytest.raises(ProviderError, match=r"not finished within 0\.2 s") as info:
-            asyncio.run(p.generate_image(ImageRequest(prompt="x", seed=1)))
-    assert info.value.transient
+def test_a_job_left_behind_is_fetched_not_queued_again(tmp_path: Path) -> None:
+    with ComfyUIServer(render_s=0.3) as server:
+        p = provider(tmp_path, server, timeout=0.05)
+        journal: list[dict[str, Any] | None] = []
+        job = RemoteJob("k2", recorder=lambda j: journal.append(dict(j) if j else None))
+        req = ImageRequest(prompt="left", seed=1, idempotency_key="k2", job=job)
+        with pytest.raises(ProviderError, match=r"still (queued|running)"):
+            run(p, req)
+        server.wait_idle()  # the client gave up; ComfyUI finished the job anyway
+        # A new process: only the journaled record is known.
+        later = RemoteJob("k2", known=journal[-1])
+        result = run(
+            provider(tmp_path, server),
+            ImageRequest(prompt="left", seed=1, idempotency_key="k2", job=later),
+        )
+        assert server.count("POST", "/prompt") == 1 and server.total_executions() == 1
+    assert journal[0] is not None and journal[0]["state"] == "submitting"
+    assert journal[0]["backend"] == server.url
+    assert result.metadata["prompt_id"] == journal[0]["prompt_id"]
 
 
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({"substitutions": {"prompt": "99.inputs.text"}}, "names no node"),
-        (
-            {"substitutions": {"colour": "6.inputs.text", "prompt": "6.inputs.text"}},
-            "unknown substitution",
-        ),
-        ({"workflow": "flows/missing.json"}, "cannot read"),
-    ],
-)
-def test_configuration_mistakes_are_clear(
-    tmp_path: Path, settings: dict[str, Any], message: str
-) -> None:
+def test_the_job_is_journaled_before_it_is_sent(tmp_path: Path) -> None:
     with ComfyUIServer() as server:
-        p = provider(tmp_path, server, **settings)
-        with pytest.raises(ProviderConfigError, match=message):
-            asyncio.run(p.generate_image(ImageRequest(prompt="x")))
-        assert server.requests == []
+        p = provider(tmp_path, server)
+        sent_when_recorded: list[int] = []
+        job = RemoteJob(
+            "k3", recorder=lambda _j: sent_when_recorded.append(server.count("POST", "/prompt"))
+        )
+        run(p, ImageRequest(prompt="x", idempotency_key="k3", job=job))
+    assert sent_when_recorded[0] == 0  # "submitting" was journaled before POST /prompt
+
+
+def test_a_job_the_backend_forgot_is_submitted_again(tmp_path: Path) -> None:
+    with ComfyUIServer(render_s=0.3) as server:
+        p = provider(tmp_path, server, timeout=0.05)
+        job = RemoteJob("k4")
+        req = ImageRequest(prompt="x", seed=1, idempotency_key="k4", job=job)
+        with pytest.raises(ProviderError):
+            run(p, req)
+        server.wait_idle()
+        server.restart()  # history gone: the backend no longer knows the job
+        result = run(provider(tmp_path, server), req)
+        assert server.count("POST", "/prompt") == 2
+    assert result.metadata["reattached"] is True  # asked first, submitted only when unknown
+
+
+def test_an_older_comfyui_that_picks_its_own_id_gets_that_id_journaled(tmp_path: Path) -> None:
+    with ComfyUIServer(honour_prompt_id=False) as server:
+        p = provider(tmp_path, server)
+        job = RemoteJob("k5")
+        result = run(p, ImageRequest(prompt="x", idempotency_key="k5", job=job))
+        [pid] = server.graphs
+    assert job.known is not None and job.known["prompt_id"] == pid
+    assert result.metadata["prompt_id"] == pid
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=str)
 def test_error_replies_are_classified(tmp_path: Path, fault: Fault) -> None:
-    with ComfyUIServer(pending_polls=0) as server:
-        p = provider(tmp_path, server)
-        req = ImageRequest(prompt="x", seed=1)
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server, timeout=TIMEOUT)
+        req = ImageRequest(prompt="x", seed=1, idempotency_key="f")
         check_fault(server, "POST", "/prompt", lambda: p.generate_image(req), fault)
+        # However the reply was lost, the backend ran the prompt once.
+        server.wait_idle()
+        assert server.total_executions() <= 1
+
+
+# --- compile-time checks ------------------------------------------------------------------------
+
+
+def check(
+    tmp_path: Path, workflow: str, subs: Mapping[str, Any], references: int | None = 0
+) -> None:
+    (tmp_path / "flows").mkdir(exist_ok=True)
+    shutil.copy(DATA / workflow, tmp_path / "flows" / workflow)
+    p = create(
+        "comfyui",
+        {"workflow": f"flows/{workflow}", "substitutions": dict(subs)},
+        base_dir=tmp_path,
+    )
+    p.check(references=references)
+
+
+def test_ui_format_is_recognised_with_how_to_export(tmp_path: Path) -> None:
+    with pytest.raises(ProviderConfigError) as info:
+        check(tmp_path, "sd15_ui.json", {"prompt": "6.inputs.text"})
+    assert "sd15_ui.json is a ComfyUI UI-format workflow (it has 'nodes' and 'links')" in str(
+        info.value
+    )
+    assert info.value.hint is not None and "Export (API)" in info.value.hint
+
+
+def test_a_saved_request_body_is_unwrapped(tmp_path: Path) -> None:
+    check(tmp_path, "sd15_wrapped.json", SD15)
+
+
+@pytest.mark.parametrize(
+    ("subs", "message"),
+    [
+        ({"prompt": "66.inputs.text"}, "the workflow has no node '66'; did you mean '6'?"),
+        (
+            {"prompt": "6.inputs.txt"},
+            "node '6' (CLIP Text Encode (Prompt)) has no input 'txt'; did you mean 'text'?",
+        ),
+        ({"prompt": "6.inputs.clip"}, "input 'clip' of node '6' (CLIP Text Encode (Prompt)) is"),
+        ({"prompt": "6.inputs.text", "sed": "3.inputs.seed"}, "field 'sed'; did you mean 'seed'"),
+        ({"negative_prompt": "7.inputs.text"}, "must name where 'prompt' goes"),
+        ({"prompt": "6.inputs.text", "reference": "3.inputs.seed"}, "is not a LoadImage node"),
+    ],
+)
+def test_substitution_mistakes_name_the_nearest_fix(
+    tmp_path: Path, subs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ProviderConfigError) as info:
+        check(tmp_path, "sd15_api.json", subs)
+    assert message in info.value.message
+
+
+def test_more_references_than_load_image_nodes_is_refused(tmp_path: Path) -> None:
+    subs = {"prompt": "6.inputs.text", "reference": "10.inputs.image"}
+    check(tmp_path, "img2img_api.json", subs, references=1)
+    with pytest.raises(ProviderConfigError, match="gives 2 reference images but the workflow"):
+        check(tmp_path, "img2img_api.json", subs, references=2)

@@ -199,6 +199,12 @@ class JournalLedger:
     def fail(self, key: str, error: str) -> None:
         self.journal.fail_call(key, error)
 
+    def remote_job(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call_job(key)
+
+    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None:
+        self.journal.note_call_job(key, job)
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..canonical import CanonicalError, digest
-from ..errors import InvalidPipeline, ProviderError
+from ..errors import InvalidPipeline, Location, ProviderError
+from .jobs import RemoteJob
 from .redact import Redactor
 
 # Settings that change how a call is made but never what it produces: kept out of the profile.
@@ -66,6 +67,7 @@ class ImageRequest:
     params: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str = ""
     timeout: float | None = None  # seconds; None -> the provider's configured timeout
+    job: RemoteJob | None = None  # a job-queue backend's journaled job for this call
 
 
 @dataclass
@@ -128,6 +130,8 @@ class Provider:
     known_settings: ClassVar[frozenset[str]] = frozenset()
     defaults: ClassVar[Mapping[str, Any]] = {}
     default_timeout: ClassVar[float] = 120.0
+    # A job-queue backend: its image calls carry a RemoteJob the step journals (see jobs.py).
+    remote_jobs: ClassVar[bool] = False
     default_retry: ClassVar[RetryPolicy] = RetryPolicy()
 
     def __init__(
@@ -234,6 +238,11 @@ class Provider:
             retry_after=retry_after,
             provider=self.name,
         )
+
+    def check(self, *, references: int | None, where: Location | None = None) -> None:
+        """Compile-time checks of this provider for one step (``references``: how many reference
+        images the step gives, None when not known before it runs). Raises ProviderConfigError.
+        """
 
     # --- the calls --------------------------------------------------------------------------
 

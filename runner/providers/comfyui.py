@@ -1,29 +1,42 @@
-"""ComfyUI: queue a user-supplied API-format workflow, poll its history, fetch the image.
+"""ComfyUI: a remote job per image, journaled before waiting, re-attached after any interruption.
 
-Settings: ``workflow`` (a JSON file exported with "Save (API format)", relative to runner.toml),
-``substitutions`` mapping request fields (prompt, negative_prompt, seed, width, height, reference)
-to paths in the workflow like "6.inputs.text" (node id, then keys), ``poll_interval`` seconds.
-Protocol: POST /upload/image for references, POST /prompt {prompt, client_id} -> {prompt_id},
-GET /history/{prompt_id} until outputs appear, GET /view?filename=&subfolder=&type= for bytes.
+Settings: ``workflow`` (an API-format JSON file, relative to runner.toml), ``substitutions``
+mapping request fields to ``"node.inputs.name"`` paths (or lists of them; see comfyui_workflow),
+``poll_interval`` seconds, ``output_node``, ``client_id``. ``timeout`` bounds how long one call
+waits for its job; it never causes a second submission.
+
+Protocol (ComfyUI's server.py): POST /upload/image for references; POST /prompt {prompt,
+client_id, prompt_id} -> {prompt_id, number, node_errors}; GET /history/{prompt_id} until the
+entry appears; GET /queue to tell a queued or running job from one the backend no longer knows;
+GET /view?filename=&subfolder=&type= for the bytes.
+
+Never paid twice: the prompt_id is derived from the call's idempotency key and journaled (with
+the backend's base URL) *before* POST /prompt, since current ComfyUI honours a client-supplied
+prompt_id. A later attempt, a resumed run or the next apply first asks that backend about the
+job: finished -> its image is fetched; queued or running -> waited for; unknown to the backend
+(not queued, not running, not in the history, e.g. after a restart) -> submitted again. An older
+ComfyUI that picks its own id has it journaled as soon as the reply arrives. Progress is polled;
+the /ws websocket is not used (no websocket client dependency).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
-import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 
-from ..errors import ProviderError
-from ._http import HttpProvider
+from ..errors import Location, ProviderError
+from ._http import HttpProvider, backend_message
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
+from .comfyui_workflow import Workflow, check_workflow, read_graph
+from .jobs import RemoteJob
 
-FIELDS = ("prompt", "negative_prompt", "seed", "width", "height", "reference")
+MAX_RESUBMITS = 2  # per call: a backend that keeps forgetting jobs is not fed forever
 
 
 class ComfyUIProvider(HttpProvider):
@@ -44,19 +57,23 @@ class ComfyUIProvider(HttpProvider):
         {"base_url", "workflow", "substitutions", "poll_interval", "output_node", "client_id"}
     )
     defaults: ClassVar[dict[str, Any]] = {"poll_interval": 0.5, "client_id": "runner"}
+    remote_jobs: ClassVar[bool] = True
+
+    _checked: tuple[bytes, Workflow] | None = None
 
     @property
     def capabilities(self) -> Capabilities:
         caps = super().capabilities
         subs = self.settings.get("substitutions")
-        has_ref = isinstance(subs, dict) and "reference" in subs
         return Capabilities(
             kinds=caps.kinds,
             supports_seed=isinstance(subs, dict) and "seed" in subs,
-            supports_reference_image=has_ref,
+            supports_reference_image=isinstance(subs, dict) and "reference" in subs,
             max_concurrency=caps.max_concurrency,
             accepts_idempotency_key=False,
         )
+
+    # --- the workflow -------------------------------------------------------------------------
 
     def _workflow_path(self) -> Path:
         name = self.settings.get("workflow")
@@ -66,37 +83,30 @@ class ComfyUIProvider(HttpProvider):
             )
         return (self.base_dir / name).resolve()
 
-    def _workflow(self) -> dict[str, Any]:
+    def workflow(self, where: Location | None = None) -> Workflow:
+        """The checked workflow (re-read when the file changes). Raises ProviderConfigError."""
         path = self._workflow_path()
         try:
-            graph = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            problem = f"cannot read {path}: {exc}"
-        except ValueError as exc:
-            problem = f"{path} is not JSON: {exc}"
-        else:
-            problem = ""
-        if problem:
-            raise ProviderConfigError(f"provider '{self.name}': {problem}")
-        if not isinstance(graph, dict):
-            raise ProviderConfigError(f"provider '{self.name}': {path} is not an API workflow")
-        return graph
+            raw = path.read_bytes()
+        except OSError:
+            raw = b""
+        if self._checked is not None and self._checked[0] == raw and raw:
+            return self._checked[1]
+        graph = read_graph(path, self.name)
+        checked = check_workflow(graph, self.settings.get("substitutions", {}), self.name, where)
+        self._checked = (raw, checked)
+        return checked
 
-    def _substitutions(self) -> dict[str, str]:
-        subs = self.settings.get("substitutions", {})
-        if not isinstance(subs, dict) or not all(isinstance(v, str) for v in subs.values()):
+    def check(self, *, references: int | None, where: Location | None = None) -> None:
+        flow = self.workflow(where)
+        slots = flow.reference_slots
+        if references is not None and slots and references > slots:
             raise ProviderConfigError(
-                f"provider '{self.name}': substitutions must map fields to 'node.key.key' paths"
+                f"provider '{self.name}': the step gives {references} reference images but the "
+                f"workflow's substitutions map {slots} LoadImage node(s) to 'reference'",
+                where=where,
+                hint="list one LoadImage path per reference image under substitutions.reference",
             )
-        unknown = sorted(set(subs) - set(FIELDS))
-        if unknown:
-            raise ProviderConfigError(
-                f"provider '{self.name}': unknown substitution(s) {', '.join(unknown)}",
-                hint=f"substitutable fields: {', '.join(FIELDS)}",
-            )
-        if "prompt" not in subs:
-            raise ProviderConfigError(f"provider '{self.name}': substitutions must name 'prompt'")
-        return dict(subs)
 
     def profile_settings(self) -> dict[str, Any]:
         # The workflow's content, not its path, decides the output.
@@ -111,62 +121,114 @@ class ComfyUIProvider(HttpProvider):
             out["workflow_sha256"] = None
         return out
 
-    def _substitute(self, graph: dict[str, Any], path: str, value: Any) -> None:
-        node_id, _, rest = path.partition(".")
-        node = graph.get(node_id)
-        keys = rest.split(".") if rest else []
-        if not isinstance(node, dict) or not keys:
-            raise ProviderConfigError(
-                f"provider '{self.name}': substitution path '{path}' names no node in the workflow"
-            )
-        for k in keys[:-1]:
-            node = node.get(k) if isinstance(node, dict) else None
-            if not isinstance(node, dict):
-                raise ProviderConfigError(
-                    f"provider '{self.name}': substitution path '{path}' does not exist"
-                )
-        node[keys[-1]] = value
+    # --- the call -------------------------------------------------------------------------------
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
-        graph = copy.deepcopy(self._workflow())
-        subs = self._substitutions()
-        values: dict[str, Any] = {
-            "prompt": request.prompt,
-            "negative_prompt": request.negative_prompt,
-            "seed": request.seed if request.seed is not None else 0,
-            "width": request.size[0],
-            "height": request.size[1],
-        }
+        flow = self.workflow()
+        if request.job is None:  # called directly: the job lives as long as the request
+            request.job = RemoteJob(request.idempotency_key)
+        job = request.job
         timeout = request.timeout if request.timeout is not None else self.timeout
+        deadline = time.monotonic() + timeout
+        values = self._values(request)
+        reattached = False
         async with self.client(timeout) as client:
-            if "reference" in subs and request.references:
-                values["reference"] = await self._upload(client, request.references[0])
-            for field, path in subs.items():
-                if field in values:
-                    self._substitute(graph, path, values[field])
-            body = {"prompt": graph, "client_id": self.str_setting("client_id", "runner")}
-            queued = self.json_of(await self.send(client, "POST", "/prompt", json=body))
-            prompt_id = queued.get("prompt_id")
-            if not isinstance(prompt_id, str) or not prompt_id:
-                raise self.bad_reply(
-                    "POST /prompt",
-                    f"no prompt_id (node_errors: {json.dumps(queued.get('node_errors'))})",
-                )
-            ref = await self._wait(client, prompt_id, timeout)
+            state = await self._reattach(client, job)
+            reattached = state is not None
+            resubmits = 0
+            while True:
+                if state is None:
+                    if resubmits > MAX_RESUBMITS:
+                        raise self.error(
+                            f"{self.base_url} forgot the prompt {resubmits} times while it ran; "
+                            "not submitting it again",
+                            transient=False,
+                        )
+                    await self._submit(client, flow, values, request, job)
+                    resubmits += 1
+                ref, state = await self._wait(client, job, deadline, timeout)
+                if ref is not None:
+                    break
             resp = await self.send(client, "GET", "/view", params=ref)
         ctype = resp.headers.get("Content-Type", "")
         if not ctype.startswith("image/"):
             raise self.bad_reply("GET /view", f"content type '{ctype}' is not an image")
+        known = job.known or {}
+        job.update(state="fetched")
         meta = {
-            "seed": values["seed"] if "seed" in subs else None,
+            "seed": values.get("seed"),
             "model": None,
             "revised_prompt": None,
-            "prompt_id": prompt_id,
+            "prompt_id": known.get("prompt_id"),
+            "backend": known.get("backend"),
             "filename": ref["filename"],
+            "reattached": reattached,
         }
         return ImageResult(image=resp.content, metadata=meta, usage={"images": 1})
 
+    def _values(self, request: ImageRequest) -> dict[str, Any]:
+        """The request fields to substitute; a field the request leaves out keeps the workflow's."""
+        values: dict[str, Any] = {"prompt": request.prompt, "width": request.size[0]}
+        values["height"] = request.size[1]
+        if request.negative_prompt:
+            values["negative_prompt"] = request.negative_prompt
+        if request.seed is not None:
+            values["seed"] = request.seed
+        return values
+
+    def _prompt_id(self, key: str, submission: int) -> str:
+        if not key:
+            return str(uuid.uuid4())
+        digest = hashlib.sha256(f"{key}:{submission}".encode()).hexdigest()
+        return str(uuid.UUID(hex=digest[:32]))
+
+    async def _submit(
+        self,
+        client: httpx.AsyncClient,
+        flow: Workflow,
+        values: dict[str, Any],
+        request: ImageRequest,
+        job: RemoteJob,
+    ) -> None:
+        values = dict(values)
+        if request.references and flow.reference_slots:
+            names = [await self._upload(client, ref) for ref in request.references]
+            values["reference"] = names[: flow.reference_slots]
+        graph = flow.fill(values)
+        # A new id for each submission of the call, so an old history entry never answers it.
+        known = job.known or {}
+        submission = int(known.get("submission", -1)) + 1 if known else 0
+        prompt_id = self._prompt_id(request.idempotency_key, submission)
+        # Journaled before it is sent: a crash from here on re-attaches instead of re-queuing.
+        job.record(
+            {
+                "backend": self.base_url,
+                "prompt_id": prompt_id,
+                "submission": submission,
+                "state": "submitting",
+                "submitted_at": round(time.time(), 3),
+            }
+        )
+        body = {
+            "prompt": graph,
+            "client_id": self.str_setting("client_id", "runner"),
+            "prompt_id": prompt_id,
+        }
+        queued = self.json_of(await self.send(client, "POST", "/prompt", json=body))
+        got = queued.get("prompt_id")
+        if not isinstance(got, str) or not got:
+            raise self.bad_reply("POST /prompt", "no prompt_id in the reply")
+        job.update(prompt_id=got, state="queued", number=queued.get("number"))
+
+    def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
+        if what != "POST /prompt" or resp.status_code != 400:
+            return super().status_error(what, resp)
+        return self.error(
+            f"{what} -> HTTP 400: {_prompt_refusal(resp)}", transient=False, status=400
+        )
+
     async def _upload(self, client: httpx.AsyncClient, data: bytes) -> str:
+        # Named by content, so uploading it again (a retry) overwrites the same file.
         name = f"runner-{hashlib.sha256(data).hexdigest()[:16]}.png"
         files = {"image": (name, data, "image/png")}
         reply = self.json_of(
@@ -184,32 +246,77 @@ class ComfyUIProvider(HttpProvider):
         sub = reply.get("subfolder")
         return f"{sub}/{stored}" if isinstance(sub, str) and sub else stored
 
+    # --- the job --------------------------------------------------------------------------------
+
+    async def _reattach(self, client: httpx.AsyncClient, job: RemoteJob) -> str | None:
+        """``"known"`` when the journaled job is still the backend's, else None (submit)."""
+        known = job.known
+        if not known or known.get("state") == "failed" or not known.get("prompt_id"):
+            return None
+        if known.get("backend") and known["backend"] != self.base_url:
+            # Another backend has the job (a pool): that one is asked, never this one.
+            raise self.error(
+                f"prompt {known['prompt_id']} runs on {known['backend']}, not {self.base_url}",
+                transient=False,
+            )
+        return "known"
+
     async def _wait(
-        self, client: httpx.AsyncClient, prompt_id: str, timeout: float
-    ) -> dict[str, str]:
-        """Poll the history until the prompt has an image output; returns /view parameters."""
+        self, client: httpx.AsyncClient, job: RemoteJob, deadline: float, timeout: float
+    ) -> tuple[dict[str, str] | None, str | None]:
+        """Poll the job until its image is ready: (view params, _) or (None, None) when the
+        backend no longer knows it (submit again). Raises when it failed or time ran out."""
         interval = self.float_setting("poll_interval", 0.5)
-        deadline = time.monotonic() + timeout
+        prompt_id = str((job.known or {}).get("prompt_id"))
         url = f"/history/{prompt_id}"
         while True:
-            entry = self.json_of(await self.send(client, "GET", url)).get(prompt_id)
-            if isinstance(entry, dict):
-                found = self._finished(entry, url)
+            where: str | None = None
+            entry = await self._history(client, prompt_id)
+            if entry is not None:
+                found = self._finished(job, entry, url)
                 if found is not None:
-                    return found
+                    return found, "done"
+            else:
+                where = await self._queued(client, prompt_id)
+                if where is None:
+                    # Not queued, not running: finished in between, or forgotten (a restart).
+                    if await self._history(client, prompt_id) is None:
+                        return None, None
+                    continue
             if time.monotonic() + interval > deadline:
+                position = "running" if where == "running" else "queued"
                 raise self.error(
-                    f"GET {url}: prompt not finished within {timeout} s", transient=True
+                    f"prompt {prompt_id} is still {position} on {self.base_url} after {timeout} s;"
+                    " it keeps running there and the next attempt re-attaches to it",
+                    transient=True,
                 )
             await asyncio.sleep(interval)
 
-    def _finished(self, entry: dict[str, Any], url: str) -> dict[str, str] | None:
+    async def _history(self, client: httpx.AsyncClient, prompt_id: str) -> dict[str, Any] | None:
+        entry = self.json_of(await self.send(client, "GET", f"/history/{prompt_id}")).get(prompt_id)
+        return entry if isinstance(entry, dict) else None
+
+    async def _queued(self, client: httpx.AsyncClient, prompt_id: str) -> str | None:
+        """ "running", "pending" or None: where GET /queue has the prompt."""
+        queue = self.json_of(await self.send(client, "GET", "/queue"))
+        for where in ("running", "pending"):
+            items = queue.get(f"queue_{where}")
+            for item in items if isinstance(items, list) else []:
+                if isinstance(item, list) and len(item) > 1 and item[1] == prompt_id:
+                    return where
+        return None
+
+    def _finished(self, job: RemoteJob, entry: dict[str, Any], url: str) -> dict[str, str] | None:
         status = entry.get("status") if isinstance(entry.get("status"), dict) else {}
         assert isinstance(status, dict)
         if status.get("status_str") == "error":
+            job.update(state="failed")  # the next apply submits it again, under a new id
             raise self._execution_error(url, status)
         outputs = entry.get("outputs")
         if not isinstance(outputs, dict) or not outputs:
+            if status.get("completed"):
+                job.update(state="failed")
+                raise self.bad_reply(url, "the workflow finished without an image output")
             return None
         wanted = self.settings.get("output_node")
         candidates: list[dict[str, Any]] = []
@@ -227,14 +334,50 @@ class ComfyUIProvider(HttpProvider):
                 "subfolder": str(img.get("subfolder", "")),
                 "type": str(img.get("type", "output")),
             }
-        if status.get("completed"):
-            raise self.bad_reply(url, "the workflow finished without an image output")
-        return None
+        job.update(state="failed")
+        raise self.bad_reply(url, "the workflow finished without an image output")
 
     def _execution_error(self, url: str, status: dict[str, Any]) -> ProviderError:
         detail = ""
         for msg in status.get("messages") or []:
             if isinstance(msg, list) and len(msg) == 2 and msg[0] == "execution_error":
                 info = msg[1] if isinstance(msg[1], dict) else {}
-                detail = f"{info.get('node_type', '?')}: {info.get('exception_message', '')}"
+                kind = info.get("exception_type")
+                detail = (
+                    f"node {info.get('node_id', '?')} ({info.get('node_type', '?')}): "
+                    f"{str(info.get('exception_message', '')).strip()}"
+                    + (f" [{kind}]" if kind else "")
+                )
         return self.error(f"{url}: workflow failed: {detail or 'execution error'}", transient=False)
+
+
+def _prompt_refusal(resp: httpx.Response) -> str:
+    """ComfyUI's refusal of a prompt, in its words: error.message, details, each node error."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return backend_message(resp)
+    if not isinstance(body, dict):
+        return backend_message(resp)
+    err = body.get("error")
+    parts: list[str] = []
+    if isinstance(err, dict):
+        head = str(err.get("message") or err.get("type") or "")
+        details = err.get("details")
+        if details and not body.get("node_errors"):  # node errors say it better, per node
+            head = f"{head} ({details})"
+        parts.append(head)
+    elif err:
+        parts.append(str(err))
+    node_errors = body.get("node_errors")
+    if isinstance(node_errors, dict):
+        for node_id, info in sorted(node_errors.items(), key=lambda kv: str(kv[0])):
+            if not isinstance(info, dict):
+                continue
+            for e in info.get("errors") or []:
+                if isinstance(e, dict):
+                    parts.append(
+                        f"node {node_id} ({info.get('class_type')}): "
+                        f"{e.get('message')}: {e.get('details')}"
+                    )
+    return "; ".join(p for p in parts if p) or backend_message(resp)

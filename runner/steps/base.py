@@ -23,6 +23,8 @@ class Ledger(Protocol):
 
     ``completed(key)`` returns the stored result of a key that finished (never call it again);
     ``begin(key, meta)`` records it in-flight; ``complete(key, result)`` records the result.
+    ``note_remote_job(key, job)`` journals the job a job-queue backend runs for the key (before
+    waiting on it) and ``remote_job(key)`` returns it, so a later attempt re-attaches to it.
     """
 
     def completed(self, key: str) -> dict[str, Any] | None: ...
@@ -32,6 +34,10 @@ class Ledger(Protocol):
     def complete(self, key: str, result: Mapping[str, Any]) -> None: ...
 
     def fail(self, key: str, error: str) -> None: ...
+
+    def remote_job(self, key: str) -> dict[str, Any] | None: ...
+
+    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None: ...
 
 
 class ProviderAccess(Protocol):

@@ -10,6 +10,7 @@ collected while the others complete; the step fails only when every iteration fa
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from ..paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import CallLog, Event, error_summary, jsonable, with_provider_retries
 from ..providers.config import Providers
+from ..providers.jobs import RemoteJob
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -106,6 +108,25 @@ def resolve_provider(env: StepEnv, name: str | None, kind: str, step: str | None
     return provider
 
 
+def check_provider(args: Mapping[str, Any], root: Path, where: Location | None) -> None:
+    """The provider's own compile-time checks for this step (a ComfyUI workflow and its
+    substitutions, how many references it takes). Raises ProviderConfigError.
+
+    A provider that cannot be resolved yet (a name given by an expression, a setting that only
+    the run can check) is left to the run, which reports it.
+    """
+    name = args.get("provider")
+    if isinstance(name, str) and "${{" in name:
+        return
+    try:
+        provider = Providers.for_dir(root).get(name)
+    except ProviderConfigError:
+        return
+    refs = args.get("references")
+    count = len(refs) if isinstance(refs, list) else (0 if refs is None else None)
+    provider.check(references=count, where=where)
+
+
 def load_reference(ctx: StepContext, ref: str) -> bytes:
     """An object digest from the store, or a workspace path inside the pipeline root."""
     if _DIGEST.match(ref) and ctx.objects.has(ref):
@@ -187,12 +208,12 @@ class ImageStep(StepType):
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         size = args.get("size", DEFAULT_SIZE)
-        if isinstance(size, str) and "${{" in size:
-            return
-        try:
-            parse_size(size)
-        except ValueError as exc:
-            raise invalid(str(exc), where) from None
+        if not (isinstance(size, str) and "${{" in size):
+            try:
+                parse_size(size)
+            except ValueError as exc:
+                raise invalid(str(exc), where) from None
+        check_provider(args, root, where)
 
     def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
         provider = resolve_provider(env, args.get("provider"), "image", None)
@@ -293,6 +314,9 @@ class ImageStep(StepType):
         }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(summary))
+            if provider.remote_jobs:  # a job journaled by an earlier attempt is re-attached
+                note = functools.partial(ctx.ledger.note_remote_job, key)
+                request.job = RemoteJob(key, ctx.ledger.remote_job(key), note)
         log = CallLog(ctx.log_dir, key, provider.redactor)
         asked = Event("request", summary)  # written with the outcome: one open per call
 

@@ -538,6 +538,22 @@ class Journal:
             (dumps(dict(result)), now(), key),
         )
 
+    def note_call_job(self, key: str, job: Mapping[str, Any] | None) -> None:
+        """Record (None: clear) the remote job of an in-flight call in its meta, durably now:
+        a job-queue provider calls this before it waits, so a crash re-attaches to the job."""
+        self.commit()
+        row = self._one("SELECT meta FROM calls WHERE key=?", (key,))
+        meta = (loads(row["meta"]) if row else None) or {}
+        meta["remote_job"] = dict(job) if job else None
+        self.conn.execute("UPDATE calls SET meta=? WHERE key=?", (dumps(meta), key))
+
+    def call_job(self, key: str) -> dict[str, Any] | None:
+        """The remote job recorded for ``key`` by ``note_call_job``, or None."""
+        row = self._one("SELECT meta FROM calls WHERE key=?", (key,))
+        meta = (loads(row["meta"]) if row else None) or {}
+        job = meta.get("remote_job") if isinstance(meta, dict) else None
+        return dict(job) if isinstance(job, dict) else None
+
     def fail_call(self, key: str, error: str) -> None:
         self.commit()
         self.conn.execute(

@@ -27,7 +27,13 @@ class MemoryLedger:
 
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
         self.ops.append(("begin", key))
-        self.entries[key] = {"status": "in_flight", "meta": dict(meta), "result": None}
+        job = self.entries.get(key, {}).get("remote_job")
+        self.entries[key] = {
+            "status": "in_flight",
+            "meta": dict(meta),
+            "result": None,
+            "remote_job": job,
+        }
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None:
         self.ops.append(("complete", key))
@@ -38,6 +44,14 @@ class MemoryLedger:
         self.ops.append(("fail", key))
         self.entries[key]["status"] = "failed"
         self.entries[key]["error"] = error
+
+    def remote_job(self, key: str) -> dict[str, Any] | None:
+        job = self.entries.get(key, {}).get("remote_job")
+        return dict(job) if job else None
+
+    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None:
+        self.ops.append(("job", key))
+        self.entries[key]["remote_job"] = dict(job) if job else None
 
 
 def write_config(root: Path, text: str) -> Path:
