@@ -7,6 +7,7 @@ recorded values in the journal (see ``runner.engine``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,38 @@ class Busy(RunnerError):
     exit_code = 2
 
 
+class Failure(StrEnum):
+    """What a failed provider call may have done at the backend; it decides what happens next.
+
+    TRANSIENT: refused before any work (connect error, 429, 503, 408, a request whose body never
+    went out): safe to send again, after a backoff. PERMANENT: the request or the account needs
+    the user (400, 401, 403, 404, 422, quota used up, a reply we cannot use): never sent again as
+    it is. MAYBE_EXECUTED: the request went out and the reply was lost (read timeout, connection
+    reset after the body was sent, 502/504 from a proxy): the backend may have done, and billed,
+    the work; a synchronous call is not sent again unless the user says so (``retry_uncertain``),
+    a job-queue backend is asked about its job instead.
+    """
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    MAYBE_EXECUTED = "maybe_executed"
+
+
+class CallStatus(StrEnum):
+    """The journaled state of one keyed provider call (the ``calls`` table's ``status``)."""
+
+    IN_FLIGHT = "in_flight"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    MAYBE_EXECUTED = "maybe_executed"
+
+
 class ProviderError(RunnerError):
-    """A model provider call failed; ``transient`` says whether trying again may help."""
+    """A model provider call failed; ``failure`` says what the backend may have done.
+
+    ``transient`` (kept for callers that only ask "may a retry help?") is true only for
+    Failure.TRANSIENT. ``remote_id`` is the backend's id of the job or request when it gave one.
+    """
 
     exit_code = 1
 
@@ -115,20 +146,39 @@ class ProviderError(RunnerError):
         self,
         message: str,
         *,
-        transient: bool,
+        transient: bool = False,
+        maybe_executed: bool = False,
         status: int | None = None,
         retry_after: float | None = None,
         provider: str | None = None,
+        remote_id: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.transient = transient
+        if transient and maybe_executed:
+            raise ValueError("a provider error is transient or maybe-executed, not both")
+        self.failure = (
+            Failure.MAYBE_EXECUTED
+            if maybe_executed
+            else Failure.TRANSIENT
+            if transient
+            else Failure.PERMANENT
+        )
         self.status = status
         self.retry_after = retry_after
         self.provider = provider
+        self.remote_id = remote_id
+
+    @property
+    def transient(self) -> bool:
+        return self.failure is Failure.TRANSIENT
+
+    @property
+    def maybe_executed(self) -> bool:
+        return self.failure is Failure.MAYBE_EXECUTED
 
     @property
     def kind(self) -> str:
-        return "transient" if self.transient else "permanent"
+        return self.failure.value
 
 
 class StepFailure(Exception):

@@ -3,8 +3,32 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
+
+
+def call_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One journaled provider call as shown: was it submitted, the backend's id, its outcome.
+
+    The remote id is the one the provider reported, or the id of the job a job-queue provider
+    journaled in the call's meta (``remote_job``: a ComfyUI prompt_id).
+    """
+    job: dict[str, Any] = {}
+    if row.get("meta"):
+        found = (json.loads(row["meta"]) or {}).get("remote_job")
+        job = found if isinstance(found, dict) else {}
+    submitted_at = row.get("submitted_at") or job.get("submitted_at")
+    return {
+        "key": row["key"],
+        "step_id": row["step_id"],
+        "submitted": submitted_at is not None,
+        "submitted_at": submitted_at,
+        "remote_id": row.get("remote_id") or job.get("prompt_id"),
+        "outcome": row["status"],  # completed, failed, maybe_executed (or in_flight)
+        "attempts": row.get("attempts") or 0,
+        "error": row.get("error"),
+    }
 
 
 @dataclass
@@ -12,6 +36,30 @@ class RunView:
     run: dict[str, Any]
     executions: list[dict[str, Any]]
     children: list[str]
+    calls: list[dict[str, Any]] = field(default_factory=list)  # journal.calls rows
+
+    def call_lines(self) -> list[str]:
+        """The provider calls of the run as text lines (none when it made no call)."""
+        if not self.calls:
+            return []
+        lines = [
+            "",
+            "Provider calls",
+            f"  {'step':<16} {'outcome':<15} {'sent':<8} {'tries':>5}  call / remote id",
+        ]
+        for c in map(call_json, self.calls):
+            sent = (
+                time.strftime("%H:%M:%S", time.localtime(c["submitted_at"]))
+                if c["submitted"]
+                else "no"
+            )
+            lines.append(
+                f"  {c['step_id']:<16} {c['outcome']:<15} {sent:<8} {c['attempts']:>5}  "
+                f"{c['key'][:12]}" + (f" / {c['remote_id']}" if c["remote_id"] else "")
+            )
+            if c["error"] and c["outcome"] != "completed":
+                lines.append(f"    {c['error']}")
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         run = dict(self.run)
@@ -28,7 +76,7 @@ class RunView:
             if d["element"] == -1:
                 d["element"] = None
             execs.append(d)
-        return {"run": run, "executions": execs}
+        return {"run": run, "executions": execs, "calls": [call_json(c) for c in self.calls]}
 
     def render_text(self) -> str:
         r = self.run
@@ -53,6 +101,7 @@ class RunView:
             lines.append(f"{name:<24} {e['status']:<10} {e['attempts'] or 0:>8} {dur:>8}  {key}")
             if e.get("error"):
                 lines.append(f"    {e['error']}")
+        lines.extend(self.call_lines())
         return "\n".join(lines) + "\n"
 
 
@@ -66,4 +115,4 @@ def run_view(state: Any, run_id: str) -> RunView:
             "SELECT id FROM runs WHERE parent_run_id=? ORDER BY created_at, rowid", (run["id"],)
         )
     ]
-    return RunView(run, execs, children)
+    return RunView(run, execs, children, state.journal.calls(run["id"]))

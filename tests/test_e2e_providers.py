@@ -136,13 +136,24 @@ def test_sigkill_mid_run_never_pays_twice_for_a_completed_image(tmp_path: Path) 
         in_flight = server.received[3]
         before_kill = list(server.received[:3])
 
-        doc: dict[str, Any] = {}
-        for _ in range(3):
-            res = _run(tmp_path, *cmd)
-            doc = json.loads(res.stdout)
-            if res.returncode == 0:
-                break
+        # The call on the wire at the kill may have been completed and billed: the next apply
+        # makes every other image but does not send that one again...
+        res = _run(tmp_path, *cmd)
+        doc: dict[str, Any] = json.loads(res.stdout)
+        assert doc["exit_code"] == 6 and doc["run"]["status"] == "partial", doc
+        assert server.total_completed() == 7 and server.received.count(in_flight) == 1
+        show = json.loads(_run(tmp_path, "runs", "show", doc["run"]["id"], "--json").stdout)
+        [refused] = [it for it in show["iterations"] if it["status"] != "completed"]
+        assert "may have been completed and billed" in refused["error"]
+        assert "runner apply --retry-uncertain" in refused["error"]
+        # ...until the user says so.
+        res = _run(tmp_path, *cmd, "--retry-uncertain")
+        doc = json.loads(res.stdout)
         assert doc.get("exit_code") == 0, doc
+        show = json.loads(_run(tmp_path, "runs", "show", doc["run"]["id"], "--json").stdout)
+        [resent] = show["calls"]  # the only call this run made
+        assert resent["key"] == in_flight and resent["outcome"] == "completed"
+        assert resent["submitted"] and resent["attempts"] == 2  # once before the kill, once now
 
         assert server.total_completed() == 8
         assert len(server.completed) == 8 and set(server.completed.values()) == {1}

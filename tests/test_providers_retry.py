@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from runner.errors import ProviderError
-from runner.providers.retry import backoff_delay, call_with_retries
+from runner.errors import Failure, ProviderError
+from runner.providers.retry import RETRY_AFTER_CAP, backoff_delay, call_with_retries
 
 
 class Flaky:
@@ -87,3 +87,33 @@ def test_backoff_grows_and_is_capped() -> None:
     rng = random.Random(0)
     draws = [backoff_delay(8, base_delay=1, cap=3, rng=rng) for _ in range(200)]
     assert max(draws) <= 3 and max(draws) > 2
+
+
+def test_maybe_executed_errors_are_not_sent_again_unless_the_user_accepts_it() -> None:
+    def lost() -> ProviderError:
+        return ProviderError("read timeout after sending", maybe_executed=True)
+
+    fn = Flaky([lost()])
+    with pytest.raises(ProviderError) as info:
+        run(fn, 5, base_delay=0, cap=0)
+    assert fn.calls == 1 and info.value.failure is Failure.MAYBE_EXECUTED
+    assert not info.value.transient and info.value.kind == "maybe_executed"
+
+    fn = Flaky([lost()])
+    result, _ = run(fn, 5, base_delay=0, cap=0, retry_uncertain=True)
+    assert result == "ok" and fn.calls == 2
+
+
+def test_a_retry_after_longer_than_the_cap_ends_the_retries_saying_so() -> None:
+    fn = Flaky([transient(retry_after=RETRY_AFTER_CAP + 1)])
+    with pytest.raises(ProviderError) as info:
+        run(fn, 5, base_delay=0, cap=0)
+    assert fn.calls == 1
+    assert f"asked to retry after {RETRY_AFTER_CAP + 1:.0f} s" in str(info.value)
+    fn = Flaky([transient(retry_after=RETRY_AFTER_CAP)])
+    assert run(fn, 2, base_delay=0, cap=0) == ("ok", [RETRY_AFTER_CAP])
+
+
+def test_an_error_is_not_both_transient_and_maybe_executed() -> None:
+    with pytest.raises(ValueError):
+        ProviderError("x", transient=True, maybe_executed=True)

@@ -65,6 +65,12 @@ def _install_sigterm() -> None:
     default=None,
     help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.",
 )
+@click.option(
+    "--retry-uncertain",
+    is_flag=True,
+    help="Send again provider calls whose reply was lost (the backend may have completed and "
+    "billed them: this may pay twice).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @state_option
 @json_option
@@ -79,6 +85,7 @@ def apply(
     item: str | None,
     events_file: str | None,
     out_dir: str | None,
+    retry_uncertain: bool,
     quiet: bool,
     state_dir: str | None,
     as_json: bool,
@@ -93,7 +100,7 @@ def apply(
     overrides = parse_params(params)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
-    if not (force or dry_run or out_dir or events_file):
+    if not (force or dry_run or out_dir or events_file or retry_uncertain):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
         if held is not None:
             doc = fastpath.journal_noop(state_path, pipeline_path, held)
@@ -117,7 +124,9 @@ def apply(
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
     forced = frozenset(plan.downstream(set(force))) if force else frozenset()
-    options = ApplyOptions(force=forced, dry_run=dry_run, item=item)
+    options = ApplyOptions(
+        force=forced, dry_run=dry_run, item=item, retry_uncertain=retry_uncertain
+    )
     if jobs:
         options.jobs = jobs
     state = State.open(state_path)

@@ -128,6 +128,7 @@ class ApplyOptions:
     wall_clock: float | None = None
     max_steps: int | None = None
     token_budget: int | None = None
+    retry_uncertain: bool = False  # send again calls whose reply was lost (may pay twice)
     # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
     reuse: dict[str, StepOutcome] = field(default_factory=dict)
 
@@ -190,14 +191,23 @@ class JournalLedger:
             return result
         return None
 
+    def record(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call(key)
+
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
         self.journal.begin_call(key, self.run_id, self.step_id, meta)
+
+    def sent(self, key: str) -> None:
+        self.journal.call_sent(key)
+
+    def remote_id(self, key: str, remote_id: str) -> None:
+        self.journal.call_remote_id(key, remote_id)
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None:
         self.journal.complete_call(key, result)
 
-    def fail(self, key: str, error: str) -> None:
-        self.journal.fail_call(key, error)
+    def fail(self, key: str, error: str, status: str = "failed") -> None:
+        self.journal.fail_call(key, error, status)
 
     def remote_job(self, key: str) -> dict[str, Any] | None:
         return self.journal.call_job(key)
@@ -236,6 +246,7 @@ class Interpreter:
             objects=objects,
             providers=providers,
             pipeline_file=plan.file,
+            retry_uncertain=self.options.retry_uncertain,
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
         self.hasher = FileHasher(journal)

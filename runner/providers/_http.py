@@ -1,9 +1,18 @@
-"""What every HTTP provider shares: one httpx client per call and one way to classify failures.
+"""What every HTTP provider shares: the client, the request, and one way to classify failures.
 
-Transient (worth retrying): 408, 429 (with Retry-After), 5xx, connect/read/write timeouts, a
-connection refused or reset. Permanent: any other 4xx, a body that is not the JSON we asked for,
-a reply of the wrong content type. The backend's own message is kept (redacted) so the user sees
-why the backend refused.
+Failures are classified by what the backend may have done (``runner.errors.Failure``):
+
+- TRANSIENT, refused before any work: the connection could not be made, the request body never
+  went out, or the backend answered 408, 425, 429 (rate limited), 500, 503 or another 5xx.
+- PERMANENT, needs the user: any other 4xx, a 429 whose error code says the quota or billing
+  limit is used up (``insufficient_quota``, ...), a reply that is not the JSON we asked for.
+- MAYBE_EXECUTED, sent and the reply lost: a POST whose body went out in full and then timed out
+  or lost its connection, or a 502/504/524 from a proxy in front of the backend. GET, PUT and
+  DELETE are idempotent, so for them the same losses are TRANSIENT.
+
+"The body went out in full" is known exactly, from httpcore's trace of each request, so a
+refused or reset connection before that point is never mistaken for work done. The backend's own
+message is kept (redacted) whatever its error shape, so the user sees why it refused.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import base64
 import binascii
 import functools
 import json
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -23,8 +33,19 @@ import httpx
 
 from ..errors import ProviderError
 from .base import Provider
+from .tracking import CallTracker
 
 MAX_MESSAGE_CHARS = 600
+_TAG = re.compile(r"<[^>]*>")
+_HIDDEN = re.compile(r"(?is)<(script|style|head)\b.*?</\1\s*>")
+# Methods whose repetition is harmless: a lost reply to them is transient, never maybe-executed.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+# Proxies and gateways answering for a backend that may have received the request.
+LOST_REPLY_STATUSES = frozenset({502, 504, 524})
+# Errors that answer 429 (or 403/400) but need the user to act: waiting does not help.
+NEEDS_USER_CODES = frozenset(
+    {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "access_terminated"}
+)
 
 
 @functools.cache
@@ -48,29 +69,78 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def backend_message(resp: httpx.Response) -> str:
-    """The human part of an error body: error.message, error, detail, message, or the text."""
+def retry_after_of(headers: httpx.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (OpenAI) or ``Retry-After``, or None."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    return retry_after_seconds(headers.get("Retry-After"))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def error_body(resp: httpx.Response) -> Any:
+    """The error reply's JSON value, or None when it is not JSON."""
     try:
-        body = resp.json()
+        return resp.json()
     except (ValueError, UnicodeDecodeError):
-        text = resp.text.strip()
+        return None
+
+
+def error_code(body: Any) -> str | None:
+    """``error.code`` (or ``error.type``) of an OpenAI-shaped error body, else None."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        code = err.get("code") or err.get("type")
+        return code if isinstance(code, str) else None
+    return None
+
+
+def backend_message(resp: httpx.Response) -> str:
+    """The backend's own account of an error, whatever the shape of its body.
+
+    OpenAI/Azure ``{error: {message, type, code, param}}``, Ollama ``{error: "..."}``,
+    FastAPI/A1111 ``{detail}`` or ``{error: "HTTPException", detail, body, errors}``, ComfyUI
+    ``{error: {message, details}, node_errors}``, plain text or an HTML page from a proxy.
+    """
+    body = error_body(resp)
+    if body is None:
+        text = resp.text
+        if "html" in resp.headers.get("Content-Type", "").lower():
+            text = _TAG.sub(" ", _HIDDEN.sub(" ", text))  # a proxy's page: keep its words
+        text = " ".join(text.split())
         return text[:MAX_MESSAGE_CHARS] or resp.reason_phrase
-    parts: list[str] = []
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            parts.append(str(err.get("message") or err.get("type") or json.dumps(err)))
-        elif err:
-            parts.append(str(err))
-        for extra in ("detail", "message", "errors"):
-            if body.get(extra) and not parts:
-                v = body[extra]
-                parts.append(v if isinstance(v, str) else json.dumps(v, sort_keys=True))
-        if body.get("node_errors"):
-            parts.append("node_errors: " + json.dumps(body["node_errors"], sort_keys=True))
-    if not parts:
-        parts.append(json.dumps(body, sort_keys=True))
-    return " ".join(parts)[:MAX_MESSAGE_CHARS]
+    if not isinstance(body, dict):
+        return _text(body)[:MAX_MESSAGE_CHARS]
+    causes: list[str] = []
+    labels: list[str] = []
+    err = body.get("error")
+    if isinstance(err, dict):
+        if err.get("message"):
+            causes.append(_text(err["message"]))
+        if err.get("details"):
+            causes.append(_text(err["details"]))
+        for name in ("code", "type", "param"):
+            if isinstance(err.get(name), str) and err[name] and err[name] not in labels:
+                labels.append(f"{name}: {err[name]}")
+    elif isinstance(err, str) and err:
+        # A bare exception class name ("HTTPException") labels the cause; a sentence is one.
+        (labels if err.isidentifier() and body.get("detail") else causes).append(err)
+    for name in ("detail", "message", "errors"):
+        value = body.get(name)
+        if value and _text(value) not in causes:
+            causes.append(_text(value))
+    if body.get("node_errors"):
+        causes.append("node_errors: " + _text(body["node_errors"]))
+    text = "; ".join(causes) or _text(body)
+    if labels:
+        text += f" ({', '.join(labels)})"
+    return text[:MAX_MESSAGE_CHARS]
 
 
 def b64decode(value: Any, what: str) -> bytes:
@@ -117,36 +187,75 @@ class HttpProvider(Provider):
             yield client
 
     async def send(
-        self, client: httpx.AsyncClient, method: str, url: str, **kwargs: Any
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        *,
+        tracker: CallTracker | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
-        """One request; raises a classified ProviderError for transport and HTTP failures."""
+        """One request; raises a ProviderError classified by what the backend may have done.
+
+        ``tracker`` is told when the request's body has gone out in full (see tracking.py).
+        """
         what = f"{method} {url}"
+        sent = False
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            nonlocal sent
+            if event.endswith("send_request_body.complete"):
+                sent = True
+                if tracker is not None:
+                    tracker.sent()
+
+        extensions = {**kwargs.pop("extensions", {}), "trace": trace}
         try:
-            resp = await client.request(method, url, **kwargs)
+            resp = await client.request(method, url, extensions=extensions, **kwargs)
         except httpx.TimeoutException as exc:
             kind = type(exc).__name__.replace("Timeout", " timeout").lower().strip()
-            raise self.error(
-                f"{what}: no reply within {self._timeout_of(client)} s ({kind})", transient=True
+            raise self.lost(
+                method, sent, f"{what}: no reply within {self._timeout_of(client)} s ({kind})"
             ) from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise self.error(
-                f"{what}: connection failed ({type(exc).__name__}: {exc})", transient=True
-            ) from None
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise self.lost(method, sent, f"{what}: connection failed ({detail})") from None
         except httpx.HTTPError as exc:
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", transient=False) from None
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
         return resp
 
+    def lost(self, method: str, sent: bool, message: str) -> ProviderError:
+        """The error for a request that got no reply: maybe executed if a POST went out."""
+        if sent and method.upper() not in IDEMPOTENT_METHODS:
+            return self.error(
+                f"{message}; the request was sent, so the backend may have completed "
+                "(and billed) it",
+                maybe_executed=True,
+            )
+        return self.error(message, transient=True)
+
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
+        """The error for an HTTP error status, classified (see the module docstring)."""
         status = resp.status_code
-        transient = status in (408, 429) or status >= 500
-        retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+        message = f"{what} -> HTTP {status}: {backend_message(resp)}"
+        if status in LOST_REPLY_STATUSES and resp.request.method not in IDEMPOTENT_METHODS:
+            return self.error(
+                f"{message}; a gateway lost the backend's reply, so it may have completed "
+                "(and billed) the request",
+                maybe_executed=True,
+                status=status,
+            )
+        transient = status in (408, 425, 429) or (status >= 500 and status not in (501, 505))
+        if transient and error_code(error_body(resp)) in NEEDS_USER_CODES:
+            transient = False
+            message += " (this needs action on the account; retrying will not help)"
         return self.error(
-            f"{what} -> HTTP {status}: {backend_message(resp)}",
+            message,
             transient=transient,
             status=status,
-            retry_after=retry_after if transient else None,
+            retry_after=retry_after_of(resp.headers) if transient else None,
         )
 
     def json_of(self, resp: httpx.Response) -> dict[str, Any]:

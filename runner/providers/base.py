@@ -17,6 +17,7 @@ from ..canonical import CanonicalError, digest
 from ..errors import InvalidPipeline, Location, ProviderError
 from .jobs import RemoteJob
 from .redact import Redactor
+from .tracking import CallTracker
 
 # Settings that change how a call is made but never what it produces: kept out of the profile.
 OPERATIONAL_SETTINGS = frozenset(
@@ -27,6 +28,7 @@ OPERATIONAL_SETTINGS = frozenset(
         "max_retries",
         "retry_base_delay",
         "retry_max_delay",
+        "retry_uncertain",
     }
 )
 
@@ -68,6 +70,7 @@ class ImageRequest:
     idempotency_key: str = ""
     timeout: float | None = None  # seconds; None -> the provider's configured timeout
     job: RemoteJob | None = None  # a job-queue backend's journaled job for this call
+    tracker: CallTracker | None = None  # told when a request goes out and the backend's job id
 
 
 @dataclass
@@ -93,6 +96,7 @@ class TextRequest:
     params: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str = ""
     timeout: float | None = None
+    tracker: CallTracker | None = None
 
 
 @dataclass
@@ -198,6 +202,14 @@ class Provider:
             cap=self.float_setting("retry_max_delay", d.cap),
         )
 
+    @property
+    def retry_uncertain(self) -> bool:
+        """``retry_uncertain = true``: calls whose reply was lost may be sent again (and paid)."""
+        value = self.settings.get("retry_uncertain", False)
+        if not isinstance(value, bool):
+            raise ProviderConfigError(f"provider '{self.name}': retry_uncertain must be true/false")
+        return value
+
     def int_setting(self, name: str, default: int = 0, *, minimum: int | None = None) -> int:
         value = self.settings.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -226,17 +238,21 @@ class Provider:
         self,
         message: str,
         *,
-        transient: bool,
+        transient: bool = False,
+        maybe_executed: bool = False,
         status: int | None = None,
         retry_after: float | None = None,
+        remote_id: str | None = None,
     ) -> ProviderError:
-        """A ProviderError naming this provider, its message redacted."""
+        """A ProviderError naming this provider, its message redacted (see errors.Failure)."""
         return ProviderError(
             f"{self.name}: {self.redact(message)}",
             transient=transient,
+            maybe_executed=maybe_executed,
             status=status,
             retry_after=retry_after,
             provider=self.name,
+            remote_id=remote_id,
         )
 
     def check(self, *, references: int | None, where: Location | None = None) -> None:

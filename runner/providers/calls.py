@@ -1,8 +1,14 @@
-"""Helpers for steps that make provider calls: redacted per-call logs and policy-driven retries.
+"""Helpers for steps that make provider calls: redacted per-call logs, retries, lost replies.
 
 Each call keyed by its idempotency key gets ``<key>.out`` (request and response summaries) and,
 when an attempt failed, ``<key>.err`` (every failed attempt) in the run's log directory. Lines
 are appended, so a call resumed later in the same run adds to the story instead of erasing it.
+
+A call whose request went out and whose reply was lost (Failure.MAYBE_EXECUTED, or a process that
+died while waiting: journaled in flight with a submission time) may have been completed and billed
+by the backend. A synchronous provider's call is then not sent again by a later apply unless the
+user says so: ``retry_uncertain = true`` in the provider's runner.toml section, or
+``runner apply --retry-uncertain`` (``uncertain_reason`` says why, and how).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ProviderError
+from ..errors import CallStatus, ProviderError
 from .base import Provider
 from .redact import Redactor
 from .retry import call_with_retries
+from .tracking import CallTracker
 
 T = TypeVar("T")
 
@@ -88,8 +95,13 @@ async def with_provider_retries(
     fn: Callable[[], Awaitable[T]],
     *,
     on_retry: Callable[[int, ProviderError, float], object] | None = None,
+    retry_uncertain: bool = False,
 ) -> T:
-    """``fn()`` retried on transient errors as the provider's retry policy says."""
+    """``fn()`` retried on transient errors as the provider's retry policy says.
+
+    Maybe-executed errors are retried too when ``retry_uncertain`` (the run's flag) or the
+    provider's ``retry_uncertain`` setting says the user accepts paying twice.
+    """
     policy = provider.retry_policy()
     return await call_with_retries(
         fn,
@@ -97,6 +109,63 @@ async def with_provider_retries(
         base_delay=policy.base_delay,
         cap=policy.cap,
         on_retry=on_retry,
+        retry_uncertain=retry_uncertain or provider.retry_uncertain,
+    )
+
+
+def tracker(ledger: Any, key: str) -> CallTracker:
+    """A CallTracker journaling each sent request and the remote job id of call ``key`` at once.
+
+    ``ledger`` is the step's Ledger (steps.base), or None for a call nobody journals.
+    """
+    if ledger is None:
+        return CallTracker()
+    return CallTracker(
+        on_sent=lambda: ledger.sent(key), on_remote=lambda job: ledger.remote_id(key, job)
+    )
+
+
+def failed_status(exc: ProviderError) -> str:
+    """The journal status of a call that failed with ``exc`` (a CallStatus value)."""
+    return (CallStatus.MAYBE_EXECUTED if exc.maybe_executed else CallStatus.FAILED).value
+
+
+def resend_hint(provider: Provider) -> str:
+    return (
+        f"to send it again anyway, set retry_uncertain = true in [providers.{provider.name}] "
+        "of runner.toml or run: runner apply --retry-uncertain"
+    )
+
+
+def failure_reason(provider: Provider, exc: ProviderError) -> str:
+    """The user's message for a failed call; a maybe-executed one says how to send it again."""
+    return f"{exc.message}; {resend_hint(provider)}" if exc.maybe_executed else exc.message
+
+
+def uncertain_reason(
+    provider: Provider, key: str, record: Mapping[str, Any] | None, *, retry_uncertain: bool
+) -> str | None:
+    """Why call ``key`` must not be sent again (its earlier request may have been executed).
+
+    None when it may be sent: never sent, failed before any work, the user accepts paying
+    twice (``retry_uncertain`` from the command line, or the provider's setting), or the provider
+    is a job queue (``remote_jobs``), which asks its backend about the journaled job instead.
+    """
+    if record is None or retry_uncertain or provider.retry_uncertain or provider.remote_jobs:
+        return None
+    status = record.get("status")
+    if status == CallStatus.MAYBE_EXECUTED:
+        cause = str(record.get("error") or "its reply was lost")
+    elif status == CallStatus.IN_FLIGHT and record.get("submitted_at"):
+        cause = "it was sent and the run stopped before its reply was recorded"
+    else:
+        return None
+    submitted = record.get("submitted_at")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(submitted))) if submitted else ""
+    sent = f"sent at {when}" if submitted else "sent before"
+    return (
+        f"call {key[:12]} was {sent} and may have been completed and billed by the backend "
+        f"({cause}); it is not sent again: {resend_hint(provider)}"
     )
 
 

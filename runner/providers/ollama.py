@@ -76,7 +76,11 @@ class OllamaProvider(HttpProvider):
             url = "/api/chat"
             body["messages"] = [self._message(m) for m in request.messages]
         async with self.client(request.timeout) as client:
-            reply = self.json_of(await self.send(client, "POST", url, json=self._common(body)))
+            reply = self.json_of(
+                await self.send(
+                    client, "POST", url, json=self._common(body), tracker=request.tracker
+                )
+            )
         if endpoint == "generate":
             text = reply.get("response")
         else:
@@ -124,7 +128,11 @@ class OllamaProvider(HttpProvider):
             body["images"] = [b64encode(r) for r in request.references]
         url = "/api/generate"
         async with self.client(request.timeout) as client:
-            reply = self.json_of(await self.send(client, "POST", url, json=self._common(body)))
+            reply = self.json_of(
+                await self.send(
+                    client, "POST", url, json=self._common(body), tracker=request.tracker
+                )
+            )
         raw = reply.get("image")
         if raw is None and isinstance(reply.get("images"), list) and reply["images"]:
             raw = reply["images"][0]

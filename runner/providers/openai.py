@@ -72,11 +72,21 @@ class OpenAIProvider(HttpProvider):
                 ]
                 form = {"prompt": request.prompt, "model": model, "n": "1", "size": size}
                 form.update({k: str(v) for k, v in params.items()})
-                resp = await self.send(client, "POST", url, data=form, files=files, headers=headers)
+                resp = await self.send(
+                    client,
+                    "POST",
+                    url,
+                    data=form,
+                    files=files,
+                    headers=headers,
+                    tracker=request.tracker,
+                )
             else:
                 url = "images/generations"
                 body = {"model": model, "prompt": request.prompt, "n": 1, "size": size, **params}
-                resp = await self.send(client, "POST", url, json=body, headers=headers)
+                resp = await self.send(
+                    client, "POST", url, json=body, headers=headers, tracker=request.tracker
+                )
             reply = self.json_of(resp)
             data = reply.get("data")
             if not isinstance(data, list) or not data or not isinstance(data[0], dict):
@@ -136,7 +146,12 @@ class OpenAIProvider(HttpProvider):
         url = "chat/completions"
         async with self.client(request.timeout) as client:
             resp = await self.send(
-                client, "POST", url, json=body, headers=self._call_headers(request.idempotency_key)
+                client,
+                "POST",
+                url,
+                json=body,
+                headers=self._call_headers(request.idempotency_key),
+                tracker=request.tracker,
             )
             reply = self.json_of(resp)
         try:

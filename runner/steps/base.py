@@ -22,18 +22,28 @@ class Ledger(Protocol):
     """Idempotency ledger for paid calls: a key is journaled in-flight before the call.
 
     ``completed(key)`` returns the stored result of a key that finished (never call it again);
-    ``begin(key, meta)`` records it in-flight; ``complete(key, result)`` records the result.
+    ``record(key)`` the whole record (status, error, attempts, submitted_at, remote_id) or None;
+    ``begin(key, meta)`` records it in-flight; ``sent(key)`` notes a request that reached the
+    backend and ``remote_id(key, id)`` the backend's job id, both at once; ``complete(key,
+    result)`` records the result; ``fail(key, error, status)`` a failure, where ``status`` is a
+    CallStatus value ("failed", or "maybe_executed" when the reply was lost after sending).
     ``note_remote_job(key, job)`` journals the job a job-queue backend runs for the key (before
     waiting on it) and ``remote_job(key)`` returns it, so a later attempt re-attaches to it.
     """
 
     def completed(self, key: str) -> dict[str, Any] | None: ...
 
+    def record(self, key: str) -> dict[str, Any] | None: ...
+
     def begin(self, key: str, meta: Mapping[str, Any]) -> None: ...
+
+    def sent(self, key: str) -> None: ...
+
+    def remote_id(self, key: str, remote_id: str) -> None: ...
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None: ...
 
-    def fail(self, key: str, error: str) -> None: ...
+    def fail(self, key: str, error: str, status: str = "failed") -> None: ...
 
     def remote_job(self, key: str) -> dict[str, Any] | None: ...
 
@@ -57,6 +67,8 @@ class StepEnv:
     objects: ObjectStore
     providers: ProviderAccess | None = None
     pipeline_file: Path | None = None
+    # The user accepts paying twice: calls whose reply was lost are sent again (--retry-uncertain).
+    retry_uncertain: bool = False
 
 
 @dataclass

@@ -21,7 +21,17 @@ from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure, StoreError
 from ..paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
-from ..providers.calls import CallLog, Event, error_summary, jsonable, with_provider_retries
+from ..providers.calls import (
+    CallLog,
+    Event,
+    error_summary,
+    failed_status,
+    failure_reason,
+    jsonable,
+    tracker,
+    uncertain_reason,
+    with_provider_retries,
+)
 from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
 from .base import (
@@ -299,6 +309,13 @@ class ImageStep(StepType):
                 "from the store; not paying for it again"
             )
             return entry
+        if ctx.ledger is not None:
+            refused = uncertain_reason(
+                provider, key, ctx.ledger.record(key), retry_uncertain=ctx.env.retry_uncertain
+            )
+            if refused is not None:
+                ctx.log(f"image #{k}: {refused}")
+                return {**entry, "error": f"{provider.name}: {refused}"}
         summary = {
             "provider": provider.name,
             "profile": calls.profile,
@@ -317,6 +334,7 @@ class ImageStep(StepType):
             if provider.remote_jobs:  # a job journaled by an earlier attempt is re-attached
                 note = functools.partial(ctx.ledger.note_remote_job, key)
                 request.job = RemoteJob(key, ctx.ledger.remote_job(key), note)
+        request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)
         asked = Event("request", summary)  # written with the outcome: one open per call
 
@@ -329,15 +347,18 @@ class ImageStep(StepType):
                 return await provider.generate_image(request)
 
         try:
-            result = await with_provider_retries(provider, call, on_retry=retrying)
+            result = await with_provider_retries(
+                provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
+            )
             stored = await calls.keep(result.image)
         except ProviderError as exc:
             log.write_out(asked)
             log.err("failed", error_summary(exc))
             if ctx.ledger is not None:
-                ctx.ledger.fail(key, exc.message)
-            ctx.log(f"image #{k} failed: {exc.message}")
-            return {**entry, "error": exc.message, "transient": exc.transient}
+                ctx.ledger.fail(key, exc.message, failed_status(exc))
+            reason = failure_reason(provider, exc)
+            ctx.log(f"image #{k} failed: {reason}")
+            return {**entry, "error": reason, "transient": exc.transient}
         meta = jsonable(result.metadata)
         if ctx.ledger is not None:  # the ledger stays on the loop's thread (SQLite)
             ctx.ledger.complete(

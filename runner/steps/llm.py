@@ -18,7 +18,16 @@ from typing import Any, ClassVar
 from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
-from ..providers.calls import CallLog, error_summary, jsonable, with_provider_retries
+from ..providers.calls import (
+    CallLog,
+    error_summary,
+    failed_status,
+    failure_reason,
+    jsonable,
+    tracker,
+    uncertain_reason,
+    with_provider_retries,
+)
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
 from .image import load_reference, resolve_provider
 
@@ -219,6 +228,12 @@ class LlmStep(StepType):
                 "digest": ctx.objects.put_bytes(done["text"].encode("utf-8")),
                 "reused": True,
             }
+        if ctx.ledger is not None:
+            refused = uncertain_reason(
+                provider, key, ctx.ledger.record(key), retry_uncertain=ctx.env.retry_uncertain
+            )
+            if refused is not None:
+                raise StepFailure(f"{provider.name}: {refused}")
         meta = {
             "provider": provider.name,
             "profile": provider.profile(),
@@ -229,6 +244,7 @@ class LlmStep(StepType):
         }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(meta))
+        request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)
         log.out("request", meta)
 
@@ -238,13 +254,17 @@ class LlmStep(StepType):
 
         try:
             result: TextResult = await with_provider_retries(
-                provider, lambda: provider.generate_text(request), on_retry=retrying
+                provider,
+                lambda: provider.generate_text(request),
+                on_retry=retrying,
+                retry_uncertain=ctx.env.retry_uncertain,
             )
         except ProviderError as exc:
             log.err("failed", error_summary(exc))
             if ctx.ledger is not None:
-                ctx.ledger.fail(key, exc.message)
-            raise StepFailure(exc.message, retryable=exc.transient) from None
+                ctx.ledger.fail(key, exc.message, failed_status(exc))
+            reason = failure_reason(provider, exc)
+            raise StepFailure(reason, retryable=exc.transient) from None
         stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
         record = {
             "text": result.text,

@@ -188,12 +188,20 @@ def _m5_overrides(db: Any) -> None:
     db["executions"].add_column("contract", str)
 
 
+def _m6_call_records(db: Any) -> None:
+    # What each paid call did on the wire: when its request first reached the backend and the
+    # backend's id for it (a job to re-attach to); ``attempts`` counts requests sent from now on.
+    db["calls"].add_column("submitted_at", float)
+    db["calls"].add_column("remote_id", str)
+
+
 MIGRATIONS: list[Migration] = [
     _m1_core,
     _m2_iterations,
     _m3_decisions,
     _m4_gates_cancel,
     _m5_overrides,
+    _m6_call_records,
 ]
 
 
@@ -519,22 +527,44 @@ class Journal:
     def call(self, key: str) -> dict[str, Any] | None:
         return self._one("SELECT * FROM calls WHERE key=?", (key,))
 
+    def calls(self, run_id: str) -> list[dict[str, Any]]:
+        """The keyed provider calls last made by ``run_id``, in the order they began."""
+        return self._all(
+            "SELECT key, step_id, status, error, started_at, finished_at, submitted_at, "
+            "remote_id, attempts, meta FROM calls WHERE run_id=? ORDER BY started_at, rowid",
+            (run_id,),
+        )
+
     def begin_call(self, key: str, run_id: str, step_id: str, meta: Mapping[str, Any]) -> None:
         self.commit()  # the ledger commits on its own, never with a pending batch
         self.conn.execute(
             "INSERT INTO calls (key, run_id, step_id, status, meta, started_at, attempts) "
-            "VALUES (?,?,?,'in_flight',?,?,1) ON CONFLICT(key) DO UPDATE SET "
-            "status='in_flight', run_id=excluded.run_id, attempts=attempts+1, "
+            "VALUES (?,?,?,'in_flight',?,?,0) ON CONFLICT(key) DO UPDATE SET "
+            "status='in_flight', run_id=excluded.run_id, error=NULL, "
             "started_at=excluded.started_at",
             (key, run_id, step_id, dumps(dict(meta)), now()),
         )
+
+    def call_sent(self, key: str) -> None:
+        """A request of call ``key`` reached the backend: one more attempt, first submission."""
+        self.commit()
+        self.conn.execute(
+            "UPDATE calls SET attempts=COALESCE(attempts, 0)+1, "
+            "submitted_at=COALESCE(submitted_at, ?) WHERE key=?",
+            (now(), key),
+        )
+
+    def call_remote_id(self, key: str, remote_id: str) -> None:
+        """The backend's id of call ``key`` (its job), journaled before the call waits on it."""
+        self.commit()
+        self.conn.execute("UPDATE calls SET remote_id=? WHERE key=?", (remote_id, key))
 
     def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
         self.commit()
         if self.before_commit is not None:
             self.before_commit()  # the result names an object: durable before it is recorded
         self.conn.execute(
-            "UPDATE calls SET status='completed', result=?, finished_at=? WHERE key=?",
+            "UPDATE calls SET status='completed', result=?, error=NULL, finished_at=? WHERE key=?",
             (dumps(dict(result)), now(), key),
         )
 
@@ -554,11 +584,12 @@ class Journal:
         job = meta.get("remote_job") if isinstance(meta, dict) else None
         return dict(job) if isinstance(job, dict) else None
 
-    def fail_call(self, key: str, error: str) -> None:
+    def fail_call(self, key: str, error: str, status: str = "failed") -> None:
+        """Record call ``key`` as ``status`` (failed, or maybe_executed: the reply was lost)."""
         self.commit()
         self.conn.execute(
-            "UPDATE calls SET status='failed', error=?, finished_at=? WHERE key=?",
-            (error, now(), key),
+            "UPDATE calls SET status=?, error=?, finished_at=? WHERE key=?",
+            (status, error, now(), key),
         )
 
     # -- file hash cache -----------------------------------------------------------------------

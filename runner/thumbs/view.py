@@ -145,6 +145,7 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
     lines.append("")
     if its:
         lines.extend(table_lines(state, its))
+        lines.extend(view.call_lines())
     else:
         return (
             view.render_text()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runner.errors import ProviderError
+from runner.errors import Failure, ProviderError
 from runner.providers.retry import call_with_retries
 
 from .servers import ProtocolServer, Reply
@@ -21,7 +21,7 @@ TIMEOUT = 0.3  # seconds; the provider under test is configured with it
 class Fault:
     name: str
     reply: Reply
-    transient: bool
+    failure: Failure
     says: str  # must appear in the user-facing message
 
     def __str__(self) -> str:
@@ -36,30 +36,47 @@ FAULTS = [
             {"error": {"message": "Rate limit reached for requests"}},
             headers={"Retry-After": "3"},
         ),
-        True,
+        Failure.TRANSIENT,
         "HTTP 429: Rate limit reached for requests",
     ),
-    Fault("500", Reply(500, {"error": "upstream exploded"}), True, "HTTP 500: upstream exploded"),
+    Fault(
+        "500",
+        Reply(500, {"error": "upstream exploded"}),
+        Failure.TRANSIENT,
+        "HTTP 500: upstream exploded",
+    ),
     Fault(
         "400",
         Reply(400, {"error": {"message": "Invalid value for size"}}),
-        False,
+        Failure.PERMANENT,
         "HTTP 400: Invalid value for size",
     ),
+    # The request went out in full and the reply never came: the backend may have done the work.
     Fault(
         "slow",
         Reply(delay=TIMEOUT * 2, body={}),
-        True,
-        f"no reply within {TIMEOUT} s (read timeout)",
+        Failure.MAYBE_EXECUTED,
+        f"no reply within {TIMEOUT} s (read timeout); the request was sent",
     ),
-    Fault("malformed-json", Reply(body=b'{"data": ['), False, "malformed JSON reply"),
+    Fault(
+        "502-gateway",
+        Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"),
+        Failure.MAYBE_EXECUTED,
+        "HTTP 502: 502 Bad Gateway",
+    ),
+    Fault("malformed-json", Reply(body=b'{"data": ['), Failure.PERMANENT, "malformed JSON reply"),
     Fault(
         "content-type",
         Reply(body=b"<html>oops</html>", content_type="text/html"),
-        False,
+        Failure.PERMANENT,
         "expected a JSON reply, got content type 'text/html'",
     ),
-    Fault("connection-reset", Reply(drop=True), True, "connection failed"),
+    Fault(
+        "connection-reset",
+        Reply(drop=True),
+        Failure.MAYBE_EXECUTED,
+        "connection failed (RemoteProtocolError: Server disconnected",
+    ),
 ]
 
 
@@ -91,7 +108,7 @@ def check_fault(
             )
         )
 
-    if fault.transient:
+    if fault.failure is Failure.TRANSIENT:
         assert attempt(2) is not None
         assert server.count(method, path) - before == 2  # failed once, then succeeded
         [error] = seen
@@ -102,6 +119,6 @@ def check_fault(
         with pytest.raises(ProviderError) as info:
             attempt(3)
         error = info.value
-        assert not error.transient
+        assert error.failure is fault.failure
         assert server.count(method, path) - before == 1  # never retried
     assert fault.says in error.message, error.message

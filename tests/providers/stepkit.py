@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,24 +26,40 @@ class MemoryLedger:
             return dict(entry["result"])
         return None
 
+    def record(self, key: str) -> dict[str, Any] | None:
+        entry = self.entries.get(key)
+        return dict(entry) if entry else None
+
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
         self.ops.append(("begin", key))
-        job = self.entries.get(key, {}).get("remote_job")
+        old = self.entries.get(key, {})
         self.entries[key] = {
             "status": "in_flight",
             "meta": dict(meta),
             "result": None,
-            "remote_job": job,
+            "remote_job": old.get("remote_job"),
+            "attempts": old.get("attempts", 0),
+            "submitted_at": old.get("submitted_at"),
+            "remote_id": old.get("remote_id"),
         }
+
+    def sent(self, key: str) -> None:
+        self.ops.append(("sent", key))
+        self.entries[key]["attempts"] += 1
+        self.entries[key]["submitted_at"] = self.entries[key]["submitted_at"] or time.time()
+
+    def remote_id(self, key: str, remote_id: str) -> None:
+        self.ops.append(("remote_id", key))
+        self.entries[key]["remote_id"] = remote_id
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None:
         self.ops.append(("complete", key))
         self.entries[key]["status"] = "completed"
         self.entries[key]["result"] = dict(result)
 
-    def fail(self, key: str, error: str) -> None:
+    def fail(self, key: str, error: str, status: str = "failed") -> None:
         self.ops.append(("fail", key))
-        self.entries[key]["status"] = "failed"
+        self.entries[key]["status"] = status
         self.entries[key]["error"] = error
 
     def remote_job(self, key: str) -> dict[str, Any] | None:
