@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from jinja2 import nodes
 
 from runner import expr as ex
-from runner._exprshape import _KEYWORDS, split
 from runner.errors import ExpressionError
+from runner.expr import compiling, sharing
+from runner.expr.shapes import _KEYWORDS, split
 
 NAMES = [
     "a",
@@ -117,9 +118,9 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _check(source: str) -> None:
-    fast = ex._compile_by_shape(source)
+    fast = sharing.compile_by_shape(source)
     try:
-        slow = ex._compile_parsed(source)
+        slow = compiling.compile_parsed(source)
     except (jinja2.TemplateSyntaxError, RecursionError):
         assert fast is None, source
         return
@@ -148,13 +149,13 @@ def test_common_shapes_take_the_fast_path() -> None:
         "[1, 2] | join(',')",
     ]:
         assert split(source) is not None
-        assert ex._compile_by_shape(source) is not None
+        assert sharing.compile_by_shape(source) is not None
         _check(source)
 
 
 def test_outside_the_subset_falls_back() -> None:
     for source in ["'a' 'b'", "x.0.1", "1.5", "'\\n'", "é", "{'a': {'b': 1}}", "x | a.b", "007"]:
-        assert ex._compile_by_shape(source) is None
+        assert sharing.compile_by_shape(source) is None
         _check(source)
 
 
@@ -235,11 +236,11 @@ def _outcome(lazy: Any, context: dict[str, Any]) -> tuple[str, Any]:
 
 def _check_shared(source: str) -> bool:
     """The shared-code evaluation of ``source`` matches its own compile; True if shared."""
-    fast = ex._compile_by_shape(source)
+    fast = sharing.compile_by_shape(source)
     if fast is None or fast[1]._facts is None or fast[1]._facts.shared_code() is None:
         return False
     try:
-        slow = ex._compile_parsed(source)
+        slow = compiling.compile_parsed(source)
     except (jinja2.TemplateSyntaxError, RecursionError):
         raise AssertionError(f"{source!r} compiled by shape but not in full") from None
     for context in CONTEXTS:
@@ -272,8 +273,8 @@ def test_common_shapes_share_their_code() -> None:
         "params.n + 2 * 7",
     ]:
         assert _check_shared(source), source
-    first = ex._compile_by_shape("steps.h00001.output.short")
-    second = ex._compile_by_shape("steps.h00009.output.short")
+    first = sharing.compile_by_shape("steps.h00001.output.short")
+    second = sharing.compile_by_shape("steps.h00009.output.short")
     assert first is not None and second is not None
     assert first[1].render[0] is second[1].render[0]  # one compiled template for the shape
     context = {"steps": {"h00009": {"output": {"short": "ok"}}}}
@@ -281,16 +282,16 @@ def test_common_shapes_share_their_code() -> None:
 
 
 def test_names_jinja_treats_specially_compile_on_their_own() -> None:
-    fast = ex._compile_by_shape("self.x")  # a shape-mate of `a.x`, but `self` is special
+    fast = sharing.compile_by_shape("self.x")  # a shape-mate of `a.x`, but `self` is special
     assert fast is None or fast[1]._facts is None
 
 
 def test_false_constants_compile_on_their_own() -> None:
     """`0 and a` is compiled with a jump its shape-mate `7 and a` does not have."""
     for source in ["0 and a", "'' or a", "a[0]"]:
-        fast = ex._compile_by_shape(source)
+        fast = sharing.compile_by_shape(source)
         assert fast is not None and fast[1]._facts is None, source
     assert not _check_shared("0 and a")
     context = {"a": 5}
-    assert _outcome(ex._compile_by_shape("0 and a")[1], context) == ("value", "0")  # type: ignore[index]
-    assert _outcome(ex._compile_by_shape("7 and a")[1], context) == ("value", "5")  # type: ignore[index]
+    assert _outcome(sharing.compile_by_shape("0 and a")[1], context) == ("value", "0")  # type: ignore[index]
+    assert _outcome(sharing.compile_by_shape("7 and a")[1], context) == ("value", "5")  # type: ignore[index]

@@ -17,6 +17,7 @@ from runner._fastschema import compile_schema
 from runner.checks import Scope
 from runner.compiler import compile_pipeline
 from runner.errors import InvalidPipeline, Location
+from runner.expr import parsing
 from runner.rules import RuleBook
 from runner.yamlsrc import parse_text
 
@@ -125,7 +126,7 @@ def test_a_shape_instance_builds_its_tree_once_and_still_evaluates() -> None:
     first = ex.compile_expression("steps.q1.output.n > 41", None)
     again = ex.compile_expression("steps.q1.output.n > 41", Location("p.yaml", 3, 1))
     assert first.tree is again.tree  # one tree per source, shared by its occurrences
-    parsed = ex._parse("steps.q1.output.n > 41")
+    parsed = parsing.parse("steps.q1.output.n > 41")
     assert type(first.tree) is type(parsed) and repr(first.tree) == repr(parsed)
     assert again.evaluate({"steps": {"q1": {"output": {"n": 42}}}}) is True
     assert repr(first.tree) == repr(parsed)  # codegen left it alone

@@ -44,7 +44,7 @@ _INT_BASE = 7_000_000_000  # integer placeholders: far above any line number
 _PREFIX = "zq"  # name and string placeholders: zq0, zq1, ... (every user name is replaced)
 
 Placeholder = str | int
-# For code that looks for placeholders in what was built from a shape (see expr._SharedCode).
+# For code that looks for placeholders in what was built from a shape (see sharing._SharedCode).
 PLACEHOLDER_TEXT = _PREFIX
 PLACEHOLDER_INT = _INT_BASE
 

@@ -1,0 +1,70 @@
+"""One expression language for ``${{ }}``, ``when``, ``check`` and templates.
+
+Jinja2 expressions, compiled once when the pipeline compiles and evaluated in a hardened
+ImmutableSandboxedEnvironment: StrictUndefined, no globals but a bounded ``range``, and every
+evaluation or render runs under a budget (loop iterations + calls, produced characters, wall
+time) so nothing a pipeline or its data says can take unbounded time or memory. Values that come
+from data (an LLM reply, a document) are only ever passed in as variables, never compiled.
+
+The package, one concern a file (audit the sandbox by reading ``sandbox``):
+
+- ``sandbox``: the hardened environment, its limits and the budget;
+- ``parsing``: source text to a checked tree, and the names it reads;
+- ``shapes``, ``sharing``: parsing and compiling each expression shape once;
+- ``compiling``: ``Expression`` and ``compile_expression``;
+- ``values``: ``with:`` values holding ``${{ }}``;
+- ``templates``: template files and inline templates, read from the root only.
+"""
+
+from __future__ import annotations
+
+from .compiling import Expression, compile_expression
+from .parsing import Reference
+from .sandbox import (
+    MAX_ELEMENTS,
+    MAX_EXPRESSION_CHARS,
+    MAX_NESTING,
+    MAX_RANGE,
+    MAX_RESULT_CHARS,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MAX_TEMPLATE_CHARS,
+    HardenedEnvironment,
+    SandboxRefused,
+    environment,
+)
+from .templates import render_template, template_environment, template_variables
+from .values import (
+    Compiled,
+    Interpolation,
+    compile_value,
+    evaluate_value,
+    is_static,
+    iter_expressions,
+)
+
+__all__ = [
+    "MAX_ELEMENTS",
+    "MAX_EXPRESSION_CHARS",
+    "MAX_NESTING",
+    "MAX_RANGE",
+    "MAX_RESULT_CHARS",
+    "MAX_SECONDS",
+    "MAX_STEPS",
+    "MAX_TEMPLATE_CHARS",
+    "Compiled",
+    "Expression",
+    "HardenedEnvironment",
+    "Interpolation",
+    "Reference",
+    "SandboxRefused",
+    "compile_expression",
+    "compile_value",
+    "environment",
+    "evaluate_value",
+    "is_static",
+    "iter_expressions",
+    "render_template",
+    "template_environment",
+    "template_variables",
+]

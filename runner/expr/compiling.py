@@ -1,0 +1,138 @@
+"""Compiling ``${{ }}`` expressions once, when the pipeline compiles, and evaluating them under
+the sandbox's budget."""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+
+from ..errors import ExpressionError, Location
+from .parsing import Reference, check_names, clip, parse, refs_of
+from .sandbox import (
+    BUDGET,
+    MAX_EXPRESSION_CHARS,
+    MAX_NESTING,
+    MAX_SECONDS,
+    Budget,
+    SandboxRefused,
+    bounded_range,
+    check_size,
+    too_deep,
+)
+from .sharing import CompiledSource, Lazy, compile_by_shape
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_LOOKUP = re.compile(
+    rf"^\s*{_NAME}(?:\s*(?:\.{_NAME}|\[\s*(?:\d+|{_NAME}|'[^'\\]*'|\"[^\"\\]*\")\s*\]))*\s*$"
+)
+
+
+@dataclass
+class Expression:
+    """A compiled expression; ``refs`` are the names it reads, found at compile time.
+
+    ``tree`` is the parsed Jinja node (read by linters, never evaluated directly).
+    """
+
+    source: str
+    where: Location | None
+    refs: frozenset[Reference]
+    _fn: Lazy = field(repr=False)
+
+    @property
+    def tree(self) -> nodes.Expr | None:
+        return self._fn.expr
+
+    def _run(self, context: Mapping[str, Any]) -> Any:
+        # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
+        # into every call (half the cost of a small `when`).
+        template, render = self._fn.render
+        ctx = template.new_context({"range": bounded_range, **context}, shared=True)
+        for _ in render(ctx):
+            pass
+        return ctx.vars["result"]
+
+    def evaluate(self, context: Mapping[str, Any]) -> Any:
+        """Evaluate under a fresh budget. Raises ExpressionError (refused, undefined, bad type)."""
+        token = BUDGET.set(Budget(time.monotonic() + MAX_SECONDS))
+        try:
+            value = self._run(context)
+            if isinstance(value, jinja2.Undefined):
+                raise ExpressionError(f"'{clip(self.source)}' is undefined", where=self.where)
+            # A plain lookup (`steps.read.output.data.shots`) hands over data that already
+            # exists, however large; only values an expression produces are bounded.
+            if not _LOOKUP.match(self.source):
+                check_size(value)
+        except SandboxRefused as exc:
+            raise ExpressionError(f"expression refused: {exc}", where=self.where) from None
+        except jinja2.exceptions.SecurityError as exc:
+            raise ExpressionError(f"expression refused: {exc}", where=self.where) from None
+        except jinja2.UndefinedError as exc:
+            raise ExpressionError(
+                f"in '{clip(self.source)}': {exc.message}", where=self.where
+            ) from None
+        except RecursionError:
+            raise ExpressionError(
+                "expression refused: nesting too deep", where=self.where
+            ) from None
+        except (
+            TypeError,
+            ValueError,
+            ZeroDivisionError,
+            AttributeError,
+            KeyError,
+            IndexError,
+            OverflowError,
+            MemoryError,
+        ) as exc:
+            raise ExpressionError(
+                f"in '{clip(self.source)}': {type(exc).__name__}: {exc}", where=self.where
+            ) from None
+        finally:
+            BUDGET.reset(token)
+        return value
+
+
+def compile_expression(source: str, where: Location | None = None) -> Expression:
+    """Parse and compile one expression. Raises ExpressionError with ``where`` on bad syntax."""
+    if len(source) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(
+            f"expression of {len(source)} characters is over the limit of {MAX_EXPRESSION_CHARS}",
+            where=where,
+        )
+    if not source.strip():
+        raise ExpressionError("empty expression", where=where)
+    if too_deep(source):
+        raise ExpressionError(
+            f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
+        )
+    try:
+        refs, fn = _compile_source(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ExpressionError(
+            f"invalid expression '{clip(source)}': {exc.message}", where=where
+        ) from None
+    except RecursionError:
+        raise ExpressionError("expression refused: nesting too deep", where=where) from None
+    return Expression(source, where, refs, fn)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_source(source: str) -> CompiledSource:
+    return compile_by_shape(source) or compile_parsed(source)
+
+
+def compile_parsed(source: str) -> CompiledSource:
+    # Parsing finds every error a pipeline author can make (syntax, unknown filter or test,
+    # forbidden name); generating Python code costs ~10x more and waits for first use.
+    expr = parse(source)
+    holder = nodes.Output([expr], lineno=1)  # find_all skips the node it starts from
+    check_names(holder)
+    return refs_of(holder), Lazy(expr)

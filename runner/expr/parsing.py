@@ -1,0 +1,89 @@
+"""Source text to a checked Jinja tree, and the names the tree reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+from jinja2 import nodes
+from jinja2.parser import Parser
+
+from .sandbox import environment, forbidden
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A name an expression reads: ``params.title`` -> ("params", "title")."""
+
+    root: str
+    attr: str | None
+
+
+_REFERENCES: dict[tuple[str, str | None], Reference] = {}
+
+
+def reference(root: str, attr: str | None) -> Reference:
+    """Reference(root, attr), shared: a frozen dataclass costs ~1 µs to build, and a pipeline
+    names the same few roots and step ids over and over."""
+    found = _REFERENCES.get((root, attr))
+    if found is None:
+        if len(_REFERENCES) > 65_536:
+            _REFERENCES.clear()
+        found = _REFERENCES[(root, attr)] = Reference(root, attr)
+    return found
+
+
+def parse(source: str) -> nodes.Expr:
+    """One Jinja expression, all of ``source``. Raises jinja2.TemplateSyntaxError."""
+    parser = Parser(environment(), source, state="variable")
+    expr = parser.parse_expression()
+    if not parser.stream.eos:
+        raise jinja2.TemplateSyntaxError(
+            f"unexpected '{parser.stream.current.value}' after the expression",
+            parser.stream.current.lineno,
+        )
+    return expr
+
+
+def check_names(holder: nodes.Node) -> None:
+    """Every filter and test exists and no name is forbidden. Raises jinja2.TemplateSyntaxError."""
+    env = environment()
+    for node in holder.find_all((nodes.Filter, nodes.Test, nodes.Name)):
+        if isinstance(node, nodes.Filter) and node.name not in env.filters:
+            raise jinja2.TemplateSyntaxError(f"no filter named '{node.name}'", node.lineno)
+        if isinstance(node, nodes.Test) and node.name not in env.tests:
+            raise jinja2.TemplateSyntaxError(f"no test named '{node.name}'", node.lineno)
+        if isinstance(node, nodes.Name) and forbidden(node.name):
+            raise jinja2.TemplateSyntaxError(
+                f"'{node.name}' is not available in the sandbox", node.lineno
+            )
+
+
+def refs_of(tree: nodes.Node) -> frozenset[Reference]:
+    """The names ``tree`` reads, each with the attribute read from it (if any)."""
+    found: set[Reference] = set()
+    attrs: set[int] = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        inner = getattr(node, "node", None)
+        if isinstance(inner, nodes.Name) and inner.ctx == "load":
+            attr: str | None = None
+            if isinstance(node, nodes.Getattr):
+                attr = node.attr
+            elif (
+                isinstance(node, nodes.Getitem)
+                and isinstance(node.arg, nodes.Const)
+                and isinstance(node.arg.value, str)
+            ):
+                attr = node.arg.value
+            found.add(Reference(inner.name, attr))
+            attrs.add(id(inner))
+    for name in tree.find_all(nodes.Name):
+        if name.ctx == "load" and id(name) not in attrs:
+            found.add(Reference(name.name, None))
+    return frozenset(found)
+
+
+def clip(text: str, n: int = 80) -> str:
+    """``text`` on one line, cut to ``n`` characters (for messages)."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"

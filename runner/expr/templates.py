@@ -1,0 +1,147 @@
+"""Templates (the ``template`` step, prompt cards): read from the pipeline root only, rendered
+in the sandbox under a budget, every failure a TemplateError."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ..errors import InvalidPipeline, Location, TemplateError
+from ..paths import inside
+from .sandbox import (
+    BUDGET,
+    MAX_NESTING,
+    MAX_RESULT_CHARS,
+    MAX_SECONDS,
+    MAX_TEMPLATE_CHARS,
+    Budget,
+    HardenedEnvironment,
+    SandboxRefused,
+    guard,
+    too_deep,
+)
+
+
+class _RootLoader(jinja2.BaseLoader):
+    """Loads templates from the pipeline root only.
+
+    ``..`` walks, absolute paths and symlinks that point out are refused (not merely "not
+    found"), and so are templates over the size limit.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str, Callable[[], bool]]:
+        try:
+            path = inside(self.root, template)
+        except InvalidPipeline as exc:
+            raise SandboxRefused(f"template '{template}': {exc.message}") from None
+        if not path.is_file():
+            raise jinja2.TemplateNotFound(template)
+        stat = path.stat()
+        if stat.st_size > MAX_TEMPLATE_CHARS:
+            raise SandboxRefused(
+                f"template '{template}' is over the limit of {MAX_TEMPLATE_CHARS} bytes"
+            )
+        text = path.read_text(encoding="utf-8")
+        if too_deep(text):
+            raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
+
+        def uptodate() -> bool:
+            try:
+                return os.stat(path).st_mtime_ns == stat.st_mtime_ns
+            except OSError:
+                return False
+
+        return text, str(path), uptodate
+
+
+def template_environment(
+    root: Path, filters: Mapping[str, Callable[..., Any]] | None = None
+) -> HardenedEnvironment:
+    """A template environment whose loader reads only inside ``root``; ``filters`` are guarded."""
+    env = HardenedEnvironment(loader=_RootLoader(root))
+    for name, fn in (filters or {}).items():
+        env.filters[name] = guard(fn)
+    return env
+
+
+def render_template(
+    env: HardenedEnvironment,
+    *,
+    name: str | None = None,
+    text: str | None = None,
+    variables: Mapping[str, Any],
+    where: Location | None = None,
+    seconds: float = MAX_SECONDS,
+) -> str:
+    """Render a template file (by name under the root) or inline text, under a budget.
+
+    Raises TemplateError: not found, syntax, undefined variable, or refused by the sandbox
+    (path outside the root, too many loop iterations or calls, too long, too large).
+    """
+    label = name or "<inline>"
+    token: contextvars.Token[Budget | None] | None = None
+    try:
+        if text is not None and (len(text) > MAX_TEMPLATE_CHARS or too_deep(text)):
+            raise SandboxRefused(
+                f"inline template over {MAX_TEMPLATE_CHARS} characters or {MAX_NESTING} levels"
+            )
+        tmpl = env.get_template(name) if name is not None else env.from_string(text or "")
+        # The budget starts after compiling: parse time of a large template is not an attack.
+        token = BUDGET.set(Budget(time.monotonic() + seconds))
+        chunks: list[str] = []
+        total = 0
+        for chunk in tmpl.generate(**variables):
+            total += len(chunk)
+            if total > MAX_RESULT_CHARS:
+                raise SandboxRefused(f"output over the limit of {MAX_RESULT_CHARS} characters")
+            chunks.append(chunk)
+        out = "".join(chunks)
+    except jinja2.TemplateNotFound as exc:
+        raise TemplateError(f"template not found: {exc.name}", where=where) from None
+    except jinja2.TemplateSyntaxError as exc:
+        loc = Location(exc.filename or label, exc.lineno or 0, 1)
+        raise TemplateError(f"template syntax error: {exc.message}", where=loc) from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(
+            f"template {label}: {exc.message}",
+            where=where,
+            hint="pass it in `vars:` (templates see only what they are given)",
+        ) from None
+    except (SandboxRefused, jinja2.exceptions.SecurityError) as exc:
+        raise TemplateError(f"template {label} refused: {exc}", where=where) from None
+    except RecursionError:
+        raise TemplateError(f"template {label} refused: nesting too deep", where=where) from None
+    except (
+        TypeError,
+        ValueError,
+        ZeroDivisionError,
+        OverflowError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        MemoryError,
+        jinja2.TemplateError,
+    ) as exc:
+        raise TemplateError(f"template {label}: {type(exc).__name__}: {exc}", where=where) from None
+    finally:
+        if token is not None:
+            BUDGET.reset(token)
+    return out
+
+
+def template_variables(env: HardenedEnvironment, source: str) -> set[str]:
+    """Names a template reads (for compile-time checks of `vars:`)."""
+    from jinja2 import meta  # only `runner check` of a template step needs it
+
+    return set(meta.find_undeclared_variables(env.parse(source)))

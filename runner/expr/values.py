@@ -1,0 +1,107 @@
+"""Values holding ``${{ }}``: a ``with:`` mapping compiled once, evaluated per element."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ExpressionError, Location
+from .compiling import Expression, compile_expression
+from .parsing import clip
+
+_REF = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+
+@dataclass
+class Interpolation:
+    """A string with ``${{ }}`` parts: rendered to text."""
+
+    parts: list[str | Expression]
+
+    def evaluate(self, context: Mapping[str, Any]) -> str:
+        out = []
+        for p in self.parts:
+            if isinstance(p, str):
+                out.append(p)
+            else:
+                out.append(_to_text(p.evaluate(context)))
+        return "".join(out)
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(value)
+    if isinstance(value, (dict, list)):
+        import json  # only for the rare list or dict rendered into text
+
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+Compiled = Any  # a literal, an Expression, an Interpolation, or dict/list of those
+
+
+def compile_value(
+    value: Any, where_of: Callable[[tuple[Any, ...]], Location | None], path: tuple[Any, ...] = ()
+) -> Compiled:
+    """Compile every ``${{ }}`` inside a YAML value; ``where_of(path)`` locates a sub-value."""
+    if isinstance(value, str):
+        if "${{" not in value:
+            return value
+        where = where_of(path)
+        matches = list(_REF.finditer(value))
+        if not matches or value.count("${{") != len(matches):
+            raise ExpressionError(f"unterminated '${{{{' in '{clip(value)}'", where=where)
+        if len(matches) == 1 and matches[0].span() == (0, len(value)):
+            return compile_expression(matches[0].group(1).strip(), where)
+        parts: list[str | Expression] = []
+        pos = 0
+        for m in matches:
+            if m.start() > pos:
+                parts.append(value[pos : m.start()])
+            parts.append(compile_expression(m.group(1).strip(), where))
+            pos = m.end()
+        if pos < len(value):
+            parts.append(value[pos:])
+        return Interpolation(parts)
+    if isinstance(value, dict):
+        return {k: compile_value(v, where_of, (*path, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compile_value(v, where_of, (*path, i)) for i, v in enumerate(value)]
+    return value
+
+
+def evaluate_value(compiled: Compiled, context: Mapping[str, Any]) -> Any:
+    if isinstance(compiled, (Expression, Interpolation)):
+        return compiled.evaluate(context)
+    if isinstance(compiled, dict):
+        return {k: evaluate_value(v, context) for k, v in compiled.items()}
+    if isinstance(compiled, list):
+        return [evaluate_value(v, context) for v in compiled]
+    return compiled
+
+
+def iter_expressions(compiled: Compiled) -> Iterator[Expression]:
+    if isinstance(compiled, Expression):
+        yield compiled
+    elif isinstance(compiled, Interpolation):
+        yield from (p for p in compiled.parts if isinstance(p, Expression))
+    elif isinstance(compiled, dict):
+        for v in compiled.values():
+            yield from iter_expressions(v)
+    elif isinstance(compiled, list):
+        for v in compiled:
+            yield from iter_expressions(v)
+
+
+def is_static(compiled: Compiled) -> bool:
+    return next(iter_expressions(compiled), None) is None
