@@ -42,7 +42,7 @@ def verify_state(state: Any) -> tuple[list[str], int]:
             problems.append(
                 f"object {digest[:12]} ({label}) is not recorded in the artifacts table"
             )
-        if not state.objects.has(digest):
+        if not state.objects.exists(digest):
             problems.append(f"object {digest[:12]} ({label}) is missing from the store")
         elif not state.objects.verify(digest):
             problems.append(f"object {digest[:12]} ({label}) is corrupt (hash mismatch)")

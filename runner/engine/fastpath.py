@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import __version__
 
-FORMAT = 1
+FORMAT = 2
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (records, gates, collections).
@@ -43,6 +43,16 @@ def _sig(path: str) -> list[int] | None:
     except FileNotFoundError:
         return None
     return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _object_sig(path: str) -> list[int] | None:
+    """An object's signature, ctime included: objects are never rewritten in place, so a
+    changed one means damaged bytes (the full path then hashes it and sets it aside)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def _sha256(path: str) -> str | None:
@@ -104,8 +114,12 @@ def record(
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
         "workspace": sorted(str(plan.root / rel) for rel in report.workspace),
-        # every object the run's results name, output files' copies included
-        "objects": sorted(set(report.objects) | set(report.workspace.values())),
+        # every object the run's results name, output files' copies included, with the
+        # signature it had when the run hashed or wrote it
+        "objects": {
+            d: _object_sig(f"{state_dir}/objects/{d[:2]}/{d[2:]}")
+            for d in sorted(set(report.objects) | set(report.workspace.values()))
+        },
         "steps": [o.to_json() for o in report.steps],
         "recorded_at_ns": now,
     }
@@ -151,9 +165,9 @@ def check(
     for p in doc["workspace"]:
         if not os.path.exists(p):
             return None
-    objects = state_dir / "objects"
-    for d in doc["objects"]:
-        if not os.path.exists(objects / d[:2] / d[2:]):
+    objects = f"{state_dir}/objects"
+    for d, sig in doc["objects"].items():
+        if sig is None or _object_sig(f"{objects}/{d[:2]}/{d[2:]}") != sig:
             return None
     return doc
 

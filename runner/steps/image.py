@@ -305,8 +305,9 @@ class ImageStep(StepType):
                     "reused": True,
                 }
             entry["error"] = (
-                f"call {key} is recorded as completed but its image is missing "
-                "from the store; not paying for it again"
+                f"call {key} is recorded as completed but its image is missing or damaged "
+                "in the store; not paying for it again without asking (runner verify --repair "
+                "lists the calls to make again, and marks them once you agree)"
             )
             return entry
         if ctx.ledger is not None:

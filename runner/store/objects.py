@@ -4,6 +4,13 @@ An object is durable (temp file, fsync, rename, directory fsync) before anyone r
 crash never leaves the journal pointing at half a file. During an apply the fsyncs are grouped:
 objects are written and renamed at once, and ``sync()`` makes every pending one durable just
 before the journal commits the records that name them (one commit per ~50 ms, not per step).
+
+Nothing damaged is ever served: every read hashes what it hands out, and ``has()`` answers
+"present and whole". An object found damaged is set aside under ``.damaged/`` (so the next write
+of the same bytes re-creates it rather than skipping it because the name exists). Hashing is
+paid once per object and process: a verified object's stat signature (size, mtime, ctime,
+inode) is remembered, and objects are never modified in place (written once, read-only), so an
+unchanged signature means unchanged bytes; any write to the file changes its mtime and ctime.
 """
 
 from __future__ import annotations
@@ -22,6 +29,22 @@ from ..errors import StoreError
 
 _CHUNK = 1 << 20
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+DAMAGED = ".damaged"  # where damaged objects are set aside (gc deletes them)
+
+Signature = tuple[int, int, int, int]
+
+
+def signature(st: os.stat_result) -> Signature:
+    """What changes whenever a file's bytes do: size, mtime, ctime (not settable), inode."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _damaged_error(digest: str) -> StoreError:
+    return StoreError(
+        f"object {digest[:12]} is damaged (its bytes no longer hash to its name); it was set "
+        f"aside under objects/{DAMAGED}/",
+        hint="the next apply re-creates it; if a paid call made it: runner verify --repair",
+    )
 
 
 class ObjectStore:
@@ -32,6 +55,8 @@ class ObjectStore:
         self._root = os.fspath(root)
         self._pending: set[Path] | None = None  # written but not yet fsynced (deferred mode)
         self._lock = threading.Lock()
+        # digest -> signature of the file when its bytes last hashed to its name (this process)
+        self._trusted: dict[str, Signature] = {}
 
     def defer_sync(self) -> None:
         """From now on, fsync in groups through ``sync()`` (the journal calls it pre-commit)."""
@@ -67,8 +92,36 @@ class ObjectStore:
             raise StoreError(f"not an object digest: {digest!r}")
         return f"{self._root}/{digest[:2]}/{digest[2:]}"
 
-    def has(self, digest: str) -> bool:
+    def exists(self, digest: str) -> bool:
+        """Whether a file of that name is there (whole or not: see ``has``)."""
         return os.path.isfile(self._file(digest))
+
+    def has(self, digest: str) -> bool:
+        """Whether the object is present and whole. A damaged one is set aside (False)."""
+        target = self._file(digest)
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            return False
+        if self._trusted.get(digest) == signature(st):
+            return True
+        try:
+            with open(target, "rb") as f:
+                h = hashlib.sha256()
+                for chunk in iter(lambda: f.read(_CHUNK), b""):
+                    h.update(chunk)
+                opened = os.fstat(f.fileno())
+        except FileNotFoundError:
+            return False
+        if h.hexdigest() == digest:
+            self._trusted[digest] = signature(opened)
+            return True
+        self._set_aside(digest, opened)
+        return False
+
+    def trusted_signature(self, digest: str) -> Signature | None:
+        """The stat signature of a present, whole object (hashing it unless known already)."""
+        return self._trusted.get(digest) if self.has(digest) else None
 
     def size(self, digest: str) -> int:
         """The object's size in bytes; raises StoreError when it is not in the store."""
@@ -80,10 +133,11 @@ class ObjectStore:
     def put_bytes(self, data: bytes, *, durable: bool = False) -> str:
         """Store ``data``; returns its digest. With ``durable``, the object is fsynced before this
         returns even while fsyncs are grouped (a worker thread storing what a ledger records at
-        once, so the grouped fsync does not land on the event loop)."""
+        once, so the grouped fsync does not land on the event loop). A damaged object of that
+        name is replaced, never kept because the name exists."""
         digest = hashlib.sha256(data).hexdigest()
         target = self._file(digest)
-        if os.path.isfile(target):
+        if self._whole(digest, target, len(data)):
             if durable:
                 self._settle(Path(target))
             return digest
@@ -96,11 +150,13 @@ class ObjectStore:
             if len(head) < _CHUNK:  # small (the usual case): hashed and written from one read
                 return self.put_bytes(head)
             h = hashlib.sha256(head)
+            size = len(head)
             for chunk in iter(lambda: f.read(_CHUNK), b""):
                 h.update(chunk)
+                size += len(chunk)
         digest = h.hexdigest()
         target = self.path(digest)
-        if not os.path.isfile(target):
+        if not self._whole(digest, str(target), size):
 
             def copy(out: BinaryIO) -> None:
                 with open(source, "rb") as src:
@@ -109,29 +165,68 @@ class ObjectStore:
             self._write(target, copy)
         return digest
 
-    def read_bytes(self, digest: str) -> bytes:
+    def _whole(self, digest: str, target: str, size: int) -> bool:
+        """Whether an object of ``size`` bytes is already stored whole (a cheap size check
+        first: a truncated object is replaced without hashing it)."""
         try:
-            return self.path(digest).read_bytes()
+            st = os.stat(target)
+        except FileNotFoundError:
+            return False
+        if st.st_size != size:
+            self._set_aside(digest, st)
+            return False
+        return self.has(digest)
+
+    def read_bytes(self, digest: str) -> bytes:
+        """The object's bytes, checked against its name. Raises StoreError when it is missing
+        or damaged (a damaged one is set aside)."""
+        try:
+            with open(self._file(digest), "rb") as f:
+                data = f.read()
+                st = os.fstat(f.fileno())
         except FileNotFoundError:
             raise StoreError(f"object {digest[:12]} is missing from the store") from None
+        if self._trusted.get(digest) != signature(st):
+            if hashlib.sha256(data).hexdigest() != digest:
+                self._set_aside(digest, st)
+                raise _damaged_error(digest)
+            self._trusted[digest] = signature(st)
+        return data
 
     def restore(self, digest: str, dest: Path) -> None:
-        """Copy an object to ``dest`` atomically (used to bring back a deleted output file)."""
-        src = self.path(digest)
-        if not src.is_file():
-            raise StoreError(f"object {digest[:12]} is missing from the store")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        """Copy an object to ``dest`` atomically (a deleted output file, an export), hashing what
+        is copied: a damaged object is set aside and nothing is written. The copy gets the
+        usual permissions (0666 less the umask), not the temporary file's 0600.
+        Raises StoreError."""
         try:
-            with os.fdopen(fd, "wb") as out, open(src, "rb") as f:
-                shutil.copyfileobj(f, out)
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            src = open(self._file(digest), "rb")  # noqa: SIM115  # closed below
+        except FileNotFoundError:
+            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+        with src:
+            st = os.fstat(src.fileno())
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+            try:
+                h = hashlib.sha256()
+                with os.fdopen(fd, "wb") as out:
+                    for chunk in iter(lambda: src.read(_CHUNK), b""):
+                        h.update(chunk)
+                        out.write(chunk)
+                if h.hexdigest() != digest:
+                    self._set_aside(digest, st)
+                    raise _damaged_error(digest)
+                os.chmod(tmp, 0o666 & ~_UMASK)
+                os.replace(tmp, dest)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        self._trusted[digest] = signature(st)
+
+    copy_to = restore  # an export: the same verified, atomic copy
 
     def verify(self, digest: str) -> bool:
-        """True when the object exists and its bytes still hash to its name."""
+        """True when the object exists and its bytes still hash to its name (always hashes;
+        changes nothing: `runner verify` reports, only --repair sets damaged objects aside)."""
         p = self.path(digest)
         if not p.is_file():
             return False
@@ -141,7 +236,37 @@ class ObjectStore:
                 h.update(chunk)
         return h.hexdigest() == digest
 
+    def set_aside(self, digest: str) -> None:
+        """Move a damaged object out of the way (kept under .damaged/ for a post-mortem)."""
+        try:
+            st = os.stat(self._file(digest))
+        except FileNotFoundError:
+            return
+        self._set_aside(digest, st)
+
+    def _set_aside(self, digest: str, seen: os.stat_result) -> None:
+        target = self._file(digest)
+        self._trusted.pop(digest, None)
+        try:
+            # Only the file that was found damaged: another process may have just replaced it
+            # with a whole copy (same name), which must stay.
+            if os.stat(target).st_ino != seen.st_ino:
+                return
+            aside = os.path.join(self._root, DAMAGED)
+            os.makedirs(aside, exist_ok=True)
+            os.replace(target, os.path.join(aside, digest))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"cannot set damaged object {digest[:12]} aside: {exc}") from exc
+
+    def damaged(self) -> list[Path]:
+        """The damaged objects set aside so far."""
+        aside = self.root / DAMAGED
+        return sorted(aside.iterdir()) if aside.is_dir() else []
+
     def delete(self, digest: str) -> None:
+        self._trusted.pop(digest, None)
         self.path(digest).unlink(missing_ok=True)
 
     def iter_digests(self) -> list[str]:
@@ -183,6 +308,7 @@ class ObjectStore:
                     os.fsync(out.fileno())
             os.chmod(tmp, 0o444)
             os.replace(tmp, target)
+            self._trusted[digest_of(target)] = signature(os.stat(target))
             if deferred:
                 with self._lock:
                     if self._pending is not None:
@@ -193,6 +319,21 @@ class ObjectStore:
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
             raise StoreError(f"cannot write object {target.name[:10]}: {exc}") from exc
+
+
+def digest_of(target: Path) -> str:
+    """The digest an object file's path names (``<root>/aa/bbbb...``)."""
+    return target.parent.name + target.name
+
+
+def _read_umask() -> int:
+    # Read once, at import (single-threaded): os.umask can only be read by setting it.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
 
 
 def _fsync_path(path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ def after_apply(
             run_dir.mkdir(parents=True, exist_ok=True)
             target = run_dir / f"final-{it.ordinal}.{it.ext or 'jpg'}"
             if not target.exists():
-                shutil.copyfile(state.objects.path(it.final), target)
+                state.objects.copy_to(it.final, target)  # hashed: never a damaged copy
     files = []
     if out_dir:
         files = copy_finals(state, its, Path(out_dir), report.item or plan.name)
@@ -95,7 +94,7 @@ def copy_finals(
         name = f"{safe_stem}-{it.ordinal}.{ext.lstrip('.')}"
         target = inside(dest, name)
         try:
-            shutil.copyfile(state.objects.path(digest), target)
+            state.objects.copy_to(digest, target)  # hashed while copied: never a damaged one
         except OSError as exc:
             raise StoreError(f"cannot write {target}: {exc.strerror}") from None
         out.append(target)

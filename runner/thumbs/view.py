@@ -35,6 +35,8 @@ def final_path(state: Any, it: Iteration, raw: bool = False) -> Path | None:
         named: Path = state.dir / "runs" / it.run_id / f"final-{it.ordinal}.{it.ext or 'jpg'}"
         if named.is_file():
             return named
+    if not state.objects.has(digest):  # missing, or damaged (then set aside): nothing to show
+        return None
     path: Path = state.objects.path(digest)
     return path
 
