@@ -79,6 +79,7 @@ class Limits:
     wall_clock: float | None = None
     max_steps: int | None = None
     token_budget: int | None = None
+    max_cost: float | None = None  # refused before the run when the plan's estimate exceeds it
 
 
 @dataclass
@@ -258,6 +259,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
         wall_clock=parse_duration(limits_raw["wall_clock"]) if "wall_clock" in limits_raw else None,
         max_steps=limits_raw.get("max_steps"),
         token_budget=limits_raw.get("token_budget"),
+        max_cost=limits_raw.get("max_cost"),
     )
     item = None
     if "item" in data:

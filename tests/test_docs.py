@@ -29,6 +29,7 @@ def test_the_command_set() -> None:
         "apply",
         "validate",
         "explain",
+        "plan",
         "graph",
         "runs list",
         "runs show",

@@ -26,5 +26,7 @@ def test_key_equals_the_digest_of_the_document(args: object, item: object, has_i
 def test_changed_parts_names_what_changed() -> None:
     a = KeyParts("shell", "1", {"run": "x"}, {"in.txt": "1" * 64}, {}, None).summary()
     b = KeyParts("shell", "1", {"run": "x"}, {"in.txt": "2" * 64}, {}, None).summary()
-    assert changed_parts(a, b) == ["input in.txt changed"]
+    (only,) = changed_parts(a, b)
+    old, new = a["files"]["in.txt"][:12], b["files"]["in.txt"][:12]
+    assert only == f"input in.txt changed ({old} -> {new})"
     assert changed_parts(None, b) == ["never ran"]

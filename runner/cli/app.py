@@ -94,6 +94,15 @@ def state_option(fn: F) -> F:
     )(fn)
 
 
+def max_cost_option(fn: F) -> F:
+    return click.option(
+        "--max-cost",
+        type=click.FloatRange(min=0),
+        default=None,
+        help="Budget: refuse when the estimated provider cost exceeds it (runner.toml [prices]).",
+    )(fn)
+
+
 def param_option(fn: F) -> F:
     return click.option(
         "-p",
@@ -151,7 +160,7 @@ def cli(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from . import commands_core  # noqa: F401  (commands register themselves on import)
+    from . import commands_core, commands_plan  # noqa: F401  (commands register on import)
 
     for optional in (
         "commands_thumb",

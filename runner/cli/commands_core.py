@@ -1,4 +1,4 @@
-"""Core commands: apply, validate, explain, graph, runs, steps, verify, init."""
+"""Core commands: apply, validate, graph, runs, steps, verify, init (plan, explain: elsewhere)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .app import (
     events_option,
     jobs_option,
     json_option,
+    max_cost_option,
     param_option,
     parse_params,
     pipeline_arg,
@@ -55,7 +56,7 @@ def _install_sigterm() -> None:
 @param_option
 @jobs_option
 @click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
-@click.option("--dry-run", is_flag=True, help="Show what would run; run nothing.")
+@click.option("--dry-run", is_flag=True, help="The same as `runner plan`: run and write nothing.")
 @click.option("--item", default=None, help="What this run is for (one active run per item).")
 @events_option
 @click.option(
@@ -72,6 +73,7 @@ def _install_sigterm() -> None:
     "billed them: this may pay twice).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@max_cost_option
 @state_option
 @json_option
 @click.pass_obj
@@ -87,10 +89,13 @@ def apply(
     out_dir: str | None,
     retry_uncertain: bool,
     quiet: bool,
+    max_cost: float | None,
     state_dir: str | None,
     as_json: bool,
 ) -> None:
-    """Run the pipeline, re-running only what is missing or out of date.
+    """Run the pipeline, re-running only what is missing or out of date. With a budget
+    (--max-cost, the pipeline's limits.max_cost or runner.toml's [budget]) the plan's estimated
+    cost is checked first and an apply over it is refused (exit 9) before any call.
 
     Example: runner apply pipeline.yaml -p title=hello --jobs 4
     """
@@ -98,9 +103,15 @@ def apply(
     from ..engine.locate import state_dir_for
 
     overrides = parse_params(params)
+    if dry_run:
+        from ..engine.plandoc import plan_document
+        from .commands_plan import finish_plan
+
+        doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost)
+        finish_plan(doc, fc, as_json=as_json, detailed=False)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
-    if not (force or dry_run or out_dir or events_file or retry_uncertain):
+    if not (force or out_dir or events_file or retry_uncertain or max_cost is not None):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
         if held is not None:
             doc = fastpath.journal_noop(state_path, pipeline_path, held)
@@ -124,9 +135,10 @@ def apply(
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
     forced = frozenset(plan.downstream(set(force))) if force else frozenset()
-    options = ApplyOptions(
-        force=forced, dry_run=dry_run, item=item, retry_uncertain=retry_uncertain
-    )
+    from ..engine.plandoc import check_budget_first
+
+    check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
+    options = ApplyOptions(force=forced, item=item, retry_uncertain=retry_uncertain)
     if jobs:
         options.jobs = jobs
     state = State.open(state_path)
@@ -196,41 +208,6 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
         emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
     else:
         click.echo(f"{file}: valid ({len(plan.order)} steps)")
-
-
-@cli.command()
-@pipeline_arg
-@param_option
-@click.option("--force", multiple=True, metavar="STEP")
-@state_option
-@json_option
-def explain(
-    file: Path,
-    params: tuple[str, ...],
-    force: tuple[str, ...],
-    state_dir: str | None,
-    as_json: bool,
-) -> None:
-    """Say, per step, whether the next apply would run it or use the cache, and why.
-
-    Example: runner explain pipeline.yaml
-    """
-    from ..compiler import compile_pipeline
-    from ..engine.apply import State, state_dir_for
-    from ..engine.apply import explain as do_explain
-
-    plan = compile_pipeline(file, parse_params(params))
-    state = State.open(state_dir_for(file, state_dir))
-    try:
-        forced = frozenset(plan.downstream(set(force))) if force else frozenset()
-        rows = do_explain(plan, state, forced)
-    finally:
-        state.close()
-    if as_json:
-        emit_json({"pipeline": plan.name, "steps": [r.to_json() for r in rows], "exit_code": 0})
-        return
-    for r in rows:
-        click.echo(f"{r.action:7} {r.step}: {'; '.join(r.reasons)}")
 
 
 @cli.command()

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..compiler import CachePolicy, Plan, compile_pipeline
-from ..errors import Busy, StepFailure
-from ..store.journal import Journal, loads
+from ..compiler import Plan, compile_pipeline
+from ..errors import Busy
+from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from .events import Reporter
 from .interpreter import ApplyOptions, Interpreter, RunReport
-from .keys import changed_parts
 from .locate import state_dir_for as state_dir_for
 
 T = TypeVar("T")
@@ -207,124 +206,3 @@ def apply_file(
         return apply_plan(plan, state, options, reporter)
     finally:
         state.close()
-
-
-@dataclass
-class Explanation:
-    step: str
-    action: str  # "run" | "cached" | "skip" | "unknown"
-    reasons: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "action": self.action, "reasons": self.reasons}
-
-
-def explain(plan: Plan, state: State, force: frozenset[str] = frozenset()) -> list[Explanation]:
-    """Per step: would it run or is it cached, and why (without running anything).
-
-    A step whose arguments depend on an upstream output that would change is reported as
-    "run: upstream X will re-run" since its key cannot be known before X runs.
-    """
-    interp = Interpreter(
-        plan,
-        journal=state.journal,
-        objects=state.objects,
-        state_dir=state.dir,
-        providers=_LazyProviders(plan.root),
-    )
-    cached = state.journal.cached_results(plan.name)
-    out: list[Explanation] = []
-    will_run: set[str] = set()
-    for sid in plan.order:
-        step = plan.steps[sid]
-        upstream = [d for d in step.deps if d in will_run]
-        if sid in force:
-            out.append(Explanation(sid, "run", ["forced with --force"]))
-            will_run.add(sid)
-            continue
-        if step.cache is CachePolicy.ALWAYS_RUN:
-            out.append(Explanation(sid, "run", ["cache is off (cache: false)"]))
-            will_run.add(sid)
-            continue
-        if upstream:
-            out.append(Explanation(sid, "run", [f"upstream {', '.join(upstream)} will re-run"]))
-            will_run.add(sid)
-            continue
-        if step.for_each is not None:
-            ok, reasons = _explain_for_each(interp, plan, sid, cached)
-        else:
-            ok, reasons = _explain_one(interp, plan, sid, cached)
-        out.append(Explanation(sid, "cached" if ok else "run", reasons))
-        if not ok:
-            will_run.add(sid)
-        else:
-            hit = interp.context_steps.get(sid)
-            if hit is None:
-                interp.context_steps[sid] = {"status": "cached", "output": None}
-    interp.hasher.flush()
-    return out
-
-
-def _explain_one(
-    interp: Interpreter,
-    plan: Plan,
-    sid: str,
-    cached: Any,
-    extra: dict[str, Any] | None = None,
-    element: int = -1,
-) -> tuple[bool, list[str]]:
-    step = plan.steps[sid]
-    try:
-        _args, parts = interp._resolve(step, extra or {})
-    except StepFailure as exc:
-        return False, [exc.reason]
-    except Exception as exc:
-        return False, [f"cannot resolve arguments yet: {exc}"]
-    key = parts.key()
-    hit = cached.get((sid, key))
-    if hit is not None and hit.status == "partial":
-        return False, ["last result was partial: runs again"]
-    if hit is not None:
-        if not interp._usable(hit):
-            return False, ["artifact missing from the store"]
-        interp.context_steps[sid] = {"status": "cached", "output": hit.output}
-        missing = [rel for rel in hit.files if not (plan.root / rel).exists()]
-        reasons = ["key matches a completed execution"]
-        if missing:
-            reasons.append("will restore " + ", ".join(missing) + " from the store")
-        return True, reasons
-    last = interp.journal.last_execution(plan.name, sid, element)
-    if last is None:
-        return False, ["never ran"]
-    if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
-        error = f": {last['error']}" if last["error"] else ""
-        return False, [f"last attempt {last['status']}{error}"]
-    old_parts = loads(last.get("key_parts"))
-    changes = changed_parts(old_parts, parts.summary())
-    return False, changes or ["input changed"]
-
-
-def _explain_for_each(
-    interp: Interpreter, plan: Plan, sid: str, cached: Any
-) -> tuple[bool, list[str]]:
-    from .. import expr as ex
-
-    step = plan.steps[sid]
-    try:
-        items = ex.evaluate_value(step.for_each, interp._context())
-    except Exception as exc:
-        return False, [f"cannot evaluate for_each yet: {exc}"]
-    if not isinstance(items, list):
-        return False, ["for_each is not a list"]
-    stale = []
-    outputs = []
-    for i, item in enumerate(items):
-        ok, reasons = _explain_one(interp, plan, sid, cached, {"item": item, "index": i}, i)
-        if not ok:
-            stale.append(f"[{i}] {reasons[0]}")
-        else:
-            outputs.append(interp.context_steps.get(sid, {}).get("output"))
-    interp.context_steps[sid] = {"status": "cached", "output": outputs}
-    if stale:
-        return False, [f"{len(stale)} of {len(items)} elements will run", *stale[:5]]
-    return True, [f"all {len(items)} elements cached"]

@@ -68,16 +68,17 @@ class KeyParts:
 
 
 def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """Names of the parts that differ, most specific first (file paths by name)."""
+    """The parts that differ, most specific first (file paths by name), each with its old and
+    new digest (12 hex) so a user can tell which value changed."""
     if old is None:
         return ["never ran"]
     out: list[str] = []
     if old.get("type") != new.get("type"):
         out.append(f"step type changed ({old.get('type')} -> {new.get('type')})")
     if old.get("version") != new.get("version"):
-        out.append("version changed")
+        out.append(f"version changed ({old.get('version')!r} -> {new.get('version')!r})")
     if old.get("args") != new.get("args"):
-        out.append("arguments changed")
+        out.append(f"arguments changed{_digests(old.get('args'), new.get('args'))}")
     old_files, new_files = old.get("files") or {}, new.get("files") or {}
     for path in sorted(set(old_files) | set(new_files)):
         if path not in old_files:
@@ -85,9 +86,17 @@ def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         elif path not in new_files:
             out.append(f"input {path} no longer read")
         elif old_files[path] != new_files[path]:
-            out.append(f"input {path} changed")
+            out.append(f"input {path} changed{_digests(old_files[path], new_files[path])}")
     if old.get("extra") != new.get("extra"):
-        out.append("provider profile or settings changed")
+        out.append(
+            f"provider profile or settings changed{_digests(old.get('extra'), new.get('extra'))}"
+        )
     if old.get("item") != new.get("item"):
-        out.append("element changed")
+        out.append(f"element changed{_digests(old.get('item'), new.get('item'))}")
     return out
+
+
+def _digests(old: Any, new: Any) -> str:
+    if isinstance(old, str) and isinstance(new, str):
+        return f" ({old[:12]} -> {new[:12]})"
+    return ""

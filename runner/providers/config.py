@@ -73,12 +73,13 @@ def load_config(path: Path | None) -> RunnerConfig:
         raise ProviderConfigError(f"cannot read {path}: {exc}", where=where) from None
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"not valid TOML: {exc}", where=where) from None
-    unknown = sorted(set(data) - {"general", "providers"})
+    # [prices] and [budget] are read by runner/engine/costs.py (plan's cost estimate).
+    unknown = sorted(set(data) - {"general", "providers", "prices", "budget"})
     if unknown:
         raise ProviderConfigError(
             f"unknown section(s) {', '.join(unknown)}",
             where=where,
-            hint="runner.toml has [general] and [providers.<name>] sections",
+            hint="runner.toml has [general], [providers.<name>], [prices.<name>] and [budget]",
         )
     general = data.get("general", {})
     if not isinstance(general, dict) or set(general) - {"default_provider"}:

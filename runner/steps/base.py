@@ -126,6 +126,8 @@ class StepType:
       schema: JSON Schema of ``with:``, checked at compile time.
       requires_check: a step of this type without ``check:`` is a compile error.
       produces_prompt: ``runner render`` shows this step's output ``text``.
+      predictable: ``run`` only reads its key's inputs and returns its output (no objects, no
+        files, no provider, no awaiting): ``runner plan`` may compute it to see past it.
     """
 
     name: ClassVar[str]
@@ -134,6 +136,7 @@ class StepType:
     schema: ClassVar[dict[str, Any]] = {"type": "object"}
     requires_check: ClassVar[bool] = False
     produces_prompt: ClassVar[bool] = False
+    predictable: ClassVar[bool] = False
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         """Extra compile-time checks beyond the schema (e.g. a template file exists).

@@ -34,6 +34,7 @@ class CardStep(StepType):
     name = "card"
     version = "1"
     description = "Build a deterministic prompt card (canonical JSON + 16-hex hash) from inputs."
+    predictable: ClassVar[bool] = True  # runner plan computes it to see past it
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

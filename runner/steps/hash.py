@@ -13,6 +13,7 @@ class HashStep(StepType):
     name = "hash"
     version = "1"
     description = "Canonical JSON and sha256 of `value` (excluded keys, unordered list paths)."
+    predictable: ClassVar[bool] = True  # runner plan computes it to see past it
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -34,6 +34,7 @@ class ReadStep(StepType):
     name = "read"
     version = "1"
     description = "Read a file or a glob of files (as text, JSON/YAML data, or paths)."
+    predictable: ClassVar[bool] = True  # runner plan computes it to see past it
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

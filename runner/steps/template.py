@@ -47,6 +47,7 @@ class TemplateStep(StepType):
     version = "1"
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True
+    predictable: ClassVar[bool] = True  # runner plan computes it to see past it
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -1,0 +1,125 @@
+"""The plan document (``runner plan --json``, ``explain --json``, ``apply --dry-run``): the
+forecast of every step and element, the provider calls with their estimated cost, the budget.
+
+Shape::
+
+    {"pipeline": str, "would_change": bool,
+     "summary": {action: steps},          # actions: run cached restore unknown skip ask
+     "executions": {action: count},       # steps without for_each count once, else per element
+     "steps": [{"id", "uses", "action", "reasons": [str], "key": str|null,
+                "elements": [{"index", "action", "reasons", "key"}], "counts": {...}}],
+     "cost": {"calls": [{"provider", "model", "kind", "calls", "cost": float|null, "exact"}],
+              "total": float, "currency": str, "unpriced_calls": int, "exact": bool},
+     "budget": {"limit": float, "source": str, "over": bool} | null,
+     "exit_code": int}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plan_document(
+    file: Path,
+    overrides: dict[str, str],
+    state_dir: str | None,
+    force: tuple[str, ...] = (),
+    item: str | None = None,
+    max_cost: float | None = None,
+    plan: Any = None,
+) -> tuple[dict[str, Any], Any]:
+    """Compile (unless given), forecast and price. Returns (the --json document, the Forecast).
+
+    Reads only: the journal is opened read-only when it exists and not created when it does not.
+    """
+    from ..compiler import compile_pipeline
+    from ..errors import UsageError
+    from .costs import estimate, load_prices
+    from .locate import state_dir_for
+    from .planner import forecast
+
+    plan = plan or compile_pipeline(file, overrides)
+    for f in force:
+        if f not in plan.steps:
+            raise UsageError(f"--force: unknown step '{f}'")
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    state_path = state_dir_for(file, state_dir)
+    with read_state(state_path) as (journal, objects):
+        fc = forecast(plan, journal, objects, state_path, forced, item)
+    prices = load_prices(plan.directory)
+    est = estimate(fc, prices)
+    budgets = _budgets(plan, prices, max_cost)
+    over = bool(budgets) and est.total > min(budgets)[0]
+    executions: dict[str, int] = {}
+    for s in fc.steps:
+        for e in s.elements if s.elements is not None else [s]:
+            executions[e.action.value] = executions.get(e.action.value, 0) + 1
+    doc: dict[str, Any] = {
+        "pipeline": plan.name,
+        "would_change": fc.changes,
+        "summary": fc.summary(),
+        "executions": executions,
+        "steps": [s.to_json() for s in fc.steps],
+        "cost": est.to_json(),
+        "budget": (
+            {"limit": min(budgets)[0], "source": min(budgets)[1], "over": over} if budgets else None
+        ),
+        "exit_code": 0,
+    }
+    return doc, fc
+
+
+def _budgets(plan: Any, prices: Any, max_cost: float | None) -> list[tuple[float, str]]:
+    out: list[tuple[float, str]] = []
+    if max_cost is not None:
+        out.append((max_cost, "--max-cost"))
+    if plan.limits.max_cost is not None:
+        out.append((float(plan.limits.max_cost), f"{plan.file.name} limits.max_cost"))
+    if prices.max_cost is not None:
+        out.append((prices.max_cost, "runner.toml [budget] max_cost"))
+    return out
+
+
+class read_state:
+    """The state's journal for reading, or an in-memory empty one when nothing has run yet."""
+
+    def __init__(self, state_path: Path) -> None:
+        self.path = state_path
+        self.journal: Any = None
+
+    def __enter__(self) -> tuple[Any, Any]:
+        import sqlite3
+
+        from ..store.journal import Journal
+        from ..store.objects import ObjectStore
+
+        if (self.path / "journal.db").exists():
+            self.journal = Journal.open(self.path, readonly=True)
+        else:  # a plan never creates the state directory
+            self.journal = Journal(sqlite3.connect(":memory:"), self.path / "journal.db")
+            self.journal._migrate()
+        return self.journal, ObjectStore(self.path / "objects")
+
+    def __exit__(self, *exc: object) -> None:
+        self.journal.close()
+
+
+def check_budget_first(
+    file: Path,
+    plan: Any,
+    overrides: dict[str, str],
+    state_dir: str | None,
+    force: tuple[str, ...],
+    item: str | None,
+    max_cost: float | None,
+) -> None:
+    """Before an apply: when any budget is set, plan and refuse (OverBudget) above it."""
+    from .costs import check_budget, estimate, load_prices
+
+    prices = load_prices(plan.directory)
+    budgets = _budgets(plan, prices, max_cost)
+    if not budgets:
+        return  # no budget: no planning cost on the apply's path
+    _doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost, plan=plan)
+    check_budget(estimate(fc, prices), budgets)
