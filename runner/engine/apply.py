@@ -53,8 +53,13 @@ class _LazyProviders:
         if self._access is None:
             from ..providers.config import load_access
 
-            self._access = load_access(self.root)
+            self._access = load_access(self.root, keep_clients=True)
         return self._access
+
+    async def aclose(self) -> None:
+        """Close the providers' connections, kept open for the run (one client per backend)."""
+        if self._access is not None:
+            await self._access.aclose()
 
     def get(self, name: str | None) -> Any:
         return self._get().get(name)
@@ -178,6 +183,7 @@ async def apply_plan_async(
             ]
             if waiting:
                 options.resume_run_id = waiting[0]["id"]
+        providers = _LazyProviders(plan.root)
         interpreter = Interpreter(
             plan,
             journal=state.journal,
@@ -185,11 +191,14 @@ async def apply_plan_async(
             state_dir=state.dir,
             options=options,
             reporter=reporter,
-            providers=_LazyProviders(plan.root),
+            providers=providers,
         )
         if on_start is not None:
             on_start(interpreter.run_id)
-        return await interpreter.apply()
+        try:
+            return await interpreter.apply()
+        finally:
+            await providers.aclose()
 
 
 def apply_file(

@@ -33,6 +33,7 @@ from ..errors import (
     StepFailure,
     StoreError,
 )
+from ..providers.limits import lend_slots
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResult, Journal, dumps
 from ..store.objects import ObjectStore
@@ -40,6 +41,7 @@ from . import gates
 from .events import Event, EventType, NullReporter, Reporter
 from .files import FileHasher
 from .keys import KeyParts
+from .slots import CpuSlot
 
 CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
 REJECTED_EXIT = 8  # a reviewer rejected the run: not an error, but nothing was committed
@@ -958,8 +960,10 @@ class Interpreter:
                 self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
                 return ElementOutcome(el_index, StepStatus.FAILED, key, reason=reason)
         self.executions_started += 1
-        async with self.jobs:
-            return await self._run_attempts(step, index, el_index, args, parts, key, extra)
+        # The slot bounds CPU work: a provider call gives it back while it waits (slots.py).
+        async with CpuSlot(self.jobs) as slot:
+            with lend_slots(slot.released):
+                return await self._run_attempts(step, index, el_index, args, parts, key, extra)
 
     def _journal_failure(
         self, step: CompiledStep, el_index: int, key: str | None, reason: str, attempts: int

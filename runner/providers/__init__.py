@@ -1,25 +1,49 @@
 """Model providers: the interface, the registry, project configuration and the built-ins.
 
-Importing this package is cheap: the HTTP providers (httpx) and the fake (Pillow) are imported
-only when a provider of that kind is created.
+Importing this package costs nothing: every name below is imported on first use (PEP 562), so
+the engine can import ``runner.providers.limits`` on every run without loading the provider
+machinery; the HTTP providers (httpx) and the fake (Pillow) load only when one is created.
 """
 
 from __future__ import annotations
 
-from .base import (
-    Capabilities,
-    ImageRequest,
-    ImageResult,
-    Provider,
-    ProviderConfigError,
-    RetryPolicy,
-    TextRequest,
-    TextResult,
-)
-from .config import Providers, RunnerConfig, find_config, load_config
-from .redact import Redactor
-from .registry import create, list_providers
-from .retry import call_with_retries
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import (
+        Capabilities,
+        ImageRequest,
+        ImageResult,
+        Provider,
+        ProviderConfigError,
+        RetryPolicy,
+        TextRequest,
+        TextResult,
+    )
+    from .config import Providers, RunnerConfig, find_config, load_config
+    from .redact import Redactor
+    from .registry import create, list_providers
+    from .retry import call_with_retries
+
+_WHERE = {
+    "Capabilities": "base",
+    "ImageRequest": "base",
+    "ImageResult": "base",
+    "Provider": "base",
+    "ProviderConfigError": "base",
+    "RetryPolicy": "base",
+    "TextRequest": "base",
+    "TextResult": "base",
+    "Providers": "config",
+    "RunnerConfig": "config",
+    "find_config": "config",
+    "load_config": "config",
+    "Redactor": "redact",
+    "create": "registry",
+    "list_providers": "registry",
+    "call_with_retries": "retry",
+}
 
 __all__ = [
     "Capabilities",
@@ -39,3 +63,12 @@ __all__ = [
     "list_providers",
     "load_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runner.providers' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

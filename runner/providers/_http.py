@@ -26,13 +26,16 @@ import ssl
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
 import httpx
 
 from ..errors import ProviderError
-from .base import Provider
+from .base import OPERATIONAL_SETTINGS, Capabilities, Provider, ProviderConfigError
+from .limits import current_route
+from .pool import Backend, BackendPool, PoolConfigError, parse_backends
 from .tracking import CallTracker
 
 MAX_MESSAGE_CHARS = 600
@@ -160,31 +163,99 @@ def b64encode(data: bytes) -> str:
 
 
 class HttpProvider(Provider):
-    """A provider reached over HTTP at ``base_url``."""
+    """A provider reached over HTTP at ``base_url``, or at a pool of backends (pool.py)."""
 
     default_base_url: ClassVar[str] = ""
+    # Where the server is, not what it makes: moving or adding backends keeps the profile.
+    operational_settings: ClassVar[frozenset[str]] = OPERATIONAL_SETTINGS | {
+        "base_url",
+        "base_urls",
+        "backends",
+        "probe_interval",
+    }
+    _pool: BackendPool | None = None
+    # (backend url, timeout) -> client, while the engine keeps clients for a run; None: one
+    # client per call (a provider used outside a run closes everything it opens).
+    _clients: dict[tuple[str, float], httpx.AsyncClient] | None = None
+
+    @property
+    def pool(self) -> BackendPool:
+        """The backends this provider's calls are spread over (one unless configured)."""
+        if self._pool is None:
+            try:
+                backends = parse_backends(
+                    self.settings,
+                    default_url=self.default_base_url,
+                    default_max=self.int_setting(
+                        "max_concurrency", self.default_capabilities.max_concurrency, minimum=1
+                    ),
+                )
+            except PoolConfigError as exc:
+                raise ProviderConfigError(f"provider '{self.name}': {exc}") from None
+            interval = self.float_setting("probe_interval", 5.0)
+            self._pool = BackendPool(backends, probe_interval=interval)
+        return self._pool
+
+    @property
+    def capabilities(self) -> Capabilities:
+        # max_concurrency holds per backend; the provider as a whole takes the pool's sum.
+        return replace(super().capabilities, max_concurrency=self.pool.capacity)
 
     @property
     def base_url(self) -> str:
-        return self.str_setting("base_url", self.default_base_url).rstrip("/")
+        """The first backend's URL."""
+        return self.pool.backends[0].url
+
+    def can_reroute(self) -> bool:
+        return self.pool.healthy_count() > 0
+
+    def keep_clients(self) -> None:
+        """Keep one client (and its keep-alive connections) per backend until ``aclose``."""
+        if self._clients is None:
+            self._clients = {}
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, None
+        for client in (clients or {}).values():
+            await client.aclose()
 
     def headers(self) -> dict[str, str]:
         """Headers sent with every request (subclasses add credentials)."""
         return {"User-Agent": "runner"}
 
-    @asynccontextmanager
-    async def client(self, timeout: float | None = None) -> AsyncIterator[httpx.AsyncClient]:
-        """A client for one generate call; the timeout bounds each request's connect/read."""
-        t = timeout if timeout is not None else self.timeout
-        limits = httpx.Timeout(t, connect=min(t, 10.0))
-        async with httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=limits,
+    def _new_client(self, backend: Backend, timeout: float) -> httpx.AsyncClient:
+        transport = _Watched(
+            httpx.AsyncHTTPTransport(verify=tls_context(), trust_env=False), self.pool, backend
+        )
+        return httpx.AsyncClient(
+            base_url=backend.url,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             headers=self.headers(),
             trust_env=False,
-            verify=tls_context(),
-        ) as client:
-            yield client
+            transport=transport,
+        )
+
+    @asynccontextmanager
+    async def client(
+        self, timeout: float | None = None, *, backend: str | None = None
+    ) -> AsyncIterator[httpx.AsyncClient]:
+        """A client for one generate call, at the least-loaded healthy backend of the pool
+        (``backend``: at that one, e.g. the server that holds a remote job). Its
+        ``base_url`` says which backend it is; the timeout bounds each request's connect/read.
+        """
+        t = timeout if timeout is not None else self.timeout
+        async with self.pool.lease(backend) as chosen:
+            route = current_route()
+            if route is not None:
+                route.backend = chosen.url
+            if self._clients is None:
+                async with self._new_client(chosen, t) as client:
+                    yield client
+            else:
+                shared = self._clients.get((chosen.url, t))
+                if shared is None:
+                    shared = self._clients[(chosen.url, t)] = self._new_client(chosen, t)
+                yield shared
 
     async def send(
         self,
@@ -303,3 +374,26 @@ def usage_ints(raw: Any, mapping: dict[str, str]) -> dict[str, int]:
             if isinstance(v, int) and not isinstance(v, bool):
                 out[dst] = v
     return out
+
+
+class _Watched(httpx.AsyncBaseTransport):
+    """A transport that tells the pool when its backend refuses or answers a connection."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, pool: BackendPool, backend: Backend):
+        self.inner, self.pool, self.backend = inner, pool, backend
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await self.inner.handle_async_request(request)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            # Nothing reached the backend: take it out, and let the call go elsewhere.
+            self.pool.refused(self.backend)
+            route = current_route()
+            if route is not None:
+                route.refused = True
+            raise
+        self.pool.answered(self.backend)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

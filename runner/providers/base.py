@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from ..canonical import CanonicalError, digest
 from ..errors import InvalidPipeline, Location, ProviderError
 from .jobs import RemoteJob
+from .limits import ProviderGate
 from .redact import Redactor
 from .tracking import CallTracker
 
@@ -124,6 +125,7 @@ class Provider:
       key: the registered name.  version: bump when the same settings would produce other output.
       default_capabilities: what ``runner providers`` lists.
       known_settings: accepted settings besides the operational ones; others are refused.
+      operational_settings: how calls are made, not what they produce: never in the profile.
       defaults: default setting values (part of the profile, so a changed default shows).
     """
 
@@ -133,6 +135,7 @@ class Provider:
     default_capabilities: ClassVar[Capabilities] = Capabilities(kinds=frozenset())
     known_settings: ClassVar[frozenset[str]] = frozenset()
     defaults: ClassVar[Mapping[str, Any]] = {}
+    operational_settings: ClassVar[frozenset[str]] = OPERATIONAL_SETTINGS
     default_timeout: ClassVar[float] = 120.0
     # A job-queue backend: its image calls carry a RemoteJob the step journals (see jobs.py).
     remote_jobs: ClassVar[bool] = False
@@ -147,9 +150,9 @@ class Provider:
         name: str | None = None,
     ) -> None:
         given = dict(settings or {})
-        unknown = sorted(set(given) - self.known_settings - OPERATIONAL_SETTINGS)
+        unknown = sorted(set(given) - self.known_settings - self.operational_settings)
         if unknown:
-            allowed = ", ".join(sorted(self.known_settings | OPERATIONAL_SETTINGS))
+            allowed = ", ".join(sorted(self.known_settings | self.operational_settings))
             raise ProviderConfigError(
                 f"provider '{name or self.key}': unknown setting(s) {', '.join(unknown)}",
                 hint=f"accepted settings: {allowed}",
@@ -159,6 +162,7 @@ class Provider:
         self.base_dir = base_dir or Path.cwd()
         self.name = name or self.key
         self.redactor = Redactor(self.secrets.values())
+        self._gate: ProviderGate | None = None
 
     # --- identity -------------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class Provider:
         return {
             k: v
             for k, v in self.settings.items()
-            if k not in OPERATIONAL_SETTINGS and not k.endswith("_env")
+            if k not in self.operational_settings and not k.endswith("_env")
         }
 
     def profile(self) -> str:
@@ -189,6 +193,23 @@ class Provider:
         if "max_concurrency" in self.settings:
             caps = replace(caps, max_concurrency=self.int_setting("max_concurrency", minimum=1))
         return caps
+
+    @property
+    def gate(self) -> ProviderGate:
+        """Bounds this provider's calls in flight by ``max_concurrency``, across the whole run."""
+        if self._gate is None:
+            self._gate = ProviderGate(self.capabilities.max_concurrency)
+        return self._gate
+
+    def can_reroute(self) -> bool:
+        """A call whose backend refused it can go to another one at once (pools say so)."""
+        return False
+
+    def keep_clients(self) -> None:
+        """Keep connections open across calls until ``aclose`` (a run does; HTTP providers)."""
+
+    async def aclose(self) -> None:
+        """Release what the provider kept open for the run (HTTP connections); idempotent."""
 
     @property
     def timeout(self) -> float:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from ..errors import CallStatus, ProviderError
 from .base import Provider
+from .limits import gated_call, waiting
 from .redact import Redactor
 from .retry import call_with_retries
 from .tracking import CallTracker
@@ -101,16 +102,20 @@ async def with_provider_retries(
 
     Maybe-executed errors are retried too when ``retry_uncertain`` (the run's flag) or the
     provider's ``retry_uncertain`` setting says the user accepts paying twice.
+
+    Each attempt holds one of the provider's ``max_concurrency`` permits (shared by the whole
+    run); the caller's CPU slot is given back for as long as the calls and backoffs last.
     """
     policy = provider.retry_policy()
-    return await call_with_retries(
-        fn,
-        attempts=policy.attempts,
-        base_delay=policy.base_delay,
-        cap=policy.cap,
-        on_retry=on_retry,
-        retry_uncertain=retry_uncertain or provider.retry_uncertain,
-    )
+    async with waiting():
+        return await call_with_retries(
+            lambda: gated_call(provider, fn),
+            attempts=policy.attempts,
+            base_delay=policy.base_delay,
+            cap=policy.cap,
+            on_retry=on_retry,
+            retry_uncertain=retry_uncertain or provider.retry_uncertain,
+        )
 
 
 def tracker(ledger: Any, key: str) -> CallTracker:

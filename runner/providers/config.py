@@ -118,16 +118,29 @@ class Providers:
     """
 
     def __init__(
-        self, config: RunnerConfig | None = None, *, environ: Mapping[str, str] | None = None
+        self,
+        config: RunnerConfig | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        keep_clients: bool = False,
     ) -> None:
         self.config = config or RunnerConfig()
         self._environ = dict(os.environ if environ is None else environ)
         self._instances: dict[str, Provider] = {}
+        # A run keeps each provider's connections open until ``aclose`` (keep-alive).
+        self._keep_clients = keep_clients
 
     @classmethod
-    def for_dir(cls, start: Path, *, environ: Mapping[str, str] | None = None) -> Providers:
+    def for_dir(
+        cls, start: Path, *, environ: Mapping[str, str] | None = None, keep_clients: bool = False
+    ) -> Providers:
         """Providers configured by the ``runner.toml`` nearest to ``start`` (or the defaults)."""
-        return cls(load_config(find_config(start)), environ=environ)
+        return cls(load_config(find_config(start)), environ=environ, keep_clients=keep_clients)
+
+    async def aclose(self) -> None:
+        """Close what the providers kept open (their HTTP clients); they reopen on next use."""
+        for provider in self._instances.values():
+            await provider.aclose()
 
     def default_name(self) -> str:
         return self.config.default_provider
@@ -164,6 +177,8 @@ class Providers:
             if exc.where is None:
                 exc.where = where
             raise
+        if self._keep_clients:
+            provider.keep_clients()
         self._instances[name] = provider
         return provider
 
@@ -184,6 +199,8 @@ class Providers:
         return Redactor(secrets)
 
 
-def load_access(root: Path, *, environ: Mapping[str, str] | None = None) -> Providers:
+def load_access(
+    root: Path, *, environ: Mapping[str, str] | None = None, keep_clients: bool = False
+) -> Providers:
     """The ProviderAccess for a pipeline rooted at ``root`` (nearest runner.toml, or defaults)."""
-    return Providers.for_dir(root, environ=environ)
+    return Providers.for_dir(root, environ=environ, keep_clients=keep_clients)

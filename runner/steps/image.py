@@ -13,7 +13,7 @@ import asyncio
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -343,14 +343,16 @@ class ImageStep(StepType):
             log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
             ctx.log(f"image #{k}: {exc.message} (retrying in {delay:.1f}s)")
 
-        async def call() -> ImageResult:
-            async with calls.gate:
-                return await provider.generate_image(request)
+        def call() -> Awaitable[ImageResult]:
+            return provider.generate_image(request)
 
         try:
-            result = await with_provider_retries(
-                provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
-            )
+            # The step's own cap outside the provider's: a call waiting for this step's turn
+            # must not hold a permit that other steps' calls could use.
+            async with calls.gate:
+                result = await with_provider_retries(
+                    provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
+                )
             stored = await calls.keep(result.image)
         except ProviderError as exc:
             log.write_out(asked)

@@ -1,0 +1,110 @@
+"""What bounds a provider call: the provider's own limit across the run, never a CPU slot.
+
+The engine lends each execution one of its ``--jobs`` slots for CPU work. Waiting on a provider is
+not CPU work, so ``waiting()`` hands the slot back for as long as the call (and its backoff)
+lasts; the engine installs how that is done with ``lend_slots``. What does bound the calls is the
+step's ``concurrency`` and ``ProviderGate``: one per provider instance, so a provider's
+``max_concurrency`` holds across every step and element of a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from ..errors import ProviderError
+
+if TYPE_CHECKING:
+    from .base import Provider
+
+T = TypeVar("T")
+
+SlotRelease = Callable[[], AbstractAsyncContextManager[None]]
+
+# Set by the engine for the duration of one execution; tasks the step starts inherit it.
+_release: ContextVar[SlotRelease | None] = ContextVar("runner_slot_release", default=None)
+
+
+@contextlib.contextmanager
+def lend_slots(release: SlotRelease) -> Iterator[None]:
+    """Within this block, ``waiting()`` enters ``release()`` (the engine gives back a slot)."""
+    token = _release.set(release)
+    try:
+        yield
+    finally:
+        _release.reset(token)
+
+
+def waiting() -> AbstractAsyncContextManager[None]:
+    """Enter around a wait on a provider: the caller's CPU slot is free meanwhile."""
+    release = _release.get()
+    return release() if release is not None else contextlib.nullcontext()
+
+
+class ProviderGate:
+    """At most ``limit`` calls in flight, over every event loop the provider is used from.
+
+    A semaphore binds to the loop it first waits in; a provider object can outlive a loop (a
+    watch session runs each apply in its own), so each loop gets its own semaphore.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self.in_flight = 0
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._loop is not loop:
+            self._loop, self._sem = loop, asyncio.Semaphore(self.limit)
+        return self._sem
+
+    async def __aenter__(self) -> None:
+        await self._semaphore().acquire()
+        self.in_flight += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._sem is not None
+        self.in_flight -= 1
+        self._sem.release()
+
+
+@dataclass
+class CallRoute:
+    """Where one attempt of a call went: set by a pooled provider while the attempt runs."""
+
+    backend: str | None = None  # the URL of the backend that took it
+    refused: bool = False  # that backend refused the connection: nothing was sent
+
+
+_route: ContextVar[CallRoute | None] = ContextVar("runner_call_route", default=None)
+
+
+def current_route() -> CallRoute | None:
+    """The route of the attempt running in this task (None outside ``gated_call``)."""
+    return _route.get()
+
+
+async def gated_call(provider: Provider, fn: Callable[[], Awaitable[T]]) -> T:
+    """One attempt of ``fn()`` under the provider's gate.
+
+    A refused connection sent nothing, so the call goes straight to another healthy backend of
+    the pool instead of waiting out a retry's backoff; when none is left the error stands.
+    """
+    while True:
+        route = CallRoute()
+        token = _route.set(route)
+        try:
+            async with provider.gate:
+                return await fn()
+        except ProviderError:
+            if not (route.refused and provider.can_reroute()):
+                raise
+        finally:
+            _route.reset(token)

@@ -1,0 +1,210 @@
+"""Provider calls are bounded by the provider, not by CPU slots; pools spread them over backends.
+
+Every figure is measured server-side by loopback servers (tests/providers/loadserver.py): calls
+in flight at once, calls served, TCP connections accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from runner.providers import ProviderConfigError, Providers, RunnerConfig, TextRequest, create
+from runner.providers.calls import with_provider_retries
+
+from .conftest import Project
+from .providers.loadserver import LoadServer, refusing_url
+
+FAN_OUT = """\
+runner: 1
+name: fan
+params:
+  items: {type: array, default: []}
+steps:
+  ask:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 16
+    with: {prompt: "say ${{ item }}"}
+    check:
+      - {matches: {value: "${{ output.text }}", pattern: "^ok say"}}
+"""
+
+TWO_STEPS = """\
+runner: 1
+name: two
+steps:
+  left:
+    uses: llm
+    for_each: "${{ [1, 2, 3, 4, 5, 6, 7, 8] }}"
+    concurrency: 8
+    with: {prompt: "left ${{ item }}"}
+    check:
+      - {matches: {value: "${{ output.text }}", pattern: "^ok"}}
+  right:
+    uses: llm
+    for_each: "${{ [1, 2, 3, 4, 5, 6, 7, 8] }}"
+    concurrency: 8
+    with: {prompt: "right ${{ item }}"}
+    check:
+      - {matches: {value: "${{ output.text }}", pattern: "^ok"}}
+"""
+
+
+def _config(project: Project, url: str, max_concurrency: int) -> None:
+    project.write(
+        "runner.toml",
+        f"""\
+        [general]
+        default_provider = "openai"
+
+        [providers.openai]
+        base_url = "{url}/v1"
+        model = "test-chat"
+        max_concurrency = {max_concurrency}
+        retry_base_delay = 0.01
+        """,
+    )
+
+
+def test_llm_for_each_reaches_its_concurrency_with_default_jobs(project: Project) -> None:
+    with LoadServer(delay=0.2) as server:
+        _config(project, server.url, 16)
+        project.write("pipeline.yaml", FAN_OUT)
+        items = ",".join(f'"e{i}"' for i in range(48))
+        doc = project.apply("-p", f"items=[{items}]")  # --jobs at its default (the core count)
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert doc["steps"][0]["elements"] == {"total": 48, "ran": 48}
+    assert server.served == 48 and server.max_in_flight == 16
+    # one client for the run: connections are kept alive and reused, not one per call
+    assert server.connections <= 16
+
+
+def test_provider_max_concurrency_holds_across_steps(project: Project) -> None:
+    with LoadServer(delay=0.1) as server:
+        _config(project, server.url, 3)
+        project.write("pipeline.yaml", TWO_STEPS)
+        doc = project.apply("--jobs", "8")
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert server.served == 16 and server.max_in_flight == 3
+
+
+def _pool(urls: list[str], **extra: object) -> Providers:
+    section = {
+        "type": "openai",
+        "backends": [{"url": f"{u}/v1", "max_concurrency": 2} for u in urls],
+        "max_retries": 0,  # a refused call goes to another backend without a retry
+        **extra,
+    }
+    return Providers(RunnerConfig(providers={"farm": section}), environ={}, keep_clients=True)
+
+
+async def _ask(providers: Providers, n: int) -> list[str]:
+    provider = providers.get("farm")
+
+    async def one(k: int) -> str:
+        request = TextRequest(messages=[{"role": "user", "content": f"q{k}"}])
+        result = await with_provider_retries(provider, lambda: provider.generate_text(request))
+        return result.text
+
+    try:
+        return await asyncio.gather(*(one(k) for k in range(n)))
+    finally:
+        await providers.aclose()
+
+
+def test_pool_routes_around_a_dead_backend_within_each_backends_limit() -> None:
+    dead = refusing_url()
+    with LoadServer(delay=0.05) as a, LoadServer(delay=0.05) as b:
+        providers = _pool([dead, a.url, b.url], probe_interval=60)
+        replies = asyncio.run(_ask(providers, 24))
+        assert replies == [f"ok q{k}" for k in range(24)]  # every call completed
+        assert a.served + b.served == 24
+        assert a.max_in_flight <= 2 and b.max_in_flight <= 2  # each backend's own limit
+        assert a.max_in_flight == 2 and b.max_in_flight == 2
+        farm = providers.get("farm")
+        down = farm.pool.find(f"{dead}/v1")
+        assert down is not None and not down.healthy
+        # only the calls sent before it was marked down went there (at most its limit at once)
+        assert down.calls == down.refused <= 2
+        assert farm.capabilities.max_concurrency == 6
+
+
+def test_a_down_backend_is_probed_again_and_taken_back() -> None:
+    dead = refusing_url()
+    with LoadServer(delay=0.02) as a:
+        providers = _pool([dead, a.url], probe_interval=0.05)
+        asyncio.run(_ask(providers, 4))
+        farm = providers.get("farm")
+        back = farm.pool.find(f"{dead}/v1")
+        assert back is not None and not back.healthy
+        port = urlsplit(dead).port
+        assert port is not None
+        with LoadServer(delay=0.02, port=port) as revived:
+            asyncio.run(asyncio.sleep(0.1))  # its probe is due
+            asyncio.run(_ask(providers, 8))
+        assert back.healthy and revived.served >= 1
+
+
+def test_all_backends_down_is_a_transient_error() -> None:
+    providers = _pool([refusing_url(), refusing_url()])
+    with pytest.raises(Exception) as info:
+        asyncio.run(_ask(providers, 1))
+    assert getattr(info.value, "transient", False)
+    assert "connection failed" in str(info.value)
+
+
+def test_profile_does_not_depend_on_the_backends() -> None:
+    one = create("openai", {"base_url": "http://a:1/v1"})
+    pool = create(
+        "openai",
+        {"base_urls": ["http://b:1/v1", "http://c:1/v1"], "backends": [{"url": "http://d:1/v1"}]},
+    )
+    assert one.profile() == pool.profile() == create("openai").profile()
+    assert [b.url for b in pool.pool.backends] == ["http://b:1/v1", "http://c:1/v1", "http://d:1/v1"]
+    assert create("openai", {"model": "other"}).profile() != one.profile()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"base_urls": "http://a"}, "base_urls must be a list"),
+        ({"backends": [{"url": "http://a", "max_concurrency": 0}]}, "max_concurrency must be"),
+        ({"backends": [{"url": "http://a", "wieght": 2}]}, "unknown key(s) wieght"),
+        ({"backends": [{"url": "ftp://a"}]}, "http:// or https://"),
+        ({"base_urls": ["http://a", "http://a/"]}, "listed twice"),
+    ],
+)
+def test_bad_backends_are_config_errors(settings: dict[str, object], message: str) -> None:
+    provider = create("openai", settings)
+    with pytest.raises(ProviderConfigError, match="provider 'openai'") as info:
+        provider.capabilities  # noqa: B018  (the pool is read on first use)
+    assert message in str(info.value)
+
+
+def test_runner_toml_backend_tables(tmp_path: Path) -> None:
+    (tmp_path / "runner.toml").write_text(
+        textwrap.dedent(
+            """\
+            [providers.farm]
+            type = "a1111"
+            base_urls = ["http://gpu1:7860"]
+
+            [[providers.farm.backends]]
+            url = "http://gpu2:7860"
+            max_concurrency = 3
+            weight = 2
+            """
+        ),
+        encoding="utf-8",
+    )
+    farm = Providers.for_dir(tmp_path, environ={}).get("farm")
+    assert [(b.url, b.max_concurrency, b.weight) for b in farm.pool.backends] == [
+        ("http://gpu1:7860", 1, 1.0),
+        ("http://gpu2:7860", 3, 2.0),
+    ]
+    assert farm.capabilities.max_concurrency == 4
