@@ -165,7 +165,11 @@ def test_profile_does_not_depend_on_the_backends() -> None:
         {"base_urls": ["http://b:1/v1", "http://c:1/v1"], "backends": [{"url": "http://d:1/v1"}]},
     )
     assert one.profile() == pool.profile() == create("openai").profile()
-    assert [b.url for b in pool.pool.backends] == ["http://b:1/v1", "http://c:1/v1", "http://d:1/v1"]
+    assert [b.url for b in pool.pool.backends] == [
+        "http://b:1/v1",
+        "http://c:1/v1",
+        "http://d:1/v1",
+    ]
     assert create("openai", {"model": "other"}).profile() != one.profile()
 
 

@@ -82,7 +82,9 @@ class LoadServer:
                 "data": [{"b64_json": PNG_B64}],
                 "usage": {"input_tokens": 5, "output_tokens": 10, "total_tokens": 15},
             }
-        return 404, {"error": {"message": f"Invalid URL (POST {path})", "type": "invalid_request_error"}}
+        return 404, {
+            "error": {"message": f"Invalid URL (POST {path})", "type": "invalid_request_error"}
+        }
 
     def __enter__(self) -> LoadServer:
         server = self
