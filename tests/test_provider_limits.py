@@ -212,3 +212,38 @@ def test_runner_toml_backend_tables(tmp_path: Path) -> None:
         ("http://gpu2:7860", 3, 2.0),
     ]
     assert farm.capabilities.max_concurrency == 4
+
+
+def test_runner_providers_probes_each_backend(project: Project) -> None:
+    dead = refusing_url()
+    with LoadServer(delay=0) as live:
+        project.write(
+            "runner.toml",
+            f"""\
+            [providers.farm]
+            type = "openai"
+            base_urls = ["{live.url}/v1", "{dead}/v1"]
+            max_concurrency = 3
+            """,
+        )
+        res = project.cli("providers", "--json")
+        text = project.cli("providers")
+    assert res.exit_code == 0, res.stderr
+    [fake, farm] = res.json["configured"]
+    assert fake["name"] == "fake" and fake["default"] and fake["backends"] == []
+    assert farm["type"] == "openai" and farm["max_concurrency"] == 6
+    up, down = farm["backends"]
+    assert up["url"] == f"{live.url}/v1" and up["health"] == "up" and up["max_concurrency"] == 3
+    assert down["health"] == "down" and "ConnectError" in down["error"]
+    assert f"{dead}/v1  down" in text.stdout
+    assert {p["name"] for p in res.json["providers"]} >= {"fake", "openai", "comfyui"}
+    quiet = project.cli("providers", "--json", "--no-probe").json["configured"][1]["backends"]
+    assert all("health" not in b for b in quiet)
+
+
+def test_runner_providers_shows_a_bad_section(project: Project) -> None:
+    project.write("runner.toml", '[providers.farm]\ntype = "openai"\nbase_urls = "http://a"\n')
+    res = project.cli("providers", "--json", "--no-probe")
+    assert res.exit_code == 0
+    [_fake, farm] = res.json["configured"]
+    assert farm["name"] == "farm" and "base_urls must be a list" in farm["error"]

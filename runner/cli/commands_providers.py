@@ -1,6 +1,8 @@
-"""`runner providers`: installed model providers and their capabilities."""
+"""`runner providers`: installed model providers, and the project's with each backend's health."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -8,30 +10,45 @@ from .app import cli, emit_json, json_option
 
 
 @cli.command()
+@click.option("--no-probe", is_flag=True, help="Do not contact the configured backends.")
 @json_option
-def providers(as_json: bool) -> None:
-    """List installed providers (built-in and plugins) with their capabilities.
+def providers(no_probe: bool, as_json: bool) -> None:
+    """List installed providers (built-in and plugins) with their capabilities, then the
+    providers configured in the nearest runner.toml with each backend's health (probed now:
+    up, down when it refuses connections, unreachable when it does not answer) and the load it
+    reports.
 
     Example: runner providers --json
     """
-    from ..providers.registry import list_providers
+    from ..providers.health import report
 
-    infos = list_providers()
+    doc = report(Path.cwd(), probe=not no_probe)
     if as_json:
-        emit_json(
-            {
-                "providers": [
-                    {"name": i.name, "version": i.version, "capabilities": i.capabilities.to_json()}
-                    for i in infos
-                ],
-                "exit_code": 0,
-            }
-        )
+        emit_json(doc)
         return
-    for i in infos:
-        c = i.capabilities
+    for i in doc["providers"]:
+        c = i["capabilities"]
         click.echo(
-            f"{i.name:<10} v{i.version:<4} kinds={','.join(sorted(c.kinds))} "
-            f"seed={c.supports_seed} "
-            f"reference={c.supports_reference_image} max_concurrency={c.max_concurrency}"
+            f"{i['name']:<10} v{i['version']:<4} kinds={','.join(c['kinds'])} "
+            f"seed={c['supports_seed']} "
+            f"reference={c['supports_reference_image']} max_concurrency={c['max_concurrency']}"
         )
+    click.echo("\nconfigured:")
+    for p in doc["configured"]:
+        if "error" in p:
+            click.echo(f"  {p['name']:<10} error: {p['error']}")
+            continue
+        mark = " (default)" if p["default"] else ""
+        click.echo(
+            f"  {p['name']}{mark}: {p['type']} {p['profile']} "
+            f"max_concurrency={p['max_concurrency']}"
+        )
+        for b in p["backends"]:
+            health = b.get("health", "not probed")
+            extra = f" {b['latency_ms']} ms" if "latency_ms" in b else ""
+            extra += f" load={b['load']}" if "load" in b else ""
+            extra += f" ({b['error']})" if "error" in b else ""
+            click.echo(
+                f"    {b['url']}  {health}{extra}  max_concurrency={b['max_concurrency']} "
+                f"weight={b['weight']:g}"
+            )

@@ -173,6 +173,9 @@ class HttpProvider(Provider):
         "backends",
         "probe_interval",
     }
+    # `runner providers` GETs {backend}/{probe_path}; a protocol that reports load there says
+    # how to read it in ``load_of``.
+    probe_path: ClassVar[str] = ""
     _pool: BackendPool | None = None
     # (backend url, timeout) -> client, while the engine keeps clients for a run; None: one
     # client per call (a provider used outside a run closes everything it opens).
@@ -205,6 +208,10 @@ class HttpProvider(Provider):
     def base_url(self) -> str:
         """The first backend's URL."""
         return self.pool.backends[0].url
+
+    def load_of(self, reply: Any) -> dict[str, Any] | None:
+        """The load a backend reports in its answer to the probe (None: it reports none)."""
+        return None
 
     def can_reroute(self) -> bool:
         return self.pool.healthy_count() > 0

@@ -126,15 +126,9 @@ def step_types() -> dict[str, Any]:
 
 def providers() -> dict[str, Any]:
     """`runner providers --json`."""
-    from ..providers.registry import list_providers
+    from ..providers.health import report
 
-    return {
-        "providers": [
-            {"name": i.name, "version": i.version, "capabilities": i.capabilities.to_json()}
-            for i in list_providers()
-        ],
-        "exit_code": 0,
-    }
+    return report(Path.cwd())
 
 
 def image_object(state: State, digest: str) -> Path | None:
