@@ -7,17 +7,31 @@ in flight at once, calls served, TCP connections accepted.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from runner.providers import ProviderConfigError, Providers, RunnerConfig, TextRequest, create
+from runner.errors import ProviderError
+from runner.providers import (
+    ImageRequest,
+    Provider,
+    ProviderConfigError,
+    Providers,
+    RunnerConfig,
+    TextRequest,
+    create,
+)
 from runner.providers.calls import with_provider_retries
+from runner.providers.jobs import RemoteJob
 
 from .conftest import Project
+from .providers.comfy_server import ComfyUIServer
 from .providers.loadserver import LoadServer, refusing_url
+
+COMFY_DATA = Path(__file__).parent / "data" / "comfyui"
 
 FAN_OUT = """\
 runner: 1
@@ -247,3 +261,32 @@ def test_runner_providers_shows_a_bad_section(project: Project) -> None:
     assert res.exit_code == 0
     [_fake, farm] = res.json["configured"]
     assert farm["name"] == "farm" and "base_urls must be a list" in farm["error"]
+
+
+def test_a_remote_job_re_attaches_at_the_backend_that_has_it(tmp_path: Path) -> None:
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    shutil.copy(COMFY_DATA / "sd15_api.json", flows / "sd15_api.json")
+    subs = {"prompt": "6.inputs.text", "seed": "3.inputs.seed"}
+
+    def farm(urls: list[str], timeout: float) -> Provider:
+        settings = {"base_urls": urls, "workflow": "flows/sd15_api.json", "substitutions": subs}
+        settings.update(poll_interval=0.01, timeout=timeout)
+        return create("comfyui", settings, base_dir=tmp_path)
+
+    with ComfyUIServer(render_s=0.3) as one, ComfyUIServer(render_s=0.3) as two:
+        journal: list[dict[str, object] | None] = []
+        job = RemoteJob("k", recorder=lambda j: journal.append(dict(j) if j else None))
+        request = ImageRequest(prompt="far", seed=1, idempotency_key="k", job=job)
+        with pytest.raises(ProviderError, match=r"still (queued|running)"):
+            asyncio.run(farm([one.url, two.url], 0.05).generate_image(request))
+        held = journal[-1]
+        assert held is not None and held["backend"] == one.url  # the first of two idle ones
+        # The next apply lists the farm the other way round: the job is asked for where it is.
+        later = RemoteJob("k", known=held)
+        again = ImageRequest(prompt="far", seed=1, idempotency_key="k", job=later)
+        result = asyncio.run(farm([two.url, one.url], 5).generate_image(again))
+        one.wait_idle()
+        assert one.count("POST", "/prompt") == 1 and two.count("POST", "/prompt") == 0
+        assert two.requests == [] and one.total_executions() == 1
+    assert result.metadata["backend"] == one.url and result.metadata["reattached"] is True

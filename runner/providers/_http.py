@@ -383,6 +383,11 @@ def usage_ints(raw: Any, mapping: dict[str, str]) -> dict[str, int]:
     return out
 
 
+def backend_of(client: httpx.AsyncClient) -> str:
+    """The URL of the backend ``client`` talks to (as configured: no trailing slash)."""
+    return str(client.base_url).rstrip("/")
+
+
 class _Watched(httpx.AsyncBaseTransport):
     """A transport that tells the pool when its backend refuses or answers a connection."""
 

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..errors import Location, ProviderError
-from ._http import HttpProvider, backend_message
+from ._http import HttpProvider, backend_message, backend_of
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
 from .jobs import RemoteJob
@@ -132,7 +132,14 @@ class ComfyUIProvider(HttpProvider):
         deadline = time.monotonic() + timeout
         values = self._values(request)
         reattached = False
-        async with self.client(timeout) as client:
+        known = job.known or {}
+        # A job re-attaches at the backend that has it, whatever the pool's load or health.
+        pin = (
+            known.get("backend")
+            if known.get("prompt_id") and known.get("state") != "failed"
+            else None
+        )
+        async with self.client(timeout, backend=pin) as client:
             state = await self._reattach(client, job)
             reattached = state is not None
             resubmits = 0
@@ -202,7 +209,7 @@ class ComfyUIProvider(HttpProvider):
         # Journaled before it is sent: a crash from here on re-attaches instead of re-queuing.
         job.record(
             {
-                "backend": self.base_url,
+                "backend": backend_of(client),
                 "prompt_id": prompt_id,
                 "submission": submission,
                 "state": "submitting",
@@ -253,10 +260,10 @@ class ComfyUIProvider(HttpProvider):
         known = job.known
         if not known or known.get("state") == "failed" or not known.get("prompt_id"):
             return None
-        if known.get("backend") and known["backend"] != self.base_url:
+        if known.get("backend") and known["backend"] != backend_of(client):
             # Another backend has the job (a pool): that one is asked, never this one.
             raise self.error(
-                f"prompt {known['prompt_id']} runs on {known['backend']}, not {self.base_url}",
+                f"prompt {known['prompt_id']} runs on {known['backend']}, not {backend_of(client)}",
                 transient=False,
             )
         return "known"
