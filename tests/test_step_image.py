@@ -16,7 +16,8 @@ from runner.providers import ImageRequest, ImageResult, Provider, create
 from runner.providers.fake import FakeProvider
 from runner.steps.base import ResultStatus, StepEnv, StepResult
 from runner.steps.image import ImageStep, idempotency_key
-from tests.providers.servers import A1111Server, OpenAIServer, Reply, png
+from tests.providers.a1111_server import A1111Server
+from tests.providers.servers import OpenAIServer, Reply, png
 from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 
 SECRET = "sk-live-5e2c1f0a9b8d7c6e"

@@ -2,17 +2,37 @@
 
 POST /sdapi/v1/txt2img {prompt, negative_prompt, seed, steps, cfg_scale, width, height,
 sampler_name, batch_size, n_iter} -> {images: [b64 PNG], parameters, info: "<JSON string>"}.
-With references: POST /sdapi/v1/img2img with init_images. The seed actually used is read back
-from ``info`` (a seed of -1 asks the server to pick one).
+With a reference: POST /sdapi/v1/img2img with init_images. A1111 starts each image of a batch
+from one init image (several need batch_size to match and give one image each; more than
+batch_size is its "bad number of images passed"), so a step gives at most one reference: more
+is refused at compile time. The seed used is read back from ``info`` (-1 lets the server pick).
+
+A1111 renders one job at a time (its queue lock) and returns the images only in the reply, so
+nothing can be fetched later. The client therefore waits for the reply as long as
+GET /sdapi/v1/progress shows the server at work (our job or the ones queued before it);
+``timeout`` bounds only how long it waits while the server shows no work at all. A reply lost
+after the request went out (a reset, a proxy's 502/504, giving up) is *maybe executed*: the
+server may have rendered it, so it is not sent again.
+
+``--api-auth user:pass``: ``username_env`` and ``password_env`` name the environment variables
+holding the HTTP Basic credentials.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import time
 from typing import Any, ClassVar
 
+import httpx
+
+from ..errors import Location, ProviderError
 from ._http import HttpProvider, b64decode, b64encode
-from .base import Capabilities, ImageRequest, ImageResult
+from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
+
+LOST = (502, 504)  # a proxy lost the backend's answer: the job may have run
 
 
 class A1111Provider(HttpProvider):
@@ -30,14 +50,47 @@ class A1111Provider(HttpProvider):
         accepts_idempotency_key=False,
     )
     known_settings: ClassVar[frozenset[str]] = frozenset(
-        {"base_url", "steps", "cfg_scale", "sampler_name", "denoising_strength", "params"}
+        {
+            "base_url",
+            "steps",
+            "cfg_scale",
+            "sampler_name",
+            "denoising_strength",
+            "params",
+            "poll_interval",
+            "username_env",
+            "password_env",
+        }
     )
     defaults: ClassVar[dict[str, Any]] = {
         "steps": 20,
         "cfg_scale": 7.0,
         "sampler_name": "Euler a",
         "denoising_strength": 0.75,
+        "poll_interval": 1.0,
     }
+
+    def profile_settings(self) -> dict[str, Any]:
+        # How often progress is polled changes nothing in the image.
+        return {k: v for k, v in super().profile_settings().items() if k != "poll_interval"}
+
+    def headers(self) -> dict[str, str]:
+        headers = super().headers()
+        user, password = self.secrets.get("username"), self.secrets.get("password")
+        if user is not None or password is not None:
+            token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode("ascii")
+            headers["Authorization"] = f"Basic {token}"
+        return headers
+
+    def check(self, *, references: int | None, where: Location | None = None) -> None:
+        if references is not None and references > 1:
+            raise ProviderConfigError(
+                f"provider '{self.name}': the step gives {references} reference images; A1111's "
+                "img2img starts each image from one init image (several make a batch of one "
+                "image per reference, not a blend), so it takes one",
+                where=where,
+                hint="give one reference per image step (or one step per reference)",
+            )
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
         extra = self.settings.get("params", {})
@@ -55,14 +108,17 @@ class A1111Provider(HttpProvider):
             **(extra if isinstance(extra, dict) else {}),
             **request.params,
         }
+        if len(request.references) > 1:
+            self.check(references=len(request.references))
         if request.references:
             url = "/sdapi/v1/img2img"
             body["init_images"] = [b64encode(r) for r in request.references]
             body.setdefault("denoising_strength", self.settings["denoising_strength"])
         else:
             url = "/sdapi/v1/txt2img"
-        async with self.client(request.timeout) as client:
-            reply = self.json_of(await self.send(client, "POST", url, json=body))
+        timeout = request.timeout if request.timeout is not None else self.timeout
+        async with self.client(timeout) as client:
+            reply = self.json_of(await self._render(client, url, body, timeout))
         images = reply.get("images")
         if not isinstance(images, list) or not images:
             raise self.bad_reply(f"POST {url}", "no images[] in the reply")
@@ -80,6 +136,80 @@ class A1111Provider(HttpProvider):
         }
         return ImageResult(image=image, metadata=meta, usage={"images": 1})
 
+    async def _render(
+        self, client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: float
+    ) -> httpx.Response:
+        """POST the job and wait for its reply while the server shows work in progress."""
+        what = f"POST {url}"
+        # No read timeout on the job itself: progress polling decides when to stop waiting.
+        post = asyncio.ensure_future(
+            client.post(url, json=body, timeout=httpx.Timeout(None, connect=min(timeout, 10.0)))
+        )
+        try:
+            await self._watch(client, post, timeout, what)
+            resp = await post
+        except httpx.ConnectError as exc:  # never reached the server: safe to send again
+            raise self.error(f"{what}: connection failed ({exc})", transient=True) from None
+        except httpx.TransportError as exc:
+            raise self._maybe_executed(what, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if not post.done():
+                post.cancel()
+        if resp.status_code in LOST:
+            raise self._maybe_executed(what, f"HTTP {resp.status_code} from a proxy")
+        if resp.status_code >= 400:
+            raise self.status_error(what, resp)
+        return resp
+
+    async def _watch(
+        self,
+        client: httpx.AsyncClient,
+        post: asyncio.Future[httpx.Response],
+        timeout: float,
+        what: str,
+    ) -> None:
+        """Return once ``post`` is done; raise maybe-executed after ``timeout`` s without work."""
+        interval = min(self.float_setting("poll_interval", 1.0), max(timeout / 2, 0.01))
+        last_busy = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({post}, timeout=interval)
+            if done:
+                return
+            if await self._busy(client):
+                last_busy = time.monotonic()
+            elif time.monotonic() - last_busy > timeout:
+                raise self._maybe_executed(
+                    what, f"no reply and no work in progress for {timeout} s"
+                )
+
+    async def _busy(self, client: httpx.AsyncClient) -> bool:
+        """Whether /sdapi/v1/progress shows a job (ours, or one queued before it)."""
+        try:
+            resp = await client.get("/sdapi/v1/progress", params={"skip_current_image": "true"})
+            state = resp.json().get("state") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+        return isinstance(state, dict) and bool(state.get("job_count"))
+
+    def _maybe_executed(self, what: str, why: str) -> ProviderError:
+        return self.error(
+            f"{what}: the reply was lost ({why}); the server may have rendered the image and "
+            "A1111 keeps no copy to fetch, so it is not sent again (maybe executed)",
+            transient=False,
+        )
+
+    def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
+        error = super().status_error(what, resp)
+        cause = _a1111_cause(resp)
+        if cause is None:
+            return error
+        return self.error(
+            f"{what} -> HTTP {resp.status_code}: {cause}",
+            transient=error.transient,
+            status=error.status,
+            retry_after=error.retry_after,
+        )
+
     @staticmethod
     def _info(raw: Any) -> dict[str, Any]:
         # ``info`` is a JSON document inside a string; tolerate servers that send it decoded.
@@ -92,3 +222,19 @@ class A1111Provider(HttpProvider):
                 return {}
             return value if isinstance(value, dict) else {}
         return {}
+
+
+def _a1111_cause(resp: httpx.Response) -> str | None:
+    """The cause in A1111's error shape {error, detail, body, errors}: detail, else errors."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not {"error", "detail", "errors"} <= set(body):
+        return None
+    detail = body.get("detail")
+    cause = detail if isinstance(detail, str) and detail else str(body.get("errors") or "")
+    kind = body.get("error")
+    if kind and kind != "HTTPException":  # an exception inside the render: name it
+        cause = f"{kind}: {cause}"
+    return cause or None

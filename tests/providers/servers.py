@@ -15,7 +15,6 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
@@ -298,93 +297,3 @@ class OllamaServer(ProtocolServer):
                 "eval_count": 2,
             }
         )
-
-
-class A1111Server(ProtocolServer):
-    """/sdapi/v1/txt2img and /sdapi/v1/img2img; a seed of -1 becomes 4242."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.route("POST", "/sdapi/v1/txt2img", self._make)
-        self.route("POST", "/sdapi/v1/img2img", self._make)
-
-    def _make(self, rec: Recorded) -> Reply:
-        body = rec.json()
-        if rec.path.endswith("img2img") and not body.get("init_images"):
-            return Reply(
-                422, {"detail": [{"loc": ["body", "init_images"], "msg": "field required"}]}
-            )
-        seed = 4242 if body["seed"] == -1 else body["seed"]
-        image = png(colour_of(f"{body['prompt']}/{seed}"), (body["width"], body["height"]))
-        info = {"seed": seed, "all_seeds": [seed], "sd_model_name": "sdxl-test"}
-        return Reply(body={"images": [b64(image)], "parameters": body, "info": json.dumps(info)})
-
-
-class ComfyUIServer(ProtocolServer):
-    """/prompt, /history/{id} (empty for ``pending_polls`` polls), /view, /upload/image."""
-
-    def __init__(self, pending_polls: int = 1) -> None:
-        super().__init__()
-        self.pending_polls = pending_polls
-        self.prompts: dict[str, dict[str, Any]] = {}
-        self.polls: dict[str, int] = {}
-        self.uploads: dict[str, bytes] = {}
-        self.route("POST", "/prompt", self._prompt)
-        self.route("GET", "/history/.+", self._history)
-        self.route("GET", "/view", self._view)
-        self.route("POST", "/upload/image", self._upload)
-
-    def _prompt(self, rec: Recorded) -> Reply:
-        graph = rec.json()["prompt"]
-        bad = {
-            nid: {"errors": [{"message": "missing class_type"}], "class_type": None}
-            for nid, node in graph.items()
-            if "class_type" not in node
-        }
-        if bad:
-            return Reply(
-                400,
-                {
-                    "error": {
-                        "type": "invalid_prompt",
-                        "message": "Cannot execute because a node is invalid",
-                    },
-                    "node_errors": bad,
-                },
-            )
-        pid = uuid.uuid4().hex
-        self.prompts[pid] = graph
-        return Reply(body={"prompt_id": pid, "number": len(self.prompts), "node_errors": {}})
-
-    def _history(self, rec: Recorded) -> Reply:
-        pid = rec.path.rsplit("/", 1)[1]
-        self.polls[pid] = self.polls.get(pid, 0) + 1
-        if pid not in self.prompts or self.polls[pid] <= self.pending_polls:
-            return Reply(body={})
-        return Reply(
-            body={
-                pid: {
-                    "outputs": {
-                        "9": {
-                            "images": [
-                                {"filename": f"{pid}.png", "subfolder": "", "type": "output"}
-                            ]
-                        }
-                    },
-                    "status": {"status_str": "success", "completed": True, "messages": []},
-                }
-            }
-        )
-
-    def _view(self, rec: Recorded) -> Reply:
-        pid = rec.query["filename"][0].removesuffix(".png")
-        graph = self.prompts[pid]
-        text = json.dumps(graph, sort_keys=True)
-        return Reply(body=png(colour_of(text), (32, 32)), content_type="image/png")
-
-    def _upload(self, rec: Recorded) -> Reply:
-        parts = rec.parts()
-        name, data = next((fn, d) for n, fn, d in parts if n == "image")
-        assert name is not None
-        self.uploads[name] = data
-        return Reply(body={"name": name, "subfolder": "", "type": "input"})
