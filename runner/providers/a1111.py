@@ -148,13 +148,15 @@ class A1111Provider(HttpProvider):
         try:
             await self._watch(client, post, timeout, what)
             resp = await post
-        except httpx.ConnectError as exc:  # never reached the server: safe to send again
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: safe to resend
             raise self.error(f"{what}: connection failed ({exc})", transient=True) from None
         except httpx.TransportError as exc:
             raise self._maybe_executed(what, f"{type(exc).__name__}: {exc}") from None
         finally:
             if not post.done():
                 post.cancel()
+            elif not post.cancelled():
+                post.exception()  # retrieved, so asyncio does not log it as unhandled
         if resp.status_code in LOST:
             raise self._maybe_executed(what, f"HTTP {resp.status_code} from a proxy")
         if resp.status_code >= 400:
