@@ -161,7 +161,7 @@ def test_a_lost_reply_is_maybe_executed_and_not_sent_again() -> None:
                 )
             )
         assert server.count("POST", "/sdapi/v1/txt2img") == 1
-    assert not info.value.transient and "maybe executed" in info.value.message
+    assert info.value.maybe_executed
 
 
 def test_a_stalled_server_is_given_up_as_maybe_executed() -> None:
@@ -171,13 +171,14 @@ def test_a_stalled_server_is_given_up_as_maybe_executed() -> None:
         p = a1111(server, timeout=0.2)
         with pytest.raises(ProviderError) as info:
             run(p, ImageRequest(prompt="x", size=(8, 8)))
-    assert "no reply and no work in progress for 0.2 s" in info.value.message
-    assert "maybe executed" in info.value.message
+    assert (
+        "no reply within 0.2 s (read timeout); the request was sent and /sdapi/v1/progress "
+        "showed no work" in info.value.message
+    )
+    assert info.value.maybe_executed
 
 
-@pytest.mark.parametrize(
-    "fault", [f for f in FAULTS if f.name not in ("slow", "connection-reset")], ids=str
-)
+@pytest.mark.parametrize("fault", FAULTS, ids=str)
 def test_error_replies_are_classified(fault: Fault) -> None:
     with A1111Server() as server:
         p = a1111(server, timeout=TIMEOUT)

@@ -11,8 +11,8 @@ A1111 renders one job at a time (its queue lock) and returns the images only in 
 nothing can be fetched later. The client therefore waits for the reply as long as
 GET /sdapi/v1/progress shows the server at work (our job or the ones queued before it);
 ``timeout`` bounds only how long it waits while the server shows no work at all. A reply lost
-after the request went out (a reset, a proxy's 502/504, giving up) is *maybe executed*: the
-server may have rendered it, so it is not sent again.
+after the request went out (a reset, a proxy's 502/504, giving up on a silent server) is *maybe
+executed* (see _http): the server may have rendered it, so it is not sent again by default.
 
 ``--api-auth user:pass``: ``username_env`` and ``password_env`` name the environment variables
 holding the HTTP Basic credentials.
@@ -31,8 +31,6 @@ import httpx
 from ..errors import Location, ProviderError
 from ._http import HttpProvider, b64decode, b64encode
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
-
-LOST = (502, 504)  # a proxy lost the backend's answer: the job may have run
 
 
 class A1111Provider(HttpProvider):
@@ -118,7 +116,7 @@ class A1111Provider(HttpProvider):
             url = "/sdapi/v1/txt2img"
         timeout = request.timeout if request.timeout is not None else self.timeout
         async with self.client(timeout) as client:
-            reply = self.json_of(await self._render(client, url, body, timeout))
+            reply = self.json_of(await self._render(client, url, body, request, timeout))
         images = reply.get("images")
         if not isinstance(images, list) or not images:
             raise self.bad_reply(f"POST {url}", "no images[] in the reply")
@@ -137,31 +135,38 @@ class A1111Provider(HttpProvider):
         return ImageResult(image=image, metadata=meta, usage={"images": 1})
 
     async def _render(
-        self, client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: float
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        body: dict[str, Any],
+        request: ImageRequest,
+        timeout: float,
     ) -> httpx.Response:
-        """POST the job and wait for its reply while the server shows work in progress."""
+        """POST the job and wait for its reply while the server shows work in progress.
+
+        Raises a MAYBE_EXECUTED ProviderError when the reply is lost after the body went out
+        (send's classification) or when the server shows no work for ``timeout`` seconds.
+        """
         what = f"POST {url}"
         # No read timeout on the job itself: progress polling decides when to stop waiting.
         post = asyncio.ensure_future(
-            client.post(url, json=body, timeout=httpx.Timeout(None, connect=min(timeout, 10.0)))
+            self.send(
+                client,
+                "POST",
+                url,
+                json=body,
+                timeout=httpx.Timeout(None, connect=min(timeout, 10.0)),
+                tracker=request.tracker,
+            )
         )
         try:
             await self._watch(client, post, timeout, what)
-            resp = await post
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # never sent: safe to resend
-            raise self.error(f"{what}: connection failed ({exc})", transient=True) from None
-        except httpx.TransportError as exc:
-            raise self._maybe_executed(what, f"{type(exc).__name__}: {exc}") from None
+            return await post
         finally:
             if not post.done():
                 post.cancel()
             elif not post.cancelled():
                 post.exception()  # retrieved, so asyncio does not log it as unhandled
-        if resp.status_code in LOST:
-            raise self._maybe_executed(what, f"HTTP {resp.status_code} from a proxy")
-        if resp.status_code >= 400:
-            raise self.status_error(what, resp)
-        return resp
 
     async def _watch(
         self,
@@ -180,8 +185,11 @@ class A1111Provider(HttpProvider):
             if await self._busy(client):
                 last_busy = time.monotonic()
             elif time.monotonic() - last_busy > timeout:
-                raise self._maybe_executed(
-                    what, f"no reply and no work in progress for {timeout} s"
+                raise self.error(
+                    f"{what}: no reply within {timeout} s (read timeout); the request was sent "
+                    "and /sdapi/v1/progress showed no work meanwhile; the server may have "
+                    "rendered the image and A1111 keeps no copy to fetch",
+                    maybe_executed=True,
                 )
 
     async def _busy(self, client: httpx.AsyncClient) -> bool:
@@ -193,13 +201,6 @@ class A1111Provider(HttpProvider):
             return False
         return isinstance(state, dict) and bool(state.get("job_count"))
 
-    def _maybe_executed(self, what: str, why: str) -> ProviderError:
-        return self.error(
-            f"{what}: the reply was lost ({why}); the server may have rendered the image and "
-            "A1111 keeps no copy to fetch, so it is not sent again (maybe executed)",
-            transient=False,
-        )
-
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
         error = super().status_error(what, resp)
         cause = _a1111_cause(resp)
@@ -208,6 +209,7 @@ class A1111Provider(HttpProvider):
         return self.error(
             f"{what} -> HTTP {resp.status_code}: {cause}",
             transient=error.transient,
+            maybe_executed=error.maybe_executed,
             status=error.status,
             retry_after=error.retry_after,
         )

@@ -221,11 +221,29 @@ class ComfyUIProvider(HttpProvider):
             "client_id": self.str_setting("client_id", "runner"),
             "prompt_id": prompt_id,
         }
-        queued = self.json_of(await self.send(client, "POST", "/prompt", json=body))
+        tracker = request.tracker
+        if tracker is not None:
+            tracker.remote(prompt_id)
+        try:
+            resp = await self.send(client, "POST", "/prompt", json=body, tracker=tracker)
+        except ProviderError as exc:
+            if not exc.maybe_executed:
+                raise
+            # The prompt may be queued: the next attempt asks the backend before submitting.
+            job.update(state="sent")
+            raise self.error(
+                f"{exc.message}; the next attempt asks ComfyUI about prompt {prompt_id} and "
+                "submits it again only if ComfyUI does not have it",
+                transient=True,
+                remote_id=prompt_id,
+            ) from None
+        queued = self.json_of(resp)
         got = queued.get("prompt_id")
         if not isinstance(got, str) or not got:
             raise self.bad_reply("POST /prompt", "no prompt_id in the reply")
         job.update(prompt_id=got, state="queued", number=queued.get("number"))
+        if tracker is not None:
+            tracker.remote(got)  # an older ComfyUI picks its own id
 
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
         if what != "POST /prompt" or resp.status_code != 400:
@@ -293,9 +311,10 @@ class ComfyUIProvider(HttpProvider):
             if time.monotonic() + interval > deadline:
                 position = "running" if where == "running" else "queued"
                 raise self.error(
-                    f"prompt {prompt_id} is still {position} on {self.base_url} after {timeout} s;"
-                    " it keeps running there and the next attempt re-attaches to it",
+                    f"prompt {prompt_id} is still {position} on {backend_of(client)} after "
+                    f"{timeout} s; it keeps running there and the next attempt re-attaches to it",
                     transient=True,
+                    remote_id=prompt_id,
                 )
             await asyncio.sleep(interval)
 
