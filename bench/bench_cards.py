@@ -88,7 +88,10 @@ def for_each_run(shots: int) -> None:
             t0 = time.perf_counter()
             out = subprocess.run(
                 [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"],
-                cwd=root, capture_output=True, text=True, check=False,
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             wall = time.perf_counter() - t0
             doc = json.loads(out.stdout)
@@ -102,8 +105,12 @@ def for_each_run(shots: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2000)
-    parser.add_argument("--shots", type=int, default=10_000,
-                        help="shots for the whole-process for_each run (0 to skip)")
+    parser.add_argument(
+        "--shots",
+        type=int,
+        default=10_000,
+        help="shots for the whole-process for_each run (0 to skip)",
+    )
     options = parser.parse_args()
     rounds = options.rounds
     spec = load_spec(REPO / "cards" / "render_prompt_card.yaml")

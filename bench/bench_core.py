@@ -84,8 +84,10 @@ def _sources(root: Path) -> None:
 
 
 def _runner_step(sid: str, run: str, inputs: list[str], output: str, needs: list[str]) -> str:
-    text = (f"  {sid}:\n    uses: shell\n    with:\n      run: {json.dumps(run)}\n"
-            f"      inputs: {json.dumps(inputs)}\n      outputs: [{output}]\n")
+    text = (
+        f"  {sid}:\n    uses: shell\n    with:\n      run: {json.dumps(run)}\n"
+        f"      inputs: {json.dumps(inputs)}\n      outputs: [{output}]\n"
+    )
     if needs:
         text += f"    needs: {json.dumps(needs)}\n"
     return text
@@ -113,8 +115,9 @@ def write_fan(root: Path, n: int) -> None:
     _sources(root)
     leaves = n - 2
     half = leaves // 2
-    steps = [_runner_step("root", "cat src/in.txt > out/root.txt", ["src/in.txt"],
-                          "out/root.txt", [])]
+    steps = [
+        _runner_step("root", "cat src/in.txt > out/root.txt", ["src/in.txt"], "out/root.txt", [])
+    ]
     rules = ["all: out/join.txt\n", "out/root.txt: src/in.txt\n\t@cat src/in.txt > $@\n"]
     outs = []
     for i in range(leaves):
@@ -125,8 +128,9 @@ def write_fan(root: Path, n: int) -> None:
         steps.append(_runner_step(f"l{i:05d}", run, ins, out, ["root"]))
         rules.append(f"{out}: {' '.join(ins)}\n\t@{run}\n")
     join = "cat out/l*.txt > out/join.txt"
-    steps.append(_runner_step("join", join, outs, "out/join.txt",
-                              [f"l{i:05d}" for i in range(leaves)]))
+    steps.append(
+        _runner_step("join", join, outs, "out/join.txt", [f"l{i:05d}" for i in range(leaves)])
+    )
     rules.append(f"out/join.txt: {' '.join(outs)}\n\t@{join}\n")
     (root / "pipeline.yaml").write_text("runner: 1\nname: fan\nsteps:\n" + "".join(steps))
     (root / "Makefile").write_text("".join(rules))
@@ -137,9 +141,11 @@ def write_fan(root: Path, n: int) -> None:
 
 def hash_pipeline(n: int, name: str = "hashes") -> str:
     mid = n // 2
-    lines = [f"runner: 1\nname: {name}\nsteps:\n",
-             "  src: {uses: read, with: {path: src/in.txt}}\n",
-             "  mid: {uses: read, with: {path: src/mid.txt}}\n"]
+    lines = [
+        f"runner: 1\nname: {name}\nsteps:\n",
+        "  src: {uses: read, with: {path: src/in.txt}}\n",
+        "  mid: {uses: read, with: {path: src/mid.txt}}\n",
+    ]
     for i in range(n):
         prev = "steps.src.output.text" if i == 0 else f"steps.h{i - 1:05d}.output.short"
         value = f'"${{{{ {prev} }}}}"'
@@ -162,8 +168,9 @@ def _write_dodo(root: Path, rules: list[tuple[str, str]]) -> None:
         target, deps = head.split(": ", 1)
         # make's automatic variable has no meaning to doit: spell the target out
         action = recipe.strip().replace("$@", target)
-        tasks.append({"name": name, "file_dep": deps.split(), "targets": [target],
-                      "actions": [action]})
+        tasks.append(
+            {"name": name, "file_dep": deps.split(), "targets": [target], "actions": [action]}
+        )
     (root / "dodo.py").write_text(
         "import json\n"
         f"TASKS = json.loads({json.dumps(json.dumps(tasks))})\n\n"
@@ -203,7 +210,9 @@ asyncio.run(main(int(sys.argv[1])))
 
 
 SHAPES: dict[str, Callable[[Path, int], None]] = {
-    "chain": write_chain, "fan": write_fan, "hash": write_hash,
+    "chain": write_chain,
+    "fan": write_fan,
+    "hash": write_hash,
 }
 
 
@@ -215,8 +224,9 @@ def runner_cmd(*args: str) -> list[str]:
 
 
 def run_runner(root: Path) -> tuple[float, int]:
-    seconds, proc = timed(runner_cmd("apply", "pipeline.yaml", "--json", "--quiet",
-                                     "--jobs", str(JOBS)), root)
+    seconds, proc = timed(
+        runner_cmd("apply", "pipeline.yaml", "--json", "--quiet", "--jobs", str(JOBS)), root
+    )
     return seconds, int(json.loads(proc.stdout)["summary"]["ran"])
 
 
@@ -254,8 +264,9 @@ def edit(root: Path, rel: str, n: int) -> None:
     (root / rel).write_text(f"{rel} edit {n}\n")
 
 
-def scenarios(shape: str, tool: str, run: Callable[[Path], tuple[float, int | None]],
-              n: int, base: Path) -> list[Row]:
+def scenarios(
+    shape: str, tool: str, run: Callable[[Path], tuple[float, int | None]], n: int, base: Path
+) -> list[Row]:
     root = base / f"{shape}-{tool}"
     root.mkdir()
     SHAPES[shape](root, n)
@@ -263,8 +274,13 @@ def scenarios(shape: str, tool: str, run: Callable[[Path], tuple[float, int | No
     if tool == "floor":  # it has no notion of up to date: only a cold run means anything
         seconds, _ = run(root)
         return [Row(shape, "cold", tool, seconds)]
-    for scenario, before in (("cold", None), ("noop", None), ("noop2", None),
-                             ("source", "src/in.txt"), ("mid", "src/mid.txt")):
+    for scenario, before in (
+        ("cold", None),
+        ("noop", None),
+        ("noop2", None),
+        ("source", "src/in.txt"),
+        ("mid", "src/mid.txt"),
+    ):
         if before:
             edit(root, before, len(rows))
         seconds, ran = run(root)
@@ -316,15 +332,19 @@ def targets(rows: list[Row], n: int) -> list[str]:
     for shape in ("chain", "fan"):
         mine, floor = keyed.get((shape, "cold", "runner")), keyed.get((shape, "cold", "floor"))
         if mine is not None and floor is not None:
-            lines.append(f"{shape} cold: engine over the spawn floor "
-                         f"{(mine - floor) / n * 1000:.3f} ms/step "
-                         f"(floor {floor:.3f} s = {floor / n * 1000:.3f} ms/step)")
+            lines.append(
+                f"{shape} cold: engine over the spawn floor "
+                f"{(mine - floor) / n * 1000:.3f} ms/step "
+                f"(floor {floor:.3f} s = {floor / n * 1000:.3f} ms/step)"
+            )
     chain, make = keyed.get(("chain", "cold", "runner")), keyed.get(("chain", "cold", "make"))
     if chain and make:
         lines.append(f"target chain cold <= 1.25x make: {chain / make:.2f}x")
     fan, serial = keyed.get(("fan", "cold", "runner")), keyed.get(("fan", "cold", "doit-1"))
     if fan and serial:
-        lines.append(f"target fan cold --jobs 2 >= 1.6x faster than doit serial: {serial / fan:.2f}x")
+        lines.append(
+            f"target fan cold --jobs 2 >= 1.6x faster than doit serial: {serial / fan:.2f}x"
+        )
     return lines
 
 
@@ -332,13 +352,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=1000, help="steps per shape (default 1000)")
     parser.add_argument("--quick", action="store_true", help="N=100 and a 1,000-step validate")
-    parser.add_argument("--shapes", default="chain,fan,hash",
-                        help="comma-separated subset of chain,fan,hash (default all)")
+    parser.add_argument(
+        "--shapes",
+        default="chain,fan,hash",
+        help="comma-separated subset of chain,fan,hash (default all)",
+    )
     args = parser.parse_args()
     n = 100 if args.quick else args.n
     tools = ["runner", "make"]
     runs: dict[str, Callable[[Path], tuple[float, int | None]]] = {
-        "runner": run_runner, "make": run_make,
+        "runner": run_runner,
+        "make": run_make,
     }
     notes = []
     if doit_cmd() is not None:
@@ -364,8 +388,10 @@ def main() -> None:
                 print(f"  done {shape} with {tool}", file=sys.stderr)
         if "hash" in args.shapes:
             rows.append(validate_big(base, 1000 if args.quick else 10_000))
-    print(f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
-          f"python {sys.version.split()[0]}")
+    print(
+        f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
+        f"python {sys.version.split()[0]}"
+    )
     print(table(rows, tools))
     for line in targets(rows, n):
         print(line)

@@ -192,8 +192,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 def stream_latency(
-    driver: Any, url: str, state_dir: Path, run_id: str, steps: int,
-    rate: float = 100.0, seconds: float = 10.0,
+    driver: Any,
+    url: str,
+    state_dir: Path,
+    run_id: str,
+    steps: int,
+    rate: float = 100.0,
+    seconds: float = 10.0,
 ) -> None:
     """Event-to-DOM latency with StepStarted events written at ``rate``/s for ``seconds``."""
     from runner.store.journal import Journal
@@ -203,9 +208,7 @@ def stream_latency(
     journal.update_run(run_id, status="running")  # the page follows only a running run
     try:
         driver.get(url)
-        status = driver.execute_script(
-            "return document.getElementById('run-page').dataset.status"
-        )
+        status = driver.execute_script("return document.getElementById('run-page').dataset.status")
         assert status == "running", status
         driver.execute_script(INSTRUMENT_JS)
 
@@ -241,9 +244,7 @@ def stream_latency(
                         time.sleep(pause)
                     wrote_ms = time.time() * 1000
                     data = json.dumps({"attempt": 1, "bench_wrote_ms": wrote_ms})
-                    own.add_events(
-                        [(run_id, wrote_ms / 1000, "StepStarted", f"s{i}", None, data)]
-                    )
+                    own.add_events([(run_id, wrote_ms / 1000, "StepStarted", f"s{i}", None, data)])
                     written[f"s{i}"] = wrote_ms
             finally:
                 own.close()
@@ -268,8 +269,7 @@ def stream_latency(
                 break
             time.sleep(0.05)
         bench = driver.execute_script(
-            "__bench.measuring = false;"
-            "return {gaps: __bench.gaps, longTasks: __bench.longTasks};"
+            "__bench.measuring = false;return {gaps: __bench.gaps, longTasks: __bench.longTasks};"
         )
     finally:
         journal.update_run(run_id, status=old_status)

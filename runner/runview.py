@@ -78,13 +78,33 @@ class RunView:
             execs.append(d)
         return {"run": run, "executions": execs, "calls": [call_json(c) for c in self.calls]}
 
+    def latest(self) -> list[dict[str, Any]]:
+        """The newest execution of each (step, element), in the order steps first ran: a run
+        resumed after a gate lists each step once, with where it stands now."""
+        last: dict[tuple[str, Any], dict[str, Any]] = {}
+        for e in self.executions:
+            k = (e["step_id"], e["element"] if e["element"] not in (None, -1) else None)
+            before = last.pop(k, None)  # re-inserted: a step that ran again moves to its place
+            # A resume finds what this run already did cached: what it did is the news.
+            keep = (
+                e["status"] == "cached" and before is not None and before["status"] == "completed"
+            )
+            last[k] = before if keep and before is not None else e
+        order: dict[str, int] = {}
+        for e in self.executions:
+            order.setdefault(e["step_id"], len(order))
+        return sorted(last.values(), key=lambda e: order[e["step_id"]])
+
     def render_text(self) -> str:
+        from .gateview import printable
+
         r = self.run
         lines = [
             f"Run       {r['id']}",
             f"Pipeline  {r['pipeline']}",
             f"Item      {r['item'] or '-'}",
-            f"Status    {r['status']}" + (f" ({r['reason']})" if r.get("reason") else ""),
+            f"Status    {r['status']}"
+            + (f" ({printable(r['reason'])})" if r.get("reason") else ""),
         ]
         if r.get("current_phase"):
             lines.append(f"Phase     {r['current_phase']}")
@@ -93,14 +113,27 @@ class RunView:
         if self.children:
             lines.append("Child runs " + ", ".join(self.children))
         lines.append("")
-        lines.append(f"{'step':<24} {'status':<10} {'attempts':>8} {'time':>8}  key")
-        for e in self.executions:
+        rows = []
+        for e in self.latest():
             name = e["step_id"] + (f"[{e['element']}]" if e["element"] not in (None, -1) else "")
             dur = f"{e['duration_s']:.2f}s" if e.get("duration_s") else "-"
-            key = (e["key"] or "")[:12]
-            lines.append(f"{name:<24} {e['status']:<10} {e['attempts'] or 0:>8} {dur:>8}  {key}")
+            rows.append((name, e["status"], str(e["attempts"] or 0), dur, (e["key"] or "")[:12]))
+        head = ("step", "status", "attempts", "time", "key")
+        w = [
+            max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+            for i, h in enumerate(head)
+        ]
+        w[0] = min(w[0], 80 - sum(w[1:]) - 8)  # the table fits 80 columns; long ids are cut
+
+        def line(v: tuple[str, ...]) -> str:
+            name = v[0] if len(v[0]) <= w[0] else v[0][: w[0] - 1] + "…"
+            return f"{name:<{w[0]}}  {v[1]:<{w[1]}}  {v[2]:>{w[2]}}  {v[3]:>{w[3]}}  {v[4]}"
+
+        lines.append(line(head))
+        for row, e in zip(rows, self.latest(), strict=True):
+            lines.append(line(row))
             if e.get("error"):
-                lines.append(f"    {e['error']}")
+                lines.append(f"    {printable(e['error'])}")
         lines.extend(self.call_lines())
         return "\n".join(lines) + "\n"
 

@@ -57,8 +57,9 @@ def _check(case: dict[str, Any], name: str, res: Result, command: str) -> None:
     if "hint" in case:
         assert "hint: " in res.stderr and case["hint"] in res.stderr.split("hint: ", 1)[1]
     # One message, not a cascade.
-    assert [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")] == \
-        [res.stderr.splitlines()[0]], res.stderr
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")] == [
+        res.stderr.splitlines()[0]
+    ], res.stderr
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -76,8 +77,10 @@ def test_apply_refuses_before_running_anything(bad_dir: Path, name: str) -> None
     assert doc["exit_code"] == 2
     step = doc["error"]["step"]
     assert CASES[name]["message"] in (f"step '{step}': " if step else "") + doc["error"]["message"]
-    assert doc["error"]["where"] == f"{CASES[name].get('file', name)}:{CASES[name]['line']}:" \
+    assert (
+        doc["error"]["where"] == f"{CASES[name].get('file', name)}:{CASES[name]['line']}:"
         f"{CASES[name]['column']}"
+    )
     assert not (bad_dir.parent / "state").exists()
     assert not (bad_dir / ".runner").exists()
 
@@ -86,16 +89,36 @@ def test_apply_refuses_before_running_anything(bad_dir: Path, name: str) -> None
 
 OVERRIDES = [
     # args, message fragment, hint fragment, line:column of the declaration (None: no location)
-    (["-p", "video_id=v", "-p", "titel=x"], "unknown param 'titel' (-p titel=...)",
-     "did you mean 'title'?", "3:1"),
-    (["-p", "video_id=v", "-p", "count=abc"],
-     "param 'count' must be integer, found string 'abc' (from -p count=abc)", None, "5:3"),
-    (["-p", "video_id=v", "-p", "count=0"], "param 'count': 0 is less than the minimum of 1",
-     None, "5:3"),
-    (["-p", "video_id=v", "-p", "mode=medium"], "param 'mode': 'medium' is not one of", None,
-     "6:3"),
-    (["-p", "video_id=v", "-p", "count=[1, 2]"], "param 'count' must be integer, found a list",
-     None, "5:3"),
+    (
+        ["-p", "video_id=v", "-p", "titel=x"],
+        "unknown param 'titel' (-p titel=...)",
+        "did you mean 'title'?",
+        "3:1",
+    ),
+    (
+        ["-p", "video_id=v", "-p", "count=abc"],
+        "param 'count' must be integer, found string 'abc' (from -p count=abc)",
+        None,
+        "5:3",
+    ),
+    (
+        ["-p", "video_id=v", "-p", "count=0"],
+        "param 'count': 0 is less than the minimum of 1",
+        None,
+        "5:3",
+    ),
+    (
+        ["-p", "video_id=v", "-p", "mode=medium"],
+        "param 'mode': 'medium' is not one of",
+        None,
+        "6:3",
+    ),
+    (
+        ["-p", "video_id=v", "-p", "count=[1, 2]"],
+        "param 'count' must be integer, found a list",
+        None,
+        "5:3",
+    ),
     ([], "param 'video_id' is required", "pass it with -p video_id=VALUE", "7:3"),
     (["-p", "video_id"], "-p expects KEY=VALUE, got 'video_id'", None, None),
 ]
@@ -103,8 +126,9 @@ OVERRIDES = [
 
 @pytest.mark.parametrize("command", ["validate", "apply"])
 @pytest.mark.parametrize(("args", "message", "hint", "where"), OVERRIDES)
-def test_bad_overrides(bad_dir: Path, command: str, args: list[str], message: str,
-                       hint: str | None, where: str | None) -> None:
+def test_bad_overrides(
+    bad_dir: Path, command: str, args: list[str], message: str, hint: str | None, where: str | None
+) -> None:
     res = run_cli(bad_dir / "overrides", command, "params.yaml", *args)
     assert res.exit_code == 2, res.stderr
     assert "Traceback" not in res.stderr
@@ -117,8 +141,18 @@ def test_bad_overrides(bad_dir: Path, command: str, args: list[str], message: st
 
 
 def test_good_overrides_pass(bad_dir: Path) -> None:
-    res = run_cli(bad_dir / "overrides", "validate", "params.yaml", "-p", "video_id=42",
-                  "-p", "count=3", "-p", "title=123", "--json")
+    res = run_cli(
+        bad_dir / "overrides",
+        "validate",
+        "params.yaml",
+        "-p",
+        "video_id=42",
+        "-p",
+        "count=3",
+        "-p",
+        "title=123",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     assert res.json == {"pipeline": "overrides", "valid": True, "steps": 1, "exit_code": 0}
 
@@ -133,8 +167,15 @@ def chdir_bad(bad_dir: Path) -> Iterator[Path]:
         os.chdir(old)
 
 
-@pytest.mark.parametrize("name", ["missing_template.yaml", "path_parent.yaml",
-                                  "path_absolute.yaml", "template_var_missing.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "missing_template.yaml",
+        "path_parent.yaml",
+        "path_absolute.yaml",
+        "template_var_missing.yaml",
+    ],
+)
 def test_step_type_validate_errors_name_the_step(bad_dir: Path, name: str) -> None:
     res = run_cli(bad_dir, "validate", name)
     assert "step 'a': " in res.stderr

@@ -31,8 +31,14 @@ def write_pipeline(root: Path) -> None:
             cat = f"cat {' '.join(ins)} | wc -l" if ins else "echo 1"
             cat += f" > out/{sid}.txt"
             run = f"sleep 0.05 && {cat} && echo {sid} >> ran.log"
-            lines += [f"  {sid}:", "    uses: shell", "    with:", f"      run: \"{run}\"",
-                      f"      inputs: {json.dumps(ins)}", f"      outputs: [out/{sid}.txt]"]
+            lines += [
+                f"  {sid}:",
+                "    uses: shell",
+                "    with:",
+                f'      run: "{run}"',
+                f"      inputs: {json.dumps(ins)}",
+                f"      outputs: [out/{sid}.txt]",
+            ]
             if layer:  # inputs alone do not order steps; `needs` does
                 needs = [step_id(layer - 1, k) for k in range(WIDTH)]
                 lines.append(f"    needs: {json.dumps(needs)}")
@@ -41,9 +47,21 @@ def write_pipeline(root: Path) -> None:
 
 def start(root: Path, state: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "--quiet",
-         "--state", str(state)],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "apply",
+            "pipeline.yaml",
+            "--json",
+            "--quiet",
+            "--state",
+            str(state),
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -63,15 +81,22 @@ def completed_steps(state: Path) -> set[str]:
             return set()
 
 
-def kill_when(proc: subprocess.Popen[str], root: Path, *, after_s: float | None = None,
-              new_outputs: int | None = None) -> bool:
+def kill_when(
+    proc: subprocess.Popen[str],
+    root: Path,
+    *,
+    after_s: float | None = None,
+    new_outputs: int | None = None,
+) -> bool:
     """SIGKILL ``proc`` after a delay or once it produced some outputs; False if it finished."""
     began, before = time.monotonic(), outputs(root)
     while proc.poll() is None:
         elapsed = time.monotonic() - began
-        if (after_s is not None and elapsed >= after_s) or (
-            new_outputs is not None and outputs(root) - before >= new_outputs
-        ) or elapsed > 60:
+        if (
+            (after_s is not None and elapsed >= after_s)
+            or (new_outputs is not None and outputs(root) - before >= new_outputs)
+            or elapsed > 60
+        ):
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
             return True
@@ -86,8 +111,13 @@ def test_sigkill_at_several_points_then_resume(tmp_path: Path) -> None:
     write_pipeline(root)
     kills = 0
     done_at_kill: list[set[str]] = []
-    for point in ({"after_s": 0.3}, {"new_outputs": 6}, {"after_s": 0.7},
-                  {"new_outputs": 10}, {"after_s": 1.2}):
+    for point in (
+        {"after_s": 0.3},
+        {"new_outputs": 6},
+        {"after_s": 0.7},
+        {"new_outputs": 10},
+        {"after_s": 1.2},
+    ):
         if kill_when(start(root, state), root, **point):
             kills += 1
             time.sleep(0.1)  # let orphaned shell children of the killed process finish
@@ -127,7 +157,10 @@ def test_sigkill_at_several_points_then_resume(tmp_path: Path) -> None:
     assert (root / last).read_text().strip() == str(WIDTH)
     verify = subprocess.run(
         [sys.executable, "-m", "runner", "verify", "--state", str(state), "--json"],
-        cwd=root, capture_output=True, text=True, timeout=60,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert json.loads(verify.stdout)["ok"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .conftest import Project, statuses
@@ -81,6 +82,7 @@ def test_approve_continues_the_same_run_and_completes(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
     res = project.cli(
         "decide",
+        "--no-resume",
         run_id,
         "review",
         "approve",
@@ -121,7 +123,15 @@ def test_reject_ends_the_run_and_publishes_nothing(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
     assert (
         project.cli(
-            "decide", run_id, "review", "reject", "--comment", "no", "--state", ".runner"
+            "decide",
+            "--no-resume",
+            run_id,
+            "review",
+            "reject",
+            "--comment",
+            "no",
+            "--state",
+            ".runner",
         ).exit_code
         == 0
     )
@@ -133,14 +143,22 @@ def test_reject_ends_the_run_and_publishes_nothing(project: Project) -> None:
     assert not (project.root / "published").exists()
     execs = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json["executions"]
     assert "publish" not in {e["step_id"] for e in execs}
-    again = project.cli("decide", run_id, "review", "approve", "--state", ".runner")
+    again = project.cli("decide", "--no-resume", run_id, "review", "approve", "--state", ".runner")
     assert again.exit_code == 2 and "not waiting" in again.stderr
 
 
 def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
     res = project.cli(
-        "decide", run_id, "review", "revise", "--input", "feedback=shorter", "--state", ".runner"
+        "decide",
+        "--no-resume",
+        run_id,
+        "review",
+        "revise",
+        "--input",
+        "feedback=shorter",
+        "--state",
+        ".runner",
     )
     assert res.exit_code == 0, res.stderr
     doc = project.apply()
@@ -158,7 +176,12 @@ def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(project
         (2, "pending", None),
     ]
     assert rows[1]["summary"]["show"]["draft"] == "draft reviewer feedback: shorter\n"
-    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
+    assert (
+        project.cli(
+            "decide", "--no-resume", run_id, "review", "approve", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
     done = project.apply()
     assert done["_exit"] == 0
     assert statuses(done) == {
@@ -173,22 +196,44 @@ def test_revise_reruns_exactly_the_target_and_downstream_then_asks_again(project
 
 def test_decision_errors(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
-    unknown_run = project.cli("decide", "nope-nope", "review", "approve", "--state", ".runner")
+    unknown_run = project.cli(
+        "decide", "--no-resume", "nope-nope", "review", "approve", "--state", ".runner"
+    )
     assert unknown_run.exit_code == 3 and "unknown run" in unknown_run.stderr
-    unknown_gate = project.cli("decide", run_id, "publish", "approve", "--state", ".runner")
+    unknown_gate = project.cli(
+        "decide", "--no-resume", run_id, "publish", "approve", "--state", ".runner"
+    )
     assert unknown_gate.exit_code == 3 and "no gate 'publish'" in unknown_gate.stderr
-    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
-    twice = project.cli("decide", run_id, "review", "reject", "--state", ".runner")
+    assert (
+        project.cli(
+            "decide", "--no-resume", run_id, "review", "approve", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
+    twice = project.cli("decide", "--no-resume", run_id, "review", "reject", "--state", ".runner")
     assert twice.exit_code == 2 and "already decided" in twice.stderr
     bad_input = project.cli(
-        "decide", run_id, "review", "revise", "--input", "novalue", "--state", ".runner"
+        "decide",
+        "--no-resume",
+        run_id,
+        "review",
+        "revise",
+        "--input",
+        "novalue",
+        "--state",
+        ".runner",
     )
     assert bad_input.exit_code == 2
 
 
 def test_gate_changes_make_an_earlier_decision_void(project: Project) -> None:
     run_id = _suspended(project)["run"]["id"]
-    assert project.cli("decide", run_id, "review", "approve", "--state", ".runner").exit_code == 0
+    assert (
+        project.cli(
+            "decide", "--no-resume", run_id, "review", "approve", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
     # what the reviewer saw changes before the run resumes: the approval does not carry over
     project.write("pipeline.yaml", GATED.replace("'draft ", "'edited "))
     doc = project.apply()
@@ -222,6 +267,7 @@ def test_runs_show_lists_decisions(project: Project) -> None:
     assert [(d["gate"], d["status"]) for d in shown["decisions"]] == [("review", "pending")]
     res = project.cli(
         "decide",
+        "--no-resume",
         run_id,
         "review",
         "approve",
@@ -234,6 +280,7 @@ def test_runs_show_lists_decisions(project: Project) -> None:
     )
     assert res.exit_code == 0, res.stderr
     text = project.cli("runs", "show", run_id, "--state", ".runner").stdout
-    assert "Decisions" in text and "review round 1: approve by ana" in text and "ship it" in text
+    assert "Decisions" in text and "comment  ship it" in text
+    assert re.search(r"review\s+1\s+approve\s+ana\s+\d{4}-", text), text
     shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
     assert shown["decisions"][0]["decision"] == "approve" and shown["decisions"][0]["by"] == "ana"

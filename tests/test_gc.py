@@ -31,7 +31,12 @@ def _approve(project: Project, *params: str) -> str:
     doc = project.apply(*params)
     assert doc["_exit"] == 7, doc
     run_id: str = doc["run"]["id"]
-    assert project.cli("decide", run_id, "gate", "approve", "--state", ".runner").exit_code == 0
+    assert (
+        project.cli(
+            "decide", "--no-resume", run_id, "gate", "approve", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
     assert project.apply(*params)["_exit"] == 0
     return run_id
 
@@ -85,5 +90,10 @@ def test_gc_never_deletes_a_waiting_run(project: Project) -> None:
     waiting = project.apply()["run"]["id"]
     res = project.cli("gc", "--keep-last", "0", "--state", ".runner", "--json")
     assert res.json["runs_deleted"] == []
-    assert project.cli("decide", waiting, "gate", "approve", "--state", ".runner").exit_code == 0
+    assert (
+        project.cli(
+            "decide", "--no-resume", waiting, "gate", "approve", "--state", ".runner"
+        ).exit_code
+        == 0
+    )
     assert project.apply()["_exit"] == 0

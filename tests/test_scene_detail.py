@@ -95,8 +95,18 @@ def test_user_edit_is_reused_while_the_card_holds_then_set_aside(scenes: Project
     first = run(scenes)
     run_id = first["run"]["id"]
     scenes.write("fixed.txt", "A hand-written shot detail.\n")
-    res = scenes.cli("edit", run_id, "detail", "--element", "1", "--from", "fixed.txt",
-                     "--state", ".runner", "--json")
+    res = scenes.cli(
+        "edit",
+        run_id,
+        "detail",
+        "--element",
+        "1",
+        "--from",
+        "fixed.txt",
+        "--state",
+        ".runner",
+        "--json",
+    )
     assert res.exit_code == 0, res.stderr
     assert res.json["changed"] is True and res.json["override"]["status"] == "active"
     # nothing changed: the edit is the element's output
@@ -107,16 +117,21 @@ def test_user_edit_is_reused_while_the_card_holds_then_set_aside(scenes: Project
     data = scenes.root / "examples/scene-detail/scenes.yaml"
     text = data.read_text(encoding="utf-8")
     other = "wide shot of the room from the southeast doorway, primary_subject"
-    data.write_text(text.replace(other, "wide shot of the room from the east doorway, primary_subject"),
-                    encoding="utf-8")
+    data.write_text(
+        text.replace(other, "wide shot of the room from the east doorway, primary_subject"),
+        encoding="utf-8",
+    )
     doc = run(scenes)
     assert _detail_text(scenes, doc["run"]["id"], 1) == "A hand-written shot detail.\n"
     # this shot's card drifts: the edit is set aside (kept, reported) and the shot regenerates
     text = data.read_text(encoding="utf-8")
     assert text.count("extreme close-up of her hand on the rug") == 2  # shot and staging
-    data.write_text(text.replace("extreme close-up of her hand on the rug",
-                                 "extreme close-up of her hand on the wet rug"),
-                    encoding="utf-8")
+    data.write_text(
+        text.replace(
+            "extreme close-up of her hand on the rug", "extreme close-up of her hand on the wet rug"
+        ),
+        encoding="utf-8",
+    )
     doc = run(scenes)
     assert elements(doc)["detail"] == {"total": 6, "cached": 5, "ran": 1}
     assert _detail_text(scenes, doc["run"]["id"], 1) != "A hand-written shot detail.\n"

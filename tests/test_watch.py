@@ -347,6 +347,7 @@ def test_a_decision_resumes_a_run_awaiting_a_human(workspace: Path) -> None:
                 "-m",
                 "runner",
                 "decide",
+                "--no-resume",
                 first["run"]["id"],
                 "review",
                 "approve",

@@ -29,7 +29,7 @@ def _apply(project: Project, pipeline: str, *args: str) -> dict[str, Any]:
 
 
 def _decide(project: Project, run_id: str, *args: str) -> None:
-    res = project.cli("decide", run_id, "review", *args, "--state", ".runner")
+    res = project.cli("decide", "--no-resume", run_id, "review", *args, "--state", ".runner")
     assert res.exit_code == 0, res.stderr
 
 

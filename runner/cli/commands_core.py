@@ -165,14 +165,9 @@ def apply(
         if as_json:
             emit_json(doc)
         else:
-            s = doc["summary"]
-            click.echo(
-                f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
-                f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})"
-            )
-            for o in report.steps:
-                if o.status.value in ("failed", "partial") and o.reason:
-                    click.echo(f"  {o.status.value}: {o.id}: {o.reason}")
+            from .runend import end_text
+
+            click.echo(end_text(state, report), nl=False)
     finally:
         state.close()
     sys.exit(doc.get("exit_code", report.exit_code))

@@ -51,6 +51,13 @@ def _parse_inputs(pairs: tuple[str, ...], input_file: str | None) -> dict[str, A
 )
 @click.option("--by", default=None, help="Who decides (default: the login name).")
 @click.option("--comment", default=None, help="Why.")
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue the run at once (--no-resume only records the decision).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output while the run continues.")
 @state_option
 @json_option
 def decide(
@@ -61,14 +68,22 @@ def decide(
     input_file: str | None,
     by: str | None,
     comment: str | None,
+    resume: bool,
+    quiet: bool,
     state_dir: str | None,
     as_json: bool,
 ) -> None:
-    """Record a decision for a run waiting at a human gate; then `runner resume RUN`.
+    """Decide a run waiting at a human gate, then continue the run (as `runner resume` does).
+
+    approve: the run goes on past the gate; reject: it ends `rejected` (exit 8) and nothing
+    past the gate runs; revise: the gate's `revise` step re-runs with --input as feedback and
+    the gate asks again (exit 7). The exit code is the continued run's.
 
     Example: runner decide 20261202-101500-ab12cd review revise --input feedback="shorter"
     """
     from ..engine.gates import Decision, record_decision
+    from ..engine.runctl import resume_run
+    from .runend import end_text
 
     values = _parse_inputs(inputs, input_file)
     state = _open_state(state_dir, readonly=False)
@@ -83,15 +98,33 @@ def decide(
             by=by,
             comment=comment,
         )
+        said = f"{row.gate}: {_verb(decision)} by {row.by} (round {row.round})"
+        doc: dict[str, Any] = {"run_id": row.run_id, "decision": row.to_json(), "resumed": resume}
+        if not resume:
+            if as_json:
+                emit_json({**doc, "exit_code": 0})
+            else:
+                click.echo(f"{said}; continue with: runner resume {row.run_id}")
+            return
+        if not as_json:
+            click.echo(f"{said}; continuing run {row.run_id}")
+        reporter = _reporter(as_json, 0, None, quiet)
+        try:
+            report = resume_run(state, row.run_id, reporter=reporter)
+        finally:
+            reporter.close()
+        text = "" if as_json else end_text(state, report)
     finally:
         state.close()
     if as_json:
-        emit_json({"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0})
-        return
-    click.echo(
-        f"{row.gate}: {decision} by {row.by} (round {row.round}); "
-        f"continue with: runner resume {row.run_id}"
-    )
+        emit_json({**doc, **report.to_json(), "run_id": row.run_id})
+    else:
+        click.echo(text, nl=False)
+    sys.exit(report.exit_code)
+
+
+def _verb(decision: str) -> str:
+    return {"approve": "approved", "reject": "rejected", "revise": "revision asked"}[decision]
 
 
 @cli.command()
@@ -108,23 +141,23 @@ def resume(
     Example: runner resume 20261202-101500-ab12cd
     """
     from ..engine.runctl import resume_run
+    from .runend import end_text
 
     state = _open_state(state_dir, readonly=False)
     reporter = _reporter(as_json, 0, None, quiet)
     try:
-        report = resume_run(state, run_id, reporter=reporter, jobs=jobs)
+        try:
+            report = resume_run(state, run_id, reporter=reporter, jobs=jobs)
+        finally:
+            reporter.close()
+        text = "" if as_json else end_text(state, report)
     finally:
-        reporter.close()
         state.close()
     doc = report.to_json()
     if as_json:
         emit_json(doc)
     else:
-        s = doc["summary"]
-        click.echo(
-            f"{report.status.value}: ran {s['ran']}, cached {s['cached']}, "
-            f"skipped {s['skipped']}, failed {s['failed']}  (run {report.run_id})"
-        )
+        click.echo(text, nl=False)
     sys.exit(report.exit_code)
 
 
@@ -203,31 +236,21 @@ def runs_decisions(run_id: str, state_dir: str | None, as_json: bool) -> None:
 
 
 def render_decisions(rows: list[dict[str, Any]]) -> str:
-    """Decisions as text: one line per round, then what the reviewer was shown."""
+    """Every round, oldest first; then, for a gate still waiting, all it shows."""
+    from ..gateview import printable, rounds_lines, show_lines
+
     if not rows:
         return "no decisions\n"
-    lines = []
+    lines = rounds_lines(rows)
     for r in rows:
-        what = r["decision"] or r["status"]
-        who = f" by {r['by']}" if r["by"] else ""
-        lines.append(
-            f"{r['gate']} round {r['round']}: {what}{who}"
-            + (f" ({r['comment']})" if r["comment"] else "")
-        )
-        if r["input"]:
-            lines.append(f"    input: {json.dumps(r['input'], ensure_ascii=False)}")
+        if r["status"] != "pending":
+            continue
         summary = r["summary"] or {}
-        if r["status"] == "pending":
-            if summary.get("summary"):
-                lines.append(f"    {summary['summary']}")
-            show = summary.get("show")
-            if isinstance(show, dict):
-                width = max((len(str(k)) for k in show), default=0)
-                for k, v in show.items():
-                    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                    first, *rest = text.splitlines() or [""]
-                    lines.append(f"    {k!s:<{width}}  {first}")
-                    lines.extend(f"    {'':<{width}}  {line}" for line in rest)
+        lines.append("")
+        lines.append(f"Waiting at gate '{printable(r['gate'])}' (round {r['round']})")
+        if summary.get("summary"):
+            lines.append(f"  {printable(str(summary['summary']))}")
+        lines.extend(show_lines(summary.get("show"), limit=None)[0])
     return "\n".join(lines) + "\n"
 
 

@@ -14,8 +14,12 @@ class PlainReporter:
     def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
+        self.phase: str | None = None  # a phase header waits until a step of it prints
 
     def _line(self, text: str) -> None:
+        if self.phase is not None:
+            header, self.phase = self.phase, None
+            self._line(header)
         self.stream.write(text + "\n")
         self.stream.flush()
 
@@ -26,7 +30,7 @@ class PlainReporter:
         if t is EventType.RUN_STARTED:
             self._line(f"run {event.run_id}: {d.get('pipeline')} ({d.get('steps')} steps)")
         elif t is EventType.PHASE_ENTERED:
-            self._line(f"== phase {d.get('phase')}")
+            self.phase = f"== phase {d.get('phase')}"  # no header for a phase all cached
         elif t is EventType.STEP_PASSED:
             self._line(f"  ran     {sid}{el} ({d.get('duration_s', 0):.2f}s)")
         elif t is EventType.STEP_SKIPPED:
@@ -36,11 +40,14 @@ class PlainReporter:
                 self._line(f"  {word} {sid}{el}{extra}")
         elif t is EventType.STEP_RETRYING:
             self._line(f"  retry   {sid}{el} attempt {d.get('attempt')}: {d.get('reason')}")
+        elif t is EventType.STEP_FAILED and d.get("rejected"):
+            self._line(f"  rejected {sid}: {d.get('reason')}")
         elif t is EventType.STEP_FAILED:
             self._line(f"  FAILED  {sid}{el}: {d.get('reason')}")
         elif t is EventType.GATE_AWAITING:
             self._line(f"  waiting {sid}: a decision is needed")
         elif t is EventType.RUN_FINISHED:
+            self.phase = None
             self._line(f"run {event.run_id}: {d.get('status')} in {d.get('duration_s', 0):.2f}s")
 
     def close(self) -> None:
@@ -52,6 +59,7 @@ class LiveReporter:
 
     def __init__(self, total: int, stream: IO[str] | None = None) -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -72,27 +80,32 @@ class LiveReporter:
         )
         self.task = self.progress.add_task("steps", total=total, current="")
         self.in_flight: dict[str, Any] = {}
+        self.phase: str | None = None
+        self.escape = escape  # data shown in rich markup must not be read as markup
         self.progress.start()
 
     def event(self, event: Event) -> None:
         t, sid, d = event.type, event.step_id, event.data
         label = f"{sid}[{event.element}]" if event.element is not None else str(sid)
         if t is EventType.STEP_STARTED:
+            if self.phase is not None:  # a phase header only once one of its steps runs
+                self.console.print(f"[bold]== phase {self.escape(self.phase)}[/bold]")
+                self.phase = None
             self.in_flight[label] = True
         elif t in (EventType.STEP_PASSED, EventType.STEP_FAILED, EventType.STEP_SKIPPED):
             self.in_flight.pop(label, None)
             if event.element is None:
                 self.progress.advance(self.task)
             if t is EventType.STEP_FAILED:
-                self.console.print(
-                    f"[red]FAILED[/red] {label}: {d.get('reason')}", markup=True, highlight=False
-                )
+                word = "[yellow]rejected[/yellow]" if d.get("rejected") else "[red]FAILED[/red]"
+                reason = self.escape(str(d.get("reason")))
+                self.console.print(f"{word} {label}: {reason}", markup=True, highlight=False)
         elif t is EventType.STEP_RETRYING:
             self.console.print(
                 f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False
             )
         elif t is EventType.PHASE_ENTERED:
-            self.console.print(f"[bold]== phase {d.get('phase')}[/bold]")
+            self.phase = str(d.get("phase"))
         elif t is EventType.RUN_FINISHED:
             self.progress.update(self.task, completed=self.progress.tasks[0].total)
         names = ", ".join(list(self.in_flight)[:4])

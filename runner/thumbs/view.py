@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -77,31 +77,54 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
     return lines
 
 
+def shown_path(path: Path, cwd: Path | None = None) -> str:
+    """``path`` relative to where the user stands when it is below it, else as is."""
+    base = (cwd or Path.cwd()).resolve()
+    try:
+        return str(path.resolve().relative_to(base))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def files_dir(state: Any, its: list[Iteration]) -> Path | None:
+    """The one folder holding the readable finals (runs/<run>/), when every final is there."""
+    paths = [final_path(state, it) for it in its if it.final]
+    parents = {p.parent for p in paths if p is not None}
+    return parents.pop() if len(parents) == 1 else None
+
+
 def table_lines(state: Any, its: list[Iteration]) -> list[str]:
-    lines = [
-        f"{'#':>3}  {'status':<10} {'compliant':<9} {'seed':>6}  {'key':<12}  {'final':<60} pick"
-    ]
+    """The iteration table (fits 80 columns); files are in the Files line or the preview."""
+    lines = [f"{'#':>3}  {'status':<10} {'compliant':<9} {'seed':>6}  {'key':<12}  pick"]
     for it in its:
         comp = "-" if it.compliant is None else (f"{TICK} yes" if it.compliant else f"{CROSS} no")
-        path = final_path(state, it)
         seed = "-" if it.seed is None else str(it.seed)
-        where = str(path) if path else "-"
         star = STAR if it.picked else ""
         lines.append(
             f"{it.ordinal:>3}  {it.status:<10} {comp:<9} {seed:>6}  "
-            f"{it.idempotency_key[:12]:<12}  {where:<60} {star}"
+            f"{it.idempotency_key[:12]:<12}  {star}".rstrip()
         )
         if it.error:
             lines.append(f"     {it.error}")
     return lines
 
 
+def _named(path: Path | None, folder: Path | None) -> Path:
+    """How a file is named in the preview: within the Files folder, or relative to the cwd."""
+    if path is None:
+        return Path("-")
+    if folder is not None and path.parent == folder:
+        return Path(path.name)
+    return Path(shown_path(path))
+
+
 def preview(
     state: Any, its: list[Iteration], stream: TextIO | None = None, sheet_dir: Path | None = None
 ) -> tuple[str, Path | None]:
     """The terminal preview (grid or numbered table) and the contact sheet path, if written."""
-    from ..imaging.preview import Tile, render_preview
+    from ..imaging.preview import Tile, render_preview, render_table, supports_color
 
+    folder = files_dir(state, its)
     tiles = [
         Tile.for_iteration(
             final_path(state, it) or Path("-"),
@@ -114,7 +137,12 @@ def preview(
     ]
     if not tiles:
         return "", None
-    text = render_preview(tiles, stream or sys.stdout)
+    out = stream or sys.stdout
+    if supports_color(out):
+        text = render_preview(tiles, out)
+    else:  # the numbered table, each file named once: within the Files folder
+        named = [replace(t, source=_named(t.source, folder)) for t in tiles]  # type: ignore[arg-type]
+        text = render_table(named)
     sheet = None
     if sheet_dir is not None:
         from ..imaging.contact_sheet import make_contact_sheet
@@ -124,26 +152,19 @@ def preview(
 
 
 def decision_lines(state: Any, run_id: str) -> list[str]:
-    rows = decisions(state.journal, run_id)
-    if not rows:
-        return []
-    lines = ["", "Decisions"]
-    for d in rows:
-        what = d.decision.value if d.decision else "pending"
-        who = f" by {d.by}" if d.by else ""
-        when = (
-            time.strftime(" %Y-%m-%d %H:%M", time.localtime(d.decided_at)) if d.decided_at else ""
-        )
-        note = f": {d.comment}" if d.comment else ""
-        extra = f" {d.input}" if d.input else ""
-        lines.append(f"  {d.gate} round {d.round}: {what}{who}{when}{note}{extra}")
-    return lines
+    from ..gateview import rounds_lines
+
+    rows = [d.to_json() for d in decisions(state.journal, run_id)]
+    return ["", "Decisions", *rounds_lines(rows)] if rows else []
 
 
 def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | None = None) -> str:
     view = run_view(state, run_id)
     its = iterations_of(state.journal, view.run["id"])
     lines = header_lines(state, view.run, view.children)
+    folder = files_dir(state, its)
+    if folder is not None:
+        lines.append(f"Files      {shown_path(folder)}/")
     lines.append("")
     if its:
         lines.extend(table_lines(state, its))
@@ -161,7 +182,8 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
         if text:
             out += "\n" + text + ("" if text.endswith("\n") else "\n")
         if sheet:
-            out += f"Contact sheet: {sheet}\n"
+            named = sheet.name if folder is not None and sheet.parent == folder else None
+            out += f"Contact sheet: {named or shown_path(sheet)}\n"
     if any(it.status == "completed" for it in its):
         first = next(it for it in its if it.status == "completed")
         out += f"\nPick one with: runner pick {view.run['id']} <ordinal>   (e.g. {first.ordinal})\n"
