@@ -169,8 +169,11 @@ async def apply_plan_async(
 ) -> RunReport:
     """The awaitable form of apply_plan (watch runs it in its own loop); ``on_start`` receives
     the run id before anything runs."""
+    from .preflight import check_plan
+
     options = options or ApplyOptions()
     options.item = resolve_item(plan, options.item)
+    check_plan(plan, state_dir=state.dir)  # before anything runs or a person is asked
     if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
         options.kind = "hero"  # image runs are heroes unless `iterate` says otherwise
     with item_lock(state, plan, options.item):
