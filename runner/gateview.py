@@ -54,7 +54,7 @@ def _wrapped(text: str, indent: int, width: int) -> list[str]:
     """Lines of ``text`` wrapped to fit ``width`` after an ``indent``-wide label column."""
     room = max(20, width - indent)
     out: list[str] = []
-    for line in printable(text).splitlines() or [""]:
+    for line in printable(text.rstrip()).splitlines() or [""]:
         out.extend(textwrap.wrap(line, room, replace_whitespace=False) or [""])
     return out
 
@@ -102,9 +102,7 @@ def waiting_text(rows: Sequence[Any], run_id: str, *, width: int = WIDTH) -> str
         lines.append(f"  runner decide {run_id} {gate} approve")
         lines.append(f'  runner decide {run_id} {gate} reject --comment "why"')
         if summary.get("revise"):
-            lines.append(
-                f'  runner decide {run_id} {gate} revise --input feedback="what to change"'
-            )
+            lines.append(f'  runner decide {run_id} {gate} revise --input feedback="..."')
     return "\n".join(lines) + ("\n" if lines else "")
 
 

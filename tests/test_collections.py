@@ -86,8 +86,9 @@ def test_upsert_reports_inserted_updated_unchanged(tmp_path: Path) -> None:
 def test_unknown_collection_is_an_error_without_create(project: Project) -> None:
     _setup(project)
     doc = project.apply("-p", "create=false")
-    assert doc["_exit"] != 0
-    assert "unknown collection 'notes'" in doc["steps"][0]["reason"]
+    # known from the params alone: refused before anything runs (runner/engine/preflight.py)
+    assert doc["_exit"] == 2 and doc["error"]["where"]
+    assert "unknown collection 'notes'" in doc["error"]["message"]
 
 
 def test_collection_has_fails_for_missing_documents(project: Project) -> None:

@@ -42,7 +42,7 @@ def test_bad_collection_name_fails_before_classifying(shipped: Project) -> None:
 
 def test_unknown_collection_that_may_not_be_created(shipped: Project) -> None:
     res = _apply(shipped, "classify-ingest", "collection=nowhere", "create=false")
-    assert res.exit_code == 2 and "collection 'nowhere' does not exist" in res.stderr
+    assert res.exit_code == 2 and "unknown collection 'nowhere'" in res.stderr
     _no_runs(shipped)
 
 

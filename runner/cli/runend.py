@@ -13,10 +13,11 @@ from ..gateview import printable, waiting_text
 
 
 def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
-    return (
-        f"{status}: ran {summary['ran']}, cached {summary['cached']}, "
-        f"skipped {summary['skipped']}, failed {summary['failed']}  (run {run_id})"
+    """``completed: ran 3, cached 2  (run ID)``: the counts that are not zero (fits 80 columns)."""
+    counts = ", ".join(
+        f"{k} {summary[k]}" for k in ("ran", "cached", "skipped", "failed") if summary[k]
     )
+    return f"{status}: {counts or 'nothing to do'}  (run {run_id})"
 
 
 def end_text(state: Any, report: Any) -> str:
@@ -30,7 +31,7 @@ def end_text(state: Any, report: Any) -> str:
             lines.append(f"  {o.status.value}: {o.id}: {printable(o.reason)}")
     rejected = [o for o in report.steps if o.status.value == "rejected"]
     for o in rejected:
-        lines.append(f"  rejected at '{o.id}': {printable(o.reason or '')}")
+        lines.append(f"  {o.id}: {printable(o.reason or '')}")
         not_run = [
             s.id
             for s in report.steps

@@ -133,7 +133,7 @@ def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) 
                 known = {r["name"] for r in cols.names_and_counts()}
         if name not in known:
             raise InvalidPipeline(
-                f"collection '{name}' does not exist and the step may not create it",
+                f"unknown collection '{name}' (the step may not create it)",
                 where=step.where,
                 step=step.id,
                 hint=f"collections: {', '.join(sorted(known)) or 'none'} (or set create: true)",
