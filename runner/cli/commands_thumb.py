@@ -95,7 +95,15 @@ def iterate(
     """
     import yaml
 
-    from ..thumbs.iterate import child_options, find_source, plan_child, run_child
+    from ..gateview import printable
+    from ..thumbs.iterate import (
+        child_options,
+        explain_child,
+        explain_lines,
+        find_source,
+        plan_child,
+        run_child,
+    )
     from .commands_core import _reporter
 
     var_map: dict[str, Any] = {}
@@ -108,12 +116,17 @@ def iterate(
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)
         plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
+        info = explain_child(parent, plan)
+        if not as_json:
+            click.echo(f"iterating on #{it.ordinal} of run {parent['id']}")
+            for line in explain_lines(info):
+                click.echo(printable(line))
         reporter = _reporter(as_json, len(plan.order), None, quiet)
         doc = run_child(state, plan, child_options(parent, it), reporter, as_json=as_json)
     finally:
         state.close()
     if as_json:
-        emit_json(doc)
+        emit_json({**doc, "iterate": info})
     sys.exit(doc["exit_code"])
 
 
@@ -121,22 +134,38 @@ def iterate(
 @click.argument("target")
 @click.option("--to", "dest", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--raw", is_flag=True, help="Copy the raw provider images instead of the finals.")
+@click.option("--picked", is_flag=True, help="Only the picked iteration.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace files of the same name with other content."
+)
 @state_option
 @json_option
-def export(target: str, dest: Path, raw: bool, state_dir: str | None, as_json: bool) -> None:
+def export(
+    target: str,
+    dest: Path,
+    raw: bool,
+    picked: bool,
+    overwrite: bool,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
     """Copy (never move) a run's finals (or raws) to a folder as <item>-<ordinal>.<ext>.
 
-    Example: runner export RUN --to out/
+    A file of that name holding other bytes (say, an earlier export of another run) is never
+    replaced silently: the export stops before writing anything unless --overwrite.
+
+    Example: runner export RUN --to exports/ --picked
     """
     from ..thumbs.hooks import export_run
+    from ..thumbs.view import shown_path
 
     state = _open_state(state_dir, readonly=True)
     try:
-        doc = export_run(state, target, dest, raw=raw)
+        doc = export_run(state, target, dest, raw=raw, picked=picked, overwrite=overwrite)
     finally:
         state.close()
     if as_json:
         emit_json(doc)
     else:
         for f in doc["files"]:
-            click.echo(f"wrote {f}")
+            click.echo(f"wrote {shown_path(Path(f))}")

@@ -74,8 +74,11 @@ def copy_finals(
     *,
     raw: bool = False,
     only_compliant: bool = True,
+    overwrite: bool = True,
 ) -> list[Path]:
-    """Copy (never move) finals (or raws) to dest/<stem>-<ordinal>.<ext>. Raises StoreError."""
+    """Copy (never move) finals (or raws) to dest/<stem>-<ordinal>.<ext>. Raises StoreError,
+    and UsageError (before writing anything) when ``overwrite`` is off and a file of that name
+    holds other bytes: an earlier export of another run, or anything else."""
     from ..paths import inside
 
     try:
@@ -83,7 +86,7 @@ def copy_finals(
     except OSError as exc:
         raise StoreError(f"cannot create {dest}: {exc.strerror}") from None
     safe_stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem).strip(".") or "image"
-    out = []
+    plan: list[tuple[str, Path]] = []
     for it in its:
         if it.status != "completed" and only_compliant:
             continue
@@ -92,13 +95,40 @@ def copy_finals(
             continue
         ext = sniff_ext(state.objects.path(digest)) if raw else (it.ext or "jpg")
         name = f"{safe_stem}-{it.ordinal}.{ext.lstrip('.')}"
-        target = inside(dest, name)
+        plan.append((digest, inside(dest, name)))
+    if not overwrite:
+        taken = [
+            t for d, t in plan if t.exists() and not _same_bytes(state.objects.path(d), t)
+        ]
+        if taken:
+            from ..errors import UsageError
+            from .view import shown_path
+
+            what = shown_path(taken[0]) + (
+                f" and {len(taken) - 1} more files exist" if len(taken) > 1 else " exists"
+            )
+            raise UsageError(
+                f"{what} with other content (an earlier export of another run?); "
+                "nothing was written",
+                hint="pass --overwrite to replace them, or export to another folder",
+            )
+    out = []
+    for digest, target in plan:
         try:
             state.objects.copy_to(digest, target)  # hashed while copied: never a damaged one
         except OSError as exc:
             raise StoreError(f"cannot write {target}: {exc.strerror}") from None
         out.append(target)
     return out
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    import filecmp
+
+    try:
+        return filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
 
 
 def sniff_ext(path: Path) -> str:
@@ -116,28 +146,48 @@ def sniff_ext(path: Path) -> str:
     return "bin"
 
 
-def export_run(state: Any, target: str, dest: Path, *, raw: bool = False) -> dict[str, Any]:
-    """`runner export`: copy a run's (or one iteration's) completed finals or raws to ``dest``.
+def export_run(
+    state: Any,
+    target: str,
+    dest: Path,
+    *,
+    raw: bool = False,
+    picked: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """`runner export`: copy a run's (or one iteration's, or its picked one's) completed finals
+    or raws to ``dest``. Files there with other content are never replaced unless ``overwrite``.
 
-    Raises NotFound for an unknown id, UsageError when nothing completed, StoreError when
-    ``dest`` cannot be written. Returns the --json document.
+    Raises NotFound for an unknown id, UsageError when nothing completed, nothing is picked, or
+    a file would be overwritten; StoreError when ``dest`` cannot be written. Returns the --json
+    document.
     """
     from ..errors import UsageError
     from .records import iterations_of, resolve_target
 
     run, it = resolve_target(state.journal, target)
     its = [it] if it is not None else iterations_of(state.journal, run["id"])
+    if picked:
+        its = [i for i in its if i.picked]
+        if not its:
+            raise UsageError(
+                f"run {run['id']} has no picked iteration",
+                hint=f"pick one first: runner pick {run['id']} <ordinal>",
+            )
     completed = [i for i in its if i.status == "completed"]
     if not completed:
         raise UsageError(
             f"run {run['id']} has no completed iteration to export",
             hint=f"see: runner runs show {run['id']}",
         )
-    files = copy_finals(state, completed, dest, run["item"] or run["pipeline"], raw=raw)
+    files = copy_finals(
+        state, completed, dest, run["item"] or run["pipeline"], raw=raw, overwrite=overwrite
+    )
     return {
         "run_id": run["id"],
-        "iteration_id": it.id if it else None,
+        "iteration_id": it.id if it else (completed[0].id if picked else None),
         "raw": raw,
+        "picked": picked,
         "files": [str(f) for f in files],
         "exit_code": 0,
     }

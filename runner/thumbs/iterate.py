@@ -78,6 +78,59 @@ def prerender(plan: Any) -> None:
             ) from None
 
 
+def explain_child(parent: dict[str, Any], plan: Any) -> dict[str, Any]:
+    """What the child's prompt is made of: only ``--var`` values are used (nothing is inherited
+    from the parent), so the parent's variables that were left out are named, with the first
+    line of the prompt the child will send."""
+    parent_vars = (json.loads(parent["params"] or "{}") or {}).get("vars") or {}
+    child_vars = plan.params.get("vars") or {}
+    first = ""
+    for sid in plan.order:
+        step = plan.steps[sid]
+        if step.uses == "template":
+            text = _render_known(plan, step)
+            if text is not None:
+                first = next((line for line in text.splitlines() if line.strip()), "")
+                break
+    return {
+        "vars": child_vars,
+        "parent_vars": parent_vars,
+        "not_inherited": sorted(k for k in parent_vars if k not in child_vars),
+        "prompt_first_line": first,
+    }
+
+
+def _render_known(plan: Any, step: Any) -> str | None:
+    """The step's text when its arguments depend on params only (prerender checked it)."""
+    from ..steps.template import environment_for
+
+    if any(r.root != "params" for e in ex.iter_expressions(step.args) for r in e.refs):
+        return None
+    args = ex.evaluate_value(step.args, {"params": plan.params})
+    text: str = ex.render_template(
+        environment_for(plan.root),
+        name=args.get("template"),
+        text=args.get("text"),
+        variables=dict(args.get("vars") or {}),
+    )
+    return text
+
+
+def explain_lines(info: dict[str, Any]) -> list[str]:
+    """The explanation as text (printed before the child runs)."""
+
+    def flat(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items())
+
+    lines = [f"vars used (only --var): {flat(info['vars']) or 'none'}"]
+    if info["not_inherited"]:
+        left = {k: info["parent_vars"][k] for k in info["not_inherited"]}
+        lines.append(f"parent vars not used: {flat(left)}  (pass them with --var to keep them)")
+    if info["prompt_first_line"]:
+        lines.append(f"prompt: {info['prompt_first_line']}")
+    return lines
+
+
 def plan_child(
     parent: dict[str, Any], it: Iteration, *, n: int, prompt_append: str, variables: dict[str, Any]
 ) -> Any:

@@ -41,7 +41,14 @@ def export(
     target = run["id"] if which is None else _iteration_ident(state, run, which)
     dest = export_destination(dest_text, base=cwd, roots=roots)
     try:
-        return export_run(state, target, dest, raw=raw)
+        return export_run(
+            state,
+            target,
+            dest,
+            raw=raw,
+            picked=body_bool(body, "picked"),
+            overwrite=body_bool(body, "overwrite"),
+        )
     except (StoreError, OSError):
         raise Forbidden(
             f"cannot write to export folder '{dest_text}'",
