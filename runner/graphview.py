@@ -21,6 +21,27 @@ def _id(sid: str) -> str:
     return "s_" + "".join(c if c.isalnum() else f"_{ord(c):x}_" for c in sid)
 
 
+def graph_json(plan: Plan) -> dict[str, object]:
+    """The DAG as data (what `runner graph` draws): phases with their steps, and the edges."""
+    return {
+        "phases": [
+            {
+                "phase": phase,
+                "steps": [
+                    {
+                        "id": sid,
+                        "uses": plan.steps[sid].uses,
+                        "for_each": plan.steps[sid].for_each is not None,
+                    }
+                    for sid in sids
+                ],
+            }
+            for phase, sids in _by_phase(plan)
+        ],
+        "edges": [[d, sid] for sid in plan.order for d in plan.steps[sid].deps],
+    }
+
+
 def render_graph(plan: Plan, fmt: str) -> str:
     lines: list[str] = []
     if fmt == "text":

@@ -144,6 +144,28 @@ async def step_output(request: Request) -> Response:
     return JSONResponse(doc)
 
 
+async def step_elements(request: Request) -> Response:
+    from .elements import MAX_ELEMENTS
+    from .elements import step_elements as elements_of
+
+    params = request.path_params
+    offset = _int(request, "offset", 0, 0, 2**31)
+    limit = _int(request, "limit", MAX_ELEMENTS, 1, MAX_ELEMENTS)
+    doc = await in_state(
+        request,
+        lambda s: elements_of(s, params["run_id"], params["step"], offset=offset, limit=limit),
+    )
+    return JSONResponse(doc)
+
+
+async def live_tiles(request: Request) -> Response:
+    return JSONResponse(await in_state(request, service.live_tiles, request.path_params["run_id"]))
+
+
+async def run_graph(request: Request) -> Response:
+    return JSONResponse(await in_state(request, service.run_graph, request.path_params["run_id"]))
+
+
 async def steps(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(service.step_types))
 
@@ -224,6 +246,9 @@ ROUTES = [
     Route("/api/runs/{run_id}", show_run),
     Route("/api/runs/{run_id}/events", run_events),
     Route("/api/runs/{run_id}/steps/{step}/output", step_output),
+    Route("/api/runs/{run_id}/steps/{step}/elements", step_elements),
+    Route("/api/runs/{run_id}/graph", run_graph),
+    Route("/api/runs/{run_id}/tiles", live_tiles),
     Route("/api/runs/{run_id}/pick", pick, methods=["POST"]),
     Route("/api/runs/{run_id}/export", export, methods=["POST"]),
     Route("/api/runs/{run_id}/iterate", iterate, methods=["POST"]),

@@ -135,6 +135,36 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": _ok("The output"), **_errors(404)},
             }
         },
+        "/api/runs/{run_id}/steps/{step}/elements": {
+            "get": {
+                "summary": "A step element by element: input item, arguments (an llm step's "
+                "rendered prompt), output, check verdicts by attempt, attempts, errors; a card "
+                "step adds its hash, prompt block and drift since the previous run.",
+                "parameters": [
+                    RUN_ID,
+                    _path("step", "The step id."),
+                    _query("offset", {"type": "integer", "minimum": 0}, "First element."),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "How many."),
+                ],
+                "responses": {"200": _ok("The elements"), **_errors(400, 404)},
+            }
+        },
+        "/api/runs/{run_id}/graph": {
+            "get": {
+                "summary": "The run's DAG (phases, steps, edges: what `runner graph` draws) "
+                "with each step's status.",
+                "parameters": [RUN_ID],
+                "responses": {"200": _ok("The graph"), **_errors(404)},
+            }
+        },
+        "/api/runs/{run_id}/tiles": {
+            "get": {
+                "summary": "A run's images as their provider calls complete (before the run "
+                "records iterations), with a count.",
+                "parameters": [RUN_ID],
+                "responses": {"200": _ok("The tiles"), **_errors(404)},
+            }
+        },
         "/api/runs/{run_id}/events": {
             "get": {
                 "summary": "The run's journaled events after `after`; with `Accept: "
@@ -174,6 +204,12 @@ def openapi_document() -> dict[str, Any]:
                     },
                     "raw": {"type": "boolean"},
                     "iteration": ITERATION,
+                    "picked": {"type": "boolean", "description": "Only the picked iteration."},
+                    "overwrite": {
+                        "type": "boolean",
+                        "description": "Replace files of the same name with other content "
+                        "(refused otherwise: an earlier export of another run).",
+                    },
                 },
                 ["to"],
             ),

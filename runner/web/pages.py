@@ -7,6 +7,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import jinja2
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +32,22 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
 
 
+def _yaml(value: Any) -> str:
+    from ..gateview import as_yaml
+
+    return as_yaml(value)
+
+
+def _tab(request: Request) -> str:
+    """Which top tab the page belongs to: the highlighted one follows the page."""
+    path = request.url.path
+    if path == "/" and request.query_params.get("awaiting", "") in ("1", "true", "on", "yes"):
+        return "awaiting"
+    if path == "/" or path.startswith("/runs/"):
+        return "runs"
+    return path.strip("/").split("/")[0]
+
+
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -39,7 +56,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=_when, seconds=_seconds, pretty=_pretty)
+    env.filters.update(when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml)
     return env
 
 
@@ -48,7 +65,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> Re
     html = (
         environment()
         .get_template(name)
-        .render(state_dir=str(cfg.state_dir), path=request.url.path, **context)
+        .render(state_dir=str(cfg.state_dir), path=request.url.path, tab=_tab(request), **context)
     )
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
@@ -67,7 +84,12 @@ async def runs_page(request: Request) -> Response:
             limit=200,
         ),
     )
-    return render(request, "runs.html", runs=doc["runs"], filters=filters, awaiting=awaiting)
+    query = urlencode(
+        {**{k: v for k, v in filters.items() if v}, **({"awaiting": "1"} if awaiting else {})}
+    )
+    return render(
+        request, "runs.html", runs=doc["runs"], filters=filters, awaiting=awaiting, query=query
+    )
 
 
 async def run_page(request: Request) -> Response:

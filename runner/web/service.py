@@ -33,6 +33,7 @@ PENDING: dict[str, Any] = {
     "why": None,
     "output": None,
 }
+NOT_RUN: dict[str, Any] = {**PENDING, "status": "not run"}
 
 
 class Conflict(Exception):
@@ -141,25 +142,63 @@ def image_object(state: State, digest: str) -> Path | None:
     rows = state.journal.query(
         "SELECT 1 FROM iterations WHERE raw=? OR final=? LIMIT 1", (digest, digest)
     )
+    if not rows:  # an image generated a moment ago, before its run recorded iterations
+        rows = state.journal.query(
+            "SELECT 1 FROM calls WHERE status='completed' AND json_extract(result, '$.digest')=? "
+            "LIMIT 1",
+            (digest,),
+        )
     if not rows or not state.objects.has(digest):
         return None
     path: Path = state.objects.path(digest)
     return path
 
 
+def live_tiles(state: State, run_id: str) -> dict[str, Any]:
+    """The images of a run's image steps as their provider calls finish (before the run
+    records its iterations): ordinal, status, seed and the raw image's digest, with a count."""
+    run = state.journal.get_run(run_id)
+    rows = state.journal.query(
+        "SELECT status, meta, result, error FROM calls WHERE run_id=? ORDER BY started_at",
+        (run["id"],),
+    )
+    tiles = []
+    for r in rows:
+        meta = loads(r["meta"]) or {}
+        if "ordinal" not in meta:
+            continue  # not an image call
+        result = loads(r["result"]) or {}
+        tiles.append(
+            {
+                "ordinal": meta["ordinal"],
+                "step": meta.get("step"),
+                "seed": meta.get("seed"),
+                "status": r["status"],
+                "digest": result.get("digest"),
+                "error": r["error"],
+            }
+        )
+    tiles.sort(key=lambda t: t["ordinal"])
+    done = sum(t["status"] == "completed" for t in tiles)
+    return {
+        "run_id": run["id"],
+        "status": run["status"],
+        "expected": len(tiles),
+        "done": done,
+        "tiles": tiles,
+        "exit_code": 0,
+    }
+
+
 # -- the steps of a run, grouped by phase -----------------------------------------------------
 
 
 @lru_cache(maxsize=64)
-def _layout(path: str, mtime_ns: int, params: str) -> tuple[tuple[str, ...], tuple[Layout, ...]]:
+def _plan(path: str, mtime_ns: int, params: str) -> Any:
     # Compiling is the slow part of a run view; a pipeline file only changes with its mtime.
     from ..compiler import compile_pipeline
 
-    plan = compile_pipeline(Path(path), params=json.loads(params))
-    steps = tuple(
-        (sid, plan.steps[sid].phase or NO_PHASE, plan.steps[sid].uses) for sid in plan.order
-    )
-    return tuple(plan.phases), steps
+    return compile_pipeline(Path(path), params=json.loads(params))
 
 
 def pipeline_file(state: State, run: Mapping[str, Any]) -> Path:
@@ -172,23 +211,52 @@ def pipeline_file(state: State, run: Mapping[str, Any]) -> Path:
     return beside if beside.is_file() else path
 
 
-def pipeline_layout(
-    state: State, run: Mapping[str, Any]
-) -> tuple[list[str], list[Layout], str | None]:
-    """(phases, [(step, phase, uses)], error) of the pipeline a run was started from."""
+def run_plan(state: State, run: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """(the compiled plan the run was started from, None) or (None, why it cannot be had)."""
     path = pipeline_file(state, run)
     try:
         stat = path.stat()
     except OSError:
-        return [], [], f"pipeline file {path} is not readable"
+        return None, f"pipeline file {path} is not readable"
     params = run["params"] if isinstance(run["params"], dict) else (loads(run["params"]) or {})
     try:
-        phases, steps = _layout(
+        return _plan(
             str(path.resolve()), stat.st_mtime_ns, json.dumps(params, sort_keys=True)
-        )
+        ), None
     except RunnerError as exc:
-        return [], [], exc.message
-    return list(phases), list(steps), None
+        return None, exc.message
+
+
+def pipeline_layout(
+    state: State, run: Mapping[str, Any]
+) -> tuple[list[str], list[Layout], str | None]:
+    """(phases, [(step, phase, uses)], error) of the pipeline a run was started from."""
+    plan, error = run_plan(state, run)
+    if plan is None:
+        return [], [], error
+    steps = [(sid, plan.steps[sid].phase or NO_PHASE, plan.steps[sid].uses) for sid in plan.order]
+    return list(plan.phases), steps, None
+
+
+def run_graph(state: State, run_id: str) -> dict[str, Any]:
+    """The run's DAG, from the same graph `runner graph` draws, with each step's status now.
+
+    Raises NotFound for an unknown run; ``graph`` is None when the pipeline cannot be compiled.
+    """
+    from ..graphview import graph_json
+
+    run = state.journal.get_run(run_id)
+    plan, error = run_plan(state, run)
+    statuses = {s["id"]: s["status"] for g in step_groups(state, run) for s in g["steps"]}
+    graph = None if plan is None else graph_json(plan)
+    return {
+        "run_id": run["id"],
+        "status": run["status"],
+        "graph": graph,
+        "statuses": statuses,
+        "error": error,
+        "exit_code": 0,
+    }
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -226,10 +294,12 @@ def step_groups(state: State, run: Mapping[str, Any]) -> list[dict[str, Any]]:
         by_step.setdefault(row["step_id"], []).append(row)
     groups: dict[str, list[dict[str, Any]]] = {p: [] for p in phases}
     known = set()
+    # A step with no execution in a run that stopped will not run in it: say so, not "pending".
+    absent = PENDING if run["status"] in ("running", "awaiting_human") else NOT_RUN
     for sid, phase, uses in layout:
         known.add(sid)
         rows = by_step.get(sid, [])
-        step = {"id": sid, "uses": uses, **(_summary(rows) if rows else PENDING)}
+        step = {"id": sid, "uses": uses, **(_summary(rows) if rows else absent)}
         groups.setdefault(phase, []).append(step)
     for sid, rows in by_step.items():
         if sid not in known:  # the pipeline file changed since, or could not be compiled
@@ -308,7 +378,29 @@ def decide(state: State, run_id: str, gate: str, body: Mapping[str, Any]) -> dic
         )
     except UsageError as exc:  # not waiting, or already decided: the run's state, not the request
         raise Conflict(exc) from None
-    return {"run_id": row.run_id, "decision": row.to_json(), "exit_code": 0}
+    return {
+        "run_id": row.run_id,
+        "decision": row.to_json(),
+        "message": decision_message(state, row.run_id, gate, decision.value, row),
+        "exit_code": 0,
+    }
+
+
+def decision_message(state: State, run_id: str, gate: str, decision: str, row: Any) -> str:
+    """What a decision does to the run, in words, naming the steps it lets run or stops."""
+    plan, _error = run_plan(state, state.journal.get_run(run_id))
+    after: list[str] = []
+    if plan is not None and gate in plan.steps:
+        after = [s for s in plan.order if s in plan.downstream({gate}) and s != gate]
+    listed = ", ".join(after[:6]) + (" ..." if len(after) > 6 else "")
+    if decision == "approve":
+        return f"the run continues past '{gate}'" + (f" ({listed})." if after else ".")
+    if decision == "reject":
+        return "the run ends rejected; nothing after it runs" + (f" ({listed})." if after else ".")
+    target = (row.summary or {}).get("revise")
+    return (
+        f"'{target}' runs again with your input" if target else "the gate's step runs again"
+    ) + f", then '{gate}' asks again (round {row.round + 1})."
 
 
 def step_output(state: State, run_id: str, step: str) -> dict[str, Any]:

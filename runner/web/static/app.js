@@ -57,13 +57,32 @@ const STEP_STATUS = {
   StepFailed: "failed", GateAwaiting: "awaiting_human",
 };
 
-function setStatus(cell, status) {
-  cell.innerHTML = "";
-  const span = document.createElement("span");
-  span.className = "status status-" + status;
-  span.textContent = status;
-  cell.appendChild(span);
+// Every value shown comes from data (model replies, file names, reviewer input): it is only
+// ever set as text (textContent, attribute values), never parsed as HTML.
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
 }
+
+function asText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+function copyable(value) {
+  const box = el("div", "copyable");
+  const btn = el("button", "copy", "copy");
+  btn.type = "button";
+  box.append(btn, el("pre", null, asText(value)));
+  return box;
+}
+
+function setStatus(cell, status) {
+  cell.replaceChildren(el("span", "status status-" + status.split(" ")[0], status));
+}
+
+const elementsDone = new Map();  // step -> elements finished while we watched
 
 function applyEvent(ev) {
   if (ev.type === "RunFinished" && ev.status) {
@@ -73,13 +92,23 @@ function applyEvent(ev) {
     return;
   }
   if (!ev.step) return;
-  const row = document.querySelector('tr[data-step="' + CSS.escape(ev.step) + '"]');
-  if (!row) return;
   let status = STEP_STATUS[ev.type];
   if (ev.type === "StepSkipped") status = ev.reason === "cached" ? "cached" : "skipped";
   if (!status) return;
-  if (ev.element !== null && ev.element !== undefined) status += " [" + ev.element + "]";
-  setStatus(row.querySelector(".st"), status);
+  markNode(ev.step, status);
+  const row = document.querySelector('tr[data-step="' + CSS.escape(ev.step) + '"]');
+  if (!row) return;
+  const isElement = ev.element !== null && ev.element !== undefined;
+  if (isElement && ev.type !== "StepStarted" && ev.type !== "StepRetrying") {
+    const done = (elementsDone.get(ev.step) || 0) + 1;
+    elementsDone.set(ev.step, done);
+    const total = row.dataset.elements;
+    let count = row.querySelector(".el-count");
+    if (!count) { count = el("small", "el-count"); row.cells[0].append(" ", count); }
+    count.textContent = done + (total ? " of " + total : "") + " elements";
+    if (browsing === ev.step) reloadBrowser();
+  }
+  setStatus(row.querySelector(".st"), isElement ? status + " [" + ev.element + "]" : status);
   if (ev.attempt) row.querySelector(".attempts").textContent = ev.attempt;
   if (ev.attempts) row.querySelector(".attempts").textContent = ev.attempts;
   if (typeof ev.duration_s === "number") row.querySelector(".duration").textContent = ev.duration_s.toFixed(2) + "s";
@@ -105,10 +134,309 @@ function follow(runId, after, wasRunning) {
   });
 }
 
+// -- live tiles: each image appears as its provider call completes ----------------------------
+
+function followTiles(runId) {
+  const section = document.getElementById("iterations");
+  const grid = document.getElementById("live-grid");
+  const progress = document.getElementById("tile-progress");
+  if (!section || !grid || document.querySelector("#grid .tile")) return;
+  const shown = new Set();
+  async function poll() {
+    let doc;
+    try {
+      const res = await fetch("/api/runs/" + encodeURIComponent(runId) + "/tiles");
+      if (!res.ok) return;
+      doc = await res.json();
+    } catch (e) { return; }
+    if (doc.tiles.length) { section.hidden = false; grid.hidden = false; }
+    progress.textContent = doc.done + " of " + doc.expected + " generated";
+    for (const t of doc.tiles) {
+      if (t.status !== "completed" || !t.digest || shown.has(t.ordinal)) continue;
+      shown.add(t.ordinal);
+      const fig = el("figure", "tile live-tile");
+      fig.id = "live-tile-" + t.ordinal;
+      fig.dataset.ordinal = String(t.ordinal);
+      const img = el("img", "zoom");
+      img.src = "/api/objects/" + encodeURIComponent(t.digest);
+      img.alt = "iteration " + t.ordinal;
+      const cap = el("figcaption");
+      cap.append(el("span", "ordinal", "#" + t.ordinal), el("span", "seed", "seed " + (t.seed ?? "-")));
+      fig.append(img, cap);
+      const after = [...grid.children].find((c) => Number(c.dataset.ordinal) > t.ordinal);
+      grid.insertBefore(fig, after || null);
+    }
+    if (doc.status === "running") setTimeout(poll, 300);
+  }
+  poll();
+}
+
+// -- the run list follows runs starting and finishing ----------------------------------------
+
+function runRow(r) {
+  const tr = el("tr");
+  tr.dataset.run = r.id;
+  tr.dataset.status = r.status;
+  const link = el("a", null, r.id);
+  link.href = "/runs/" + encodeURIComponent(r.id);
+  const cells = [link, r.pipeline, r.item || "-", null, r.kind || "run",
+                 r.created_at ? new Date(r.created_at * 1000).toLocaleString() : "-",
+                 r.exit_code ?? "-"];
+  cells.forEach((c, i) => {
+    const td = el("td");
+    if (i === 3) td.append(el("span", "status status-" + r.status, r.status));
+    else if (c instanceof Node) td.append(c);
+    else td.textContent = String(c);
+    tr.append(td);
+  });
+  return tr;
+}
+
+function followRuns(table) {
+  const body = table.tBodies[0];
+  const query = table.dataset.query;
+  async function poll() {
+    try {
+      const res = await fetch("/api/runs?limit=200" + (query ? "&" + query : ""));
+      if (res.ok) {
+        const runs = (await res.json()).runs;
+        const now = runs.map((r) => r.id + ":" + r.status).join(",");
+        const was = [...body.rows].map((r) => r.dataset.run + ":" + r.dataset.status).join(",");
+        if (now !== was) {
+          body.replaceChildren(...runs.map(runRow));
+          document.getElementById("no-runs").hidden = runs.length > 0;
+        }
+      }
+    } catch (e) { /* the server went away: try again */ }
+    setTimeout(poll, 1000);
+  }
+  setTimeout(poll, 1000);
+}
+
+// -- a step, element by element --------------------------------------------------------------
+
+let browsing = null;
+let browseTimer = null;
+
+function block(title, value) {
+  const sec = el("section", "block");
+  sec.append(el("h4", null, title), copyable(value));
+  return sec;
+}
+
+function cardBlock(card) {
+  const sec = el("section", "block card-view");
+  sec.append(el("h4", null, "Card"));
+  const meta = el("p", "hint");
+  meta.append("hash ", el("code", "card-hash", card.hash));
+  if (card.previous_hash && card.previous_hash !== card.hash) {
+    meta.append(" (was ", el("code", null, card.previous_hash), ")");
+  }
+  sec.append(meta, copyable(card.card));
+  if (card.block) sec.append(el("h4", null, "Prompt block"), copyable(card.block));
+  if (card.drift && card.drift.length) {
+    sec.append(el("h4", "drift-title", "Drifted since the previous run: " + card.drift.length + " field(s)"));
+    const table = el("table", "drift");
+    const head = el("tr");
+    head.append(el("th", null, "field"), el("th", null, "before"), el("th", null, "now"));
+    table.append(head);
+    for (const d of card.drift) {
+      const tr = el("tr");
+      const old = el("td", "old"); old.append(el("pre", null, asText(d.old)));
+      const now = el("td", "new"); now.append(el("pre", null, asText(d.new)));
+      tr.append(el("td", "field", d.field), old, now);
+      table.append(tr);
+    }
+    sec.append(table);
+  } else if (card.previous_hash) {
+    sec.append(el("p", "hint", "unchanged since the previous run"));
+  }
+  return sec;
+}
+
+function elementView(doc, e, open) {
+  const box = el("details", "element status-" + e.status);
+  box.open = open;
+  box.dataset.element = e.element === null ? "" : String(e.element);
+  const sum = el("summary");
+  sum.append(el("strong", null, e.element === null ? doc.step : "#" + e.element), " ",
+             el("span", "status status-" + e.status, e.status),
+             " ", el("small", "hint", "attempts " + (e.attempts || 0)));
+  box.append(sum);
+  if (e.input !== undefined) box.append(block("Input", e.input));
+  if (e.card) box.append(cardBlock(e.card));
+  const args = e.arguments || {};
+  if (doc.uses === "llm") {
+    if (args.system) box.append(block("System prompt", args.system));
+    if (args.prompt !== undefined) box.append(block("Rendered prompt", args.prompt));
+  } else if (e.arguments !== undefined && !e.card) {
+    box.append(block("Arguments", e.arguments));
+  }
+  if (e.arguments_error) box.append(el("p", "hint", "arguments: " + e.arguments_error));
+  if (e.output !== null && e.output !== undefined && !e.card) {
+    const reply = typeof e.output.text === "string" ? e.output.text : e.output;
+    box.append(block(doc.uses === "llm" ? "Model reply" : "Output", reply));
+  }
+  if (e.verdicts && e.verdicts.length) {
+    const sec = el("section", "block verdicts");
+    sec.append(el("h4", null, "Checks"));
+    const list = el("ol");
+    for (const v of e.verdicts) {
+      list.append(el("li", "verdict-" + v.verdict,
+        "attempt " + (v.attempt ?? "?") + ": " + v.verdict + (v.reason ? " - " + v.reason : "")));
+    }
+    sec.append(list);
+    box.append(sec);
+  }
+  if (e.report) box.append(block("Report", e.report));
+  if (e.error) box.append(el("p", "error", e.error));
+  return box;
+}
+
+async function browse(step) {
+  browsing = step;
+  const panel = document.getElementById("browser");
+  const body = document.getElementById("browser-body");
+  document.getElementById("browser-step").textContent = step;
+  panel.hidden = false;
+  const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
+                          encodeURIComponent(step) + "/elements");
+  const doc = await res.json();
+  if (!res.ok) { body.replaceChildren(el("p", "error", doc.error.message)); return; }
+  const open = new Set([...body.querySelectorAll("details.element[open]")].map((d) => d.dataset.element));
+  const count = doc.for_each ? doc.total + " elements" : "";
+  document.getElementById("browser-count").textContent = count;
+  body.replaceChildren(...doc.elements.map((e, i) =>
+    elementView(doc, e, open.size ? open.has(e.element === null ? "" : String(e.element)) : i === 0)));
+  if (doc.pipeline_error) body.prepend(el("p", "hint", doc.pipeline_error));
+  panel.scrollIntoView({block: "start"});
+}
+
+function reloadBrowser() {
+  clearTimeout(browseTimer);
+  browseTimer = setTimeout(() => { if (browsing) browse(browsing); }, 250);
+}
+
+// -- the graph --------------------------------------------------------------------------------
+
+function markNode(step, status) {
+  const node = document.getElementById("node-" + step);
+  if (node) node.className = "node status-" + status;
+}
+
+async function drawGraph(runId) {
+  const box = document.getElementById("graph");
+  const res = await fetch("/api/runs/" + encodeURIComponent(runId) + "/graph");
+  const doc = await res.json();
+  if (!res.ok || !doc.graph) {
+    const why = typeof doc.error === "string" ? doc.error : (doc.error && doc.error.message);
+    box.replaceChildren(el("p", "hint", why || "no graph"));
+    return;
+  }
+  const cols = el("div", "graph-cols");
+  for (const ph of doc.graph.phases) {
+    const col = el("div", "phase-col");
+    col.append(el("h4", null, ph.phase || "(no phase)"));
+    for (const s of ph.steps) {
+      const node = el("div", "node status-" + (doc.statuses[s.id] || "pending").split(" ")[0]);
+      node.id = "node-" + s.id;
+      node.title = (doc.statuses[s.id] || "pending");
+      node.append(el("strong", null, s.id), " ", el("small", null, s.uses + (s.for_each ? " ×" : "")));
+      node.append(el("span", "node-status", doc.statuses[s.id] || "pending"));
+      col.append(node);
+    }
+    cols.append(col);
+  }
+  box.replaceChildren(cols);
+  if (doc.graph.edges.length > 600) {
+    box.append(el("p", "hint", doc.graph.edges.length + " edges: not drawn"));
+    return;
+  }
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.classList.add("edges");
+  const base = box.getBoundingClientRect();
+  svg.setAttribute("width", String(box.scrollWidth));
+  svg.setAttribute("height", String(box.scrollHeight));
+  for (const [from, to] of doc.graph.edges) {
+    const a = document.getElementById("node-" + from), b = document.getElementById("node-" + to);
+    if (!a || !b) continue;
+    const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
+    const x1 = ra.right - base.left, y1 = ra.top + ra.height / 2 - base.top;
+    const x2 = rb.left - base.left, y2 = rb.top + rb.height / 2 - base.top;
+    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+    const mid = (x1 + x2) / 2;
+    path.setAttribute("d", `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`);
+    svg.append(path);
+  }
+  box.prepend(svg);
+}
+
+// -- full-size images and the keyboard ------------------------------------------------------
+
+function showFull(src) {
+  const box = document.getElementById("lightbox");
+  if (!box) return;
+  box.querySelector("img").src = src;
+  box.hidden = false;
+}
+
+function tiles() {
+  return [...document.querySelectorAll("#grid .tile")];
+}
+
+function moveFocus(key) {
+  const all = tiles();
+  if (!all.length) return;
+  let i = all.indexOf(document.activeElement);
+  if (i < 0) { all[0].focus(); return; }
+  const perRow = all.filter((t) => t.offsetTop === all[0].offsetTop).length || 1;
+  const step = {ArrowRight: 1, ArrowLeft: -1, ArrowDown: perRow, ArrowUp: -perRow}[key];
+  i = Math.max(0, Math.min(all.length - 1, i + step));
+  all[i].focus();
+}
+
+function onKey(e) {
+  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  const box = document.getElementById("lightbox");
+  if (e.key === "Escape" && box && !box.hidden) { box.hidden = true; return; }
+  if (e.target.closest("input, textarea, select, [contenteditable]")) return;
+  if (e.key.startsWith("Arrow") && tiles().length) {
+    e.preventDefault();
+    moveFocus(e.key);
+  } else if (/^[1-9]$/.test(e.key)) {
+    const btn = document.querySelector("#tile-" + e.key + " button.pick");
+    if (btn) { e.preventDefault(); btn.click(); }
+  } else if (e.key === "Enter" && document.activeElement?.classList.contains("tile")) {
+    const img = document.activeElement.querySelector("img");
+    if (img) showFull(img.src);
+  } else if (e.key === "a" || e.key === "r") {
+    const cards = document.querySelectorAll(".gate .decide-form button.decide");
+    const decision = e.key === "a" ? "approve" : "reject";
+    const btn = [...cards].find((b) => b.dataset.decision === decision);
+    if (!btn) return;
+    const gate = btn.closest(".gate").dataset.gate;
+    e.preventDefault();
+    if (window.confirm((decision === "approve" ? "Approve" : "Reject") + " gate '" + gate + "'?")) btn.click();
+  }
+}
+
+// -- what a decision did, in words -------------------------------------------------------------
+
+function decidedText(doc) {
+  const d = doc.decision;
+  return d.decision + " by " + d.by + " (round " + d.round + "): " + (doc.message || "") +
+    (doc.resumed ? "" : " Continue with: runner resume " + doc.run_id);
+}
+
 // Step outputs load when opened: a 2,000-step run page stays small.
 document.addEventListener("toggle", async (e) => {
   const box = e.target;
   if (!page || !(box instanceof HTMLDetailsElement) || !box.open) return;
+  if (box.id === "graph-box" && !box.dataset.loaded) {
+    box.dataset.loaded = "1";
+    drawGraph(page.dataset.run);
+    return;
+  }
   if (!box.classList.contains("lazy-out") || box.dataset.loaded) return;
   box.dataset.loaded = "1";
   const pre = box.querySelector("pre");
@@ -116,54 +444,83 @@ document.addEventListener("toggle", async (e) => {
     const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
                             encodeURIComponent(box.dataset.step) + "/output");
     const doc = await res.json();
-    const text = res.ok ? JSON.stringify(doc.output, null, 2) : doc.error.message;
-    pre.textContent = text.length > 4000 ? text.slice(0, 3999) + "…" : text;
+    const out = doc.output;
+    pre.textContent = res.ok ? (out && typeof out.text === "string" ? out.text : asText(out)) : doc.error.message;
   } catch (err) {
     pre.textContent = "could not load the output: " + err;
   }
 }, true);
 
+document.addEventListener("click", async (e) => {
+  const copy = e.target.closest("button.copy");
+  if (copy) {
+    const text = copy.parentElement.querySelector("pre").textContent;
+    try { await navigator.clipboard.writeText(text); flash("copied " + text.length + " characters", false); }
+    catch (err) { flash("could not copy: " + err, true); }
+    return;
+  }
+  const img = e.target.closest("img.zoom");
+  if (img) { showFull(img.src); return; }
+  const box = e.target.closest("#lightbox");
+  if (box) box.hidden = true;
+});
+document.addEventListener("keydown", onKey);
+
+const runsTable = document.getElementById("runs");
+if (runsTable && runsTable.dataset.query !== undefined) followRuns(runsTable);
+
 if (page) {
   const runId = page.dataset.run;
   follow(runId, page.dataset.lastEvent || "0", page.dataset.status === "running");
+  if (page.dataset.status === "running") followTiles(runId);
 
   document.addEventListener("click", async (e) => {
     const btn = e.target.closest("button");
-    if (!btn) return;
+    if (!btn || btn.classList.contains("copy")) return;
     try {
       if (btn.classList.contains("pick")) {
         const doc = await post("/api/runs/" + runId + "/pick", {which: btn.dataset.which});
         await refreshPicks(runId);
         flash("picked #" + doc.picked.ordinal, false);
-      } else if (btn.id === "export-all" || btn.classList.contains("export-one")) {
+      } else if (btn.id === "export-all" || btn.id === "export-picked" || btn.classList.contains("export-one")) {
         const body = {to: document.getElementById("export-to").value,
-                      raw: document.getElementById("export-raw").checked};
+                      raw: document.getElementById("export-raw").checked,
+                      overwrite: document.getElementById("export-overwrite").checked,
+                      picked: btn.id === "export-picked"};
         if (btn.dataset.iteration) body.iteration = btn.dataset.iteration;
         const doc = await post("/api/runs/" + runId + "/export", body);
         flash("wrote " + doc.files.length + " file(s): " + doc.files.join(", "), false);
       } else if (btn.classList.contains("iterate-go")) {
         const box = btn.closest("details");
+        let vars = {};
+        try { vars = parseInput(box.querySelector(".iterate-vars").value); }
+        catch (err) { flash("template vars: " + err.message, true); return; }
         const doc = await post("/api/runs/" + runId + "/iterate", {
           iteration: btn.dataset.iteration,
           prompt_append: box.querySelector(".prompt-append").value,
           n: parseInt(box.querySelector(".iterate-n").value, 10) || 4,
+          vars: vars,
         });
         window.location.href = "/runs/" + encodeURIComponent(doc.run_id || doc.run.id);
+      } else if (btn.classList.contains("browse")) {
+        await browse(btn.dataset.step);
+      } else if (btn.id === "browser-close") {
+        browsing = null;
+        document.getElementById("browser").hidden = true;
       } else if (btn.classList.contains("decide")) {
         const card = btn.closest(".gate");
+        let input = {};
+        try { input = parseInput(card.querySelector(".gate-input").value); }
+        catch (err) { flash("input: " + err.message, true); return; }
         const doc = await post("/api/runs/" + runId + "/gates/" + encodeURIComponent(card.dataset.gate) + "/decide", {
           decision: btn.dataset.decision,
-          input: parseInput(card.querySelector(".gate-input").value),
+          input: input,
           comment: card.querySelector(".gate-comment").value,
           by: card.querySelector(".gate-by").value,
         });
-        card.querySelector(".decide-form").innerHTML = "";
-        const p = document.createElement("p");
-        p.className = "decided";
-        p.textContent = doc.decision.decision + " by " + doc.decision.by +
-          " (round " + doc.decision.round + ")" +
-          (doc.resumed ? "; the run continues" : "; continue with: runner resume " + doc.run_id);
-        card.appendChild(p);
+        card.querySelector(".decide-form").replaceChildren();
+        card.append(el("p", "decided", decidedText(doc)));
+        flash(decidedText(doc), false);
         if (doc.resumed) {
           setStatus(document.getElementById("run-status"), "running");
           follow(runId, page.dataset.lastEvent || "0", true);
