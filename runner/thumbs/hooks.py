@@ -97,9 +97,7 @@ def copy_finals(
         name = f"{safe_stem}-{it.ordinal}.{ext.lstrip('.')}"
         plan.append((digest, inside(dest, name)))
     if not overwrite:
-        taken = [
-            t for d, t in plan if t.exists() and not _same_bytes(state.objects.path(d), t)
-        ]
+        taken = [t for d, t in plan if t.exists() and not _same_bytes(state.objects.path(d), t)]
         if taken:
             from ..errors import UsageError
             from .view import shown_path
