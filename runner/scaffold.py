@@ -57,8 +57,10 @@ def init_project(directory: Path) -> list[str]:
         created.append(rel)
     gitignore = directory / ".gitignore"
     lines = gitignore.read_text(encoding="utf-8").splitlines() if gitignore.exists() else []
-    if ".runner/" not in lines:
-        lines.append(".runner/")
+    # The state, and the folder the web page exports to by default (runner serve).
+    missing = [entry for entry in (".runner/", "exports/") if entry not in lines]
+    if missing:
+        lines.extend(missing)
         gitignore.write_text("\n".join(lines) + "\n", encoding="utf-8")
         created.append(".gitignore")
     return created

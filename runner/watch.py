@@ -280,9 +280,30 @@ class Cycle:
             return f"{head} -> cancelled after {len(self.ran)} ran ({self.duration_s:.2f}s)"
         s = self.report.summary()
         return (
-            f"{head} -> ran {s['ran']}, cached {s['cached']}, failed {s['failed']}"
+            f"{head} -> {work_counts(self.report)}, failed {s['failed']}"
             f" [{self.report.status.value}] in {self.duration_s:.2f}s"
         )
+
+
+def work_counts(report: RunReport) -> str:
+    """``ran 1 of 6 elements, cached 5``: a for_each counts by element (an edit to one shot is
+    one element to redo, not a whole step); plain steps are counted as steps beside them."""
+    ran_el = cached_el = total_el = ran = cached = plain = 0
+    for o in report.steps:
+        if o.elements is not None:
+            total_el += len(o.elements)
+            ran_el += sum(e.status is StepStatus.RAN for e in o.elements)
+            cached_el += sum(e.status is StepStatus.CACHED for e in o.elements)
+        else:
+            plain += 1
+            ran += o.status is StepStatus.RAN
+            cached += o.status is StepStatus.CACHED
+    if not total_el:
+        return f"ran {ran}, cached {cached}"
+    text = f"ran {ran_el} of {total_el} elements"
+    if plain:
+        text += f" and {ran} of {plain} steps"
+    return text + f", cached {cached_el + cached}"
 
 
 class _RanCollector:

@@ -259,7 +259,8 @@ def test_init_project_applies(tmp_path: Path) -> None:
     sub = Project(tmp_path / "demo")
     doc = sub.apply()
     assert doc["_exit"] == 0 and doc["summary"]["ran"] == 2
-    assert ".runner/" in (tmp_path / "demo/.gitignore").read_text()
+    ignored = (tmp_path / "demo/.gitignore").read_text().splitlines()
+    assert ".runner/" in ignored and "exports/" in ignored  # the web page exports there
 
 
 def test_when_false_skips_and_when_error_fails(project: Project) -> None:
