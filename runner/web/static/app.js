@@ -255,7 +255,8 @@ function cardBlock(card) {
 }
 
 function elementView(doc, e, open) {
-  const box = el("details", "element status-" + e.status);
+  const box = el("details", "element");
+  box.dataset.status = e.status;
   box.open = open;
   box.dataset.element = e.element === null ? "" : String(e.element);
   const sum = el("summary");
