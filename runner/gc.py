@@ -82,12 +82,32 @@ def collect_garbage(
     keep_last: int | None = None,
     older_than: float | None = None,
     dry_run: bool = False,
+    wait_s: float = 0.0,
 ) -> GcResult:
     """Delete old runs (with their executions, events, iterations, decisions) and the objects
-    nothing references. ``state`` is an open engine State. Raises UsageError for keep_last < 0.
+    nothing references. ``state`` is an open engine State.
+
+    Deletes only while no apply is using the object store (an apply reuses old objects and
+    records them a moment later): waits up to ``wait_s`` seconds for running applies, then
+    raises Busy. Raises UsageError for keep_last < 0.
     """
     if keep_last is not None and keep_last < 0:
         raise UsageError("--keep-last must be 0 or more")
+    if dry_run:
+        return _collect(state, keep_last, older_than, dry_run)
+    with state.objects.alone(wait_s=wait_s, holders=lambda: _running(state.journal)):
+        return _collect(state, keep_last, older_than, dry_run)
+
+
+def _running(journal: Any) -> str:
+    """Who holds the store: the runs marked running (for gc's Busy message)."""
+    rows = journal.query("SELECT id, pid FROM runs WHERE status='running' ORDER BY created_at")
+    return ", ".join(f"run {r['id']} pid {r['pid']}" for r in rows[:3])
+
+
+def _collect(
+    state: Any, keep_last: int | None, older_than: float | None, dry_run: bool
+) -> GcResult:
     journal, objects = state.journal, state.objects
     now = time.time()
     result = GcResult(dry_run=dry_run)

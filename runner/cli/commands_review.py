@@ -357,19 +357,30 @@ def collections_search(
     help="Delete runs older than AGE (30d, 12h, 90m); with --keep-last, both must hold.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for running applies to end (gc deletes nothing while one runs).",
+)
 @state_option
 @json_option
 def gc(
     keep_last: int | None,
     older_than: str | None,
     dry_run: bool,
+    wait_s: float,
     state_dir: str | None,
     as_json: bool,
 ) -> None:
     """Delete old runs and the objects nothing references any more.
 
     Never deleted: running or waiting runs, runs with a picked iteration, cache entries a kept
-    run uses, objects a kept run, iteration or decision references.
+    run uses, objects a kept run, iteration or decision references. gc deletes only while no
+    apply is running (an apply may reuse any object, however old): it waits --wait seconds for
+    running applies, then stops without deleting anything (exit 2).
 
     Example: runner gc --keep-last 5 --older-than 30d --dry-run
     """
@@ -378,7 +389,9 @@ def gc(
     age = parse_age(older_than) if older_than else None
     state = _open_state(state_dir, readonly=False)
     try:
-        result = collect_garbage(state, keep_last=keep_last, older_than=age, dry_run=dry_run)
+        result = collect_garbage(
+            state, keep_last=keep_last, older_than=age, dry_run=dry_run, wait_s=wait_s
+        )
     finally:
         state.close()
     if as_json:

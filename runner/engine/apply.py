@@ -176,7 +176,8 @@ async def apply_plan_async(
     check_plan(plan, state_dir=state.dir)  # before anything runs or a person is asked
     if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
         options.kind = "hero"  # image runs are heroes unless `iterate` says otherwise
-    with item_lock(state, plan, options.item):
+    # Shared with other applies, never with gc: objects this run reuses stay until recorded.
+    with state.objects.in_use(), item_lock(state, plan, options.item):
         if options.resume_run_id is None and options.run_id is None and not options.dry_run:
             # A run suspended at a human gate for this item continues (same run id).
             waiting = [

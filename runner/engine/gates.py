@@ -192,23 +192,24 @@ def record_decision(
         "key": row.key,
     }
     data = canonical_json(document).encode("utf-8")
-    artifact = objects.put_bytes(data)
-    journal.record_artifacts({artifact: len(data)})
-    cur = journal.conn.execute(
-        "UPDATE decisions SET status=?, decision=?, by=?, comment=?, input=?, decided_at=?, "
-        "artifact=? WHERE id=? AND status=?",
-        (
-            RowStatus.DECIDED.value,
-            decision.value,
-            by,
-            comment,
-            dumps(input or {}),
-            decided_at,
-            artifact,
-            row.id,
-            RowStatus.PENDING.value,
-        ),
-    )
+    with objects.in_use():  # stored and referenced before a gc may look
+        artifact = objects.put_bytes(data)
+        journal.record_artifacts({artifact: len(data)})
+        cur = journal.conn.execute(
+            "UPDATE decisions SET status=?, decision=?, by=?, comment=?, input=?, decided_at=?, "
+            "artifact=? WHERE id=? AND status=?",
+            (
+                RowStatus.DECIDED.value,
+                decision.value,
+                by,
+                comment,
+                dumps(input or {}),
+                decided_at,
+                artifact,
+                row.id,
+                RowStatus.PENDING.value,
+            ),
+        )
     if cur.rowcount != 1:  # another `decide` got there first
         raise UsageError(f"gate '{gate}' of run {run_id} was decided meanwhile")
     found = decisions(journal, run_id, gate)

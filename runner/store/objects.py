@@ -15,6 +15,7 @@ unchanged signature means unchanged bytes; any write to the file changes its mti
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import StoreError
+from . import lease
 
 _CHUNK = 1 << 20
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -57,6 +59,16 @@ class ObjectStore:
         self._lock = threading.Lock()
         # digest -> signature of the file when its bytes last hashed to its name (this process)
         self._trusted: dict[str, Signature] = {}
+
+    def in_use(self) -> contextlib.AbstractContextManager[None]:
+        """Held while this process may store or reuse objects: gc deletes nothing meanwhile."""
+        return lease.shared(self.root)
+
+    def alone(
+        self, *, wait_s: float = 0.0, holders: Callable[[], str] | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Held to delete objects (gc, repair): no apply is using any. Raises Busy."""
+        return lease.exclusive(self.root, wait_s=wait_s, holders=holders)
 
     def defer_sync(self) -> None:
         """From now on, fsync in groups through ``sync()`` (the journal calls it pre-commit)."""
