@@ -3,7 +3,7 @@
 An apply stores objects and records them a moment later (records are batched), and it reuses
 objects that are already there without writing them again. Between the two, nothing in the
 journal says the apply needs them, whatever their age. So every process that may store or reuse
-objects holds a shared lock on ``objects/.lock`` while it may, and gc deletes only while holding
+objects holds a shared lock on ``objects.lock`` (beside ``objects/``) while it may, and gc deletes only while holding
 it exclusively. flock locks belong to the open file and die with the process: a crashed apply
 never holds gc off.
 """
@@ -19,14 +19,18 @@ from pathlib import Path
 
 from ..errors import Busy, StoreError
 
-LOCK_NAME = ".lock"
 _POLL_S = 0.05
+
+
+def lock_path(objects_root: Path) -> Path:
+    """Beside the store, not in it: nothing that walks the objects meets it."""
+    return objects_root.with_name(objects_root.name + ".lock")
 
 
 def _open(objects_root: Path) -> int:
     try:
-        objects_root.mkdir(parents=True, exist_ok=True)
-        return os.open(objects_root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        objects_root.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(lock_path(objects_root), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise StoreError(f"cannot open the object store's lock in {objects_root}: {exc}") from exc
 
