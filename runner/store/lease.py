@@ -3,9 +3,9 @@
 An apply stores objects and records them a moment later (records are batched), and it reuses
 objects that are already there without writing them again. Between the two, nothing in the
 journal says the apply needs them, whatever their age. So every process that may store or reuse
-objects holds a shared lock on ``objects.lock`` (beside ``objects/``) while it may, and gc deletes only while holding
-it exclusively. flock locks belong to the open file and die with the process: a crashed apply
-never holds gc off.
+objects holds a shared lock on ``objects.lock`` (beside ``objects/``) while it may, and gc
+deletes only while holding it exclusively. flock locks belong to the open file and die with the
+process: a crashed apply never holds gc off.
 """
 
 from __future__ import annotations
