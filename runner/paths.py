@@ -81,5 +81,16 @@ def _real_dir(path: str) -> str:
     return os.path.realpath(path)
 
 
+def inside_now(root: Path, rel: str) -> Path | None:
+    """``rel``'s real path under ``root`` as the disk is now (no remembered resolution), or None
+    when it lies outside: for writing or reading a file after earlier steps of the same run may
+    have replaced a directory on its path with a symlink pointing out."""
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, rel))
+    if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return Path(target)
+
+
 def relative(root: Path, path: Path) -> str:
     return path.resolve().relative_to(root.resolve()).as_posix()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import __version__
 
-FORMAT = 2
+FORMAT = 3  # 3: workspace files carry their real paths
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (records, gates, collections).
@@ -113,7 +113,11 @@ def record(
         "item": report.item,
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
-        "workspace": sorted(str(plan.root / rel) for rel in report.workspace),
+        # path -> its real path: a directory swapped for a symlink changes it (see check)
+        "workspace": {
+            str(plan.root / rel): os.path.realpath(plan.root / rel)
+            for rel in sorted(report.workspace)
+        },
         # every object the run's results name, output files' copies included, with the
         # signature it had when the run hashed or wrote it
         "objects": {
@@ -162,8 +166,10 @@ def check(
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
             return None
-    for p in doc["workspace"]:
-        if not os.path.exists(p):
+    for p, real in doc["workspace"].items():
+        # The normal path restores outputs and refuses one reached through a symlink pointing
+        # out of the root; a file merely existing there must not vouch for the run.
+        if not os.path.exists(p) or os.path.realpath(p) != real:
             return None
     objects = f"{state_dir}/objects"
     for d, sig in doc["objects"].items():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
-from .. import overrides
+from .. import overrides, paths
 from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import (
@@ -905,7 +905,14 @@ class Interpreter:
     def _restore_files(self, files: Mapping[str, str]) -> list[str]:
         restored = []
         for rel, digest in files.items():
-            path = self.plan.root / rel
+            # Resolved now, not from compile time: an earlier step may have swapped a directory
+            # on the path for a symlink pointing out of the root.
+            path = paths.inside_now(self.plan.root, rel)
+            if path is None:
+                raise StepFailure(
+                    f"cached output {rel} now lies outside the root (a directory on its path is "
+                    "a symlink pointing out); not restored"
+                )
             if not path.exists():
                 self.objects.restore(digest, path)
                 restored.append(rel)
@@ -937,7 +944,12 @@ class Interpreter:
             # A partial result (some iterations failed, a card drifted) is not a cache hit: the
             # next apply runs it again, and idempotency keys make the finished parts free.
             if hit is not None and hit.status == "completed" and self._usable(hit):
-                restored = self._restore_files(hit.files)
+                try:
+                    restored = self._restore_files(hit.files)
+                except StepFailure as exc:
+                    self.emit(EventType.STEP_FAILED, step.id, index, reason=exc.reason)
+                    self._journal_failure(step, el_index, key, exc.reason, 0)
+                    return ElementOutcome(el_index, StepStatus.FAILED, key, reason=exc.reason)
                 status = StepStatus.CACHED
                 self.emit(
                     EventType.STEP_SKIPPED,

@@ -8,11 +8,23 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
-from ..paths import inside
+from ..paths import inside, inside_now
 from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
 
 INLINE_LIMIT = 64 * 1024
+
+
+def _inside_now(root: Path, rel: str) -> Path:
+    """``rel`` under ``root`` as the disk is now; earlier steps (or this command) may have
+    replaced a directory on its path with a symlink pointing out of the root."""
+    path = inside_now(root, rel)
+    if path is None:
+        raise StepFailure(
+            f"declared output {rel} lies outside the root (a directory on its path is a symlink "
+            "pointing out)"
+        )
+    return path
 
 
 class ShellStep(StepType):
@@ -61,7 +73,7 @@ class ShellStep(StepType):
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         outputs = [str(p) for p in args.get("outputs") or []]
-        targets = {rel: inside(ctx.root, rel) for rel in outputs}
+        targets = {rel: _inside_now(ctx.root, rel) for rel in outputs}
         for path in targets.values():
             if not os.path.isdir(path.parent):  # a stat; mkdir of an existing dir raises
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +97,8 @@ class ShellStep(StepType):
             detail = (": " + " | ".join(tail)) if tail else ""
             raise StepFailure(f"command exited with {code}{detail}")
         files: dict[str, str] = {}
-        for rel, path in targets.items():
+        for rel in targets:
+            path = _inside_now(ctx.root, rel)  # the command may have swapped a directory
             if not os.path.isfile(path):
                 raise StepFailure(f"declared output {rel} was not produced")
             files[rel] = ctx.objects.put_file(path)
