@@ -10,7 +10,7 @@ mistake raises RuleError/ExpressionError with its file:line:column.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,7 +192,8 @@ class StepRules:
 
 @dataclass(frozen=True)
 class LintWarning:
-    code: str  # unused-pattern, unused-rule, never-true, always-true, type-error, skipped-ref
+    code: str  # unused-pattern, unused-rule, never-true, always-true, type-error, skipped-ref,
+    # raw-shell
     message: str
     where: Location | None = None
 
@@ -258,7 +259,32 @@ def lint_rules(
                         entry.when.where or entry.where,
                     )
                 )
+    for rule in (*step_rules, *named.values()):
+        warnings.extend(_raw_shell(rule))
     return warnings
+
+
+def _raw_shell(rule: Rule) -> Iterator[LintWarning]:
+    """An ``exec`` rule pasting ``${{ }}`` values into its command as shell text."""
+    if getattr(rule, "raw_shell", False):
+        yield LintWarning(
+            "raw-shell", "exec check pastes ${{ }} values into its command unquoted", rule.where
+        )
+    for child in rule.children():
+        yield from _raw_shell(child)
+
+
+def raw_shell_steps(steps: Mapping[str, Any]) -> list[LintWarning]:
+    """Steps (compiled, by id) whose ``with: {raw: true}`` pastes values as shell text."""
+    return [
+        LintWarning(
+            "raw-shell",
+            f"step '{sid}' pastes ${{{{ }}}} values into its command unquoted (raw: true)",
+            step.where,
+        )
+        for sid, step in steps.items()
+        if isinstance(step.args, dict) and step.args.get("raw") is True and step.uses == "shell"
+    ]
 
 
 def _param_of(node: nodes.Node) -> str | None:

@@ -2,19 +2,20 @@
 
 The command runs with /bin/sh in its own process group, so on a timeout the whole group
 (background children included) is killed, and no process it started outlives the check.
-Values of ``${{ }}`` inside ``run`` are shell-quoted: data can never become shell syntax.
+Values of ``${{ }}`` inside ``run`` are quoted for where they stand, as in the shell step
+(runner/shellquote.py): data can never become shell syntax.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import Location
-from ..expr import Compiled, Expression, Interpolation, evaluate_value
+from ..errors import InvalidPipeline, Location
+from ..expr import Compiled, evaluate_value
+from ..shellquote import Unquotable, check_command, render_command
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 
 DEFAULT_TIMEOUT = 60.0
@@ -32,9 +33,17 @@ class ExecRule(Rule):
     is_sync = False
 
     def __init__(
-        self, run: Compiled, env: Compiled, timeout: float, *, raw: Any, where: Location | None
+        self,
+        run: Compiled,
+        env: Compiled,
+        timeout: float,
+        *,
+        raw: Any,
+        where: Location | None,
+        raw_shell: bool = False,
     ) -> None:
         super().__init__(raw=raw, where=where)
+        self.raw_shell = raw_shell
         self.run = run
         self.env = env
         self.timeout = timeout
@@ -43,20 +52,17 @@ class ExecRule(Rule):
         return (self.run, self.env)
 
     def command(self, context: Mapping[str, Any]) -> str:
-        """The command text, with every expression's value shell-quoted."""
-        if isinstance(self.run, Expression):
-            return str(self.run.evaluate(context))  # the whole command is one expression
-        if isinstance(self.run, Interpolation):
-            return "".join(
-                p if isinstance(p, str) else shlex.quote(_text(p.evaluate(context)))
-                for p in self.run.parts
-            )
-        return str(self.run)
+        """The command text, with every expression's value quoted where it stands. Raises
+        Unquotable (a value with a NUL byte)."""
+        return render_command(self.run, context, raw=self.raw_shell)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
         from ..shellrun import run_shell  # asyncio loads when a check runs, not to validate
 
-        command = self.command(context)
+        try:
+            command = self.command(context)
+        except Unquotable as exc:
+            return Verdict(False, [f"exec: {exc.reason}"], error=True)
         env = {**os.environ, **{k: _text(v) for k, v in evaluate_value(self.env, context).items()}}
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
@@ -102,7 +108,14 @@ class Exec(CheckType):
             "run": {
                 "type": "string",
                 "minLength": 1,
-                "description": "The shell command; values of ${{ }} inside it are shell-quoted.",
+                "description": "The shell command; values of ${{ }} inside it are quoted for "
+                "where they stand (bare, in '...', in \"...\").",
+            },
+            "raw": {
+                "type": "boolean",
+                "default": False,
+                "description": "Paste ${{ }} values into run as shell text, unquoted; "
+                "`runner check` reports it.",
             },
             "timeout": {
                 "type": "number",
@@ -120,12 +133,17 @@ class Exec(CheckType):
     }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
+        raw_shell = args.get("raw", False)
+        if not isinstance(raw_shell, bool):
+            raise InvalidPipeline("exec: raw must be true or false", where=scope.where(path))
+        check_command(args["run"], raw=raw_shell, where=scope.where((*path, "run")))
         return ExecRule(
             scope.value(args["run"], (*path, "run")),
             scope.value(args.get("env", {}), (*path, "env")),
             float(args.get("timeout", DEFAULT_TIMEOUT)),
             raw=args,
             where=scope.where(path),
+            raw_shell=raw_shell,
         )
 
 

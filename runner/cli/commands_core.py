@@ -430,7 +430,10 @@ def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> N
 
     plan = compile_pipeline(file, parse_params(params))
     decls = plan.doc.data.get("params") or {}
+    from ..rules import raw_shell_steps
+
     warnings = plan.rulebook.lint({k: v["type"] for k, v in decls.items()}) if plan.rulebook else []
+    warnings += raw_shell_steps(plan.steps)
     code = 2 if strict and warnings else 0
     if as_json:
         emit_json(

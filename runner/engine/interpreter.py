@@ -810,7 +810,7 @@ class Interpreter:
         review = self.reviews.get(step.id)
         if review is not None:
             extra = {"feedback": list(review["feedback"]), "review": review, **extra}
-        args = ex.evaluate_value(step.args, self._context(**extra))
+        args = step.type.evaluate(step.args, self._context(**extra))
         files: dict[str, str] = {}
         for rel in step.type.reads(args, root=self.plan.root):
             path = self.plan.root / rel
@@ -1034,7 +1034,7 @@ class Interpreter:
         for attempt in range(1, max_attempts + 1):
             self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
             if attempt > 1:
-                args = ex.evaluate_value(
+                args = step.type.evaluate(
                     step.args, self._context(**{**extra, "feedback": feedback, "attempt": attempt})
                 )
             ctx = StepContext(

@@ -160,6 +160,13 @@ class StepType:
         """Anything else that can change the output (e.g. a provider profile)."""
         return {}
 
+    def evaluate(self, compiled: Any, context: Mapping[str, Any]) -> Any:
+        """``with:`` with its ``${{ }}`` evaluated; a type whose arguments are code (the shell
+        step's ``run``) quotes the values it pastes into them here."""
+        from ..expr import evaluate_value
+
+        return evaluate_value(compiled, context)
+
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         raise NotImplementedError
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..paths import inside, inside_now
+from ..shellquote import Unquotable, check_command, render_command
 from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
 
@@ -52,16 +53,41 @@ class ShellStep(StepType):
                 "additionalProperties": {"type": "string"},
                 "description": "Extra environment variables.",
             },
+            "raw": {
+                "type": "boolean",
+                "default": False,
+                "description": "Paste ${{ }} values into run as shell text, unquoted (they "
+                "are otherwise quoted for where they stand); `runner check` reports it.",
+            },
         },
     }
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
+        if not isinstance(args.get("raw", False), bool):
+            raise invalid("raw must be true or false, written as such (not an expression)", where)
+        if isinstance(args.get("run"), str):
+            check_command(args["run"], raw=args.get("raw") is True, where=where)
         for field in ("inputs", "outputs"):
             for i, rel in enumerate(args.get(field) or []):
                 if isinstance(rel, str) and "${{" not in rel:
                     inside(root, rel, where=where)
                 elif not isinstance(rel, str):
                     raise invalid(f"{field}[{i}] must be a path", where)
+
+    def evaluate(self, compiled: Any, context: Mapping[str, Any]) -> Any:
+        if not isinstance(compiled, dict) or "run" not in compiled:
+            return super().evaluate(compiled, context)
+        raw = compiled.get("raw") is True
+        args = {}
+        for name, value in compiled.items():
+            if name != "run":
+                args[name] = super().evaluate(value, context)
+                continue
+            try:
+                args[name] = render_command(value, context, raw=raw)
+            except Unquotable as exc:
+                raise StepFailure(f"run: {exc.reason}") from None
+        return args
 
     def produces(self, args: Mapping[str, Any]) -> list[str]:
         return [p for p in args.get("outputs") or [] if isinstance(p, str) and "${{" not in p]
