@@ -170,6 +170,7 @@ def _register() -> None:
         "commands_render",
         "commands_providers",
         "commands_serve",
+        "commands_cache",
     ):
         try:
             __import__(f"runner.cli.{optional}")

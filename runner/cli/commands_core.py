@@ -29,14 +29,15 @@ from .app import (
 def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
     from ..engine.events import FanOut, JsonLinesReporter
     from .app import isatty_stderr
-    from .console import LiveReporter, PlainReporter
+    from .console import LiveReporter, PlainReporter, WarningsReporter
 
     reporters: list[Any] = []
-    if not quiet:
-        if isatty_stderr() and not as_json:
-            reporters.append(LiveReporter(total))
-        else:
-            reporters.append(PlainReporter())
+    if quiet:
+        reporters.append(WarningsReporter())  # quiet means no progress, not no warnings
+    elif isatty_stderr() and not as_json:
+        reporters.append(LiveReporter(total))
+    else:
+        reporters.append(PlainReporter())
     if events_file:
         stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
         reporters.append(JsonLinesReporter(stream, close_stream=True))
@@ -74,6 +75,12 @@ def _install_sigterm() -> None:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @max_cost_option
+@click.option(
+    "--remote",
+    default=None,
+    metavar="URL",
+    help="Remote cache to read (and push to, if [cache] writable): an fsspec URL.",
+)
 @state_option
 @json_option
 @click.pass_obj
@@ -90,6 +97,7 @@ def apply(
     retry_uncertain: bool,
     quiet: bool,
     max_cost: float | None,
+    remote: str | None,
     state_dir: str | None,
     as_json: bool,
 ) -> None:
@@ -111,7 +119,7 @@ def apply(
         finish_plan(doc, fc, as_json=as_json, detailed=False)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
-    if not (force or out_dir or events_file or retry_uncertain or max_cost is not None):
+    if not (force or out_dir or events_file or retry_uncertain or max_cost is not None or remote):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
         if held is not None:
             doc = fastpath.journal_noop(state_path, pipeline_path, held)
@@ -138,7 +146,7 @@ def apply(
     from ..engine.plandoc import check_budget_first
 
     check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
-    options = ApplyOptions(force=forced, item=item, retry_uncertain=retry_uncertain)
+    options = ApplyOptions(force=forced, item=item, retry_uncertain=retry_uncertain, remote=remote)
     if jobs:
         options.jobs = jobs
     state = State.open(state_path)

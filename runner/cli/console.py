@@ -34,9 +34,10 @@ class PlainReporter:
         elif t is EventType.STEP_PASSED:
             self._line(f"  ran     {sid}{el} ({d.get('duration_s', 0):.2f}s)")
         elif t is EventType.STEP_SKIPPED:
-            word = "cached " if d.get("reason") == "cached" else "skipped"
-            extra = "" if d.get("reason") == "cached" else f" ({d.get('reason')})"
-            if self.verbose or word == "skipped":
+            reason = str(d.get("reason") or "")
+            word = "cached " if reason.startswith("cached") else "skipped"
+            extra = "" if reason == "cached" else f" ({reason})"
+            if self.verbose or word == "skipped" or reason != "cached":
                 self._line(f"  {word} {sid}{el}{extra}")
         elif t is EventType.STEP_RETRYING:
             self._line(f"  retry   {sid}{el} attempt {d.get('attempt')}: {d.get('reason')}")
@@ -49,6 +50,23 @@ class PlainReporter:
         elif t is EventType.RUN_FINISHED:
             self.phase = None
             self._line(f"run {event.run_id}: {d.get('status')} in {d.get('duration_s', 0):.2f}s")
+        elif t is EventType.LOG and d.get("level") == "warning":
+            self._line(f"warning: {d.get('line')}")
+
+    def close(self) -> None:
+        pass
+
+
+class WarningsReporter:
+    """Only the warnings (``--quiet``): a run that goes on despite a problem still says so."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+
+    def event(self, event: Event) -> None:
+        if event.type is EventType.LOG and event.data.get("level") == "warning":
+            self.stream.write(f"warning: {event.data.get('line')}\n")
+            self.stream.flush()
 
     def close(self) -> None:
         pass
@@ -108,6 +126,8 @@ class LiveReporter:
             self.phase = str(d.get("phase"))
         elif t is EventType.RUN_FINISHED:
             self.progress.update(self.task, completed=self.progress.tasks[0].total)
+        elif t is EventType.LOG and d.get("level") == "warning":
+            self.console.print(f"[yellow]warning[/yellow]: {d.get('line')}", highlight=False)
         names = ", ".join(list(self.in_flight)[:4])
         self.progress.update(self.task, current=names)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..compiler import Plan, compile_pipeline
-from ..errors import Busy
+from ..errors import Busy, StoreError
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from .events import Reporter
@@ -197,12 +197,39 @@ async def apply_plan_async(
             reporter=reporter,
             providers=providers,
         )
+        interpreter.remote = remote_link(plan, state, options, interpreter.emit_warning)
         if on_start is not None:
             on_start(interpreter.run_id)
         try:
             return await interpreter.apply()
         finally:
             await providers.aclose()
+
+
+def remote_link(
+    plan: Plan, state: State, options: ApplyOptions, warn: Callable[[str], None]
+) -> Any:
+    """The run's link to its remote cache (``--remote`` or [cache] in runner.toml), or None.
+
+    Raises StoreError for a bad [cache] section."""
+    from ..store.remote import RemoteCache, cache_settings, read_cache_section
+    from .remote_link import RemoteLink
+
+    section, where = read_cache_section(plan.root)
+    if not (options.remote or section.get("remote")):
+        return None
+    settings = cache_settings(section, where)
+    url = options.remote or settings.remote
+    assert url is not None
+    try:
+        cache = RemoteCache(url, writable=settings.writable)
+    except StoreError as exc:
+        warn(f"remote cache unavailable, continuing locally: {exc.message}")
+        return None
+    roots = (str(plan.root.resolve()), str(state.dir.resolve()), str(Path.home()))
+    return RemoteLink(
+        cache, state.objects, push=settings.pushes_on_apply, warn=warn, local_roots=roots
+    )
 
 
 def apply_file(

@@ -41,6 +41,7 @@ from . import gates
 from .events import Event, EventType, NullReporter, Reporter
 from .files import FileHasher
 from .keys import KeyParts
+from .remote_link import RemoteLink
 from .slots import CpuSlot
 
 CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
@@ -131,6 +132,10 @@ class ApplyOptions:
     max_steps: int | None = None
     token_budget: int | None = None
     retry_uncertain: bool = False  # send again calls whose reply was lost (may pay twice)
+    # A remote cache URL (`--remote`; else [cache] remote in runner.toml). remote_only: take
+    # what the remote has and run nothing else (`runner cache pull`).
+    remote: str | None = None
+    remote_only: bool = False
     # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
     reuse: dict[str, StepOutcome] = field(default_factory=dict)
 
@@ -274,6 +279,7 @@ class Interpreter:
         # Journal writes of finished plain steps, done once their dependents have started
         # (see _run_all): the records are not on the path from one process to the next.
         self._deferred: list[Callable[[], None]] = []
+        self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
 
     # -- events --------------------------------------------------------------------------------
 
@@ -286,6 +292,10 @@ class Interpreter:
             self._pending_events.append(
                 (self.run_id, ev.ts, type_.value, step, element, dumps(data))
             )
+
+    def emit_warning(self, message: str) -> None:
+        """A warning for the user (consoles show it; the run goes on)."""
+        self.emit(EventType.LOG, None, None, level="warning", line=message)
 
     def _flush_deferred(self) -> None:
         while self._deferred:
@@ -308,7 +318,10 @@ class Interpreter:
         self.objects.defer_sync()
         self.journal.before_commit = self.objects.sync
         try:
-            return await self._apply()
+            report = await self._apply()
+            if self.remote is not None:
+                await self.remote.drain()  # pushes finish before the run is reported done
+            return report
         finally:
             try:
                 self.journal.end_batch()
@@ -893,6 +906,57 @@ class Interpreter:
             }
         )
 
+    async def _remote_hit(
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        key: str,
+        parts: KeyParts,
+        contract: str | None,
+    ) -> ElementOutcome | None:
+        """The step's result from the remote cache, journaled here as a completed execution
+        (so the next apply finds it locally), or None."""
+        assert self.remote is not None
+        hit = await self.remote.lookup(key)
+        if hit is None:
+            return None
+        self.objects_used.update(hit.artifacts)
+        self.workspace_used.update(hit.files)
+        restored = self._restore_files(hit.files)
+        self.emit(
+            EventType.STEP_SKIPPED,
+            step.id,
+            index,
+            reason="cached (remote)",
+            key=key,
+            restored=restored,
+        )
+        now = time.time()
+        sizes = {d: self.objects.size(d) for d in hit.artifacts}
+        self.journal.record_artifacts(sizes)
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step.id,
+                "element": el_index,
+                "key": key,
+                "status": "completed",
+                "pipeline": self.plan.name,
+                "output": dumps(hit.output),
+                "artifacts": dumps(hit.artifacts),
+                "files": dumps(hit.files),
+                "report": dumps(hit.report) if hit.report is not None else None,
+                "started_at": now,
+                "finished_at": now,
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": contract,
+                "why": "cached (remote)",
+            }
+        )
+        return ElementOutcome(el_index, StepStatus.CACHED, key, hit.output)
+
     def _usable(self, cached: CachedResult) -> bool:
         usable = all(self.objects.has(d) for d in cached.artifacts) and all(
             self.objects.has(d) for d in cached.files.values()
@@ -962,6 +1026,14 @@ class Interpreter:
                 why = "cached" + (f"; restored {', '.join(restored)}" if restored else "")
                 self._journal_reused(step, el_index, key, hit.output, why, contract)
                 return ElementOutcome(el_index, status, key, hit.output)
+            if self.remote is not None and step.type.shareable and not self.options.dry_run:
+                remote_hit = await self._remote_hit(step, index, el_index, key, parts, contract)
+                if remote_hit is not None:
+                    return remote_hit
+        if self.options.remote_only:
+            reason = "not in the remote cache"
+            self.emit(EventType.STEP_SKIPPED, step.id, index, reason=reason, key=key)
+            return ElementOutcome(el_index, StepStatus.SKIPPED, key, reason=reason)
         if self.options.dry_run:
             return ElementOutcome(el_index, StepStatus.RAN, key, None, reason="would run")
         if self.plan.limits.max_steps or self.options.max_steps:
@@ -1201,6 +1273,15 @@ class Interpreter:
             self._deferred.append(record)  # a plain step: written once its dependents started
         else:
             record()  # an element: written now (a for_each may hold thousands)
+        if self.remote is not None and status == "completed" and step.type.shareable:
+            self.remote.push(
+                key=key,
+                step_type=f"{step.uses}@{step.type.version}",
+                output=result.output,
+                artifacts=sizes,
+                files=dict(result.files),
+                report=result.report,
+            )
         if result.usage:
             self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
             budget = self.options.token_budget or self.plan.limits.token_budget

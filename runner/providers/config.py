@@ -44,6 +44,7 @@ class RunnerConfig:
     path: Path | None = None
     default_provider: str = DEFAULT_PROVIDER
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # [cache]: see runner/store/remote.py
 
     @property
     def base_dir(self) -> Path:
@@ -73,13 +74,15 @@ def load_config(path: Path | None) -> RunnerConfig:
         raise ProviderConfigError(f"cannot read {path}: {exc}", where=where) from None
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"not valid TOML: {exc}", where=where) from None
-    # [prices] and [budget] are read by runner/engine/costs.py (plan's cost estimate).
-    unknown = sorted(set(data) - {"general", "providers", "prices", "budget"})
+    # [prices] and [budget] are read by runner/engine/costs.py (plan's cost estimate), [cache]
+    # by runner/store/remote.py.
+    unknown = sorted(set(data) - {"general", "providers", "prices", "budget", "cache"})
     if unknown:
         raise ProviderConfigError(
             f"unknown section(s) {', '.join(unknown)}",
             where=where,
-            hint="runner.toml has [general], [providers.<name>], [prices.<name>] and [budget]",
+            hint="runner.toml has [general], [providers.<name>], [prices.<name>], [budget] "
+            "and [cache]",
         )
     general = data.get("general", {})
     if not isinstance(general, dict) or set(general) - {"default_provider"}:
@@ -96,8 +99,14 @@ def load_config(path: Path | None) -> RunnerConfig:
                 raise ProviderConfigError(
                     f"[providers.{name}] {key} must name an environment variable", where=where
                 )
+    cache = data.get("cache", {})
+    if not isinstance(cache, dict):
+        raise ProviderConfigError("[cache] must be a table", where=where)
     return RunnerConfig(
-        path=path, default_provider=default, providers={k: dict(v) for k, v in sections.items()}
+        path=path,
+        default_provider=default,
+        providers={k: dict(v) for k, v in sections.items()},
+        cache=dict(cache),
     )
 
 

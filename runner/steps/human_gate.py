@@ -17,6 +17,7 @@ from .base import StepContext, StepResult, StepType, invalid
 
 class HumanGateStep(StepType):
     name: ClassVar[str] = "human_gate"
+    shareable: ClassVar[bool] = False  # a human decision is never cache
     version: ClassVar[str] = "1"
     description: ClassVar[str] = (
         "Suspend the run until `runner decide RUN GATE approve|reject|revise` (exit 7)."

@@ -29,6 +29,7 @@ _DOC_SCHEMA: dict[str, Any] = {
 
 class IngestStep(StepType):
     name: ClassVar[str] = "ingest"
+    shareable: ClassVar[bool] = False  # its effect is a collection in this state, not objects
     version: ClassVar[str] = "1"
     description: ClassVar[str] = "Upsert documents into a named collection (full-text search)."
     schema: ClassVar[dict[str, Any]] = {

@@ -1,0 +1,309 @@
+"""A remote cache of step results, shared by a team through any fsspec URL.
+
+Layout under the remote's URL (nothing in it names a local path):
+
+    objects/<aa>/<bbbb...>        content-addressed bytes (the same layout as .runner/objects)
+    records/<kk>/<key>.json       one step result per key: its output document, the digests it
+                                  names, the provider profile, when and by which runner version
+
+A record is written only after every object it names is in the remote, so a visible record is
+whole. Objects are idempotent (their name is their digest); two machines pushing the same key
+write records for the same key, each whole: last writer wins. A record is untrusted input:
+its shape is checked, its objects verified, its files must stay inside the project.
+
+Configured in runner.toml (credentials never: they come from the environment, as fsspec and
+botocore read them):
+
+    [cache]
+    remote = "s3://team-bucket/runner"   # any fsspec URL; or `runner apply --remote URL`
+    writable = true                      # default false: a remote is read-only unless said
+    push = "apply"                       # "apply" (after each step), "manual" (runner cache
+                                         # push), or "never"
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..canonical import canonical_json
+from ..errors import Location, StoreError
+from .backends import FsspecObjectStore, ObjectBackend, check_digest, filesystem
+
+RECORD_FORMAT = 1
+
+
+class PushPolicy(enum.Enum):
+    APPLY = "apply"
+    MANUAL = "manual"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """The ``[cache]`` section of runner.toml (an empty one: no remote)."""
+
+    remote: str | None = None
+    writable: bool = False
+    push: PushPolicy = PushPolicy.APPLY
+
+    @property
+    def pushes_on_apply(self) -> bool:
+        return self.writable and self.push is PushPolicy.APPLY
+
+
+def cache_settings(section: Mapping[str, Any] | None, where: Location | None) -> CacheSettings:
+    """Parse ``[cache]``. Raises StoreError (a configuration mistake, exit 2) naming the key."""
+    if not section:
+        return CacheSettings()
+    unknown = sorted(set(section) - {"remote", "writable", "push"})
+    if unknown:
+        raise ConfigError(
+            f"[cache] has unknown key(s) {', '.join(unknown)}",
+            where=where,
+            hint="[cache] accepts remote, writable, push; credentials come from the environment",
+        )
+    remote = section.get("remote")
+    if remote is not None and (not isinstance(remote, str) or not remote.strip()):
+        raise ConfigError("[cache] remote must be a URL (e.g. s3://bucket/prefix)", where=where)
+    writable = section.get("writable", False)
+    if not isinstance(writable, bool):
+        raise ConfigError("[cache] writable must be true or false", where=where)
+    push = section.get("push", PushPolicy.APPLY.value)
+    try:
+        policy = PushPolicy(push)
+    except ValueError:
+        choices = ", ".join(p.value for p in PushPolicy)
+        raise ConfigError(f"[cache] push must be one of {choices}", where=where) from None
+    return CacheSettings(remote=remote, writable=writable, push=policy)
+
+
+def read_cache_section(start: Path) -> tuple[dict[str, Any], Location | None]:
+    """The ``[cache]`` table of the nearest runner.toml above ``start`` (parsed only when the
+    file mentions it: every apply calls this, and most projects have no remote)."""
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "runner.toml"
+        if candidate.is_file():
+            text = candidate.read_text(encoding="utf-8", errors="replace")
+            if "cache" not in text:
+                return {}, None
+            import tomllib
+
+            where = Location(str(candidate))
+            try:
+                section = tomllib.loads(text).get("cache", {})
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"not valid TOML: {exc}", where=where) from None
+            if not isinstance(section, dict):
+                raise ConfigError("[cache] must be a table", where=where)
+            return section, where
+    return {}, None
+
+
+class ConfigError(StoreError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class RemoteRecord:
+    """One shared step result. ``artifacts`` maps every digest it names to its size."""
+
+    key: str
+    step_type: str
+    output: Any
+    artifacts: dict[str, int]
+    files: dict[str, str]
+    report: Any = None
+    provider_profile: str | None = None
+    created_at: float = field(default_factory=time.time)
+    runner_version: str = ""
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format": RECORD_FORMAT,
+            "key": self.key,
+            "step_type": self.step_type,
+            "output": self.output,
+            "artifacts": self.artifacts,
+            "files": self.files,
+            "report": self.report,
+            "provider_profile": self.provider_profile,
+            "created_at": round(self.created_at, 3),
+            "runner_version": self.runner_version,
+        }
+        return canonical_json(doc).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: str) -> RemoteRecord:
+        """Parse and check a record read from the remote. Raises StoreError on any doubt."""
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StoreError(f"record {key[:12]} is not JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
+            raise StoreError(f"record {key[:12]} has an unknown format")
+        if doc.get("key") != key:
+            raise StoreError(f"record {key[:12]} names another key")
+        artifacts = doc.get("artifacts")
+        files = doc.get("files")
+        if not isinstance(artifacts, dict) or not isinstance(files, dict):
+            raise StoreError(f"record {key[:12]} lacks artifacts or files")
+        for digest, size in artifacts.items():
+            check_digest(digest)
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise StoreError(f"record {key[:12]} gives object {digest[:12]} a bad size")
+        for rel, digest in files.items():
+            check_digest(digest)
+            if not _inside_project(rel):
+                raise StoreError(f"record {key[:12]} names a file outside the project: {rel!r}")
+            if digest not in artifacts:
+                raise StoreError(f"record {key[:12]} names file {rel} without its object")
+        step_type = doc.get("step_type")
+        if not isinstance(step_type, str):
+            raise StoreError(f"record {key[:12]} has no step type")
+        profile = doc.get("provider_profile")
+        created = doc.get("created_at")
+        return cls(
+            key=key,
+            step_type=step_type,
+            output=doc.get("output"),
+            artifacts={str(d): int(s) for d, s in artifacts.items()},
+            files={str(r): str(d) for r, d in files.items()},
+            report=doc.get("report"),
+            provider_profile=profile if isinstance(profile, str) else None,
+            created_at=float(created) if isinstance(created, (int, float)) else 0.0,
+            runner_version=str(doc.get("runner_version") or ""),
+        )
+
+
+def _inside_project(rel: Any) -> bool:
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
+        return False
+    path = PurePosixPath(rel)
+    return not path.is_absolute() and ".." not in path.parts
+
+
+class RemoteCache:
+    """Records and objects at one fsspec URL. Every method is blocking (call it in a thread)."""
+
+    def __init__(self, url: str, *, writable: bool = False) -> None:
+        self.url = url.rstrip("/")
+        self.writable = writable
+        fs, base = filesystem(self.url)
+        self.fs = fs
+        self.base = base
+        self.objects = FsspecObjectStore(f"{self.url}/objects", fs=fs, path=f"{base}/objects")
+        self.requests = 0  # metadata and object requests made (bench/bench_remote.py prints it)
+
+    def _record_path(self, key: str) -> str:
+        check_digest(key)
+        return f"{self.base}/records/{key[:2]}/{key}.json"
+
+    def records(self, keys: Iterable[str]) -> dict[str, RemoteRecord | StoreError]:
+        """The records of ``keys`` present in the remote, in one batched read.
+
+        A key without a record is absent from the result; an unreadable or malformed record is
+        a StoreError value (reported by the caller, never used). Raises StoreError when the
+        remote cannot be reached at all.
+        """
+        paths = {self._record_path(k): k for k in keys}
+        if not paths:
+            return {}
+        self.requests += 1
+        try:
+            got = self.fs.cat(list(paths), on_error="return")
+        except OSError as exc:
+            raise StoreError(f"cannot reach the remote cache {self.url}: {exc}") from exc
+        if not isinstance(got, dict):  # one path: fsspec may hand back the bytes alone
+            got = {next(iter(paths)): got}
+        out: dict[str, RemoteRecord | StoreError] = {}
+        for path, key in paths.items():
+            data = got.get(path)
+            if isinstance(data, FileNotFoundError) or data is None:
+                continue
+            if isinstance(data, BaseException):
+                # Not "absent" and not bytes: the remote itself is failing (unreachable,
+                # refused credentials, a library error). The caller goes on without it.
+                raise StoreError(f"cannot reach the remote cache {self.url}: {data}")
+            try:
+                out[key] = RemoteRecord.from_bytes(data, key)
+            except StoreError as exc:
+                out[key] = exc
+        return out
+
+    def fetch(self, record: RemoteRecord, local: ObjectBackend) -> int:
+        """Copy the record's objects missing locally into ``local``, each verified.
+
+        Returns the number fetched. Raises StoreError naming the first damaged or missing one.
+        """
+        missing = [d for d in sorted(record.artifacts) if not local.has(d)]
+        if not missing:
+            return 0
+        self.requests += 1
+        got = self.objects.read_many(missing)
+        for digest in missing:
+            data = got[digest]
+            if isinstance(data, StoreError):
+                raise data
+            local.put_bytes(data)
+        return len(missing)
+
+    def push(
+        self, record: RemoteRecord, local: ObjectBackend, *, repair: Iterable[str] = ()
+    ) -> int:
+        """Upload the record's objects the remote lacks (and ``repair``: known damaged ones),
+        then the record. Returns the number of objects written. Raises StoreError."""
+        if not self.writable:
+            raise StoreError(
+                f"the remote cache {self.url} is read-only",
+                hint="set writable = true under [cache] in runner.toml to push to it",
+            )
+        forced = set(repair)
+        written = 0
+        for digest in sorted(record.artifacts):
+            target = self.objects._file(digest)
+            self.requests += 1
+            if digest not in forced and self.fs.isfile(target):
+                continue
+            data = local.read_bytes(digest)
+            if digest in forced:
+                self.objects._pipe(target, data, digest)
+            else:
+                self.objects.put_bytes(data)
+            written += 1
+        path = self._record_path(record.key)
+        parent = path.rsplit("/", 1)[0]
+        self.requests += 1
+        try:
+            if self.objects._rename:
+                self.fs.makedirs(parent, exist_ok=True)
+                tmp = f"{parent}/.tmp-{record.key}-{time.time_ns()}"
+                self.fs.pipe_file(tmp, record.to_bytes())
+                self.fs.mv(tmp, path)
+            else:
+                self.fs.pipe_file(path, record.to_bytes())
+        except OSError as exc:
+            raise StoreError(f"cannot write record {record.key[:12]} to {self.url}: {exc}") from exc
+        return written
+
+    def keys(self) -> set[str]:
+        """Every key with a record in the remote (one listing)."""
+        self.requests += 1
+        try:
+            paths = self.fs.find(f"{self.base}/records")
+        except FileNotFoundError:
+            return set()
+        except OSError as exc:
+            raise StoreError(f"cannot reach the remote cache {self.url}: {exc}") from exc
+        out = set()
+        for p in paths:
+            name = str(p).rsplit("/", 1)[-1]
+            if name.endswith(".json") and len(name) == 69:
+                out.add(name[:-5])
+        return out
