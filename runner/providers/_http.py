@@ -57,6 +57,13 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+@functools.cache
+def _no_tls_context() -> ssl.SSLContext:
+    # For a plain-http backend: verifying, but with no CA loaded, so it costs nothing to build
+    # and any https URL handed to that client fails verification instead of being trusted.
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
     if not value:
@@ -231,8 +238,9 @@ class HttpProvider(Provider):
         return {"User-Agent": "runner"}
 
     def _new_client(self, backend: Backend, timeout: float) -> httpx.AsyncClient:
+        tls = tls_context() if backend.url.startswith("https://") else _no_tls_context()
         transport = _Watched(
-            httpx.AsyncHTTPTransport(verify=tls_context(), trust_env=False), self.pool, backend
+            httpx.AsyncHTTPTransport(verify=tls, trust_env=False), self.pool, backend
         )
         return httpx.AsyncClient(
             base_url=backend.url,

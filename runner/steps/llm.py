@@ -8,6 +8,7 @@ attempt number joins the key, so the retry is a new call that carries the feedba
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -265,7 +266,11 @@ class LlmStep(StepType):
                 ctx.ledger.fail(key, exc.message, failed_status(exc))
             reason = failure_reason(provider, exc)
             raise StepFailure(reason, retryable=exc.transient) from None
-        stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
+        # Durable in a worker: the ledger records it next, and the grouped fsync that would
+        # otherwise precede that record would stall every other call on the event loop.
+        stored = await asyncio.to_thread(
+            ctx.objects.put_bytes, result.text.encode("utf-8"), durable=True
+        )
         record = {
             "text": result.text,
             "digest": stored,

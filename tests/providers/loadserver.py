@@ -134,3 +134,31 @@ class LoadServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+def serve(count: int, delay: float) -> None:
+    """Run ``count`` servers until stdin closes (benchmarks run them apart from the client under
+    test, so the two never share an interpreter lock). Their URLs go out as one JSON line; then
+    each line in answers with one JSON line: ``stats`` -> [[most in flight, served], ...] per
+    server, counting from the last ``reset``."""
+    import sys
+
+    servers = [LoadServer(delay=delay) for _ in range(count)]
+    for s in servers:
+        s.__enter__()
+    try:
+        print(json.dumps([s.url for s in servers]), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "reset":
+                for s in servers:
+                    s.max_in_flight = s.served = 0
+            print(json.dumps([[s.max_in_flight, s.served] for s in servers]), flush=True)
+    finally:
+        for s in servers:
+            s.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(int(sys.argv[1]), float(sys.argv[2]))
