@@ -8,7 +8,6 @@ attempt number joins the key, so the retry is a new call that carries the feedba
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -266,11 +265,7 @@ class LlmStep(StepType):
                 ctx.ledger.fail(key, exc.message, failed_status(exc))
             reason = failure_reason(provider, exc)
             raise StepFailure(reason, retryable=exc.transient) from None
-        # Durable in a worker: the ledger records it next, and the grouped fsync that would
-        # otherwise precede that record would stall every other call on the event loop.
-        stored = await asyncio.to_thread(
-            ctx.objects.put_bytes, result.text.encode("utf-8"), durable=True
-        )
+        stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
         record = {
             "text": result.text,
             "digest": stored,
