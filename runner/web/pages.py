@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from urllib.parse import urlencode
 import jinja2
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from . import api, service
@@ -60,14 +61,41 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+CHUNK = 64 * 1024
+
+
+def _chunks(parts: Iterator[str]) -> Iterator[bytes]:
+    # Jinja yields thousands of small strings; the socket gets them in 64 KiB pieces.
+    buf: list[str] = []
+    size = 0
+    for part in parts:
+        buf.append(part)
+        size += len(part)
+        if size >= CHUNK:
+            yield "".join(buf).encode("utf-8")
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf).encode("utf-8")
+
+
+def render(
+    request: Request, name: str, status: int = 200, *, stream: bool = False, **context: Any
+) -> Response:
+    """The page ``name``; with ``stream`` it is sent as it renders (a long run's page starts
+    arriving before its last row is laid out)."""
     cfg = api.settings(request)
-    html = (
-        environment()
-        .get_template(name)
-        .render(state_dir=str(cfg.state_dir), path=request.url.path, tab=_tab(request), **context)
-    )
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+    template = environment().get_template(name)
+    values = {"state_dir": str(cfg.state_dir), "path": request.url.path, "tab": _tab(request)}
+    headers = {"Cache-Control": "no-store"}
+    if stream:
+        return StreamingResponse(
+            _chunks(template.generate(**values, **context)),
+            status_code=status,
+            media_type="text/html; charset=utf-8",
+            headers=headers,
+        )
+    html = template.render(**values, **context)
+    return HTMLResponse(html, status_code=status, headers=headers)
 
 
 async def runs_page(request: Request) -> Response:
@@ -93,10 +121,16 @@ async def runs_page(request: Request) -> Response:
 
 
 async def run_page(request: Request) -> Response:
-    doc = await api.in_state(request, service.run_document, request.path_params["run_id"])
+    doc = await api.in_state(request, service.page_document, request.path_params["run_id"])
     pending = [d for d in doc["decisions"] if d["status"] == "pending"]
     return render(
-        request, "run.html", doc=doc, run=doc["run"], pending=pending, iterations=doc["iterations"]
+        request,
+        "run.html",
+        stream=True,
+        doc=doc,
+        run=doc["run"],
+        pending=pending,
+        iterations=doc["iterations"],
     )
 
 

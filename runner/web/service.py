@@ -91,6 +91,28 @@ def run_document(state: State, run_id: str) -> dict[str, Any]:
     return doc
 
 
+def page_document(state: State, run_id: str) -> dict[str, Any]:
+    """What the run page shows: the run, its iterations, steps by phase (without decoding each
+    step's output: it loads when opened), decisions and the last event. Raises NotFound."""
+    from ..engine.gates import decisions
+    from ..runview import run_view
+    from ..thumbs.records import iterations_of
+    from ..thumbs.view import reference_of
+
+    view = run_view(state, run_id)
+    run = {**view.run, "child_run_ids": view.children, "reference_asset": reference_of(view.run)}
+    row = state.journal.conn.execute(
+        "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)
+    ).fetchone()
+    return {
+        "run": run,
+        "iterations": [it.to_json() for it in iterations_of(state.journal, run["id"])],
+        "phases": step_groups(state, run, rows=view.executions, outputs=False),
+        "decisions": [r.to_json() for r in decisions(state.journal, run["id"])],
+        "last_event": int(row[0] or 0),
+    }
+
+
 def events(state: State, run_id: str, after: int) -> dict[str, Any]:
     """The run's journaled events after ``after``, as `runner runs events` prints them."""
     from ..engine.runctl import event_json
@@ -259,7 +281,7 @@ def run_graph(state: State, run_id: str) -> dict[str, Any]:
     }
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], outputs: bool = True) -> dict[str, Any]:
     """One step's state from its executions in this run (the newest attempt per element)."""
     latest: dict[int, dict[str, Any]] = {}
     for r in rows:
@@ -282,15 +304,27 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "attempts": max((r["attempts"] or 0) for r in last) if last else 0,
         "error": errors[0] if errors else None,
         "why": last[-1].get("why") if last else None,
-        "output": loads(last[-1]["output"]) if single and last[-1]["output"] else None,
+        "output": (loads(last[-1]["output"]) if outputs else True)
+        if single and last[-1]["output"]
+        else None,
     }
 
 
-def step_groups(state: State, run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The run's steps grouped by phase, in pipeline order, each with its stored state."""
+def step_groups(
+    state: State,
+    run: Mapping[str, Any],
+    *,
+    rows: list[dict[str, Any]] | None = None,
+    outputs: bool = True,
+) -> list[dict[str, Any]]:
+    """The run's steps grouped by phase, in pipeline order, each with its stored state.
+
+    ``rows`` are the run's executions when the caller has them; without ``outputs`` a step's
+    output is only marked present (True), not decoded.
+    """
     phases, layout, error = pipeline_layout(state, run)
     by_step: dict[str, list[dict[str, Any]]] = {}
-    for row in state.journal.executions(run["id"]):
+    for row in state.journal.executions(run["id"]) if rows is None else rows:
         by_step.setdefault(row["step_id"], []).append(row)
     groups: dict[str, list[dict[str, Any]]] = {p: [] for p in phases}
     known = set()
@@ -299,11 +333,13 @@ def step_groups(state: State, run: Mapping[str, Any]) -> list[dict[str, Any]]:
     for sid, phase, uses in layout:
         known.add(sid)
         rows = by_step.get(sid, [])
-        step = {"id": sid, "uses": uses, **(_summary(rows) if rows else absent)}
+        step = {"id": sid, "uses": uses, **(_summary(rows, outputs) if rows else absent)}
         groups.setdefault(phase, []).append(step)
     for sid, rows in by_step.items():
         if sid not in known:  # the pipeline file changed since, or could not be compiled
-            groups.setdefault(NO_PHASE, []).append({"id": sid, "uses": None, **_summary(rows)})
+            groups.setdefault(NO_PHASE, []).append(
+                {"id": sid, "uses": None, **_summary(rows, outputs)}
+            )
     out = [{"phase": p or None, "steps": s} for p, s in groups.items() if s or p in phases]
     if error:
         out.append({"phase": None, "steps": [], "error": error})

@@ -441,6 +441,12 @@ document.addEventListener("toggle", async (e) => {
   if (!box.classList.contains("lazy-out") || box.dataset.loaded) return;
   box.dataset.loaded = "1";
   const pre = box.querySelector("pre");
+  // The copy button is added here, not in the page: 2,000 rows stay light.
+  const wrap = el("div", "copyable");
+  const copy = el("button", "copy", "copy");
+  copy.type = "button";
+  pre.replaceWith(wrap);
+  wrap.append(copy, pre);
   try {
     const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
                             encodeURIComponent(box.dataset.step) + "/output");
