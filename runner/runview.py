@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from .store.journal import loads
 
 
 def call_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -16,7 +17,7 @@ def call_json(row: dict[str, Any]) -> dict[str, Any]:
     """
     job: dict[str, Any] = {}
     if row.get("meta"):
-        found = (json.loads(row["meta"]) or {}).get("remote_job")
+        found = (loads(row["meta"]) or {}).get("remote_job")
         job = found if isinstance(found, dict) else {}
     submitted_at = row.get("submitted_at") or job.get("submitted_at")
     return {
@@ -63,8 +64,8 @@ class RunView:
 
     def to_json(self) -> dict[str, Any]:
         run = dict(self.run)
-        run["params"] = json.loads(run["params"]) if run.get("params") else {}
-        run["progress"] = json.loads(run["progress"]) if run.get("progress") else None
+        run["params"] = loads(run["params"]) if run.get("params") else {}
+        run["progress"] = loads(run["progress"]) if run.get("progress") else None
         run["child_run_ids"] = self.children
         execs = []
         for e in self.executions:
@@ -72,7 +73,7 @@ class RunView:
                 k: e[k]
                 for k in ("step_id", "element", "key", "status", "attempts", "duration_s", "error")
             }
-            d["output"] = json.loads(e["output"]) if e.get("output") else None
+            d["output"] = loads(e["output"]) if e.get("output") else None
             if d["element"] == -1:
                 d["element"] = None
             execs.append(d)

@@ -1,11 +1,64 @@
-"""`runner verify`: the journal is intact and every object it references is present and whole."""
+"""`runner verify`: the journal is intact and every object it references is present and whole.
+
+Read-only: it reports. `runner verify --repair` (runner/repair.py) mends what this finds.
+"""
 
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from .store.interrupt import process_alive
+from .store.journal import JSON_COLUMNS
+
+
+def bad_json(conn: sqlite3.Connection) -> Iterator[tuple[str, str, int]]:
+    """(table, column, rowid) of every JSON cell that does not parse."""
+    for table, cols in JSON_COLUMNS.items():
+        for col in cols:
+            try:
+                rows = conn.execute(
+                    f"SELECT rowid FROM {table} WHERE {col} IS NOT NULL AND NOT json_valid({col})"
+                ).fetchall()
+            except sqlite3.OperationalError:  # an older journal without the table
+                continue
+            for (rowid,) in rows:
+                yield table, col, int(rowid)
+
+
+def _json(text: str | None, default: Any) -> Any:
+    try:
+        return json.loads(text) if text else default
+    except ValueError:
+        return default  # reported by bad_json
+
+
+def referenced(conn: sqlite3.Connection) -> dict[str, str]:
+    """Digest -> where the journal relies on it (completed executions, iterations, decisions)."""
+    refs: dict[str, str] = {}
+    for row in conn.execute(
+        "SELECT run_id, step_id, element, artifacts, files FROM executions "
+        "WHERE status IN ('completed','partial')"
+    ):
+        run_id, step_id, element, artifacts, files = row
+        label = f"run {run_id} step {step_id}" + (
+            f"[{element}]" if element not in (None, -1) else ""
+        )
+        for d in _json(artifacts, []) or []:
+            refs.setdefault(d, label)
+        for d in (_json(files, {}) or {}).values():
+            refs.setdefault(d, label)
+    for row in conn.execute(
+        "SELECT run_id, raw, final FROM iterations WHERE status IS NOT 'lost'"
+    ):
+        for d in row[1:]:
+            if d:
+                refs.setdefault(d, f"iterations of run {row[0]}")
+    for row in conn.execute("SELECT run_id, artifact FROM decisions WHERE artifact IS NOT NULL"):
+        refs.setdefault(row[1], f"decisions of run {row[0]}")
+    return refs
 
 
 def verify_state(state: Any) -> tuple[list[str], int]:
@@ -15,29 +68,11 @@ def verify_state(state: Any) -> tuple[list[str], int]:
     result = conn.execute("PRAGMA integrity_check").fetchone()[0]
     if result != "ok":
         problems.append(f"journal integrity: {result}")
-    referenced: dict[str, str] = {}
-    for row in conn.execute(
-        "SELECT run_id, step_id, element, artifacts, files FROM executions "
-        "WHERE status IN ('completed','partial')"
-    ):
-        run_id, step_id, element, artifacts, files = row
-        label = f"run {run_id} step {step_id}" + (
-            f"[{element}]" if element not in (None, -1) else ""
-        )
-        for d in json.loads(artifacts or "[]"):
-            referenced.setdefault(d, label)
-        for d in (json.loads(files or "{}") or {}).values():
-            referenced.setdefault(d, label)
-    for table, cols in (("iterations", ("raw", "final")), ("decisions", ("artifact",))):
-        try:
-            for row in conn.execute(f"SELECT run_id, {', '.join(cols)} FROM {table}"):
-                for d in row[1:]:
-                    if d:
-                        referenced.setdefault(d, f"{table} of run {row[0]}")
-        except Exception:  # older journals without the table
-            continue
+    for table, col, rowid in bad_json(conn):
+        problems.append(f"journal record {table} #{rowid}: {col} is not valid JSON")
+    refs = referenced(conn)
     recorded = state.journal.artifact_digests()
-    for digest, label in sorted(referenced.items()):
+    for digest, label in sorted(refs.items()):
         if digest not in recorded:
             problems.append(
                 f"object {digest[:12]} ({label}) is not recorded in the artifacts table"
@@ -52,4 +87,4 @@ def verify_state(state: Any) -> tuple[list[str], int]:
                 f"run {run_id} is marked running but its process {pid} is gone "
                 "(the next apply of its pipeline marks it interrupted)"
             )
-    return problems, len(referenced)
+    return problems, len(refs)

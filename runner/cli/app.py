@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from ..engine.locate import STATE_HELP
-from ..errors import RunnerError, UsageError
+from ..errors import RunnerError, StoreError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,10 +51,29 @@ class RunnerGroup(click.Group):
             ctx.exit(0)
         except SystemExit:
             raise
-        except Exception:
+        except Exception as exc:
+            damaged = _journal_damage(exc)
+            if damaged is not None:  # a page or table SQLite cannot read, met mid-command
+                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+                if as_json:
+                    emit_json({"error": damaged.to_json(), "exit_code": damaged.exit_code})
+                click.echo(f"error: {damaged}", err=True)
+                ctx.exit(damaged.exit_code)
             click.echo(traceback.format_exc(), err=True)
             click.echo("runner hit a bug (the traceback is above); please report it.", err=True)
             ctx.exit(1)
+
+
+def _journal_damage(exc: Exception) -> RunnerError | None:
+    """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors."""
+    sqlite3 = sys.modules.get("sqlite3")  # not imported at start-up for this
+    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    from ..store.journal import REPAIR_HINT, is_damage
+
+    if not is_damage(exc):
+        return None
+    return StoreError(f"the journal is damaged: {exc}", hint=REPAIR_HINT)
 
 
 def _cwd_exists() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..errors import NotFound
+from ..errors import NotFound, StoreError, UsageError
 from .app import (
     Ctx,
     cli,
@@ -366,32 +366,49 @@ def steps(name: str | None, as_json: bool) -> None:
     default=None,
     help="Verify the state directory of this pipeline.",
 )
+@click.option("--repair", is_flag=True, help="Mend what verify finds (asks first, see --yes).")
+@click.option(
+    "--yes", is_flag=True, help="With --repair: agree without being asked (needed off a terminal)."
+)
 @json_option
-def verify(state_dir: str | None, pipeline_file: Path | None, as_json: bool) -> None:
+def verify(
+    state_dir: str | None, pipeline_file: Path | None, repair: bool, yes: bool, as_json: bool
+) -> None:
     """Check the journal's integrity and that every referenced object is present and intact.
 
-    Example: runner verify --state .runner
+    --repair mends what it finds and keeps the rest of the history: a damaged journal is
+    salvaged into a new one (the old file kept), a missing or empty one is started again around
+    the objects, and lost or damaged objects are marked so the next apply re-creates them. It
+    lists the paid calls the next apply will make again and asks before changing anything
+    (off a terminal, or with --json, only --yes agrees).
+
+    Example: runner verify --state .runner && runner verify --repair --yes --json
     """
-    from ..engine.apply import state_dir_for
+    from ..engine.apply import State, state_dir_for
+    from ..engine.locate import state_dir_here
     from ..verify import verify_state
 
     if pipeline_file is not None and not state_dir:
         state_dir = str(state_dir_for(pipeline_file))
-    state = _open_state(state_dir)
+    where = state_dir_here(state_dir)
+    plan_doc = None
+    if repair:
+        plan_doc = _repair(where, yes, as_json)
     try:
-        problems, checked = verify_state(state)
-    finally:
-        state.close()
+        state = State.open(where, readonly=True)
+    except StoreError as exc:  # a lost or damaged journal: what verify is for
+        problems, checked = [str(exc)], 0
+    else:
+        try:
+            problems, checked = verify_state(state)
+        finally:
+            state.close()
     code = 1 if problems else 0
     if as_json:
-        emit_json(
-            {
-                "ok": not problems,
-                "problems": problems,
-                "objects_checked": checked,
-                "exit_code": code,
-            }
-        )
+        doc = {"ok": not problems, "problems": problems, "objects_checked": checked}
+        if plan_doc is not None:
+            doc["repair"] = plan_doc
+        emit_json({**doc, "exit_code": code})
     else:
         for p in problems:
             click.echo(f"problem: {p}")
@@ -400,6 +417,37 @@ def verify(state_dir: str | None, pipeline_file: Path | None, as_json: bool) -> 
             f"{len(problems)} problems"
         )
     sys.exit(code)
+
+
+def _repair(state_dir: Path, yes: bool, as_json: bool) -> dict[str, Any]:
+    """Plan the repair, show it, ask, make it. Raises UsageError when not agreed to."""
+    from ..repair import apply_repair, discard, plan_repair
+
+    plan = plan_repair(state_dir)
+    if plan.empty:
+        if not as_json:
+            click.echo("nothing to repair")
+        return {**plan.to_json(), "repaired": False}
+    if not as_json:
+        for line in plan.lines():
+            click.echo(f"repair: {line}")
+    agreed = yes
+    if not agreed and not as_json and sys.stdin.isatty():
+        paid = f" The next apply pays again for {len(plan.calls)} calls." if plan.calls else ""
+        agreed = click.confirm(f"Make these changes?{paid}", default=False, err=True)
+    if not agreed:
+        discard(plan)
+        refused = UsageError(
+            "nothing was changed: a repair needs your agreement",
+            hint="read the list (runner verify --repair), then: runner verify --repair --yes",
+        )
+        if as_json:  # the plan is the point: show it with the refusal
+            doc = {"repair": {**plan.to_json(), "repaired": False}, "error": refused.to_json()}
+            emit_json({**doc, "exit_code": refused.exit_code})
+            sys.exit(refused.exit_code)
+        raise refused
+    apply_repair(plan)
+    return {**plan.to_json(), "repaired": True}
 
 
 @cli.command()

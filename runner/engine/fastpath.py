@@ -143,6 +143,9 @@ def check(
 ) -> dict[str, Any] | None:
     """The fingerprint when everything it names is unchanged, else None."""
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
+    journal = _sig(f"{state_dir}/journal.db")
+    if journal is None or journal[0] == 0:
+        return None  # a lost journal: the full path says so (it is not a new project)
     try:
         doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -195,6 +196,18 @@ def _m6_call_records(db: Any) -> None:
     db["calls"].add_column("remote_id", str)
 
 
+TABLES = (
+    "runs",
+    "executions",
+    "artifacts",
+    "events",
+    "calls",
+    "file_hashes",
+    "iterations",
+    "decisions",
+    "overrides",
+)
+
 MIGRATIONS: list[Migration] = [
     _m1_core,
     _m2_iterations,
@@ -257,8 +270,66 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+# Columns holding JSON documents (verify checks them with SQLite's json_valid).
+JSON_COLUMNS: dict[str, tuple[str, ...]] = {
+    "runs": ("params", "progress"),
+    "executions": ("output", "artifacts", "files", "report", "usage", "key_parts"),
+    "events": ("data",),
+    "calls": ("meta", "result"),
+    "iterations": ("compliance", "metadata"),
+    "decisions": ("input", "summary"),
+    "overrides": ("output",),
+}
+
+REPAIR_HINT = "see what is wrong with: runner verify; mend it with: runner verify --repair"
+
+
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """A JSON column's value. Raises StoreError for a damaged record (never a traceback)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(
+            f"the journal holds a damaged record (bad JSON: {exc})", hint=REPAIR_HINT
+        ) from None
+
+
+_DAMAGE = ("malformed", "not a database", "no such table", "no such column", "corrupt")
+
+
+def is_damage(exc: Exception) -> bool:
+    """Whether an SQLite error means damage (not a lock, a full disk or a bug of ours)."""
+    text = str(exc).lower()
+    return any(d in text for d in _DAMAGE)
+
+
+def damaged_journal(path: Path, exc: Exception) -> StoreError:
+    """The error for a journal SQLite cannot read (bad pages, not a database, a lost table)."""
+    return StoreError(f"the journal {path} is damaged: {exc}", hint=REPAIR_HINT)
+
+
+def orphaned_objects(state_dir: Path) -> int:
+    """How many objects the store holds (0 when it has none): a journal that is missing or
+    empty beside them was lost, not new."""
+    root = state_dir / "objects"
+    try:
+        subdirs = [d for d in os.scandir(root) if d.is_dir() and len(d.name) == 2]
+    except FileNotFoundError:
+        return 0
+    return sum(1 for d in subdirs for f in os.scandir(d.path) if len(f.name) == 62)
+
+
+def lost_journal(path: Path, objects: int) -> StoreError:
+    what = "empty (0 bytes)" if path.exists() else "missing"
+    return StoreError(
+        f"the journal {path} is {what}, but the object store beside it holds {objects} "
+        "objects: this is not a new project, and a new journal would forget which paid calls "
+        "were made",
+        hint="put journal.db back from a backup; or start a new journal that keeps the "
+        "objects (the ledger of paid calls is lost): runner verify --repair",
+    )
 
 
 @dataclass
@@ -288,8 +359,22 @@ class Journal:
         self._tx_started = 0.0
 
     @classmethod
-    def open(cls, state_dir: Path, *, readonly: bool = False) -> Journal:
+    def open(cls, state_dir: Path, *, readonly: bool = False, new: bool = False) -> Journal:
+        """Open (or create) the journal of ``state_dir``.
+
+        Raises NotFound when ``readonly`` and there is none, StoreError when it is damaged or
+        when it is missing or empty beside an object store that holds objects (unless ``new``:
+        a repair starting a new journal on purpose).
+        """
         path = state_dir / "journal.db"
+        try:
+            empty = path.stat().st_size == 0
+        except FileNotFoundError:
+            empty = True
+        if empty and not new:
+            objects = orphaned_objects(state_dir)
+            if objects:
+                raise lost_journal(path, objects)
         if readonly and not path.exists():
             raise NotFound(f"no journal at {path} (nothing has run here yet)")
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -302,10 +387,29 @@ class Journal:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open journal {path}: {exc}") from exc
+            raise damaged_journal(path, exc) from exc
         journal = cls(conn, path)
-        journal._migrate()
+        try:
+            journal._migrate()
+            journal._check_tables()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise damaged_journal(path, exc) from exc
+        except StoreError:
+            conn.close()
+            raise
         return journal
+
+    def _check_tables(self) -> None:
+        """Every table of the schema is there (a dropped one is damage, not an old version)."""
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        have = {r[0] for r in rows}
+        lost = [t for t in TABLES if t not in have]
+        if lost:
+            raise StoreError(
+                f"the journal {self.path} is damaged: table(s) {', '.join(lost)} missing",
+                hint=REPAIR_HINT,
+            )
 
     def close(self) -> None:
         self.conn.close()
