@@ -347,3 +347,29 @@ def test_more_references_than_load_image_nodes_is_refused(tmp_path: Path) -> Non
     check(tmp_path, "img2img_api.json", subs, references=1)
     with pytest.raises(ProviderConfigError, match="gives 2 reference images but the workflow"):
         check(tmp_path, "img2img_api.json", subs, references=2)
+
+
+def test_progress_says_where_the_job_stands(tmp_path: Path) -> None:
+    lines: dict[str, list[str]] = {"a": [], "b": []}
+    with ComfyUIServer(render_s=0.3) as server:
+        p = provider(tmp_path, server, max_concurrency=2)
+
+        async def both() -> None:
+            await asyncio.gather(
+                *(
+                    p.generate_image(
+                        ImageRequest(
+                            prompt=name,
+                            idempotency_key=name,
+                            job=RemoteJob(name, progress=lines[name].append),
+                        )
+                    )
+                    for name in ("a", "b")
+                )
+            )
+
+        asyncio.run(both())
+    first, second = sorted(lines.values(), key=lambda said: "queued (1 ahead)" in str(said))
+    assert any(line.endswith(f"running on {server.url}") for line in first)
+    assert any("queued (1 ahead)" in line for line in second)
+    assert all(said[-1].endswith("done") for said in lines.values())

@@ -162,6 +162,7 @@ class ComfyUIProvider(HttpProvider):
             raise self.bad_reply("GET /view", f"content type '{ctype}' is not an image")
         known = job.known or {}
         job.update(state="fetched")
+        job.say(f"prompt {known.get('prompt_id')} done{' (re-attached)' if reattached else ''}")
         meta = {
             "seed": values.get("seed"),
             "model": None,
@@ -308,6 +309,8 @@ class ComfyUIProvider(HttpProvider):
                     if await self._history(client, prompt_id) is None:
                         return None, None
                     continue
+            if entry is None:
+                job.say(f"prompt {prompt_id} {where} on {backend_of(client)}")
             if time.monotonic() + interval > deadline:
                 position = "running" if where == "running" else "queued"
                 raise self.error(
@@ -323,13 +326,25 @@ class ComfyUIProvider(HttpProvider):
         return entry if isinstance(entry, dict) else None
 
     async def _queued(self, client: httpx.AsyncClient, prompt_id: str) -> str | None:
-        """ "running", "pending" or None: where GET /queue has the prompt."""
+        """Where GET /queue has the prompt: "running", "queued (N ahead)", or None."""
         queue = self.json_of(await self.send(client, "GET", "/queue"))
-        for where in ("running", "pending"):
-            items = queue.get(f"queue_{where}")
-            for item in items if isinstance(items, list) else []:
-                if isinstance(item, list) and len(item) > 1 and item[1] == prompt_id:
-                    return where
+        running = queue.get("queue_running")
+        pending = queue.get("queue_pending")
+        items = {
+            "running": running if isinstance(running, list) else [],
+            "pending": pending if isinstance(pending, list) else [],
+        }
+        jobs = [
+            i for i in items["running"] + items["pending"] if isinstance(i, list) and len(i) > 1
+        ]
+        for item in jobs:
+            if item[1] != prompt_id:
+                continue
+            if item in items["running"]:
+                return "running"
+            # The queue is ordered by each item's number (the first element).
+            ahead = sum(1 for other in jobs if _number(other) < _number(item))
+            return f"queued ({ahead} ahead)"
         return None
 
     def _finished(self, job: RemoteJob, entry: dict[str, Any], url: str) -> dict[str, str] | None:
@@ -375,6 +390,11 @@ class ComfyUIProvider(HttpProvider):
                     + (f" [{kind}]" if kind else "")
                 )
         return self.error(f"{url}: workflow failed: {detail or 'execution error'}", transient=False)
+
+
+def _number(item: list[Any]) -> float:
+    value = item[0]
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _prompt_refusal(resp: httpx.Response) -> str:

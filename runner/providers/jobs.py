@@ -24,10 +24,19 @@ class RemoteJob:
         key: str,
         known: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None,
+        progress: Callable[[str], object] | None = None,
     ) -> None:
         self.key = key
         self.known: dict[str, Any] | None = dict(known) if known else None
         self._recorder = recorder
+        self._progress = progress
+        self._said = ""
+
+    def say(self, line: str) -> None:
+        """Tell the user where the job stands (queued, running, fetched), once per change."""
+        if line != self._said and self._progress is not None:
+            self._said = line
+            self._progress(line)
 
     def record(self, job: Mapping[str, Any] | None) -> None:
         """Remember ``job`` (None: no job to re-attach to) and journal it before returning."""

@@ -334,7 +334,12 @@ class ImageStep(StepType):
             ctx.ledger.begin(key, jsonable(summary))
             if provider.remote_jobs:  # a job journaled by an earlier attempt is re-attached
                 note = functools.partial(ctx.ledger.note_remote_job, key)
-                request.job = RemoteJob(key, ctx.ledger.remote_job(key), note)
+                request.job = RemoteJob(
+                    key,
+                    ctx.ledger.remote_job(key),
+                    note,
+                    lambda line: ctx.log(f"image #{k}: {line}"),
+                )
         request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)
         asked = Event("request", summary)  # written with the outcome: one open per call
