@@ -201,9 +201,12 @@ async def apply_plan_async(
         if on_start is not None:
             on_start(interpreter.run_id)
         try:
-            return await interpreter.apply()
+            report = await interpreter.apply()
         finally:
             await providers.aclose()
+        if interpreter.remote is not None:
+            report.remote = interpreter.remote.summary()
+        return report
 
 
 def remote_link(

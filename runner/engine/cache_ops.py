@@ -17,6 +17,8 @@ from ..store.objects import ObjectStore
 from ..store.remote import CacheSettings, RemoteCache, RemoteRecord, cache_settings
 from ..store.remote import read_cache_section as read_cache_section
 
+PUSH_BATCH = 200  # results per batch: objects then records, sent concurrently
+
 
 @dataclass
 class CacheReport:
@@ -106,6 +108,7 @@ def push(
     report.local_results = len(local)
     present = cache.keys()
     roots = (str(root.resolve()), str(Path.home()))
+    pending: list[RemoteRecord] = []
     for key, row in local.items():
         if key in present:
             report.in_remote += 1
@@ -119,19 +122,22 @@ def push(
         if missing:
             report.skipped.append(f"{key[:12]}: object {missing[0][:12]} is not in the store")
             continue
-        record = RemoteRecord(
-            key=key,
-            step_type=row["type"],
-            output=output,
-            artifacts={d: objects.size(d) for d in digests},
-            files=loads(row["files"]) or {},
-            report=result_report,
-            provider_profile=(output or {}).get("provider_profile")
-            if isinstance(output, dict)
-            else None,
-            runner_version=__version__,
+        profile = output.get("provider_profile") if isinstance(output, dict) else None
+        pending.append(
+            RemoteRecord(
+                key=key,
+                step_type=row["type"],
+                output=output,
+                artifacts={d: objects.size(d) for d in digests},
+                files=loads(row["files"]) or {},
+                report=result_report,
+                provider_profile=profile if isinstance(profile, str) else None,
+                runner_version=__version__,
+            )
         )
-        report.objects_written += cache.push(record, objects)
-        report.pushed += 1
-        report.in_remote += 1
+    for start in range(0, len(pending), PUSH_BATCH):
+        chunk = pending[start : start + PUSH_BATCH]
+        report.objects_written += cache.push(chunk, objects)
+        report.pushed += len(chunk)
+        report.in_remote += len(chunk)
     return report

@@ -154,6 +154,7 @@ class RunReport:
     inputs: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
     workspace: dict[str, str] = field(default_factory=dict)
     objects: set[str] = field(default_factory=set)
+    remote: dict[str, Any] | None = None  # the remote cache's hits, pushes and requests
 
     def summary(self) -> dict[str, int]:
         s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
@@ -175,6 +176,7 @@ class RunReport:
             },
             "summary": self.summary(),
             "steps": [o.to_json() for o in self.steps],
+            **({"remote": self.remote} if self.remote is not None else {}),
             "exit_code": self.exit_code,
         }
 

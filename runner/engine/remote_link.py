@@ -1,11 +1,13 @@
 """The interpreter's link to a remote cache: look a key up before running, push after.
 
 Look-ups made in the same turn of the event loop (the elements of a for_each becoming ready
-together) go to the remote as one batched read. Objects of a hit are fetched at once, before the
-step is reported cached (remote), each verified; a record whose objects fail verification is
-reported and ignored, and the step runs. Pushes run in worker threads beside the run and are
-awaited before the apply ends. A remote that cannot be reached is reported once and then left
-alone for the rest of the run: the apply goes on locally.
+together) go to the remote as one batched read of records, then one batched read of their
+objects (concurrent GETs on S3), each object verified, before the step is reported cached
+(remote): objects are fetched at once, not lazily. A record whose objects fail verification is
+reported and ignored, and the step runs. Pushes are queued and sent in batches by one
+background task (objects the remote lacks, then the records) while the run goes on; the apply
+waits for the queue to empty before it ends. A remote that cannot be reached is reported once
+and then left alone for the rest of the run: the apply goes on locally.
 
 Human decisions are not cache: gate and ingest steps are not ``shareable`` (steps/base.py),
 and picks are never in a step's output.
@@ -46,7 +48,8 @@ class RemoteLink:
         self.damaged: set[str] = set()  # object digests found damaged in the remote
         self._pending: dict[str, asyncio.Future[RemoteRecord | StoreError | None]] = {}
         self._flush_scheduled = False
-        self._pushes: list[asyncio.Future[None]] = []
+        self._queue: list[RemoteRecord] = []
+        self._pusher: asyncio.Future[None] | None = None
 
     # -- look-ups -----------------------------------------------------------------------------
 
@@ -63,19 +66,7 @@ class RemoteLink:
                 self._flush_scheduled = True
                 loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
         found = await asyncio.shield(fut)
-        if found is None:
-            return None
-        if isinstance(found, StoreError):
-            self.warn(f"remote cache: ignored the record of {key[:12]}: {found.message}")
-            return None
-        try:
-            self.fetched_objects += await asyncio.to_thread(self.cache.fetch, found, self.objects)
-        except StoreError as exc:
-            if "damaged" in exc.message or "missing" in exc.message:
-                self.damaged.update(d for d in found.artifacts if not self.objects.has(d))
-                self.warn(f"remote cache: ignored the record of {key[:12]}: {exc.message}")
-            else:
-                self._went_down(exc)
+        if not isinstance(found, RemoteRecord):
             return None
         self.hits += 1
         return CachedResult(
@@ -89,12 +80,29 @@ class RemoteLink:
         )
 
     async def _flush(self) -> None:
+        """Answer every look-up asked since the last turn: one batched read of the records,
+        then one batched read of their missing objects."""
         self._flush_scheduled = False
         batch, self._pending = self._pending, {}
         if not batch:
             return
+        found: dict[str, RemoteRecord | StoreError] = {}
         try:
             found = await asyncio.to_thread(self.cache.records, list(batch))
+            for key, value in list(found.items()):
+                if isinstance(value, StoreError):
+                    self.warn(f"remote cache: ignored the record of {key[:12]}: {value.message}")
+                    del found[key]
+            records = [r for r in found.values() if isinstance(r, RemoteRecord)]
+            before = sum(1 for r in records for d in r.artifacts if self.objects.has(d))
+            bad = await asyncio.to_thread(self.cache.fetch, records, self.objects)
+            for key, problem in bad.items():
+                record = found.pop(key)
+                assert isinstance(record, RemoteRecord)
+                self.damaged.update(d for d in record.artifacts if not self.objects.has(d))
+                self.warn(f"remote cache: ignored the record of {key[:12]}: {problem.message}")
+            after = sum(1 for r in records for d in r.artifacts if self.objects.has(d))
+            self.fetched_objects += max(0, after - before)
         except StoreError as exc:
             self._went_down(exc)
             found = {}
@@ -122,43 +130,51 @@ class RemoteLink:
         files: dict[str, str],
         report: Any,
     ) -> None:
-        """Push one completed result in the background (no-op when pushing is off)."""
+        """Queue one completed result for the background pusher (no-op when pushing is off).
+
+        Results queued while a batch is being sent go out together in the next one."""
         if not self.push_enabled or self.down:
             return
         if self._names_local_path(output) or self._names_local_path(report):
             self.warn(f"remote cache: not pushing {key[:12]}: its output names a local path")
             return
         profile = output.get("provider_profile") if isinstance(output, dict) else None
-        record = RemoteRecord(
-            key=key,
-            step_type=step_type,
-            output=output,
-            artifacts=artifacts,
-            files=files,
-            report=report,
-            provider_profile=profile if isinstance(profile, str) else None,
-            runner_version=__version__,
+        self._queue.append(
+            RemoteRecord(
+                key=key,
+                step_type=step_type,
+                output=output,
+                artifacts=artifacts,
+                files=files,
+                report=report,
+                provider_profile=profile if isinstance(profile, str) else None,
+                runner_version=__version__,
+            )
         )
-        repair = self.damaged & set(artifacts)
-        self._pushes.append(asyncio.ensure_future(self._push(record, repair)))
+        if self._pusher is None or self._pusher.done():
+            self._pusher = asyncio.ensure_future(self._push_loop())
 
-    async def _push(self, record: RemoteRecord, repair: set[str]) -> None:
-        try:
-            await asyncio.to_thread(self.cache.push, record, self.objects, repair=repair)
-        except StoreError as exc:
-            self._went_down(exc)
-            return
-        except Exception as exc:
-            self._went_down(StoreError(f"{type(exc).__name__}: {exc}"))
-            return
-        self.pushed += 1
-        self.damaged -= repair
+    async def _push_loop(self) -> None:
+        while self._queue and not self.down:
+            batch, self._queue = self._queue, []
+            repair = self.damaged & {d for r in batch for d in r.artifacts}
+            try:
+                await asyncio.to_thread(self.cache.push, batch, self.objects, repair=repair)
+            except StoreError as exc:
+                self._went_down(exc)
+                return
+            except Exception as exc:
+                self._went_down(StoreError(f"{type(exc).__name__}: {exc}"))
+                return
+            self.pushed += len(batch)
+            self.damaged -= repair
 
     async def drain(self) -> None:
-        """Wait for every push started so far."""
-        while self._pushes:
-            batch, self._pushes = self._pushes, []
-            await asyncio.gather(*batch, return_exceptions=True)
+        """Wait until every queued result has been pushed (or the remote went down)."""
+        while self._pusher is not None and not self._pusher.done():
+            await self._pusher
+            if self._queue and not self.down:
+                self._pusher = asyncio.ensure_future(self._push_loop())
 
     def _names_local_path(self, value: Any) -> bool:
         if not self.local_roots:

@@ -237,60 +237,71 @@ class RemoteCache:
                 out[key] = exc
         return out
 
-    def fetch(self, record: RemoteRecord, local: ObjectBackend) -> int:
-        """Copy the record's objects missing locally into ``local``, each verified.
-
-        Returns the number fetched. Raises StoreError naming the first damaged or missing one.
-        """
-        missing = [d for d in sorted(record.artifacts) if not local.has(d)]
-        if not missing:
-            return 0
-        self.requests += 1
-        got = self.objects.read_many(missing)
-        for digest in missing:
-            data = got[digest]
-            if isinstance(data, StoreError):
-                raise data
-            local.put_bytes(data)
-        return len(missing)
+    def fetch(self, records: Iterable[RemoteRecord], local: ObjectBackend) -> dict[str, StoreError]:
+        """Copy the objects of ``records`` missing locally into ``local``, in one batched read,
+        each verified. Returns the records (by key) that cannot be used, with why; raises
+        StoreError when the remote cannot be reached."""
+        records = list(records)
+        wanted = sorted({d for r in records for d in r.artifacts if not local.has(d)})
+        got: dict[str, bytes | StoreError] = {}
+        if wanted:
+            self.requests += 1
+            got = self.objects.read_many(wanted)
+        for data in got.values():
+            if isinstance(data, bytes):
+                local.put_bytes(data)
+        bad: dict[str, StoreError] = {}
+        for r in records:
+            for digest in sorted(r.artifacts):
+                problem = got.get(digest)
+                if isinstance(problem, StoreError):
+                    bad[r.key] = problem
+                    break
+        return bad
 
     def push(
-        self, record: RemoteRecord, local: ObjectBackend, *, repair: Iterable[str] = ()
+        self,
+        records: Iterable[RemoteRecord],
+        local: ObjectBackend,
+        *,
+        repair: Iterable[str] = (),
     ) -> int:
-        """Upload the record's objects the remote lacks (and ``repair``: known damaged ones),
-        then the record. Returns the number of objects written. Raises StoreError."""
+        """Upload the objects of ``records`` the remote lacks (and ``repair``: ones known to be
+        damaged there), then the records: a visible record always has its objects. Returns
+        the number of objects written. Raises StoreError (read-only, unreachable)."""
         if not self.writable:
             raise StoreError(
                 f"the remote cache {self.url} is read-only",
                 hint="set writable = true under [cache] in runner.toml to push to it",
             )
+        records = list(records)
         forced = set(repair)
-        written = 0
-        for digest in sorted(record.artifacts):
-            target = self.objects._file(digest)
+        digests = {d for r in records for d in r.artifacts}
+        self.requests += 1
+        present = self.objects.has_many(digests - forced)
+        upload = {d: local.read_bytes(d) for d in sorted(digests - present)}
+        if upload:
             self.requests += 1
-            if digest not in forced and self.fs.isfile(target):
-                continue
-            data = local.read_bytes(digest)
-            if digest in forced:
-                self.objects._pipe(target, data, digest)
-            else:
-                self.objects.put_bytes(data)
-            written += 1
-        path = self._record_path(record.key)
-        parent = path.rsplit("/", 1)[0]
+            self.objects.put_many(upload)
         self.requests += 1
         try:
-            if self.objects._rename:
+            self._write_records(records)
+        except OSError as exc:
+            raise StoreError(f"cannot write records to {self.url}: {exc}") from exc
+        return len(upload)
+
+    def _write_records(self, records: list[RemoteRecord]) -> None:
+        if self.objects._rename:  # a local filesystem: each record whole or not at all
+            for record in records:
+                path = self._record_path(record.key)
+                parent = path.rsplit("/", 1)[0]
                 self.fs.makedirs(parent, exist_ok=True)
                 tmp = f"{parent}/.tmp-{record.key}-{time.time_ns()}"
                 self.fs.pipe_file(tmp, record.to_bytes())
                 self.fs.mv(tmp, path)
-            else:
-                self.fs.pipe_file(path, record.to_bytes())
-        except OSError as exc:
-            raise StoreError(f"cannot write record {record.key[:12]} to {self.url}: {exc}") from exc
-        return written
+            return
+        # Object stores: one PUT per record, sent concurrently by async filesystems.
+        self.fs.pipe({self._record_path(r.key): r.to_bytes() for r in records})
 
     def keys(self) -> set[str]:
         """Every key with a record in the remote (one listing)."""
