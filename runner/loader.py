@@ -15,11 +15,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from ._fastschema import Check, Unsure, compile_schema, is_expression_string
 from .errors import InvalidPipeline, Location, UsageError
-from .yamlsrc import Sourced, parse_file
+from .yamlsrc import Sourced, load_data, parse_file
 
 if TYPE_CHECKING:  # jsonschema loads on first need: a valid pipeline never needs it
     from jsonschema import Draft202012Validator
@@ -220,8 +218,10 @@ def _convert(
         # The instance is the offending key itself; point at the key, not the mapping.
         name = str(err.instance)
         rule = f"names here must match {schema['pattern']}" if "pattern" in schema else None
+        if err.validator == "maxLength":
+            rule = f"names here are at most {err.validator_value} characters"
         return InvalidPipeline(
-            f"invalid name '{name}'{at}",
+            f"invalid name '{_clip(name)}'{at}",
             where=where((*path, name), key=True),
             step=None if not base else step,
             hint=rule,
@@ -287,6 +287,14 @@ def _convert(
             f"found {_describe(err.instance)}",
             where=where(path),
             step=step,
+        )
+    if err.validator == "maxLength" and isinstance(err.instance, str):
+        return InvalidPipeline(
+            f"'{label or 'value'}' must be at most {err.validator_value} characters, "
+            f"found {len(err.instance)}",
+            where=where(path),
+            step=step,
+            hint=description,
         )
     if err.validator in ("minProperties", "minItems") and err.validator_value == 1:
         return InvalidPipeline(
@@ -396,13 +404,21 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
                 else "the pipeline declares no params"
             )
             where = doc.where("params", key=True) if decls else doc.where()
-            raise UsageError(f"unknown param '{key}' (-p {key}=...)", where=where, hint=hint)
+            raise UsageError(
+                f"unknown param '{_clip(key)}' (-p {_clip(key)}=...)", where=where, hint=hint
+            )
         decl = decls[key]
-        value = _parse_override(raw, decl["type"])
+        try:
+            value = _parse_override(key, raw, decl["type"])
+        except InvalidPipeline as exc:
+            raise UsageError(
+                f"param '{key}': {exc.message} (from -p {key}={_clip(raw)})",
+                where=doc.where("params", key, key=True),
+            ) from None
         problem = _param_problem(key, value, decl)
         if problem:
             raise UsageError(
-                f"{problem} (from -p {key}={raw})", where=doc.where("params", key, key=True)
+                f"{problem} (from -p {key}={_clip(raw)})", where=doc.where("params", key, key=True)
             )
         values[key] = value
     for key, decl in decls.items():
@@ -421,16 +437,37 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
     return values
 
 
-def _parse_override(raw: str, kind: str) -> Any:
+def _parse_override(key: str, raw: str, kind: str) -> Any:
+    """A `-p` value read as YAML (as the pipeline is): `-p n=010` is ten, `-p country=NO` the
+    text NO. Text that does not parse is the text itself. Raises InvalidPipeline for bytes that
+    are not UTF-8 and, unless the param is a string (then it is the text as typed), for a value
+    JSON cannot carry."""
+    bad = _SURROGATE.search(raw)
+    if bad is not None:  # how Python hands over command-line bytes that are not UTF-8
+        byte = ord(bad.group()) - 0xDC00
+        raise InvalidPipeline(f"not UTF-8 text (byte 0x{byte:02x} at offset {bad.start()})")
+    if raw == "":
+        return ""
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
+        value = load_data(raw, f"-p {key}")
+    except InvalidPipeline as exc:
+        if kind == "string" or exc.message.startswith("invalid YAML"):
+            return raw
+        raise
     if kind == "string" and not isinstance(value, str):
         value = raw  # -p title=123 means the text "123" for a string param
     if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     return value
+
+
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+def _clip(text: str, n: int = 60) -> str:
+    """``text`` for a message: cut to ``n`` characters, bytes that were not UTF-8 as \\xNN."""
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _check_declaration(doc: PipelineDoc, key: str, decl: Mapping[str, Any]) -> None:
@@ -471,7 +508,9 @@ def _param_problem(key: str, value: Any, decl: Mapping[str, Any]) -> str | None:
     try:
         jsonschema.validate(value, param_schema(decl), cls=jsonschema.Draft202012Validator)
     except ValidationError as err:
-        if err.validator == "type":
-            return f"param '{key}' must be {decl['type']}, found {_describe(value)}"
-        return f"param '{key}': {err.message}"
+        at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        if err.validator == "type":  # of the value, or of an element (`items: {type: ...}`)
+            expected = decl["type"] if not at else err.validator_value
+            return f"param '{key}{at}' must be {expected}, found {_describe(err.instance)}"
+        return f"param '{key}{at}': {err.message}"
     return None

@@ -121,6 +121,35 @@ OVERRIDES = [
     ),
     ([], "param 'video_id' is required", "pass it with -p video_id=VALUE", "7:3"),
     (["-p", "video_id"], "-p expects KEY=VALUE, got 'video_id'", None, None),
+    # issue 16: values read as YAML 1.2, as JSON can carry them, with no crash
+    (["-p", "video_id=v", "-p", "count=" + "9" * 5000],
+     "param 'count': an integer of 5000 digits is over the limit of 4300", None, "5:3"),
+    (["-p", "video_id=v", "-p", "count=1\udcff"],
+     "param 'count': not UTF-8 text (byte 0xff at offset 1) (from -p count=1\\xff)", None, "5:3"),
+    (["-p", "video_id=\udcfe"],
+     "param 'video_id': not UTF-8 text (byte 0xfe at offset 0)", None, "7:3"),
+    (["-p", "video_id=v", "-p", "\udcff=1"], "unknown param '\\xff'", None, "3:1"),
+    (["-p", "video_id=v", "-p", "ratio=.nan"],
+     "param 'ratio': '.nan' is not a number JSON can carry", None, "8:3"),
+    (["-p", "video_id=v", "-p", "ratio=-.inf"],
+     "param 'ratio': '-.inf' is not a number JSON can carry", None, "8:3"),
+    (["-p", "video_id=v", "-p", "ratio=1e999"], "param 'ratio': the number 1e999 is out of range",
+     None, "8:3"),
+    (["-p", "video_id=v", "-p", "count=!!binary aGVsbG8="],
+     "param 'count': values tagged !!binary are not supported", None, "5:3"),
+    (["-p", "video_id=v", "-p", "opts=!!python/object/apply:os.system [id]"],
+     "param 'opts': values tagged !!python/object/apply:os.system are not supported", None,
+     "10:3"),
+    (["-p", "video_id=v", "-p", "opts={1: x}"],
+     "param 'opts': a mapping key must be a string, found integer 1", None, "10:3"),
+    (["-p", "video_id=v", "-p", "tags=[1, x]"], "param 'tags[1]' must be integer, found string 'x'",
+     None, "9:3"),
+    (["-p", "video_id=v", "-p", "count=2024-01-01"],
+     "param 'count' must be integer, found string '2024-01-01'", None, "5:3"),
+    (["-p", "video_id=v", "-p", "tags=[&a [1,1,1,1,1,1,1,1,1,1], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a],"
+      " &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c],"
+      " &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d], [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]]"],
+     "param 'tags': aliases (*name) repeat over 100000 values", None, "9:3"),
 ]
 
 
@@ -138,6 +167,24 @@ def test_bad_overrides(
     if where:
         assert f"params.yaml:{where}: " in res.stderr
     assert not (bad_dir / "overrides" / ".runner").exists()
+
+
+def test_overrides_are_read_as_yaml_1_2(bad_dir: Path) -> None:
+    """`-p count=010` is ten (not octal 8), `-p title=NO` the text NO (not false), `12:30` and
+    dates stay text, and a string param takes any text as typed."""
+    res = run_cli(bad_dir / "overrides", "apply", "params.yaml", "--json",
+                  "--state", str(bad_dir.parent / "state12"),
+                  "-p", "video_id=12:30", "-p", "count=010", "-p", "title=NO",
+                  "-p", "mode=slow", "-p", "ratio=1e3", "-p", "tags=[0o17, 0x1F, 7]")
+    assert res.exit_code == 0, res.stderr
+    shown = run_cli(bad_dir / "overrides", "runs", "show", res.json["run"]["id"], "--json",
+                    "--state", str(bad_dir.parent / "state12"))
+    record = shown.json
+    assert record["run"]["params"] == {
+        "video_id": "12:30", "count": 10, "title": "NO", "mode": "slow", "ratio": 1000.0,
+        "tags": [15, 31, 7], "opts": {},
+    }
+    assert record["executions"][0]["output"]["text"] == "NO x10 (slow) 12:30"
 
 
 def test_good_overrides_pass(bad_dir: Path) -> None:

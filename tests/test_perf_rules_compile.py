@@ -92,8 +92,8 @@ def test_scope_locates_at_the_nearest_known_ancestor_and_unhashable_paths() -> N
 
 
 def test_yaml_positions_of_keys_and_values() -> None:
-    src = parse_text("a:\n  b: text\n  c: [1, 2]\n  3: odd key\n", "f.yaml")
-    assert src.data == {"a": {"b": "text", "c": [1, 2], 3: "odd key"}}
+    src = parse_text("a:\n  b: text\n  c: [1, 2]\n  '3': odd key\n", "f.yaml")
+    assert src.data == {"a": {"b": "text", "c": [1, 2], "3": "odd key"}}
     assert src.where(("a", "b")) == Location("f.yaml", 2, 6)
     assert src.where(("a", "b"), key=True) == Location("f.yaml", 2, 3)
     assert src.where(("a", "c", 1)) == Location("f.yaml", 3, 10)

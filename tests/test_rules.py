@@ -212,7 +212,7 @@ def test_json_schema_from_a_file_parsing_json_text(tmp_path: Path) -> None:
         "at $: 'label' is a required property"
     ]
     assert fails(raw, {"reply": "sure! {"}, tmp_path) == [
-        "json_schema: expected JSON text, found invalid JSON (Expecting value at line 1 column 1)"
+        "json_schema: expected JSON text, found invalid JSON: Expecting value at line 1 column 1"
     ]
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import yaml
-
+from ..datafiles import load_json, load_yaml
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, evaluate_value
 from ..paths import inside
@@ -50,14 +48,12 @@ class JsonSchemaRule(Rule):
             if not isinstance(value, str):
                 return Verdict(False, [f"json_schema: expected JSON text, found {show(value)}"])
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
+                value = load_json(value, "text")
+            except InvalidPipeline as exc:  # NaN, an integer too long to print: refused too
+                where = exc.where
+                at = f" at line {where.line} column {where.column}" if where else ""
                 return Verdict(
-                    False,
-                    [
-                        f"json_schema: expected JSON text, found invalid JSON "
-                        f"({exc.msg} at line {exc.lineno} column {exc.colno})"
-                    ],
+                    False, [f"json_schema: expected JSON text, found {exc.message}{at}"]
                 )
         errors = sorted(self.validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
         if not errors:
@@ -141,9 +137,10 @@ def _load_schema(scope: Scope, rel: str, path: Path_) -> Any:
             f"json_schema: cannot read schema file '{rel}': {exc.strerror}", path
         ) from None
     try:
-        return yaml.safe_load(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise scope.error(f"json_schema: schema file '{rel}' does not parse: {exc}", path) from None
+        load = load_yaml if file.suffix in (".yaml", ".yml") else load_json
+        return load(text, rel)
+    except InvalidPipeline as exc:
+        raise scope.error(f"json_schema: schema file {exc}", path) from None
 
 
 register_check(JsonSchema())

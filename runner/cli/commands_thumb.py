@@ -93,8 +93,7 @@ def iterate(
 
     Example: runner iterate RUN --n 4 --prompt-append "warmer colours" --var mood=calm
     """
-    import yaml
-
+    from ..errors import InvalidPipeline
     from ..gateview import printable
     from ..thumbs.iterate import (
         child_options,
@@ -104,6 +103,7 @@ def iterate(
         plan_child,
         run_child,
     )
+    from ..yamlsrc import load_data
     from .commands_core import _reporter
 
     var_map: dict[str, Any] = {}
@@ -111,7 +111,12 @@ def iterate(
         if "=" not in pair:
             raise UsageError(f"--var expects K=V, got '{pair}'")
         k, v = pair.split("=", 1)
-        var_map[k] = yaml.safe_load(v) if v else ""
+        try:  # read as -p values are (YAML 1.2, JSON values only)
+            var_map[k] = load_data(v, f"--var {k}") if v else ""
+        except InvalidPipeline as exc:
+            if not exc.message.startswith("invalid YAML"):
+                raise UsageError(f"--var {k}: {exc.message}") from None
+            var_map[k] = v  # text that does not parse is the text itself, as for -p
     state = _open_state(state_dir, readonly=True)
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import expr as ex
 from .. import overrides, paths
+from ..canonical import CanonicalError
 from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import (
@@ -992,12 +993,12 @@ class Interpreter:
         try:
             args, parts = self._resolve(step, extra)
             self._reads.setdefault(step.id, set()).update(parts.files)
-        except (StepFailure, ExpressionError) as exc:
+            key = parts.key()  # arguments JSON cannot carry fail here, at their element
+        except (StepFailure, ExpressionError, CanonicalError) as exc:
             reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
             self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
             self._journal_failure(step, el_index, None, reason, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
-        key = parts.key()
         contract = self._contract(step, extra, key)
         self._contract_of[(step.id, el_index)] = contract
         if step.id in self.edited_steps:

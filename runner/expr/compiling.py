@@ -15,6 +15,7 @@ from jinja2 import nodes
 
 from ..errors import ExpressionError, Location
 from .parsing import Reference, check_names, clip, parse, refs_of
+from .results import NotJSON, as_json
 from .sandbox import (
     BUDGET,
     MAX_EXPRESSION_CHARS,
@@ -69,7 +70,10 @@ class Expression:
             # A plain lookup (`steps.read.output.data.shots`) hands over data that already
             # exists, however large; only values an expression produces are bounded.
             if not _LOOKUP.match(self.source):
+                value = as_json(value)
                 check_size(value)
+        except NotJSON as exc:
+            raise ExpressionError(f"'{clip(self.source)}' gave {exc}", where=self.where) from None
         except SandboxRefused as exc:
             raise ExpressionError(f"expression refused: {exc}", where=self.where) from None
         except jinja2.exceptions.SecurityError as exc:

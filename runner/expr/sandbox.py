@@ -259,6 +259,9 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
         kwargs.setdefault("undefined", jinja2.StrictUndefined)
         kwargs.setdefault("autoescape", False)
         kwargs.setdefault("keep_trailing_newline", True)
+        # Jinja's optimizer folds constant parts at compile time: it would run filters outside
+        # any budget, and it writes a folded NaN or infinity as `nan`, a name that is not defined.
+        kwargs["optimized"] = False
         super().__init__(**kwargs)
         self.globals.clear()
         self.globals["range"] = bounded_range

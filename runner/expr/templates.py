@@ -14,6 +14,7 @@ import jinja2
 
 from ..errors import InvalidPipeline, Location, TemplateError
 from ..paths import inside
+from ..yamlsrc import decode_utf8
 from .sandbox import (
     BUDGET,
     MAX_NESTING,
@@ -52,7 +53,7 @@ class _RootLoader(jinja2.BaseLoader):
             raise SandboxRefused(
                 f"template '{template}' is over the limit of {MAX_TEMPLATE_CHARS} bytes"
             )
-        text = path.read_text(encoding="utf-8")
+        text = decode_utf8(path.read_bytes(), template)  # InvalidPipeline at the bad byte
         if too_deep(text):
             raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
 
@@ -107,6 +108,10 @@ def render_template(
                 raise SandboxRefused(f"output over the limit of {MAX_RESULT_CHARS} characters")
             chunks.append(chunk)
         out = "".join(chunks)
+    except TemplateError:
+        raise
+    except InvalidPipeline as exc:  # a template file that is not UTF-8, at the bad byte
+        raise TemplateError(exc.message, where=exc.where) from None
     except jinja2.TemplateNotFound as exc:
         raise TemplateError(f"template not found: {exc.name}", where=where) from None
     except jinja2.TemplateSyntaxError as exc:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..canonical import digest
+from ..datafiles import load_yaml
 from ..errors import ExpressionError, InvalidPipeline, Location
 from ..expr import Expression, compile_expression
 from ..paths import inside
@@ -123,11 +122,11 @@ def _parse(text: str, source: str) -> Profile:
     # Keyed by the text itself, so an edited file is re-read and an unchanged one never recompiles.
     where = Location(source)
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = Location(source, mark.line + 1, mark.column + 1) if mark is not None else where
-        raise InvalidPipeline(f"compliance profile is not valid YAML: {exc}", where=loc) from None
+        doc = load_yaml(text, source)
+    except InvalidPipeline as exc:
+        raise InvalidPipeline(
+            f"compliance profile is not valid: {exc.message}", where=exc.where, hint=exc.hint
+        ) from None
     if not isinstance(doc, dict):
         raise InvalidPipeline("a compliance profile must be a mapping", where=where)
     _check_keys(doc, _PROFILE_KEYS, _PROFILE_REQUIRED, "compliance profile", where)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import expr as ex
-from ..errors import Location, TemplateError
+from ..errors import InvalidPipeline, Location, TemplateError
 from ..paths import inside
+from ..yamlsrc import decode_utf8
 from .base import StepContext, StepResult, StepType, invalid
 
 
@@ -76,7 +77,9 @@ class TemplateStep(StepType):
                 raise invalid(f"template file not found: {name}", where)
             label = name
             try:
-                needed = _needed_variables(env, str(path))
+                needed = _needed_variables(env, str(path), name)
+            except InvalidPipeline:
+                raise  # bytes that are not UTF-8, at their line and column
             except Exception as exc:
                 lineno = getattr(exc, "lineno", 0) or 0
                 msg = getattr(exc, "message", None) or str(exc)
@@ -133,14 +136,16 @@ class TemplateStep(StepType):
 _NEEDED: dict[tuple[str, int, int], frozenset[str]] = {}
 
 
-def _needed_variables(env: ex.HardenedEnvironment, path: str) -> frozenset[str]:
-    """Variables a template file reads; parsed once per file version (many steps share one)."""
+def _needed_variables(env: ex.HardenedEnvironment, path: str, name: str) -> frozenset[str]:
+    """Variables a template file reads; parsed once per file version (many steps share one).
+    Raises InvalidPipeline (not UTF-8, located) or jinja2.TemplateSyntaxError."""
     st = os.stat(path)
     sig = (path, st.st_mtime_ns, st.st_size)
     found = _NEEDED.get(sig)
     if found is None:
-        with open(path, encoding="utf-8") as f:
-            found = _NEEDED[sig] = frozenset(ex.template_variables(env, f.read()))
+        with open(path, "rb") as f:
+            text = decode_utf8(f.read(), name)
+        found = _NEEDED[sig] = frozenset(ex.template_variables(env, text))
     return found
 
 
