@@ -28,6 +28,9 @@ from .errors import InvalidPipeline, Location
 Path_ = tuple[Hashable, ...]
 
 MAX_ALIAS_VALUES = 100_000  # values all aliases of a document may repeat, together
+MAX_VALUES = 1_000_000  # values in a pipeline (as many as one value of an expression may hold)
+MAX_DATA_VALUES = 10_000_000  # values in a data document (a `-p` value, a file read at run time)
+MAX_FILE_BYTES = 16_000_000  # a pipeline or card file: larger data belongs in a file it reads
 MAX_INT_DIGITS = 4_300  # Python's own limit for turning an integer into text (and back)
 MAX_DEPTH = 200
 
@@ -136,8 +139,10 @@ def _short(tag: str) -> str:
 class _Builder:
     """Builds one document's values from its node tree, recording positions in ``src``."""
 
-    def __init__(self, src: Sourced) -> None:
+    def __init__(self, src: Sourced, max_values: int) -> None:
         self.src = src
+        self.max_values = max_values
+        self.values = 0  # values of the collections met so far (counted a collection at a time)
         self.seen: set[int] = set()  # collection nodes built once: meeting one again is an alias
         self.sizes: dict[int, int] = {}  # values a collection node stands for, aliases expanded
         self.repeated = 0  # values the aliases met so far repeat
@@ -161,6 +166,14 @@ class _Builder:
                 finally:
                     self.expanding = False
         src.values[path] = _mark(node)
+        if type(node) is not yaml.ScalarNode:
+            self.values += len(node.value)
+            if self.values > self.max_values:
+                raise InvalidPipeline(
+                    f"the document holds over {self.max_values} values",
+                    where=self.at(node),
+                    hint="keep large data in a file the pipeline reads (`uses: read`)",
+                )
         if isinstance(node, yaml.MappingNode):
             if node.tag != _MAP:
                 raise self._unsupported(node)
@@ -321,7 +334,7 @@ def _clip(text: str, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def parse_text(text: str, file: str) -> Sourced:
+def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced:
     """Parse YAML text into a Sourced document. Raises InvalidPipeline with a location."""
     src = Sourced(file, None)
     try:
@@ -345,14 +358,14 @@ def parse_text(text: str, file: str) -> Sourced:
     if node is None:
         src.data = None
         return src
-    src.data = _Builder(src).build(node, ())
+    src.data = _Builder(src, max_values).build(node, ())
     return src
 
 
 def load_data(text: str, file: str) -> Any:
     """A YAML data document (a `-p` value, a file read at run time), read as ``parse_text``
     reads pipelines. Raises InvalidPipeline with a location."""
-    return parse_text(text, file).data
+    return parse_text(text, file, max_values=MAX_DATA_VALUES).data
 
 
 def _reader_problem(exc: yaml.reader.ReaderError) -> str:
@@ -380,6 +393,13 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
     """Read and parse a YAML file (UTF-8). Raises InvalidPipeline with a location."""
     name = display or str(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InvalidPipeline(
+                f"{name} is {size / 1e6:.1f} MB, over the limit of {MAX_FILE_BYTES / 1e6:g} MB",
+                where=Location(name, 1, 1),
+                hint="keep large data in a file the pipeline reads (`uses: read`)",
+            )
         raw = path.read_bytes()
     except FileNotFoundError:
         raise InvalidPipeline(f"no such file: {name}") from None

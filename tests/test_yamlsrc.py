@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from runner.errors import InvalidPipeline, Location
-from runner.yamlsrc import MAX_ALIAS_VALUES, parse_text
+from runner.yamlsrc import (
+    MAX_ALIAS_VALUES,
+    MAX_FILE_BYTES,
+    MAX_VALUES,
+    load_data,
+    parse_file,
+    parse_text,
+)
 
 from .conftest import runner_bin
 
@@ -136,3 +143,23 @@ def test_a_real_apply_renders_values_as_written(tmp_path: Path) -> None:
     (execution,) = json.loads(shown.stdout)["executions"]
     assert execution["step_id"] == "on"
     assert execution["output"]["text"] == "country=NO zip=10 t=12:30 ok=yes d=2024-01-01"
+
+
+def test_a_pipeline_of_over_a_million_values_is_refused_before_it_is_built() -> None:
+    text = "runner: 1\nsteps:\n  a:\n    with:\n      v: [" + "1," * MAX_VALUES + "1]\n"
+    with pytest.raises(InvalidPipeline, match=f"holds over {MAX_VALUES} values") as info:
+        parse_text(text, "big.yaml")
+    assert info.value.where == Location("big.yaml", 5, 10)
+    assert "uses: read" in (info.value.hint or "")
+    # A data document may hold more (a file read at run time), up to its own bound.
+    assert len(load_data("[" + "1," * MAX_VALUES + "1]", "data.yaml")) == MAX_VALUES + 1
+
+
+def test_a_pipeline_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as f:
+        f.write(b"runner: 1\nname: huge\nsteps: {}\n")
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing to read, only the size counts
+    with pytest.raises(InvalidPipeline, match="MB, over the limit of 16 MB") as info:
+        parse_file(path, "huge.yaml")
+    assert info.value.where == Location("huge.yaml", 1, 1)

@@ -147,10 +147,45 @@ def _check_format(template: object, args: Iterable[Any], kwargs: Mapping[str, An
     _check_args(args, kwargs, formatting=True)
 
 
+# str -> str filters whose result may be longer than their input, by at most this factor:
+# percent-encoding a 4-byte character gives 12, an HTML entity 5, a case change 3 (a ligature).
+_GROWTH = {
+    "do_urlencode": 12,
+    "escape": 5,
+    "do_forceescape": 5,
+    "do_xmlattr": 6,
+    "do_urlize": 10,
+    "do_upper": 3,
+    "do_lower": 3,
+    "do_title": 3,
+    "do_capitalize": 3,
+    "upper": 3,
+    "lower": 3,
+    "title": 3,
+    "capitalize": 3,
+    "swapcase": 3,
+    "casefold": 3,
+}
+_SPLITS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
 def _estimate(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
-    """Size of a result before making it, for the operations that multiply their input."""
+    """Size of a result before making it, for the operations that multiply their input (the
+    result is measured after as well: this keeps the making itself bounded)."""
+    if name == "do_tojson":
+        indent = args[0] if args else kwargs.get("indent")
+        return _measure(value) + _json_lines(value) * (indent if isinstance(indent, int) else 0)
+    if name == "do_join" and isinstance(value, (list, tuple, dict, str, range)):
+        sep = args[0] if args else kwargs.get("d", "")
+        return _measure(value) + len(value) * (len(sep) if isinstance(sep, str) else 0)
+    if name == "do_slice" and args and isinstance(args[0], int):
+        return _measure(value) + args[0] * _ELEMENT_WEIGHT
+    if name in ("do_format", "format", "format_map", "%"):
+        return _format_size(value, args, kwargs)
     if not isinstance(value, str):
-        return 0
+        return _measure(value) * _GROWTH[name] if name in _GROWTH else 0
+    if name in _GROWTH:
+        return len(value) * _GROWTH[name]
     if name in ("replace", "do_replace") and len(args) >= 2:
         old, new = args[0], args[1]
         if isinstance(old, str) and isinstance(new, str):
@@ -166,9 +201,55 @@ def _estimate(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str,
         wrap = args[3] if len(args) > 3 else kwargs.get("wrapstring") or "\n"
         if isinstance(width, int) and isinstance(wrap, str):
             return len(value) + (len(value) // max(width, 1) + 1) * len(wrap)
-    if name == "join" and args and isinstance(args[0], (list, tuple)):
+    if name == "join" and args and isinstance(args[0], (list, tuple, range)):
         return len(value) * len(args[0]) + _measure(args[0])
+    if name == "translate" and args and isinstance(args[0], dict):
+        longest = max((len(v) for v in args[0].values() if isinstance(v, str)), default=1)
+        return len(value) * max(longest, 1)
+    if name in ("split", "rsplit"):
+        sep = args[0] if args else kwargs.get("sep")
+        parts = value.count(sep) + 1 if isinstance(sep, str) and sep else len(value) // 2 + 1
+        return len(value) + parts * _ELEMENT_WEIGHT
+    if name == "splitlines":
+        return len(value) + (sum(value.count(c) for c in _SPLITS) + 1) * _ELEMENT_WEIGHT
+    if name in ("do_list", "list"):
+        return len(value) * _ELEMENT_WEIGHT
     return 0
+
+
+def _json_lines(value: object) -> int:
+    """Lines of ``value`` serialised with an indent, times its depth: what indenting adds,
+    in units of the indent (the walk stops past the result limit)."""
+    total = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack and total <= MAX_RESULT_CHARS:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            total += (len(item) + 1) * depth
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            total += (len(item) + 1) * depth
+            stack.extend((v, depth + 1) for v in item)
+    return total
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def _format_size(template: object, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """A bound on a format's result: the template, every width and precision it names (each
+    spec may pad to its number), every integer argument (a `*` width), and the arguments."""
+    if not isinstance(template, str):
+        return 0
+    values = [*args, *kwargs.values()]
+    if len(values) == 1 and isinstance(values[0], (tuple, dict)):  # `'%s %s' % (a, b)`
+        inner = values[0]
+        values = list(inner.values() if isinstance(inner, dict) else inner)
+    size = len(template) + sum(int(n) for n in _NUMBERS.findall(template))
+    for v in values:
+        size += abs(v) if isinstance(v, int) and not isinstance(v, bool) else 0
+        size += _measure(v) * 2  # repr() of a value: quotes and escapes
+    return size
 
 
 _REFUSED_METHODS = frozenset({"expandtabs"})  # no use in a pipeline, multiplies its input
@@ -183,6 +264,9 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     def guarded(*args: Any, **kwargs: Any) -> Any:
         tick()
         value, rest = (args[skip], args[skip + 1 :]) if len(args) > skip else (None, ())
+        if name == "do_join" and isinstance(value, Iterator):
+            value = list(_loop(value))  # read under the budget, so its size can be estimated
+            args = (*args[:skip], value, *rest)
         if name in ("do_format", "format"):
             _check_format(value, rest, kwargs)
         else:
@@ -314,6 +398,8 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
                 raise SandboxRefused("product would be too large")
         elif operator == "%" and isinstance(left, str):
             _check_format(left, right if isinstance(right, tuple) else (right,), {})
+            if _estimate("%", left, (right,), {}) > MAX_RESULT_CHARS:
+                raise SandboxRefused("format result would be too large")
         elif operator == "+" and _measure(left) + _measure(right) > MAX_RESULT_CHARS:
             raise SandboxRefused("sum would be too large")
         result = super().call_binop(context, operator, left, right)
@@ -332,6 +418,8 @@ class HardenedEnvironment(ImmutableSandboxedEnvironment):
                 raise SandboxRefused(f"str.{method} is not available in the sandbox")
             if method in ("format", "format_map"):
                 _check_format(owner, args, kwargs)
+            if method == "join" and args and isinstance(args[0], Iterator):
+                args = (list(_loop(args[0])), *args[1:])  # read under the budget, then sized
             if _estimate(method, owner, args, kwargs) > MAX_RESULT_CHARS:
                 raise SandboxRefused(f"'{method}' result would be too large")
         _check_args(args, kwargs)
