@@ -159,7 +159,7 @@ class _Builder:
             if id(node) not in self.seen:
                 self.seen.add(id(node))
             elif not self.expanding:  # an alias: counted whole here, not again inside
-                self._repeat(node, path)
+                self._repeat(node, None)  # check_aliases refused a document over the bound
                 self.expanding = True
                 try:
                     return self.build(node, path, depth)
@@ -275,14 +275,34 @@ class _Builder:
             where=self.at(node),
         )
 
-    def _repeat(self, node: yaml.Node, path: Path_) -> None:
-        """An alias met: count the values it repeats, refusing past the document's bound
-        before building any of them."""
+    def check_aliases(self, root: yaml.Node) -> None:
+        """Walk the node tree in document order without building anything, counting what each
+        alias repeats; refuse at the first alias past the bound (held by the key at ``at``)."""
+        seen: set[int] = set()
+        stack: list[tuple[yaml.Node, tuple[int, int] | None]] = [(root, None)]
+        while stack:
+            node, at = stack.pop()
+            if type(node) is yaml.ScalarNode:
+                continue
+            if id(node) in seen:
+                self._repeat(node, Location(self.src.file, *(at or _mark(node))))
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                for key, value in reversed(node.value):
+                    stack.append((value, _mark(key)))
+                    stack.append((key, _mark(key)))
+            else:
+                stack.extend((item, at) for item in reversed(node.value))
+        self.repeated = 0  # counted again, without refusing, as the values are built
+
+    def _repeat(self, node: yaml.Node, where: Location | None) -> None:
+        """An alias met: count the values it repeats, refusing past the document's bound."""
         self.repeated += self._size(node)
-        if self.repeated > MAX_ALIAS_VALUES:
+        if self.repeated > MAX_ALIAS_VALUES and where is not None:
             raise InvalidPipeline(
                 f"aliases (*name) repeat over {MAX_ALIAS_VALUES} values in this document",
-                where=self.src.where(path, key=True),
+                where=where,
                 hint="a document that expands this much is refused (an alias bomb?)",
             )
 
@@ -358,7 +378,10 @@ def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced
     if node is None:
         src.data = None
         return src
-    src.data = _Builder(src, max_values).build(node, ())
+    builder = _Builder(src, max_values)
+    if "*" in text:  # an alias is written `*name`: only then can a value repeat
+        builder.check_aliases(node)
+    src.data = builder.build(node, ())
     return src
 
 
