@@ -91,7 +91,11 @@ def test_hostile_template_is_refused(
     variables = {"x": object(), "f": helper, "name": "/etc/passwd", "who": "w"}
     outcome = attempt(lambda: render_template(env, text=text, variables=variables))
     assert isinstance(outcome.error, TemplateError), outcome.error
-    assert expected in str(outcome.error)
+    message = str(outcome.error)
+    # The step budget and the time budget both stop a loop bomb: which comes first depends on
+    # how loaded the machine is (100,000 steps take ~0.3 s idle, over 0.8 s at load 13).
+    slow = expected.startswith("over the limit of 100000") and "took longer than" in message
+    assert expected in message or slow, message
     assert "SECRET-OUTSIDE" not in str(outcome.error) and "s3cr3t" not in str(outcome.error)
     assert outcome.seconds < MAX_SECONDS
     assert outcome.peak_bytes < MAX_PEAK_BYTES
