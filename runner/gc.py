@@ -9,13 +9,13 @@ references it, or when it is newer than the oldest running run (an apply may be 
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import UsageError
+from .store.journal import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -190,8 +190,9 @@ def _referenced(journal: Any, *, exclude_execs: set[int], exclude_runs: set[str]
     for e in journal.query("SELECT id, run_id, artifacts, files, output, report FROM executions"):
         if e["id"] in exclude_execs:
             continue
-        refs.update(json.loads(e["artifacts"] or "[]"))
-        refs.update((json.loads(e["files"] or "{}") or {}).values())
+        # a damaged record stops gc with the way forward (deleting past it could lose objects)
+        refs.update(loads(e["artifacts"]) or [])
+        refs.update((loads(e["files"]) or {}).values())
         for text in (e["output"], e["report"]):  # outputs may name objects they did not declare
             if text:
                 refs.update(_HEX.findall(text))

@@ -65,11 +65,19 @@ class RunnerGroup(click.Group):
 
 
 def _journal_damage(exc: Exception) -> RunnerError | None:
-    """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors."""
+    """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors, and
+    for JSON that does not parse: runner's own documents it reads back are journal records
+    (input files and -p values have their own errors), so one cut off means a damaged record."""
+    from ..store.journal import REPAIR_HINT, is_damage
+
+    if isinstance(exc, json.JSONDecodeError):
+        return StoreError(
+            f"a journal record cannot be read back (bad JSON: {exc}); the journal may be damaged",
+            hint=REPAIR_HINT,
+        )
     sqlite3 = sys.modules.get("sqlite3")  # not imported at start-up for this
     if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
         return None
-    from ..store.journal import REPAIR_HINT, is_damage
 
     if not is_damage(exc):
         return None

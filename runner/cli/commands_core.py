@@ -416,6 +416,8 @@ def verify(
             f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
             f"{len(problems)} problems"
         )
+        if problems and not repair:
+            click.echo("mend them (it lists what it changes and asks): runner verify --repair")
     sys.exit(code)
 
 
