@@ -62,6 +62,7 @@ class CompiledStep:
     cache: CachePolicy = CachePolicy.USE
     for_each: ex.Compiled = None
     concurrency: int | None = None
+    resources: dict[str, float] | None = None  # Dask worker resources (not part of the key)
     version: str | None = None
     on_partial: str = "wait"
     on_skipped: str = "skip"
@@ -430,6 +431,7 @@ def _compile_step(
         else CachePolicy.ALWAYS_RUN,
         for_each=for_each,
         concurrency=raw.get("concurrency", defaults.get("concurrency")),
+        resources=raw.get("resources"),
         version=None if version is None else str(version),
         on_partial=raw.get("on_partial", "wait"),
         on_skipped=raw.get("on_skipped", "skip"),

@@ -224,9 +224,7 @@ def _mark(conn: sqlite3.Connection, plan: RepairPlan) -> None:
     for table, col, rowid in plan.bad_json:
         conn.execute(f"UPDATE {table} SET {col}=NULL WHERE rowid=?", (rowid,))
     for e in plan.executions:
-        conn.execute(
-            "UPDATE executions SET status='lost', error=? WHERE id=?", (note, e["id"])
-        )
+        conn.execute("UPDATE executions SET status='lost', error=? WHERE id=?", (note, e["id"]))
     for c in plan.calls:
         conn.execute(
             "UPDATE calls SET status='lost', error=?, result=NULL WHERE key=?",

@@ -50,9 +50,7 @@ def referenced(conn: sqlite3.Connection) -> dict[str, str]:
             refs.setdefault(d, label)
         for d in (_json(files, {}) or {}).values():
             refs.setdefault(d, label)
-    for row in conn.execute(
-        "SELECT run_id, raw, final FROM iterations WHERE status IS NOT 'lost'"
-    ):
+    for row in conn.execute("SELECT run_id, raw, final FROM iterations WHERE status IS NOT 'lost'"):
         for d in row[1:]:
             if d:
                 refs.setdefault(d, f"iterations of run {row[0]}")

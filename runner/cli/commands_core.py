@@ -76,6 +76,25 @@ def _install_sigterm() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @max_cost_option
 @click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="Where step bodies run: here, or on a Dask cluster (pip install 'runner[dask]').",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="URL",
+    help="With --executor dask: an existing cluster's scheduler (tcp://HOST:8786).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --executor dask and no --scheduler: worker processes of a local cluster (2).",
+)
+@click.option(
     "--remote",
     default=None,
     metavar="URL",
@@ -97,6 +116,9 @@ def apply(
     retry_uncertain: bool,
     quiet: bool,
     max_cost: float | None,
+    executor: str,
+    scheduler: str | None,
+    workers: int | None,
     remote: str | None,
     state_dir: str | None,
     as_json: bool,
@@ -146,9 +168,20 @@ def apply(
     from ..engine.plandoc import check_budget_first
 
     check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
-    options = ApplyOptions(force=forced, item=item, retry_uncertain=retry_uncertain, remote=remote)
+    options = ApplyOptions(
+        force=forced,
+        item=item,
+        retry_uncertain=retry_uncertain,
+        remote=remote,
+        executor=executor,
+        scheduler=scheduler,
+        workers=workers,
+    )
+    if (scheduler or workers) and executor != "dask":
+        raise UsageError("--scheduler and --workers go with --executor dask")
     if jobs:
         options.jobs = jobs
+        options.jobs_given = True
     state = State.open(state_path)
     reporter = _reporter(as_json, len(plan.order), events_file, quiet)
     _install_sigterm()

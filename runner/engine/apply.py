@@ -188,6 +188,13 @@ async def apply_plan_async(
             if waiting:
                 options.resume_run_id = waiting[0]["id"]
         providers = _LazyProviders(plan.root)
+        executor = None
+        if options.executor == "dask":
+            from .executors import DaskExecutor
+
+            executor = await DaskExecutor.open(options.scheduler, options.workers)
+            if not options.jobs_given:
+                options.jobs = await executor.slots()  # bodies in flight: the cluster's threads
         interpreter = Interpreter(
             plan,
             journal=state.journal,
@@ -198,12 +205,15 @@ async def apply_plan_async(
             providers=providers,
         )
         interpreter.remote = remote_link(plan, state, options, interpreter.emit_warning)
+        interpreter.executor = executor
         if on_start is not None:
             on_start(interpreter.run_id)
         try:
             report = await interpreter.apply()
         finally:
             await providers.aclose()
+            if executor is not None:
+                await executor.close()
         if interpreter.remote is not None:
             report.remote = interpreter.remote.summary()
         return report

@@ -40,6 +40,7 @@ from ..store.journal import CachedResult, Journal, dumps
 from ..store.objects import ObjectStore
 from . import gates
 from .events import Event, EventType, NullReporter, Reporter
+from .executors import Executor
 from .files import FileHasher
 from .keys import KeyParts
 from .remote_link import RemoteLink
@@ -137,6 +138,12 @@ class ApplyOptions:
     # what the remote has and run nothing else (`runner cache pull`).
     remote: str | None = None
     remote_only: bool = False
+    # Where step bodies run: "local", or "dask" (a LocalCluster of `workers` processes, or the
+    # cluster at `scheduler`). jobs_given: --jobs was set (else dask uses the cluster's threads).
+    executor: str = "local"
+    scheduler: str | None = None
+    workers: int | None = None
+    jobs_given: bool = False
     # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
     reuse: dict[str, StepOutcome] = field(default_factory=dict)
 
@@ -283,6 +290,7 @@ class Interpreter:
         # (see _run_all): the records are not on the path from one process to the next.
         self._deferred: list[Callable[[], None]] = []
         self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
+        self.executor: Executor | None = None  # set by apply for --executor dask (else local)
 
     # -- events --------------------------------------------------------------------------------
 
@@ -1124,7 +1132,11 @@ class Interpreter:
             )
             retryable = False
             try:
-                coro = step.type.run(ctx, args)
+                coro = (
+                    self.executor.run(step.type, ctx, args, resources=step.resources)
+                    if self.executor is not None
+                    else step.type.run(ctx, args)
+                )
                 result: StepResult = await (
                     asyncio.wait_for(coro, step.timeout) if step.timeout else coro
                 )
@@ -1309,6 +1321,7 @@ class Interpreter:
                 reason="partial",
                 duration_s=duration,
             )
+        where = getattr(self.executor, "where", {}).get((step.id, index))
         self.emit(
             EventType.STEP_PASSED,
             step.id,
@@ -1316,6 +1329,7 @@ class Interpreter:
             key=key,
             duration_s=round(duration, 6),
             attempts=attempt,
+            **({"worker": where} if where else {}),
         )
         return ElementOutcome(el_index, StepStatus.RAN, key, result.output, duration_s=duration)
 

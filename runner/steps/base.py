@@ -128,6 +128,8 @@ class StepType:
       produces_prompt: ``runner render`` shows this step's output ``text``.
       predictable: ``run`` only reads its key's inputs and returns its output (no objects, no
         files, no provider, no awaiting): ``runner plan`` may compute it to see past it.
+      runs_anywhere: the body needs only its arguments, the root, the object store, its log
+        and feedback (no provider, journal or gate), so `--executor dask` may run it on a worker.
       shareable: a result may be shared through a remote cache (false for steps whose effect
         is a human decision or state outside the object store).
     """
@@ -140,6 +142,7 @@ class StepType:
     produces_prompt: ClassVar[bool] = False
     predictable: ClassVar[bool] = False
     shareable: ClassVar[bool] = True
+    runs_anywhere: ClassVar[bool] = False
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         """Extra compile-time checks beyond the schema (e.g. a template file exists).

@@ -27,6 +27,7 @@ FAILED = "failed"
 
 class FinalizeStep(StepType):
     name = "finalize"
+    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Resize, title and encode images to a compliance profile, and check them."
     schema: ClassVar[dict[str, Any]] = {

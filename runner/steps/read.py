@@ -56,6 +56,7 @@ def _matches(root: Path, pattern: str) -> list[str]:
 
 class ReadStep(StepType):
     name = "read"
+    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Read a file or a glob of files (as text, JSON/YAML data, or paths)."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it

@@ -30,6 +30,7 @@ def _inside_now(root: Path, rel: str) -> Path:
 
 class ShellStep(StepType):
     name = "shell"
+    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Run a command with /bin/sh in the pipeline's directory."
     schema: ClassVar[dict[str, Any]] = {

@@ -1,0 +1,307 @@
+"""Step bodies on a Dask cluster (`runner apply --executor dask`), real processes throughout.
+
+Same keys, outputs and exit codes as the local executor; a worker SIGKILLed mid-run costs
+nothing but time; worker resources place steps only where declared.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from .conftest import REPO
+
+pytest.importorskip("distributed")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def _apply(root: Path, file: str, *extra: str, timeout: float = 300) -> dict[str, Any]:
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "apply",
+            file,
+            "--json",
+            "-q",
+            "--state",
+            ".runner",
+            *extra,
+        ],
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert "Traceback" not in res.stderr, res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    assert doc["exit_code"] == res.returncode
+    return doc
+
+
+def _keys(root: Path) -> dict[tuple[str, int], tuple[str, str]]:
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        rows = db.execute(
+            "SELECT step_id, element, key, output FROM executions WHERE status='completed'"
+        ).fetchall()
+    finally:
+        db.close()
+    return {(s, e): (k, o) for s, e, k, o in rows}
+
+
+def _files(root: Path, sub: str) -> dict[str, bytes]:
+    base = root / sub
+    return {
+        str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()
+    }
+
+
+def _scene_project(root: Path) -> None:
+    (root / "pipelines").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines" / "scene-detail.yaml", root / "pipelines")
+    for d in ("cards", "prompts/scene_detail", "examples/scene-detail"):
+        shutil.copytree(REPO / d, root / d)
+
+
+def _thumb_project(root: Path) -> None:
+    (root / "pipelines").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines" / "thumbnail.yaml", root / "pipelines")
+    shutil.copytree(REPO / "prompts" / "thumbnail", root / "prompts" / "thumbnail")
+
+
+@pytest.mark.parametrize(
+    ("make", "file"),
+    [(_scene_project, "pipelines/scene-detail.yaml"), (_thumb_project, "pipelines/thumbnail.yaml")],
+)
+def test_shipped_pipelines_give_the_same_keys_outputs_and_exit_codes(
+    tmp_path: Path, make: Any, file: str
+) -> None:
+    local, dask = tmp_path / "local", tmp_path / "dask"
+    make(local)
+    make(dask)
+    a = _apply(local, file)
+    b = _apply(dask, file, "--executor", "dask", "--workers", "2")
+    assert a["exit_code"] == b["exit_code"] == 0
+    assert [(s["id"], s["status"], s["key"]) for s in a["steps"]] == [
+        (s["id"], s["status"], s["key"]) for s in b["steps"]
+    ]
+    assert _keys(local).keys() == _keys(dask).keys()
+    assert sorted(v[0] for v in _keys(local).values()) == sorted(v[0] for v in _keys(dask).values())
+    objects_a = _files(local, ".runner/objects")
+    assert objects_a == _files(dask, ".runner/objects")
+
+
+def _fanout(root: Path, n: int, sleep: float) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pipeline.yaml").write_text(
+        "runner: 1\nname: fan\nsteps:\n  each:\n    uses: shell\n"
+        f"    for_each: {list(range(n))}\n"
+        "    with:\n"
+        f'      run: "sleep {sleep} && echo ${{{{ item }}}} > out/e${{{{ item }}}}.txt"\n'
+        '      outputs: ["out/e${{ item }}.txt"]\n',
+        encoding="utf-8",
+    )
+
+
+def _workers_of(pid: int) -> list[psutil.Process]:
+    """The Dask worker processes under an apply (nannies' children)."""
+    out = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "multiprocessing" in cmd or "spawn" in cmd:
+            out.append(child)
+    return out
+
+
+def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    _fanout(root, 200, 0.05)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "apply",
+            "pipeline.yaml",
+            "--json",
+            "-q",
+            "--state",
+            ".runner",
+            "--executor",
+            "dask",
+            "--workers",
+            "2",
+        ],
+        cwd=root,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out_dir = root / "out"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if out_dir.is_dir() and len(list(out_dir.iterdir())) >= 40:
+            break
+        time.sleep(0.05)
+    workers = _workers_of(proc.pid)
+    assert workers, "no Dask worker process found under the apply"
+    victim = max(workers, key=lambda p: p.create_time())  # a worker, not a nanny or the tracker
+    victim.send_signal(signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=300)
+    doc = json.loads(stdout)
+    assert doc["exit_code"] == 0, stderr
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        rows = db.execute(
+            "SELECT element, COUNT(*) FROM executions WHERE step_id='each' AND status='completed' "
+            "GROUP BY element"
+        ).fetchall()
+    finally:
+        db.close()
+    assert len(rows) == 200 and all(count == 1 for _e, count in rows)
+    assert sorted(int(p.read_text()) for p in out_dir.iterdir()) == list(range(200))
+    verify = subprocess.run(
+        [sys.executable, "-m", "runner", "verify", "--state", ".runner", "--json"],
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verify.returncode == 0, verify.stdout
+
+
+def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -> None:
+    port = _free_port()
+    scheduler = f"tcp://127.0.0.1:{port}"
+    env = _env()
+    procs = [
+        subprocess.Popen(
+            [
+                "dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                ":0",
+                "--no-show",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        time.sleep(1.0)
+        for name, extra in (("gpu", ["--resources", "GPU=1"]), ("cpu", [])):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "dask",
+                        "worker",
+                        scheduler,
+                        "--nthreads",
+                        "2",
+                        "--name",
+                        name,
+                        "--no-dashboard",
+                        *extra,
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        root = tmp_path / "g"
+        root.mkdir()
+        (root / "pipeline.yaml").write_text(
+            "runner: 1\nname: gpu\nsteps:\n"
+            "  render:\n    uses: shell\n    resources: {GPU: 1}\n"
+            f"    for_each: {list(range(6))}\n"
+            "    with:\n"
+            '      run: "echo start $(date +%s.%N) > out/g${{ item }}.txt && sleep 0.3 '
+            '&& echo end $(date +%s.%N) >> out/g${{ item }}.txt"\n'
+            '      outputs: ["out/g${{ item }}.txt"]\n'
+            "  plain:\n    uses: shell\n"
+            f"    for_each: {list(range(6))}\n"
+            "    with:\n"
+            '      run: "echo ${{ item }} > out/c${{ item }}.txt"\n'
+            '      outputs: ["out/c${{ item }}.txt"]\n',
+            encoding="utf-8",
+        )
+        events = root / "events.jsonl"
+        _wait_workers(scheduler, 2)
+        doc = _apply(
+            root,
+            "pipeline.yaml",
+            "--executor",
+            "dask",
+            "--scheduler",
+            scheduler,
+            "--events",
+            str(events),
+        )
+        assert doc["exit_code"] == 0
+        passed = [json.loads(line) for line in events.read_text().splitlines()]
+        passed = [e for e in passed if e["type"] == "StepPassed" and e["step"] == "render"]
+        assert len(passed) == 6
+        workers = {e["worker"] for e in passed}
+        assert len(workers) == 1  # only the worker that declares a GPU
+        spans = []
+        for i in range(6):
+            start, end = (
+                float(line.split()[1])
+                for line in (root / "out" / f"g{i}.txt").read_text().splitlines()
+            )
+            spans.append((start, end))
+        spans.sort()
+        assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # one at a time
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_workers(scheduler: str, n: int) -> None:
+    from distributed import Client
+
+    with Client(scheduler, timeout=30) as client:
+        client.wait_for_workers(n, timeout=60)
