@@ -22,6 +22,8 @@ script = [
   {match = "(?s)^terse.*write the report", reply = "Body without a title"},
   {match = "classify", reply = "```json\\n{\\"label\\": \\"invoice\\"}\\n```"},
   {match = "bad json", reply = "{not json"},
+  {match = "nan json", reply = '{"score": NaN}'},
+  {match = "huge json", reply = '{"score": 1e400}'},
 ]
 """
 
@@ -103,6 +105,21 @@ def test_reply_that_is_not_json_fails_the_check(tmp_path: Path) -> None:
     with pytest.raises(StepFailure, match="not valid JSON") as info:
         run(env, {"prompt": "bad json please", "format": "json"})
     assert info.value.check
+
+
+@pytest.mark.parametrize(
+    ("prompt", "problem"),
+    [("nan json please", "'NaN' is not JSON"), ("huge json please", "1e400 is out of range")],
+)
+def test_a_reply_json_cannot_carry_fails_the_check(
+    tmp_path: Path, prompt: str, problem: str
+) -> None:
+    """Python's json reads NaN and 1e400 (inf): such a reply would reach the journal, and
+    `runs show --json`, as NaN. It fails the check instead (and is retried with feedback)."""
+    env = make_env(tmp_path, SCRIPT)
+    with pytest.raises(StepFailure, match="not valid JSON") as info:
+        run(env, {"prompt": prompt, "format": "json"})
+    assert info.value.check and problem in info.value.reason
 
 
 def test_unscripted_schema_replies_satisfy_the_schema(tmp_path: Path) -> None:

@@ -9,14 +9,14 @@ attempt number joins the key, so the retry is a new call that carries the feedba
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..canonical import digest
-from ..errors import Location, ProviderError, StepFailure
+from ..datafiles import load_json
+from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
 from ..providers.calls import (
     CallLog,
@@ -71,9 +71,9 @@ def parse_json_reply(text: str) -> Any:
     """
     m = _FENCE.match(text)
     body = m[1] if m else text
-    try:
-        return json.loads(body)
-    except ValueError as exc:
+    try:  # strict: a NaN or an overflowing number would not survive the journal as JSON
+        return load_json(body, "reply")
+    except InvalidPipeline as exc:
         raise StepFailure(
             f"the reply is not valid JSON ({exc}): {text[:200]!r}", check=True
         ) from None
