@@ -101,6 +101,10 @@ class StoreError(RunnerError):
     exit_code = 1
 
 
+class DiskFull(StoreError):
+    """The disk holding the state directory is full: the run stops, what finished is kept."""
+
+
 class Busy(RunnerError):
     """Another apply holds what this one needs (the same item, the same state directory)."""
 

@@ -79,6 +79,11 @@ def _journal_damage(exc: Exception) -> RunnerError | None:
     if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
         return None
 
+    if "disk is full" in str(exc):  # a write outside an apply's batches (the run is not
+        return StoreError(  # marked: the next apply marks it interrupted)
+            f"the disk holding the journal is full: {exc}",
+            hint="free some space (or copy the project to a bigger disk), then try again",
+        )
     if not is_damage(exc):
         return None
     return StoreError(f"the journal is damaged: {exc}", hint=REPAIR_HINT)

@@ -27,6 +27,7 @@ from ..canonical import CanonicalError
 from ..canonical import digest as canonical_digest
 from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import (
+    DiskFull,
     ExpressionError,
     InvalidPipeline,
     ProviderError,
@@ -333,6 +334,10 @@ class Interpreter:
             if self.remote is not None:
                 await self.remote.drain()  # pushes finish before the run is reported done
             return report
+        except DiskFull as exc:
+            # the pending batch and "interrupted" go in on the space the journal kept aside
+            self.journal.stop_for_full_disk(exc)
+            raise
         finally:
             try:
                 self.journal.end_batch()
@@ -801,7 +806,15 @@ class Interpreter:
             async with limit:
                 return await self._execution(step, index, item, has_item=True)
 
-        elements = list(await asyncio.gather(*(one(i, it) for i, it in enumerate(items))))
+        # Every element ends before an error (a full disk) leaves the step: none is left
+        # running with an exception no one retrieves.
+        results = await asyncio.gather(
+            *(one(i, it) for i, it in enumerate(items)), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        elements = [r for r in results if isinstance(r, ElementOutcome)]
         failed = [e for e in elements if e.status is StepStatus.FAILED]
         ok = [e for e in elements if e.status.succeeded or e.status is StepStatus.PARTIAL]
         output = [e.output for e in elements if e.status.succeeded]
@@ -1152,6 +1165,8 @@ class Interpreter:
                 retryable, check_failure = exc.transient, False
             except InvalidPipeline as exc:
                 reason, retryable, check_failure = str(exc), False, False
+            except DiskFull:
+                raise  # not this step's failure: the run stops (see apply)
             except RunnerError as exc:
                 reason, retryable, check_failure = str(exc), False, False
             except asyncio.CancelledError:

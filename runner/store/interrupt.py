@@ -9,7 +9,9 @@ from typing import Any
 REASON = "interrupted: the process ended without finishing the run"
 
 
-def mark_interrupted(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> None:
+def mark_interrupted(
+    conn: sqlite3.Connection, where: str, args: tuple[Any, ...], *, reason: str = REASON
+) -> None:
     """Runs matching ``where`` (a condition on runs) that are still `running` become failed,
     and their running executions interrupted. Runs inside the caller's transaction."""
     conn.execute(
@@ -19,7 +21,7 @@ def mark_interrupted(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]
     )
     conn.execute(
         f"UPDATE runs SET status='failed', reason=? WHERE status='running' AND {where}",
-        (REASON, *args),
+        (reason, *args),
     )
 
 

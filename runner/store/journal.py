@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFound, StoreError
+from ..errors import DiskFull, NotFound, StoreError
 
 Migration = Callable[[Any], None]
 
@@ -299,6 +299,32 @@ def loads(text: str | None) -> Any:
 _DAMAGE = ("malformed", "not a database", "no such table", "no such column", "corrupt")
 
 
+def _is_full(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
+
+
+RESERVE = "journal.reserve"
+_RESERVE_BYTES = 256 * 1024
+
+
+def keep_reserve(state_dir: Path) -> None:
+    """Keep a small file of space aside: freed when the disk fills, it lets the journal record
+    the last batch and the interruption (best effort: a full disk already has none)."""
+    path = state_dir / RESERVE
+    if path.exists():
+        return
+    try:
+        with open(path, "wb") as f:
+            f.truncate(0)
+            f.write(b"\0" * _RESERVE_BYTES)
+    except OSError:
+        path.unlink(missing_ok=True)
+
+
+def release_reserve(state_dir: Path) -> None:
+    (state_dir / RESERVE).unlink(missing_ok=True)
+
+
 def is_damage(exc: Exception) -> bool:
     """Whether an SQLite error means damage (not a lock, a full disk or a bug of ours)."""
     text = str(exc).lower()
@@ -352,6 +378,9 @@ class Journal:
         self.conn = conn
         self.path = path
         self._batching = False
+        # The writes of the open batch, to write again if a full disk rolls the batch back.
+        self._ops: list[Callable[[], object]] = []
+        self._full: DiskFull | None = None  # set once the disk filled up: nothing more is written
         # Called before every commit during an apply: the object store makes the objects the
         # records name durable first (grouped fsyncs; see ObjectStore.sync).
         self.before_commit: Callable[[], None] | None = None
@@ -392,6 +421,8 @@ class Journal:
         try:
             journal._migrate()
             journal._check_tables()
+            if not readonly:
+                keep_reserve(state_dir)
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise damaged_journal(path, exc) from exc
@@ -447,12 +478,64 @@ class Journal:
             self._durable_then("COMMIT")
 
     def _durable_then(self, sql: str) -> None:
-        if self.before_commit is not None:
-            self.before_commit()
-        self.conn.execute(sql)
+        try:
+            if self.before_commit is not None:
+                self.before_commit()
+            self.conn.execute(sql)
+        except sqlite3.OperationalError as exc:
+            if not _is_full(exc):
+                raise
+            self.stop_for_full_disk(exc)
+        self._ops.clear()
+
+    def _do(self, op: Callable[[], Any]) -> Any:
+        """Run one write; kept for replay while a batch is open (see stop_for_full_disk)."""
+        if self._full is not None:
+            raise self._full
+        try:
+            result = op()
+        except sqlite3.OperationalError as exc:
+            if not _is_full(exc):
+                raise
+            self.stop_for_full_disk(exc)
+        if self._batching and self.conn.in_transaction:
+            self._ops.append(op)
+        return result
+
+    def stop_for_full_disk(self, cause: BaseException) -> None:
+        """The disk is full: free the reserve kept for this moment, commit what the open batch
+        recorded (SQLite rolled it back: it is written again) and mark this process's running
+        runs interrupted, then refuse every later write. Always raises DiskFull."""
+        if self._full is not None:
+            raise self._full
+        self._full = DiskFull(
+            f"the disk holding {self.path.parent} is full ({cause}); the run stopped and is "
+            "marked interrupted, and everything it finished is recorded",
+            hint="free some space (or copy the project to a bigger disk), then apply again: "
+            "it resumes where it stopped",
+        )
+        release_reserve(self.path.parent)
+        from .interrupt import mark_interrupted
+
+        ops, self._ops = self._ops, []
+        try:
+            if not self.conn.in_transaction:
+                self.conn.execute("BEGIN IMMEDIATE")
+                for op in ops:
+                    op()
+            mark_interrupted(
+                self.conn, "pid=?", (os.getpid(),), reason="interrupted: the disk is full"
+            )
+            self.conn.execute("COMMIT")
+        except sqlite3.Error:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        raise self._full
 
     def _write(self) -> None:
         """Called before every write: opens the batch transaction when batching."""
+        if self._full is not None:
+            raise self._full
         if not self._batching:
             return
         if self.conn.in_transaction:
@@ -465,7 +548,13 @@ class Journal:
         # Committed after max_age_s even when the engine then sits idle (a long step), so a
         # reader in another process sees it soon; without a loop, end_batch commits it.
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_later(self._max_age_s, self.commit)
+            asyncio.get_running_loop().call_later(self._max_age_s, self._commit_later)
+
+    def _commit_later(self) -> None:
+        # A timer's commit: a full disk is recorded (stop_for_full_disk) and raised again at
+        # the engine's next write, not in the event loop's callback (no one would catch it).
+        with contextlib.suppress(DiskFull):
+            self.commit()
 
     def _many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """executemany in one transaction (autocommit would commit each row on its own)."""
@@ -473,11 +562,11 @@ class Journal:
             return
         self._write()
         if self.conn.in_transaction:
-            self.conn.executemany(sql, rows)
+            self._do(lambda: self.conn.executemany(sql, rows))
             return
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.executemany(sql, rows)
+            self._do(lambda: self.conn.executemany(sql, rows))
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -491,12 +580,14 @@ class Journal:
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
         self._write()
-        self.conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        values = list(row.values())
+        self._do(lambda: self.conn.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", values))
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
         self._write()
-        self.conn.execute(f"UPDATE runs SET {sets} WHERE id=?", [*fields.values(), run_id])
+        values = [*fields.values(), run_id]
+        self._do(lambda: self.conn.execute(f"UPDATE runs SET {sets} WHERE id=?", values))
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         row = self._one("SELECT * FROM runs WHERE id=?", (run_id,))
@@ -540,15 +631,17 @@ class Journal:
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
         self._write()
-        cur = self.conn.execute(
-            f"INSERT INTO executions ({cols}) VALUES ({marks})", list(row.values())
+        values = list(row.values())
+        cur = self._do(
+            lambda: self.conn.execute(f"INSERT INTO executions ({cols}) VALUES ({marks})", values)
         )
         return int(cur.lastrowid or 0)
 
     def finish_execution(self, exec_id: int, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
         self._write()
-        self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", [*fields.values(), exec_id])
+        values = [*fields.values(), exec_id]
+        self._do(lambda: self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", values))
 
     def cached_results(
         self, pipeline: str, step_ids: Iterable[str] | None = None

@@ -16,6 +16,7 @@ unchanged signature means unchanged bytes; any write to the file changes its mti
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import StoreError
+from ..errors import DiskFull, StoreError
 from . import lease
 
 _CHUNK = 1 << 20
@@ -307,10 +308,15 @@ class ObjectStore:
         self, target: Path, writer: Callable[[BinaryIO], object], *, durable: bool = False
     ) -> None:
         try:
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        except FileNotFoundError:  # the first object of its fan-out directory
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            except FileNotFoundError:  # the first object of its fan-out directory
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"cannot write object {target.name[:10]}: {exc}") from exc
+            raise StoreError(f"cannot write object {target.name[:10]}: {exc}") from exc
         try:
             deferred = self._pending is not None and not durable
             with os.fdopen(fd, "wb") as out:
@@ -330,6 +336,8 @@ class ObjectStore:
             _fsync_path(target.parent)
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"cannot write object {target.name[:10]}: {exc}") from exc
             raise StoreError(f"cannot write object {target.name[:10]}: {exc}") from exc
 
 
