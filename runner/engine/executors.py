@@ -24,6 +24,8 @@ dask is imported only when a Dask executor is opened (the ``runner[dask]`` extra
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,13 +74,32 @@ class Job:
     feedback: list[str] = field(default_factory=list)
 
 
+_local = threading.local()
+
+
+def _worker_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per worker thread, kept: making one costs ~1-8 ms (a selector and a
+    socket pair), more than a small step body."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        _local.loop = loop
+    return loop
+
+
+@functools.cache
+def _step_type(name: str) -> StepType | None:
+    from ..steps.registry import default_registry
+
+    return default_registry().get(name)
+
+
 def run_job(job: Job) -> tuple[StepResult, list[str], str]:
     """Run one step body on a worker: (result, log lines, the worker's address)."""
     from ..steps.base import StepEnv
-    from ..steps.registry import default_registry
     from ..store.objects import ObjectStore
 
-    step_type = default_registry().get(job.uses)
+    step_type = _step_type(job.uses)
     if step_type is None:
         raise UsageError(f"step type '{job.uses}' is not installed on this worker")
     lines: list[str] = []
@@ -93,7 +114,7 @@ def run_job(job: Job) -> tuple[StepResult, list[str], str]:
         feedback=list(job.feedback),
         log=lines.append,
     )
-    result = asyncio.run(step_type.run(ctx, dict(job.args)))
+    result = _worker_loop().run_until_complete(step_type.run(ctx, dict(job.args)))
     try:
         from distributed import get_worker
 
@@ -127,6 +148,7 @@ class DaskExecutor:
         cluster = None
         if scheduler:
             client = await Client(scheduler, asynchronous=True)  # type: ignore[no-untyped-call]
+            await client.wait_for_workers(1)
         else:
             cluster = await LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=workers or 2,
@@ -136,12 +158,16 @@ class DaskExecutor:
                 dashboard_address=None,
             )
             client = await Client(cluster, asynchronous=True)  # type: ignore[no-untyped-call]
+            await client.wait_for_workers(workers or 2)
         return cls(client, cluster)
 
     async def slots(self) -> int:
-        """Threads across the cluster's workers (the default number of bodies in flight)."""
-        info = self.client.scheduler_info()
-        return max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+        """How many bodies to keep in flight: 8 per worker thread. Dask queues what no thread
+        can take yet, so more than the threads hides each task's round trip to the scheduler
+        (tens of ms on a busy machine) behind others' work."""
+        info = await self.client.scheduler.identity()
+        threads = sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
+        return max(8, 8 * threads)
 
     async def run(
         self, step_type: StepType, ctx: StepContext, args: dict[str, Any], *, resources: Any
