@@ -65,6 +65,7 @@ class CompiledStep:
     resources: dict[str, float] | None = None  # Dask worker resources (not part of the key)
     version: str | None = None
     on_partial: str = "wait"
+    on_edit: str = "restore"  # an output edited by hand: restore (keeping the edit), fail, keep
     on_skipped: str = "skip"
     needs_complete: bool = False
     description: str = ""
@@ -434,6 +435,7 @@ def _compile_step(
         resources=raw.get("resources"),
         version=None if version is None else str(version),
         on_partial=raw.get("on_partial", "wait"),
+        on_edit=raw.get("on_edit", defaults.get("on_edit", "restore")),
         on_skipped=raw.get("on_skipped", "skip"),
         needs_complete=bool(raw.get("needs_complete", False)),
         contract=contract,

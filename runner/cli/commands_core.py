@@ -407,7 +407,9 @@ def steps(name: str | None, as_json: bool) -> None:
 def verify(
     state_dir: str | None, pipeline_file: Path | None, repair: bool, yes: bool, as_json: bool
 ) -> None:
-    """Check the journal's integrity and that every referenced object is present and intact.
+    """Check the journal's integrity, that every referenced object is present and intact, and
+    that the outputs of each pipeline's latest completed run still hold what was recorded (an
+    output edited by hand is a problem; a missing one a note: apply restores it).
 
     --repair mends what it finds and keeps the rest of the history: a damaged journal is
     salvaged into a new one (the old file kept), a missing or empty one is started again around
@@ -418,6 +420,7 @@ def verify(
     Example: runner verify --state .runner && runner verify --repair --yes --json
     """
     from ..engine.apply import State, state_dir_for
+    from ..engine.drift import output_drift
     from ..engine.locate import state_dir_here
     from ..verify import verify_state
 
@@ -430,21 +433,27 @@ def verify(
     try:
         state = State.open(where, readonly=True)
     except StoreError as exc:  # a lost or damaged journal: what verify is for
-        problems, checked = [str(exc)], 0
+        problems, checked, drift = [str(exc)], 0, []
     else:
         try:
             problems, checked = verify_state(state)
+            drift = output_drift(state.journal)  # outputs edited by hand (or missing)
         finally:
             state.close()
+    problems += [str(d) for d in drift if d.found is not None]
     code = 1 if problems else 0
     if as_json:
         doc = {"ok": not problems, "problems": problems, "objects_checked": checked}
+        doc["outputs"] = [d.to_json() for d in drift]
         if plan_doc is not None:
             doc["repair"] = plan_doc
         emit_json({**doc, "exit_code": code})
     else:
         for p in problems:
             click.echo(f"problem: {p}")
+        for d in drift:
+            if d.found is None:
+                click.echo(f"note: {d}")
         click.echo(
             f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
             f"{len(problems)} problems"

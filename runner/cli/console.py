@@ -47,6 +47,8 @@ class PlainReporter:
             self._line(f"  FAILED  {sid}{el}: {d.get('reason')}")
         elif t is EventType.GATE_AWAITING:
             self._line(f"  waiting {sid}: a decision is needed")
+        elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
+            self._line(f"  {notice(event)}")
         elif t is EventType.RUN_FINISHED:
             self.phase = None
             self._line(f"run {event.run_id}: {d.get('status')} in {d.get('duration_s', 0):.2f}s")
@@ -122,6 +124,8 @@ class LiveReporter:
             self.console.print(
                 f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False
             )
+        elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
+            self.console.print(notice(event), markup=False, highlight=False)
         elif t is EventType.PHASE_ENTERED:
             self.phase = str(d.get("phase"))
         elif t is EventType.RUN_FINISHED:
@@ -133,3 +137,19 @@ class LiveReporter:
 
     def close(self) -> None:
         self.progress.stop()
+
+
+def notice(event: Event) -> str:
+    """What a person must not miss: their edit of an output, or of a step, was set aside."""
+    d, el = event.data, f"[{event.element}]" if event.element is not None else ""
+    if event.type is EventType.OVERRIDE_SET_ASIDE:
+        return f"edit    {event.step_id}{el}: {d.get('reason')}"
+    if d.get("action") == "kept":
+        return (
+            f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; "
+            "left as is (on_edit: keep)"
+        )
+    return (
+        f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; your version is kept at "
+        f"{d.get('kept_at')} and the recorded output was restored"
+    )

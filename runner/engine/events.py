@@ -26,6 +26,7 @@ class EventType(enum.Enum):
     RUN_FINISHED = "RunFinished"
     OVERRIDE_USED = "OverrideUsed"
     OVERRIDE_SET_ASIDE = "OverrideSetAside"
+    OUTPUT_EDITED = "OutputEdited"  # an output file was edited by hand (kept, then restored)
     LOG = "Log"
 
 

@@ -3,10 +3,11 @@
 After an apply that converged (completed, nothing forced, every step cacheable), a fingerprint
 records what the run depended on: the pipeline file's bytes, the params given, every input file
 with its (size, mtime, inode) signature, the config files that could change providers, the
-workspace files and objects that must exist, and each step's key. The next apply with the same
-arguments checks that fingerprint with stat calls and one hash of the pipeline file; when it
-holds, the run is journaled as fully cached without importing the compiler, jsonschema or Jinja.
-Anything it cannot vouch for falls through to the normal path, which is always correct.
+workspace files (by signature: an edit by hand is seen) and objects that must exist, and each
+step's key. The next apply with the same arguments checks that fingerprint with stat calls and
+one hash of the pipeline file; when it holds, the run is journaled as fully cached without
+importing the compiler, jsonschema or Jinja. Anything it cannot vouch for falls through to the
+normal path, which is always correct.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from .. import __version__
 
-FORMAT = 3  # 3: workspace files carry their real paths
+FORMAT = 4  # 3: workspace files carry their real paths; 4: and their signature and digest
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (records, gates, collections).
@@ -113,10 +114,15 @@ def record(
         "item": report.item,
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
-        # path -> its real path: a directory swapped for a symlink changes it (see check)
+        # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
+        # a directory swapped for a symlink changes the real path (see check)
         "workspace": {
-            str(plan.root / rel): os.path.realpath(plan.root / rel)
-            for rel in sorted(report.workspace)
+            str(plan.root / rel): [
+                *(_sig(str(plan.root / rel)) or [-1, -1, -1]),
+                digest,
+                os.path.realpath(plan.root / rel),
+            ]
+            for rel, digest in sorted(report.workspace.items())
         },
         # every object the run's results name, output files' copies included, with the
         # signature it had when the run hashed or wrote it
@@ -169,10 +175,12 @@ def check(
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
             return None
-    for p, real in doc["workspace"].items():
+    for p, recorded in doc["workspace"].items():
         # The normal path restores outputs and refuses one reached through a symlink pointing
         # out of the root; a file merely existing there must not vouch for the run.
-        if not os.path.exists(p) or os.path.realpath(p) != real:
+        if _sig(p) != recorded[:3] or os.path.realpath(p) != recorded[4]:
+            return None
+        if recorded[1] >= racy_before and _sha256(p) != recorded[3]:
             return None
     objects = f"{state_dir}/objects"
     for d, sig in doc["objects"].items():

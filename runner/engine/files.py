@@ -51,6 +51,11 @@ class FileHasher:
             self.dirty.append((key, *sig, digest))
         return digest
 
+    def forget(self, path: Path) -> None:
+        """Drop what is known of ``path`` (it was just rewritten)."""
+        self.known.pop(str(path), None)
+        self.used.pop(str(path), None)
+
     def flush(self) -> None:
         if self.journal is not None and self.dirty:
             self.journal.save_file_hashes(self.dirty)

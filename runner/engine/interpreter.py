@@ -910,11 +910,13 @@ class Interpreter:
         output: Any,
         why: str,
         contract: str | None = None,
+        report: Any = None,
     ) -> None:
         """Journal an execution answered without running (cache, approval, user edit)."""
         now = time.time()
         self.journal.start_execution(
             {
+                **({"report": dumps(report)} if report is not None else {}),
                 "run_id": self.run_id,
                 "step_id": step.id,
                 "element": el_index,
@@ -990,8 +992,14 @@ class Interpreter:
             self.workspace_used.update(cached.files)
         return usable
 
-    def _restore_files(self, files: Mapping[str, str]) -> list[str]:
-        restored = []
+    def _restore_files(
+        self, step: CompiledStep, index: int | None, files: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """Put back missing outputs, and outputs edited by hand (checked by content, with the
+        journal's stat shortcut) as the step's ``on_edit`` says. Returns (restored files,
+        {file: object digest of the kept edit}, the reason to fail or None)."""
+        restored: list[str] = []
+        kept: dict[str, str] = {}
         for rel, digest in files.items():
             # Resolved now, not from compile time: an earlier step may have swapped a directory
             # on the path for a symlink pointing out of the root.
@@ -1001,10 +1009,35 @@ class Interpreter:
                     f"cached output {rel} now lies outside the root (a directory on its path is "
                     "a symlink pointing out); not restored"
                 )
-            if not path.exists():
+            try:
+                now = self.hasher.hash(path)
+            except FileNotFoundError:
                 self.objects.restore(digest, path)
                 restored.append(rel)
-        return restored
+                continue
+            if now == digest:
+                continue
+            where = f"{rel} was edited by hand ({digest[:12]} -> {now[:12]})"
+            if step.on_edit == "fail":
+                return restored, kept, f"{where}; on_edit: fail leaves it for you to resolve"
+            if step.on_edit == "keep":
+                self.emit(EventType.OUTPUT_EDITED, step.id, index, file=rel, action="kept")
+                continue
+            edited = self.objects.put_file(path)  # the user's bytes are never destroyed
+            self.objects.restore(digest, path)
+            self.hasher.forget(path)
+            restored.append(rel)
+            kept[rel] = edited
+            self.emit(
+                EventType.OUTPUT_EDITED,
+                step.id,
+                index,
+                file=rel,
+                action="restored",
+                edited=edited,
+                kept_at=str(self.objects.path(edited)),
+            )
+        return restored, kept, None
 
     async def _execution(
         self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
@@ -1033,11 +1066,13 @@ class Interpreter:
             # next apply runs it again, and idempotency keys make the finished parts free.
             if hit is not None and hit.status == "completed" and self._usable(hit):
                 try:
-                    restored = self._restore_files(hit.files)
+                    restored, kept, refused = self._restore_files(step, index, hit.files)
                 except StepFailure as exc:
-                    self.emit(EventType.STEP_FAILED, step.id, index, reason=exc.reason)
-                    self._journal_failure(step, el_index, key, exc.reason, 0)
-                    return ElementOutcome(el_index, StepStatus.FAILED, key, reason=exc.reason)
+                    refused = exc.reason
+                if refused is not None:
+                    self.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
+                    self._journal_failure(step, el_index, key, refused, 0)
+                    return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
                 status = StepStatus.CACHED
                 self.emit(
                     EventType.STEP_SKIPPED,
@@ -1048,7 +1083,8 @@ class Interpreter:
                     restored=restored,
                 )
                 why = "cached" + (f"; restored {', '.join(restored)}" if restored else "")
-                self._journal_reused(step, el_index, key, hit.output, why, contract)
+                report = {"edited_outputs_kept": kept} if kept else None  # gc keeps them
+                self._journal_reused(step, el_index, key, hit.output, why, contract, report)
                 return ElementOutcome(el_index, status, key, hit.output)
             if self.remote is not None and step.type.shareable and not self.options.dry_run:
                 remote_hit = await self._remote_hit(step, index, el_index, key, parts, contract)
