@@ -949,7 +949,9 @@ class Interpreter:
             return None
         self.objects_used.update(hit.artifacts)
         self.workspace_used.update(hit.files)
-        restored = self._restore_files(hit.files)
+        restored, _kept, refused = self._restore_files(step, index, hit.files)
+        if refused is not None:
+            raise StepFailure(refused)
         self.emit(
             EventType.STEP_SKIPPED,
             step.id,
