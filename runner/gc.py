@@ -10,25 +10,57 @@ references it, or when it is newer than the oldest running run (an apply may be 
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
 from .store.journal import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+# "m" is refused: minutes or months? (it meant minutes before, which nobody guessed)
+_UNIT = {"s": 1, "sec": 1, "min": 60, "h": 3600, "d": 86400, "w": 604800}
 _ALWAYS_KEPT = ("running", "awaiting_human", "cancelling")
 
 
 def parse_age(text: str) -> float:
-    """'30d', '12h', '90m', '45s', '2w' -> seconds. Raises UsageError."""
-    m = _AGE.match(text)
-    if not m:
-        raise UsageError(f"--older-than expects a number and a unit (s, m, h, d, w), got '{text}'")
+    """'30d', '12h', '45min', '90s', '2w' -> seconds. Raises UsageError (also for the ambiguous
+    'm': minutes or months?)."""
+    m = _AGE.match(text.lower())
+    if m and m[2] in ("m", "mo", "mon", "month", "months"):
+        raise UsageError(
+            f"--older-than '{text}' is ambiguous (minutes or months?): "
+            f"write {m[1]}min for minutes, or days ({float(m[1]) * 30:g}d) for months"
+        )
+    if not m or m[2] not in _UNIT:
+        raise UsageError(
+            f"--older-than expects a number and a unit (s, min, h, d, w), e.g. 30d, got '{text}'"
+        )
     return float(m[1]) * _UNIT[m[2]]
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def run_dirs(state_dir: Path, run_id: str) -> list[Path]:
+    """The files a run owns outside the journal: finals and contact sheet, call logs."""
+    if not _RUN_ID.match(run_id):
+        return []
+    return [state_dir / "runs" / run_id, state_dir / "logs" / "runs" / run_id]
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 @dataclass
@@ -38,6 +70,7 @@ class GcResult:
     executions_deleted: int = 0
     objects_deleted: list[str] = field(default_factory=list)
     bytes_freed: int = 0
+    run_dirs_deleted: list[str] = field(default_factory=list)
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -47,6 +80,7 @@ class GcResult:
             "executions_deleted": self.executions_deleted,
             "objects_deleted": len(self.objects_deleted),
             "bytes_freed": self.bytes_freed,
+            "run_dirs_deleted": self.run_dirs_deleted,
             "dry_run": self.dry_run,
         }
 
@@ -181,7 +215,26 @@ def _collect(
         with journal.transaction() as conn:
             for d in result.objects_deleted:
                 conn.execute("DELETE FROM artifacts WHERE digest=?", (d,))
+    _delete_run_files(state.dir, doomed, {r["id"] for r in runs}, result, dry_run)
     return result
+
+
+def _delete_run_files(
+    state_dir: Path, doomed: set[str], known: set[str], result: GcResult, dry_run: bool
+) -> None:
+    """The deleted runs' directories (finals, contact sheet, call logs), and those of runs the
+    journal no longer has (left by an earlier gc)."""
+    ids = set(doomed)
+    for parent in (state_dir / "runs", state_dir / "logs" / "runs"):
+        if parent.is_dir():
+            ids.update(p.name for p in parent.iterdir() if p.name not in known)
+    for rid in sorted(ids):
+        for d in run_dirs(state_dir, rid):
+            if d.is_dir() and not d.is_symlink():
+                result.bytes_freed += _tree_size(d)
+                result.run_dirs_deleted.append(str(d.relative_to(state_dir)))
+                if not dry_run:
+                    shutil.rmtree(d, ignore_errors=True)
 
 
 def _referenced(journal: Any, *, exclude_execs: set[int], exclude_runs: set[str]) -> set[str]:

@@ -293,9 +293,25 @@ def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
     return State.open(state_dir_here(state_dir), readonly=readonly)
 
 
+RUN_STATUSES = (
+    "running",
+    "awaiting_human",
+    "completed",
+    "partial",
+    "failed",
+    "cancelled",
+    "rejected",
+)  # = RunStatus values (tests/test_records.py keeps them equal; the enum is not worth importing)
+
+
 @runs.command("list")
 @click.option("--pipeline", default=None)
-@click.option("--status", default=None)
+@click.option(
+    "--status",
+    default=None,
+    type=click.Choice(RUN_STATUSES),
+    help="Only runs with this status.",
+)
 @click.option("--item", default=None)
 @click.option("--awaiting", is_flag=True, help="Only runs waiting for a human decision.")
 @click.option("--limit", default=20, show_default=True)
@@ -330,8 +346,10 @@ def runs_list(
         return
     if not rows:
         click.echo("no runs")
+        return
+    click.echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
     for r in rows:
-        click.echo(f"{r['id']}  {r['pipeline']:<20} {r['status']:<15} {r['item'] or ''}")
+        click.echo(f"{r['id']:<22}  {r['pipeline']:<20} {r['status']:<15} {r['item'] or ''}")
 
 
 @runs.command("show")

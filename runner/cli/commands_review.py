@@ -354,7 +354,8 @@ def collections_search(
     "--older-than",
     default=None,
     metavar="AGE",
-    help="Delete runs older than AGE (30d, 12h, 90m); with --keep-last, both must hold.",
+    help="Delete runs older than AGE (30d, 12h, 45min, 2w; 'm' is refused: minutes or months?); "
+    "with --keep-last, both must hold.",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
 @click.option(
@@ -400,6 +401,6 @@ def gc(
     verb = "would delete" if dry_run else "deleted"
     click.echo(
         f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
-        f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects "
-        f"({result.bytes_freed} bytes)"
+        f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects, "
+        f"{len(result.run_dirs_deleted)} run folders ({result.bytes_freed / 1e6:.1f} MB)"
     )
