@@ -8,7 +8,6 @@ Values of ``${{ }}`` inside ``run`` are quoted for where they stand, as in the s
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,9 +40,11 @@ class ExecRule(Rule):
         raw: Any,
         where: Location | None,
         raw_shell: bool = False,
+        pass_env: tuple[str, ...] = (),
     ) -> None:
         super().__init__(raw=raw, where=where)
         self.raw_shell = raw_shell
+        self.pass_env = pass_env
         self.run = run
         self.env = env
         self.timeout = timeout
@@ -63,7 +64,10 @@ class ExecRule(Rule):
             command = self.command(context)
         except Unquotable as exc:
             return Verdict(False, [f"exec: {exc.reason}"], error=True)
-        env = {**os.environ, **{k: _text(v) for k, v in evaluate_value(self.env, context).items()}}
+        from ..secretenv import command_environment, provider_env_names
+
+        own = {k: _text(v) for k, v in evaluate_value(self.env, context).items()}
+        env = command_environment(own, pass_env=self.pass_env, named=provider_env_names(root))
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
             done = await run_shell(
@@ -117,6 +121,12 @@ class Exec(CheckType):
                 "description": "Paste ${{ }} values into run as shell text, unquoted; "
                 "`runner check` reports it.",
             },
+            "pass_env": {
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "description": "Secret environment variables the command may inherit "
+                "(*API_KEY*/*TOKEN/*PASSWORD*-like names are withheld otherwise).",
+            },
             "timeout": {
                 "type": "number",
                 "exclusiveMinimum": 0,
@@ -144,6 +154,7 @@ class Exec(CheckType):
             raw=args,
             where=scope.where(path),
             raw_shell=raw_shell,
+            pass_env=tuple(args.get("pass_env") or ()),
         )
 
 

@@ -38,7 +38,6 @@ from .limits import current_route
 from .pool import Backend, BackendPool, PoolConfigError, parse_backends
 from .tracking import CallTracker
 
-MAX_MESSAGE_CHARS = 600
 _TAG = re.compile(r"<[^>]*>")
 _HIDDEN = re.compile(r"(?is)<(script|style|head)\b.*?</\1\s*>")
 # Methods whose repetition is harmless: a lost reply to them is transient, never maybe-executed.
@@ -124,9 +123,9 @@ def backend_message(resp: httpx.Response) -> str:
         if "html" in resp.headers.get("Content-Type", "").lower():
             text = _TAG.sub(" ", _HIDDEN.sub(" ", text))  # a proxy's page: keep its words
         text = " ".join(text.split())
-        return text[:MAX_MESSAGE_CHARS] or resp.reason_phrase
+        return text or resp.reason_phrase  # cut after redaction, in Provider.error
     if not isinstance(body, dict):
-        return _text(body)[:MAX_MESSAGE_CHARS]
+        return _text(body)
     causes: list[str] = []
     labels: list[str] = []
     err = body.get("error")
@@ -150,7 +149,7 @@ def backend_message(resp: httpx.Response) -> str:
     text = "; ".join(causes) or _text(body)
     if labels:
         text += f" ({', '.join(labels)})"
-    return text[:MAX_MESSAGE_CHARS]
+    return text
 
 
 def b64decode(value: Any, what: str) -> bytes:
@@ -351,7 +350,7 @@ class HttpProvider(Provider):
         if "json" not in ctype.lower():
             raise self.error(
                 f"{what}: expected a JSON reply, got content type '{ctype or 'none'}': "
-                f"{resp.text[:200]!r}",
+                f"{self.redactor.clip(resp.text, 200)!r}",
                 transient=False,
                 status=resp.status_code,
             )
@@ -359,7 +358,7 @@ class HttpProvider(Provider):
             body = resp.json()
         except (ValueError, UnicodeDecodeError) as exc:
             raise self.error(
-                f"{what}: malformed JSON reply ({exc}): {resp.text[:200]!r}",
+                f"{what}: malformed JSON reply ({exc}): {self.redactor.clip(resp.text, 200)!r}",
                 transient=False,
                 status=resp.status_code,
             ) from None

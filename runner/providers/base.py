@@ -17,8 +17,11 @@ from ..canonical import CanonicalError, digest
 from ..errors import InvalidPipeline, Location, ProviderError
 from .jobs import RemoteJob
 from .limits import ProviderGate
-from .redact import Redactor
+from .redact import MAX_MESSAGE_CHARS, Redactor
 from .tracking import CallTracker
+
+# A backend's account (MAX_MESSAGE_CHARS) and what runner says around it.
+MAX_ERROR_CHARS = MAX_MESSAGE_CHARS + 400
 
 # Settings that change how a call is made but never what it produces: kept out of the profile.
 OPERATIONAL_SETTINGS = frozenset(
@@ -267,7 +270,8 @@ class Provider:
     ) -> ProviderError:
         """A ProviderError naming this provider, its message redacted (see errors.Failure)."""
         return ProviderError(
-            f"{self.name}: {self.redact(message)}",
+            # redacted before it is cut: a key straddling the cut must not leave its head
+            f"{self.name}: {self.redactor.clip(message, MAX_ERROR_CHARS)}",
             transient=transient,
             maybe_executed=maybe_executed,
             status=status,

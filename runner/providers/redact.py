@@ -14,6 +14,12 @@ from typing import Any
 MASK = "***"
 # Shorter values would mask ordinary words; real API keys are far longer.
 MIN_SECRET_CHARS = 4
+# A piece of a secret this long at either end of a text is masked too: the text may have been
+# cut (by a limit outside runner, or an old caller) right through a key.
+MIN_FRAGMENT_CHARS = 6
+MIN_PIECE_CHARS = 8  # ... and one this long anywhere in it
+# Messages from backends are cut to this, after redaction (see ``clip``).
+MAX_MESSAGE_CHARS = 600
 
 _SENSITIVE_KEYS = re.compile(r"(?i)^(authorization|proxy-authorization|api[-_]?key|x-api-key)$")
 _HEADER = re.compile(
@@ -39,7 +45,51 @@ class Redactor:
         for secret in self.secrets:
             text = text.replace(secret, MASK)
         text = _HEADER.sub(lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}{MASK}", text)
-        return _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+        text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+        return self._edges(self._pieces(text)) if self.secrets else text
+
+    def clip(self, text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+        """``text`` redacted, then cut to ``limit`` characters: never the other way round,
+        which leaves the head of a key that straddles the cut."""
+        text = self.redact(text)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def _pieces(self, text: str) -> str:
+        """Mask every run of ``MIN_PIECE_CHARS`` or more characters copied from a secret (a
+        reply quoting part of a key)."""
+        spans: list[tuple[int, int]] = []
+        for secret in self.secrets:
+            for i in range(len(secret) - MIN_PIECE_CHARS + 1):
+                piece = secret[i : i + MIN_PIECE_CHARS]
+                at = text.find(piece)
+                while at != -1:
+                    spans.append((at, at + MIN_PIECE_CHARS))
+                    at = text.find(piece, at + 1)
+        merged: list[list[int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        out, pos = [], 0
+        for start, end in merged:
+            out += [text[pos:start], MASK]
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def _edges(self, text: str) -> str:
+        """Mask a secret's head ending ``text`` or its tail starting it."""
+        for secret in self.secrets:
+            for n in range(len(secret) - 1, MIN_FRAGMENT_CHARS - 1, -1):
+                if text.endswith(secret[:n]):
+                    text = text[:-n] + MASK
+                    break
+            for n in range(len(secret) - 1, MIN_FRAGMENT_CHARS - 1, -1):
+                if text.startswith(secret[-n:]):
+                    text = MASK + text[n:]
+                    break
+        return text
 
     def redact_json(self, value: Any) -> Any:
         """A copy of a JSON-like value with secrets masked in every string and sensitive key."""

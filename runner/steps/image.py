@@ -367,7 +367,7 @@ class ImageStep(StepType):
             reason = failure_reason(provider, exc)
             ctx.log(f"image #{k} failed: {reason}")
             return {**entry, "error": reason, "transient": exc.transient}
-        meta = jsonable(result.metadata)
+        meta = provider.redactor.redact_json(jsonable(result.metadata))  # e.g. an echoed key
         if ctx.ledger is not None:  # the ledger stays on the loop's thread (SQLite)
             ctx.ledger.complete(
                 key, {"digest": stored, "metadata": meta, "usage": dict(result.usage)}

@@ -265,14 +265,17 @@ class LlmStep(StepType):
                 ctx.ledger.fail(key, exc.message, failed_status(exc))
             reason = failure_reason(provider, exc)
             raise StepFailure(reason, retryable=exc.transient) from None
-        stored = ctx.objects.put_bytes(result.text.encode("utf-8"))
+        # A reply that echoes a key (a prompt-injected model, a proxy) is masked before it is
+        # stored anywhere: object, ledger, output, log.
+        text = provider.redactor.redact(result.text)
+        stored = ctx.objects.put_bytes(text.encode("utf-8"))
         record = {
-            "text": result.text,
+            "text": text,
             "digest": stored,
-            "metadata": jsonable(result.metadata),
+            "metadata": provider.redactor.redact_json(jsonable(result.metadata)),
             "usage": dict(result.usage),
         }
         if ctx.ledger is not None:
             ctx.ledger.complete(key, record)
-        log.out("response", {**record, "text": result.text[:2000]})
+        log.out("response", {**record, "text": text[:2000]})
         return record

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..paths import inside, inside_now
+from ..secretenv import command_environment, provider_env_names
 from ..shellquote import Unquotable, check_command, render_command
 from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
@@ -53,6 +54,12 @@ class ShellStep(StepType):
                 "type": "object",
                 "additionalProperties": {"type": "string"},
                 "description": "Extra environment variables.",
+            },
+            "pass_env": {
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "description": "Secret environment variables the command may inherit (provider "
+                "keys and *API_KEY*/*TOKEN/*PASSWORD*-like names are withheld otherwise).",
             },
             "raw": {
                 "type": "boolean",
@@ -104,9 +111,11 @@ class ShellStep(StepType):
         for path in targets.values():
             if not os.path.isdir(path.parent):  # a stat; mkdir of an existing dir raises
                 path.parent.mkdir(parents=True, exist_ok=True)
-        env = None
-        if args.get("env"):
-            env = {**os.environ, **args["env"]}
+        env = command_environment(
+            args.get("env"),
+            pass_env=args.get("pass_env") or (),
+            named=provider_env_names(ctx.root),
+        )
         done = await run_shell(args["run"], cwd=ctx.root, env=env)
         code, out, err = done.code, done.stdout, done.stderr
         output: dict[str, Any] = {"exit_code": code, "files": {}}
