@@ -42,7 +42,9 @@ class RunnerGroup(click.Group):
             as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
             if as_json:
                 emit_json({"error": exc.to_json(), "exit_code": exc.exit_code})
-            click.echo(f"error: {exc}", err=True)
+            from .termtext import safe  # a message may quote an id, a param, a reply
+
+            click.echo(f"error: {safe(exc, lines=True)}", err=True)
             ctx.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise

@@ -24,6 +24,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
+from .termtext import safe, safe_block
 
 
 def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
@@ -208,7 +209,7 @@ def apply(
         else:
             from .runend import end_text
 
-            click.echo(end_text(state, report), nl=False)
+            click.echo(safe_block(end_text(state, report)), nl=False)
     finally:
         state.close()
     sys.exit(doc.get("exit_code", report.exit_code))
@@ -274,7 +275,7 @@ def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
             }
         )
     else:
-        click.echo(text, nl=False)
+        click.echo(safe_block(text), nl=False)
 
 
 @cli.group()
@@ -349,7 +350,9 @@ def runs_list(
         return
     click.echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
     for r in rows:
-        click.echo(f"{r['id']:<22}  {r['pipeline']:<20} {r['status']:<15} {r['item'] or ''}")
+        click.echo(
+            f"{safe(r['id']):<22}  {safe(r['pipeline']):<20} {r['status']:<15} {safe(r['item'] or '')}"
+        )
 
 
 @runs.command("show")
@@ -369,7 +372,7 @@ def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
-            click.echo(render_run(state, run["id"], with_preview=False), nl=False)
+            click.echo(safe_block(render_run(state, run["id"], with_preview=False)), nl=False)
     finally:
         state.close()
 
@@ -468,10 +471,10 @@ def verify(
         emit_json({**doc, "exit_code": code})
     else:
         for p in problems:
-            click.echo(f"problem: {p}")
+            click.echo(f"problem: {safe(p)}")
         for d in drift:
             if d.found is None:
-                click.echo(f"note: {d}")
+                click.echo(f"note: {safe(str(d))}")
         click.echo(
             f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
             f"{len(problems)} problems"
@@ -570,6 +573,6 @@ def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> N
         )
     else:
         for w in warnings:
-            click.echo(f"warning: {w} [{w.code}]")
+            click.echo(f"warning: {safe(w, lines=True)} [{w.code}]")
         click.echo(f"{file}: {len(warnings)} warning(s)")
     sys.exit(code)

@@ -19,6 +19,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
+from .termtext import safe_block
 
 
 @cli.command()
@@ -83,7 +84,7 @@ def watch(
         if as_json:
             emit_json(cycle.to_json())
         else:
-            click.echo(cycle.line())
+            click.echo(safe_block(cycle.line()))  # names and reasons are data
 
     watcher = Watcher(file, options, on_cycle=on_cycle, on_start=on_start, reporter=reporter)
     if not as_json:

@@ -1,4 +1,8 @@
-"""Console reporters: a live rich progress view on a terminal, plain lines elsewhere."""
+"""Console reporters: a live rich progress view on a terminal, plain lines elsewhere.
+
+Everything printed here may carry data (item ids, params, step ids, model text, a command's
+stderr): it goes through ``termtext.safe``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import sys
 from typing import IO, Any
 
 from ..engine.events import Event, EventType
+from .termtext import safe
 
 
 class PlainReporter:
@@ -24,11 +29,11 @@ class PlainReporter:
         self.stream.flush()
 
     def event(self, event: Event) -> None:
-        t, sid = event.type, event.step_id
+        t, sid = event.type, safe(event.step_id)
         el = f"[{event.element}]" if event.element is not None else ""
-        d = event.data
+        d = {k: safe(v) if isinstance(v, str) else v for k, v in event.data.items()}
         if t is EventType.RUN_STARTED:
-            self._line(f"run {event.run_id}: {d.get('pipeline')} ({d.get('steps')} steps)")
+            self._line(f"run {safe(event.run_id)}: {d.get('pipeline')} ({d.get('steps')} steps)")
         elif t is EventType.PHASE_ENTERED:
             self.phase = f"== phase {d.get('phase')}"  # no header for a phase all cached
         elif t is EventType.STEP_PASSED:
@@ -51,7 +56,9 @@ class PlainReporter:
             self._line(f"  {notice(event)}")
         elif t is EventType.RUN_FINISHED:
             self.phase = None
-            self._line(f"run {event.run_id}: {d.get('status')} in {d.get('duration_s', 0):.2f}s")
+            self._line(
+                f"run {safe(event.run_id)}: {d.get('status')} in {d.get('duration_s', 0):.2f}s"
+            )
         elif t is EventType.LOG and d.get("level") == "warning":
             self._line(f"warning: {d.get('line')}")
 
@@ -67,7 +74,7 @@ class WarningsReporter:
 
     def event(self, event: Event) -> None:
         if event.type is EventType.LOG and event.data.get("level") == "warning":
-            self.stream.write(f"warning: {event.data.get('line')}\n")
+            self.stream.write(f"warning: {safe(event.data.get('line'))}\n")
             self.stream.flush()
 
     def close(self) -> None:
@@ -101,12 +108,17 @@ class LiveReporter:
         self.task = self.progress.add_task("steps", total=total, current="")
         self.in_flight: dict[str, Any] = {}
         self.phase: str | None = None
-        self.escape = escape  # data shown in rich markup must not be read as markup
+        self._markup_escape = escape
         self.progress.start()
+
+    def escape(self, value: object) -> str:
+        """Data in rich markup: read neither as markup nor by the terminal."""
+        text: str = self._markup_escape(safe(value))
+        return text
 
     def event(self, event: Event) -> None:
         t, sid, d = event.type, event.step_id, event.data
-        label = f"{sid}[{event.element}]" if event.element is not None else str(sid)
+        label = self.escape(f"{sid}[{event.element}]" if event.element is not None else str(sid))
         if t is EventType.STEP_STARTED:
             if self.phase is not None:  # a phase header only once one of its steps runs
                 self.console.print(f"[bold]== phase {self.escape(self.phase)}[/bold]")
@@ -122,7 +134,7 @@ class LiveReporter:
                 self.console.print(f"{word} {label}: {reason}", markup=True, highlight=False)
         elif t is EventType.STEP_RETRYING:
             self.console.print(
-                f"[yellow]retry[/yellow] {label}: {d.get('reason')}", highlight=False
+                f"[yellow]retry[/yellow] {label}: {self.escape(d.get('reason'))}", highlight=False
             )
         elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
             self.console.print(notice(event), markup=False, highlight=False)
@@ -131,7 +143,9 @@ class LiveReporter:
         elif t is EventType.RUN_FINISHED:
             self.progress.update(self.task, completed=self.progress.tasks[0].total)
         elif t is EventType.LOG and d.get("level") == "warning":
-            self.console.print(f"[yellow]warning[/yellow]: {d.get('line')}", highlight=False)
+            self.console.print(
+                f"[yellow]warning[/yellow]: {self.escape(d.get('line'))}", highlight=False
+            )
         names = ", ".join(list(self.in_flight)[:4])
         self.progress.update(self.task, current=names)
 
