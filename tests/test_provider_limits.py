@@ -290,3 +290,20 @@ def test_a_remote_job_re_attaches_at_the_backend_that_has_it(tmp_path: Path) -> 
         assert one.count("POST", "/prompt") == 1 and two.count("POST", "/prompt") == 0
         assert two.requests == [] and one.total_executions() == 1
     assert result.metadata["backend"] == one.url and result.metadata["reattached"] is True
+
+
+def test_a_call_pinned_to_a_refusing_backend_is_not_rerouted() -> None:
+    dead = refusing_url()
+    with LoadServer(delay=0) as live:
+        farm = create("openai", {"base_urls": [f"{live.url}/v1", f"{dead}/v1"], "max_retries": 0})
+
+        async def pinned() -> None:
+            async def fn() -> None:
+                async with farm.client(backend=f"{dead}/v1") as client:  # type: ignore[attr-defined]
+                    await farm.send(client, "POST", "chat/completions", json={})  # type: ignore[attr-defined]
+
+            await with_provider_retries(farm, fn)
+
+        with pytest.raises(ProviderError, match="connection failed"):
+            asyncio.run(pinned())
+        assert live.served == 0  # it went to the pinned backend only, once

@@ -261,7 +261,7 @@ class HttpProvider(Provider):
         async with self.pool.lease(backend) as chosen:
             route = current_route()
             if route is not None:
-                route.backend = chosen.url
+                route.backend, route.pinned = chosen.url, backend is not None
             if self._clients is None:
                 async with self._new_client(chosen, t) as client:
                     yield client

@@ -80,6 +80,7 @@ class CallRoute:
     """Where one attempt of a call went: set by a pooled provider while the attempt runs."""
 
     backend: str | None = None  # the URL of the backend that took it
+    pinned: bool = False  # the call must go to that backend (a remote job lives there)
     refused: bool = False  # that backend refused the connection: nothing was sent
 
 
@@ -104,7 +105,8 @@ async def gated_call(provider: Provider, fn: Callable[[], Awaitable[T]]) -> T:
             async with provider.gate:
                 return await fn()
         except ProviderError:
-            if not (route.refused and provider.can_reroute()):
+            # A pinned call has nowhere else to go; the retry policy decides about it.
+            if not (route.refused and not route.pinned and provider.can_reroute()):
                 raise
         finally:
             _route.reset(token)
