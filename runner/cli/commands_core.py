@@ -350,9 +350,8 @@ def runs_list(
         return
     click.echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
     for r in rows:
-        click.echo(
-            f"{safe(r['id']):<22}  {safe(r['pipeline']):<20} {r['status']:<15} {safe(r['item'] or '')}"
-        )
+        run_id, pipeline, item = safe(r["id"]), safe(r["pipeline"]), safe(r["item"] or "")
+        click.echo(f"{run_id:<22}  {pipeline:<20} {r['status']:<15} {item}")
 
 
 @runs.command("show")
