@@ -20,7 +20,8 @@ from PIL import Image
 
 from .conftest import runner_bin
 from .providers.keyed import CountingOpenAIServer
-from .providers.servers import OpenAIServer, Reply
+from .providers.openai_server import OpenAIServer
+from .providers.servers import Reply
 
 SECRET = "sk-e2e-Zq7xW3vK9pL2mN8rT4yU6hJ1"
 

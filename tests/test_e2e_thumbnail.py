@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from .conftest import REPO, Project
-from .providers.servers import OpenAIServer, Recorded, Reply, b64
+from .providers.openai_server import OpenAIServer
+from .providers.servers import Recorded, Reply, b64
 
 
 @pytest.fixture

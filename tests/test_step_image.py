@@ -17,7 +17,8 @@ from runner.providers.fake import FakeProvider
 from runner.steps.base import ResultStatus, StepEnv, StepResult
 from runner.steps.image import ImageStep, idempotency_key
 from tests.providers.a1111_server import A1111Server
-from tests.providers.servers import OpenAIServer, Reply, png
+from tests.providers.openai_server import OpenAIServer
+from tests.providers.servers import Reply, png
 from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 
 SECRET = "sk-live-5e2c1f0a9b8d7c6e"
@@ -150,9 +151,11 @@ def test_dedupe_run_scopes_keys_to_the_run(tmp_path: Path) -> None:
 
 def test_a_seedless_provider_folds_the_ordinal_into_the_key(tmp_path: Path) -> None:
     with OpenAIServer() as server:
-        env = make_env(tmp_path, f'[providers.openai]\nbase_url = "{server.url}/v1"\n')
+        # dall-e-3 revises prompts (the GPT image models do not) and answers with a URL.
+        config = f'[providers.openai]\nbase_url = "{server.url}/v1"\nimage_model = "dall-e-3"\n'
+        env = make_env(tmp_path, config)
         result = run(env, {"prompt": "fox", "n": 3, "size": "32x32", "provider": "openai"})
-        keys = [r.headers["idempotency-key"] for r in server.requests]
+        keys = [r.headers["idempotency-key"] for r in server.requests if r.method == "POST"]
     its = result.output["iterations"]
     assert [it["seed"] for it in its] == [None, None, None]
     assert len(set(keys)) == 3 and set(keys) == {it["idempotency_key"] for it in its}

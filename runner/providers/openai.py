@@ -1,39 +1,115 @@
-"""OpenAI (and any OpenAI-compatible server at ``base_url``): images and chat completions.
+"""OpenAI, Azure OpenAI and any OpenAI-compatible server: images and chat completions.
 
-Images: POST {base}/images/generations (JSON), or POST {base}/images/edits (multipart, image[]
-up to 16) when references are given. Text: POST {base}/chat/completions. The idempotency key goes
-out as the Idempotency-Key header so a retried request is not billed twice by servers that honour
-it. ``base_url`` includes the API version path, as OpenAI's own clients do (".../v1").
+Images: POST {base}/images/generations (JSON), or POST {base}/images/edits (multipart, ``image[]``
+up to 16, each with its real content type and file extension) when references are given.
+Text: POST {base}/chat/completions. ``base_url`` includes the API version path, as OpenAI's own
+clients do (".../v1"). The protocol points, as OpenAI's API reference (openai/openai-openapi)
+states them:
+
+- ``max_tokens`` is deprecated and rejected by reasoning models: models named ``o<digit>...``
+  (o1, o3, o4-mini, ...) or ``gpt-5...`` get ``max_completion_tokens``, every other model (and
+  OpenAI-compatible servers, which may not know the new name) ``max_tokens``. The setting
+  ``max_tokens_param`` ("max_tokens" or "max_completion_tokens") overrides the rule.
+- ``project`` and ``organization`` go out as the OpenAI-Project and OpenAI-Organization headers.
+- Azure OpenAI: ``base_url = "https://RES.openai.azure.com/openai/v1"``, or the classic
+  ``".../openai/deployments/NAME"`` with ``api_version`` (or ``?api-version=...`` in the
+  base_url: the query is kept after each request's path). The key goes in an ``api-key``
+  header for ``*.azure.com`` hosts (``api_key_header`` overrides: "authorization" or "api-key").
+- ``response_format: json_object`` needs the word JSON in the messages: a system line asking for
+  a JSON object is added when no message mentions it. Structured output (a schema) sends
+  ``strict: true`` when the step's ``params.strict`` or the ``strict_schema`` setting asks.
+- A ``refusal`` in the reply is returned as such (metadata ``refusal``), never parsed as JSON.
+- ``url`` replies are fetched with a client that carries no credentials.
+
+The idempotency key goes out as an Idempotency-Key header, but the API reference does not
+document it, so nothing relies on it: a lost reply is MAYBE_EXECUTED (see _http.py).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
 from ._http import HttpProvider, b64decode, b64encode, tls_context, usage_ints
-from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
+from .base import (
+    Capabilities,
+    ImageRequest,
+    ImageResult,
+    ProviderConfigError,
+    TextRequest,
+    TextResult,
+)
 
 MAX_REFERENCES = 16
+# Reasoning models reject max_tokens ("Use 'max_completion_tokens' instead").
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)", re.IGNORECASE)
+_JSON_WORD = re.compile(r"json", re.IGNORECASE)
+JSON_INSTRUCTION = "Reply with a JSON object."
+_MAGIC: tuple[tuple[bytes, int, str, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", 0, "image/png", "png"),
+    (b"\xff\xd8\xff", 0, "image/jpeg", "jpg"),
+    (b"WEBP", 8, "image/webp", "webp"),
+    (b"GIF8", 0, "image/gif", "gif"),
+)
+
+
+def image_type(data: bytes) -> tuple[str, str]:
+    """(content type, file extension) of encoded image bytes, from their signature."""
+    for magic, offset, mime, ext in _MAGIC:
+        if data[offset : offset + len(magic)] == magic:
+            return mime, ext
+    return "application/octet-stream", "bin"
+
+
+def max_tokens_field(model: str, override: str | None = None) -> str:
+    """The request field that carries the token limit for ``model`` (see the module docstring)."""
+    if override:
+        return override
+    return "max_completion_tokens" if _COMPLETION_TOKENS_MODELS.match(model) else "max_tokens"
+
+
+def mentions_json(messages: list[dict[str, Any]]) -> bool:
+    for m in messages:
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else part
+            if isinstance(text, str) and _JSON_WORD.search(text):
+                return True
+    return False
 
 
 class OpenAIProvider(HttpProvider):
-    """OpenAI images + chat completions over HTTP."""
+    """OpenAI images + chat completions over HTTP (OpenAI, Azure OpenAI, compatible servers)."""
 
     key: ClassVar[str] = "openai"
     version: ClassVar[str] = "1"
-    description: ClassVar[str] = "OpenAI or an OpenAI-compatible server (images, chat)"
+    description: ClassVar[str] = "OpenAI, Azure OpenAI or an OpenAI-compatible server"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
     default_capabilities: ClassVar[Capabilities] = Capabilities(
         kinds=frozenset({"image", "text"}),
         supports_seed=False,  # the images API takes no seed
         supports_reference_image=True,
         max_concurrency=4,
-        accepts_idempotency_key=True,
+        accepts_idempotency_key=False,  # not in OpenAI's API reference: never relied upon
     )
     known_settings: ClassVar[frozenset[str]] = frozenset(
-        {"base_url", "model", "image_model", "api_key_env", "organization", "params"}
+        {
+            "base_url",
+            "model",
+            "image_model",
+            "api_key_env",
+            "organization",
+            "project",
+            "api_version",
+            "api_key_header",
+            "max_tokens_param",
+            "strict_schema",
+            "params",
+        }
     )
     defaults: ClassVar[dict[str, Any]] = {
         "model": "gpt-4o-mini",
@@ -41,15 +117,59 @@ class OpenAIProvider(HttpProvider):
         "api_key_env": "OPENAI_API_KEY",
     }
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # A query in base_url (Azure's ?api-version=...) belongs after each request's path;
+        # httpx would glue the path onto the query. api-version becomes the api_version setting.
+        base = self.settings.get("base_url")
+        self._query: dict[str, str] = {}
+        if isinstance(base, str) and "?" in base:
+            split = urlsplit(base)
+            self.settings["base_url"] = urlunsplit(split._replace(query="", fragment=""))
+            self._query = dict(parse_qsl(split.query))
+            version = self._query.pop("api-version", None)
+            if version and "api_version" not in self.settings:
+                self.settings["api_version"] = version
+        for name in ("api_key_header", "max_tokens_param"):
+            allowed = {
+                "api_key_header": ("authorization", "api-key"),
+                "max_tokens_param": ("max_tokens", "max_completion_tokens"),
+            }[name]
+            if self.settings.get(name, allowed[0]) not in allowed:
+                raise ProviderConfigError(
+                    f"provider '{self.name}': {name} must be one of {', '.join(allowed)}"
+                )
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def query(self) -> dict[str, str]:
+        """Query parameters every request carries (Azure's api-version)."""
+        version = self.str_setting("api_version")
+        return {**self._query, **({"api-version": version} if version else {})}
+
     def headers(self) -> dict[str, str]:
         h = super().headers()
         key = self.secrets.get("api_key")
         if key:
-            h["Authorization"] = f"Bearer {key}"
-        org = self.settings.get("organization")
-        if isinstance(org, str) and org:
-            h["OpenAI-Organization"] = org
+            if self._key_header() == "api-key":
+                h["api-key"] = key
+            else:
+                h["Authorization"] = f"Bearer {key}"
+        for setting, header in (
+            ("organization", "OpenAI-Organization"),
+            ("project", "OpenAI-Project"),
+        ):
+            value = self.str_setting(setting)
+            if value:
+                h[header] = value
         return h
+
+    def _key_header(self) -> str:
+        explicit = self.settings.get("api_key_header")
+        if isinstance(explicit, str):
+            return explicit
+        host = urlsplit(str(self.settings.get("base_url") or self.default_base_url)).hostname or ""
+        return "api-key" if host.endswith(".azure.com") else "authorization"
 
     def _call_headers(self, idempotency_key: str) -> dict[str, str]:
         return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -58,36 +178,45 @@ class OpenAIProvider(HttpProvider):
         base = self.settings.get("params", {})
         return {**(base if isinstance(base, dict) else {}), **request_params}
 
+    async def _post(
+        self, client: httpx.AsyncClient, url: str, request: ImageRequest | TextRequest, **kw: Any
+    ) -> dict[str, Any]:
+        resp = await self.send(
+            client,
+            "POST",
+            url,
+            params=self.query(),
+            headers=self._call_headers(request.idempotency_key),
+            tracker=request.tracker,
+            **kw,
+        )
+        reply = self.json_of(resp)
+        # The backend's id for the call (a support ticket names it): the reply's, else the header.
+        remote = reply.get("id") or resp.headers.get("x-request-id")
+        if request.tracker is not None and isinstance(remote, str) and remote:
+            request.tracker.remote(remote)
+        return reply
+
+    # --- images -----------------------------------------------------------------------------
+
     async def generate_image(self, request: ImageRequest) -> ImageResult:
         model = str(request.params.get("model") or self.settings["image_model"])
         size = f"{request.size[0]}x{request.size[1]}"
         params = {k: v for k, v in self._params(request.params).items() if k != "model"}
-        headers = self._call_headers(request.idempotency_key)
         async with self.client(request.timeout) as client:
             if request.references:
                 url = "images/edits"
-                files = [
-                    ("image[]", (f"reference-{i}.png", data, "image/png"))
-                    for i, data in enumerate(request.references[:MAX_REFERENCES])
-                ]
+                files = []
+                for i, ref in enumerate(request.references[:MAX_REFERENCES]):
+                    mime, ext = image_type(ref)
+                    files.append(("image[]", (f"reference-{i}.{ext}", ref, mime)))
                 form = {"prompt": request.prompt, "model": model, "n": "1", "size": size}
                 form.update({k: str(v) for k, v in params.items()})
-                resp = await self.send(
-                    client,
-                    "POST",
-                    url,
-                    data=form,
-                    files=files,
-                    headers=headers,
-                    tracker=request.tracker,
-                )
+                reply = await self._post(client, url, request, data=form, files=files)
             else:
                 url = "images/generations"
                 body = {"model": model, "prompt": request.prompt, "n": 1, "size": size, **params}
-                resp = await self.send(
-                    client, "POST", url, json=body, headers=headers, tracker=request.tracker
-                )
-            reply = self.json_of(resp)
+                reply = await self._post(client, url, request, json=body)
             data = reply.get("data")
             if not isinstance(data, list) or not data or not isinstance(data[0], dict):
                 raise self.bad_reply(f"POST {url}", "no data[0] in the reply")
@@ -114,6 +243,8 @@ class OpenAIProvider(HttpProvider):
 
     async def _download(self, client: httpx.AsyncClient, url: str) -> bytes:
         # A hosted URL is on another origin: fetch it with a client that carries no credentials.
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise self.bad_reply("data[0].url", f"not an http(s) URL: {url[:100]!r}")
         async with httpx.AsyncClient(
             timeout=client.timeout, trust_env=False, verify=tls_context()
         ) as plain:
@@ -123,40 +254,41 @@ class OpenAIProvider(HttpProvider):
             raise self.bad_reply(f"GET {url}", f"content type '{ctype}' is not an image")
         return resp.content
 
+    # --- chat -------------------------------------------------------------------------------
+
     async def generate_text(self, request: TextRequest) -> TextResult:
         model = request.model or str(self.settings["model"])
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [self._message(m) for m in request.messages],
-            **self._params(request.params),
-        }
+        params = self._params(request.params)
+        strict = params.pop("strict", None)
+        if strict is None:
+            strict = self.settings.get("strict_schema")
+        messages = [self._message(m) for m in request.messages]
+        body: dict[str, Any] = {"model": model, "messages": messages, **params}
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.seed is not None:
             body["seed"] = request.seed
         if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+            override = self.settings.get("max_tokens_param")
+            field = max_tokens_field(model, override if isinstance(override, str) else None)
+            body[field] = request.max_tokens
         if request.json_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "reply", "schema": request.json_schema},
-            }
+            spec: dict[str, Any] = {"name": "reply", "schema": request.json_schema}
+            if strict is not None:
+                spec["strict"] = bool(strict)
+            body["response_format"] = {"type": "json_schema", "json_schema": spec}
         elif request.format == "json":
             body["response_format"] = {"type": "json_object"}
+            if not mentions_json(messages):  # the API refuses json_object otherwise
+                body["messages"] = [{"role": "system", "content": JSON_INSTRUCTION}, *messages]
         url = "chat/completions"
         async with self.client(request.timeout) as client:
-            resp = await self.send(
-                client,
-                "POST",
-                url,
-                json=body,
-                headers=self._call_headers(request.idempotency_key),
-                tracker=request.tracker,
-            )
-            reply = self.json_of(resp)
+            reply = await self._post(client, url, request, json=body)
         try:
-            message = reply["choices"][0]["message"]
+            choice = reply["choices"][0]
+            message = choice["message"]
             text = message.get("content") or ""
+            refusal = message.get("refusal")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise self.bad_reply(f"POST {url}", "no choices[0].message") from None
         if not isinstance(text, str):
@@ -165,11 +297,13 @@ class OpenAIProvider(HttpProvider):
             reply.get("usage"),
             {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"},
         )
-        meta = {
+        meta: dict[str, Any] = {
             "model": reply.get("model", model),
             "seed": request.seed,
-            "finish_reason": reply["choices"][0].get("finish_reason"),
+            "finish_reason": choice.get("finish_reason"),
         }
+        if isinstance(refusal, str) and refusal:
+            meta["refusal"] = refusal
         return TextResult(text=text, metadata=meta, usage=usage)
 
     @staticmethod
@@ -179,6 +313,6 @@ class OpenAIProvider(HttpProvider):
             return {"role": message["role"], "content": message.get("content", "")}
         parts: list[dict[str, Any]] = [{"type": "text", "text": message.get("content", "")}]
         for data in images:
-            url = f"data:image/png;base64,{b64encode(data)}"
+            url = f"data:{image_type(data)[0]};base64,{b64encode(data)}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
         return {"role": message["role"], "content": parts}

@@ -193,6 +193,9 @@ class LlmStep(StepType):
             idempotency_key=key,
         )
         record = await self._call(ctx, provider, request, canonical_request)
+        refusal = (record.get("metadata") or {}).get("refusal")
+        if refusal:  # the model declined: its words, not a parse error about an empty reply
+            raise StepFailure(f"{provider.name}: the model refused: {refusal}", check=True)
         text = str(record["text"])
         value = parse_json_reply(text) if fmt == "json" else None
         if schema is not None:

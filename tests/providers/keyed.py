@@ -12,7 +12,8 @@ import collections
 import threading
 import time
 
-from .servers import OpenAIServer, Recorded, Reply
+from .openai_server import OpenAIServer
+from .servers import Recorded, Reply
 
 
 class CountingOpenAIServer(OpenAIServer):

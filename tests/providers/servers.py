@@ -65,6 +65,10 @@ class Recorded:
 
     def parts(self) -> list[tuple[str, str | None, bytes]]:
         """(name, filename, data) of each multipart/form-data part."""
+        return [(name, fn, data) for name, fn, _ct, data in self.parts_with_types()]
+
+    def parts_with_types(self) -> list[tuple[str, str | None, str, bytes]]:
+        """(name, filename, content type, data) of each multipart/form-data part."""
         head = f"Content-Type: {self.headers['content-type']}\r\n\r\n".encode()
         msg = BytesParser(policy=HTTP).parsebytes(head + self.body)
         out = []
@@ -74,6 +78,7 @@ class Recorded:
                 (
                     str(part.get_param("name", header="content-disposition")),
                     part.get_filename(),
+                    part.get_content_type(),
                     payload if isinstance(payload, bytes) else b"",
                 )
             )
@@ -188,63 +193,6 @@ class ProtocolServer:
 def _size(text: str) -> tuple[int, int]:
     w, _, h = text.partition("x")
     return int(w), int(h)
-
-
-class OpenAIServer(ProtocolServer):
-    """/v1/images/generations, /v1/images/edits (multipart), /v1/chat/completions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.route("POST", "/v1/images/generations", self._generate)
-        self.route("POST", "/v1/images/edits", self._edit)
-        self.route("POST", "/v1/chat/completions", self._chat)
-        self.route(
-            "GET", "/files/.*", lambda rec: Reply(body=png((1, 2, 3)), content_type="image/png")
-        )
-
-    def _generate(self, rec: Recorded) -> Reply:
-        body = rec.json()
-        if not body.get("prompt"):
-            return Reply(
-                400, {"error": {"message": "prompt is required", "type": "invalid_request_error"}}
-            )
-        image = png(colour_of(body["prompt"]), _size(body["size"]))
-        return Reply(
-            body={
-                "created": 1,
-                "data": [{"b64_json": b64(image), "revised_prompt": "revised " + body["prompt"]}],
-                "usage": {"input_tokens": 7, "output_tokens": 100, "total_tokens": 107},
-            }
-        )
-
-    def _edit(self, rec: Recorded) -> Reply:
-        parts = rec.parts()
-        fields = {name: data.decode() for name, fn, data in parts if fn is None}
-        images = [data for name, _fn, data in parts if name == "image[]"]
-        if not images:
-            return Reply(400, {"error": {"message": "image[] is required"}})
-        image = png(colour_of(fields["prompt"]), _size(fields["size"]))
-        return Reply(body={"created": 1, "data": [{"b64_json": b64(image)}]})
-
-    def _chat(self, rec: Recorded) -> Reply:
-        body = rec.json()
-        last = body["messages"][-1]["content"]
-        text = last if isinstance(last, str) else last[0]["text"]
-        content = json.dumps({"echo": text}) if "response_format" in body else f"echo: {text}"
-        return Reply(
-            body={
-                "id": "c1",
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": content},
-                    }
-                ],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 3},
-            }
-        )
 
 
 class OllamaServer(ProtocolServer):
