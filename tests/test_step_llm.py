@@ -12,7 +12,7 @@ from runner.errors import InvalidPipeline, StepFailure
 from runner.providers.fake import FakeProvider
 from runner.steps.base import StepEnv, StepResult
 from runner.steps.llm import FEEDBACK_HEADING, LlmStep, with_feedback
-from tests.providers.servers import OllamaServer
+from tests.providers.ollama_server import OllamaServer
 from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 
 SCRIPT = """

@@ -28,8 +28,10 @@ def providers(no_probe: bool, as_json: bool) -> None:
         return
     for i in doc["providers"]:
         c = i["capabilities"]
+        trial = set(c.get("experimental", ()))
+        kinds = ",".join(f"{k} (experimental)" if k in trial else k for k in c["kinds"])
         click.echo(
-            f"{i['name']:<10} v{i['version']:<4} kinds={','.join(c['kinds'])} "
+            f"{i['name']:<10} v{i['version']:<4} kinds={kinds} "
             f"seed={c['supports_seed']} "
             f"reference={c['supports_reference_image']} max_concurrency={c['max_concurrency']}"
         )

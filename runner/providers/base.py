@@ -50,10 +50,13 @@ class Capabilities:
     supports_reference_image: bool = False
     max_concurrency: int = 4
     accepts_idempotency_key: bool = False
+    # Kinds the backend offers only as an experiment (its API may change or be withdrawn).
+    experimental: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kinds": sorted(self.kinds),
+            "experimental": sorted(self.experimental),
             "supports_seed": self.supports_seed,
             "supports_reference_image": self.supports_reference_image,
             "max_concurrency": self.max_concurrency,

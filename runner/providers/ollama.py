@@ -2,12 +2,21 @@
 
 Text: POST /api/chat {model, messages[{role, content, images[b64]}], format, options{temperature,
 seed, num_predict}, stream: false} (or /api/generate when params.endpoint is "generate").
-Images: POST /api/generate with width/height; image models answer with ``image`` or ``images``.
+``params: {stream: true}`` is honoured: the reply is then NDJSON (one object a line, the last with
+``done: true`` and the counters), read line by line; an ``{"error": ...}`` line after the stream
+began fails the call with Ollama's message. Streaming keeps a long generation inside the read
+timeout, which bounds each chunk rather than the whole reply.
+Images (experimental, marked so in ``runner providers``): POST /api/generate with width/height;
+image models of the experimental builds answer with ``image`` or ``images``; current Ollama
+refuses them ("image generation models are not currently supported"), which reaches the user.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
+
+import httpx
 
 from ._http import HttpProvider, b64decode, b64encode, usage_ints
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
@@ -28,6 +37,7 @@ class OllamaProvider(HttpProvider):
         supports_reference_image=True,
         max_concurrency=1,  # one local GPU: parallel calls only queue up
         accepts_idempotency_key=False,
+        experimental=frozenset({"image"}),
     )
     known_settings: ClassVar[frozenset[str]] = frozenset(
         {"base_url", "model", "image_model", "options", "keep_alive"}
@@ -76,11 +86,10 @@ class OllamaProvider(HttpProvider):
             url = "/api/chat"
             body["messages"] = [self._message(m) for m in request.messages]
         async with self.client(request.timeout) as client:
-            reply = self.json_of(
-                await self.send(
-                    client, "POST", url, json=self._common(body), tracker=request.tracker
-                )
+            resp = await self.send(
+                client, "POST", url, json=self._common(body), tracker=request.tracker
             )
+        reply = self._reply(resp, url)
         if endpoint == "generate":
             text = reply.get("response")
         else:
@@ -94,6 +103,37 @@ class OllamaProvider(HttpProvider):
             "done_reason": reply.get("done_reason"),
         }
         return TextResult(text=text, metadata=meta, usage=usage_ints(reply, _USAGE))
+
+    def _reply(self, resp: httpx.Response, url: str) -> dict[str, Any]:
+        """The reply object: the JSON one, or the NDJSON stream folded into one like it."""
+        if "ndjson" not in resp.headers.get("Content-Type", "").lower():
+            return self.json_of(resp)
+        folded: dict[str, Any] = {}
+        text: list[str] = []
+        for number, line in enumerate(resp.text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                chunk = json.loads(line)
+            except ValueError:
+                raise self.bad_reply(f"POST {url}", f"stream line {number} is not JSON") from None
+            if not isinstance(chunk, dict):
+                raise self.bad_reply(f"POST {url}", f"stream line {number} is not an object")
+            if chunk.get("error"):  # the model failed after the reply began (status still 200)
+                raise self.error(f"POST {url}: the stream failed: {chunk['error']}", transient=True)
+            message = chunk.get("message")
+            piece = message.get("content") if isinstance(message, dict) else chunk.get("response")
+            if isinstance(piece, str):
+                text.append(piece)
+            folded.update(chunk)
+        if folded.get("done") is not True:
+            raise self.error(f"POST {url}: the stream ended before done", transient=True)
+        joined = "".join(text)
+        if isinstance(folded.get("message"), dict):
+            folded["message"] = {**folded["message"], "content": joined}
+        else:
+            folded["response"] = joined
+        return folded
 
     @staticmethod
     def _message(message: dict[str, Any]) -> dict[str, Any]:
@@ -128,11 +168,10 @@ class OllamaProvider(HttpProvider):
             body["images"] = [b64encode(r) for r in request.references]
         url = "/api/generate"
         async with self.client(request.timeout) as client:
-            reply = self.json_of(
-                await self.send(
-                    client, "POST", url, json=self._common(body), tracker=request.tracker
-                )
+            resp = await self.send(
+                client, "POST", url, json=self._common(body), tracker=request.tracker
             )
+        reply = self._reply(resp, url)
         raw = reply.get("image")
         if raw is None and isinstance(reply.get("images"), list) and reply["images"]:
             raw = reply["images"][0]
