@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO, runner_bin
-from tests.providers.servers import OpenAIServer
+from tests.providers.openai_server import OpenAIServer
 
 from .s3server import S3Server, free_port
 
