@@ -24,7 +24,8 @@ import pytest
 from runner.providers.redact import Redactor
 from runner.secretenv import command_environment
 
-from ..providers.servers import OpenAIServer, Reply
+from ..providers.openai_server import OpenAIServer
+from ..providers.servers import Reply
 
 KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f"  # 48 characters
 assert len(KEY) == 48
