@@ -114,6 +114,19 @@ def bench_foreach(s3: S3Server, n: int, tmp: Path) -> None:
     print(f"   runner over the peer            : {(t_remote - peer) / n * 1e3:7.2f} ms/element")
     if requests:
         print(f"   batched calls to the remote     : {requests} ({requests / n:.3f} per element)")
+    # The same apply from a file:// remote: no server between runner and the bytes, so what is
+    # left over the local case is runner's own work (fetch, verify, store durably, restore).
+    fa, fb = tmp / "fe-file-a", tmp / "fe-file-b"
+    file_remote = f"file://{tmp / 'file-remote'}"
+    _foreach_project(fa, n, file_remote)
+    _foreach_project(fb, n, file_remote)
+    _apply(fa, s3)
+    t_file, doc_file = _apply(fb, s3)
+    assert doc_file["summary"]["cached"] == 1, doc_file["summary"]
+    print(
+        f"   apply from a file:// remote     : {t_file:7.2f} s  "
+        f"({(t_file - local) / n * 1e3:.2f} ms/element over local: runner's own work)"
+    )
 
 
 def _peer_fetch(s3: S3Server, bucket: str) -> float:
