@@ -192,7 +192,7 @@ def _write_waves(root: Path, waves: list[list[str]]) -> None:
 FLOOR = """
 import asyncio, json, sys
 from pathlib import Path
-import runner.cli.app, runner.compiler, runner.engine.interpreter
+import runner.cli.app, runner.pipeline.compiler, runner.engine.interpreter
 from runner.shellrun import run_shell
 
 async def main(jobs):

@@ -15,9 +15,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from runner.compiler import compile_pipeline
 from runner.engine.apply import State, apply_plan
 from runner.engine.interpreter import ApplyOptions
+from runner.pipeline.compiler import compile_pipeline
 
 
 def main(n: int = 10_000) -> None:

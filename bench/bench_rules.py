@@ -122,9 +122,9 @@ def pipeline(n: int, whens: bool, prefix: str = "h") -> str:
 _ONE_COMPILE = """
 import sys, time
 from pathlib import Path
-import runner.compiler, runner.rules, runner.steps.registry
+import runner.pipeline.compiler, runner.rules, runner.steps.registry
 started = time.process_time()
-runner.compiler.compile_pipeline(Path(sys.argv[1]))
+runner.pipeline.compiler.compile_pipeline(Path(sys.argv[1]))
 print(time.process_time() - started)
 """
 
@@ -153,7 +153,7 @@ def validate_seconds(file: Path, env: dict[str, str]) -> tuple[float, float]:
 
 
 def in_process(files: dict[str, Path], samples: int) -> dict[str, list[float]]:
-    from runner.compiler import compile_pipeline
+    from runner.pipeline.compiler import compile_pipeline
 
     for file in files.values():
         compile_pipeline(file)  # imports, environment, shapes: once per process

@@ -1,9 +1,9 @@
 """Data files read at run time (`read {as: json|yaml}`, schema files, compliance profiles).
 
 Both formats give only what JSON can carry and refuse the rest at its file:line:column: YAML is
-read as pipelines are (YAML 1.2 core schema, bounded aliases; see ``yamlsrc``), and JSON without
-Python's extensions (``NaN``, ``Infinity``), numbers that overflow to infinity or are too long to
-print, and nesting deep enough to exhaust the stack.
+read as pipelines are (YAML 1.2 core schema, bounded aliases; see ``runner.pipeline.source``),
+and JSON without Python's extensions (``NaN``, ``Infinity``), numbers that overflow to infinity
+or are too long to print, and nesting deep enough to exhaust the stack.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .errors import InvalidPipeline, Location
-from .yamlsrc import MAX_INT_DIGITS, load_data
+from .pipeline.source import MAX_INT_DIGITS, load_data
 
 
 def load_yaml(text: str, name: str) -> Any:

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import expr as ex
 from .canonical import canonical_json
-from .compiler import CompiledStep, Plan, compile_document
 from .errors import InvalidPipeline, RunnerError, UsageError
-from .loader import PipelineDoc, did_you_mean, load_document, resolve_params
-from .paths import inside
+from .pipeline.compiler import CompiledStep, Plan, compile_document
+from .pipeline.loader import PipelineDoc, did_you_mean, load_document, resolve_params
+from .pipeline.paths import inside
 
 if TYPE_CHECKING:
     from .rules import Rule

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from . import expr as ex
-from .compiler import Plan, compile_pipeline
 from .engine.apply import State, apply_plan_async, state_dir_for
 from .engine.events import Event, EventType, FanOut, Reporter
 from .engine.interpreter import ApplyOptions, RunReport, RunStatus, StepStatus
 from .errors import RunnerError
+from .pipeline.compiler import Plan, compile_pipeline
 
 # Editor droppings: vim backups (file~), swap files (.file.swp/.swo/...), vim's write test file
 # (4913, 5036, ...), emacs lock files (.#file), LibreOffice locks.

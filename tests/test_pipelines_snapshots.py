@@ -1,7 +1,7 @@
 """Every pipeline in pipelines/ and examples/ renders, and its prompts match their snapshots.
 
-The snapshots live in tests/__snapshots__/pipelines/ (one text file per prompt step); review a
-changed prompt like code and accept it with ``pytest --snapshot-update``.
+The snapshots live in tests/__snapshots__/<pipeline path>/ (one text file per prompt step);
+review a changed prompt like code and accept it with ``pytest --snapshot-update``.
 """
 
 from __future__ import annotations

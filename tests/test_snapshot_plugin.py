@@ -129,11 +129,12 @@ def test_snapshot_lifecycle_in_a_user_project(tmp_path: Path) -> None:
 
 def test_command_line_option_and_default_case(tmp_path: Path) -> None:
     # No ini option: --runner-pipelines names the directory; a pipeline without `tests:` gets one
-    # case with its default params; snapshots go to the default tests/__snapshots__/pipelines/.
+    # case with its default params; snapshots land where the README says:
+    # tests/__snapshots__/<pipeline file without .yaml>/<fixture>/<step>.txt.
     write(tmp_path, "pytest.ini", "[pytest]\n")
     write(
         tmp_path,
-        "flows/plain.yaml",
+        "pipelines/plain.yaml",
         """\
         runner: 1
         name: plain
@@ -141,8 +142,9 @@ def test_command_line_option_and_default_case(tmp_path: Path) -> None:
           p: {uses: template, with: {text: "static prompt"}}
         """,
     )
-    update = pytest_run(tmp_path, "--runner-pipelines", "flows", "--snapshot-update", "-v")
+    update = pytest_run(tmp_path, "--runner-pipelines", "pipelines", "--snapshot-update", "-v")
     assert update.returncode == 0, update.stdout
-    assert "flows/plain.yaml::default PASSED" in update.stdout
-    snapshot = tmp_path / "tests" / "__snapshots__" / "pipelines" / "flows" / "plain" / "default"
+    assert "pipelines/plain.yaml::default PASSED" in update.stdout
+    snapshot = tmp_path / "tests" / "__snapshots__" / "pipelines" / "plain" / "default"
+    assert not (tmp_path / "tests" / "__snapshots__" / "pipelines" / "pipelines").exists()
     assert (snapshot / "p.txt").read_text(encoding="utf-8") == "static prompt"

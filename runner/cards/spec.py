@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, Expression, compile_value, is_static, iter_expressions
-from ..loader import surely_valid
-from ..yamlsrc import Path_
-from ..yamlsrc import Sourced as Positioned
-from ..yamlsrc import parse_file as _parse_yaml
+from ..pipeline.loader import surely_valid
+from ..pipeline.source import Path_
+from ..pipeline.source import Sourced as Positioned
+from ..pipeline.source import parse_file as _parse_yaml
 from ._types import type_problem
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, evaluate_value, is_static
-from ..paths import inside
+from ..pipeline.paths import inside
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check, show
 
 

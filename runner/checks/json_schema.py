@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..datafiles import load_json, load_yaml
 from ..errors import InvalidPipeline, Location
 from ..expr import Compiled, evaluate_value
-from ..paths import inside
+from ..pipeline.paths import inside
 from .base import VALUE_DESCRIPTION, CheckType, Path_, Rule, Scope, Verdict, register_check, show
 
 MAX_ERRORS_SHOWN = 3

@@ -116,11 +116,11 @@ def cache_pull(
 
     Example: runner cache pull pipelines/thumbnail.yaml -p video_id=abc
     """
-    from ..compiler import compile_pipeline
     from ..engine import cache_ops
     from ..engine.apply import State, apply_plan
     from ..engine.interpreter import ApplyOptions
     from ..engine.locate import state_dir_for
+    from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, parse_params(params))
     settings = cache_ops.settings_for(plan.root, remote)

@@ -156,10 +156,10 @@ def apply(
                 )
             sys.exit(0)
 
-    from ..compiler import compile_pipeline
     from ..engine.apply import State, apply_plan
     from ..engine.interpreter import ApplyOptions
     from ..errors import UsageError
+    from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, overrides)
     for f in force:
@@ -238,7 +238,7 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
 
     Example: runner validate pipelines/thumbnail.yaml
     """
-    from ..compiler import compile_pipeline
+    from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, parse_params(params))
     if as_json:
@@ -257,8 +257,8 @@ def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
 
     Example: runner graph pipeline.yaml --format mermaid
     """
-    from ..compiler import compile_pipeline
-    from ..graphview import render_graph
+    from ..pipeline.compiler import compile_pipeline
+    from ..pipeline.graphview import render_graph
 
     plan = compile_pipeline(file, parse_params(params))
     text = render_graph(plan, fmt)
@@ -546,7 +546,7 @@ def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> N
 
     Example: runner check pipelines/report.yaml --strict
     """
-    from ..compiler import compile_pipeline
+    from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, parse_params(params))
     decls = plan.doc.data.get("params") or {}

@@ -95,6 +95,7 @@ def iterate(
     """
     from ..errors import InvalidPipeline
     from ..gateview import printable
+    from ..pipeline.source import load_data
     from ..thumbs.iterate import (
         child_options,
         explain_child,
@@ -103,7 +104,6 @@ def iterate(
         plan_child,
         run_child,
     )
-    from ..yamlsrc import load_data
     from .commands_core import _reporter
 
     var_map: dict[str, Any] = {}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..compiler import Plan, compile_pipeline
 from ..errors import Busy, StoreError
+from ..pipeline.compiler import Plan, compile_pipeline
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from .events import Reporter

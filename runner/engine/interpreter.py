@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
-from .. import overrides, paths
+from .. import overrides
 from ..canonical import CanonicalError
 from ..canonical import digest as canonical_digest
-from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import (
     DiskFull,
     ExpressionError,
@@ -35,6 +34,8 @@ from ..errors import (
     StepFailure,
     StoreError,
 )
+from ..pipeline import paths
+from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..providers.limits import lend_slots
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResult, Journal, dumps

@@ -33,8 +33,8 @@ def plan_document(
 
     Reads only: the journal is opened read-only when it exists and not created when it does not.
     """
-    from ..compiler import compile_pipeline
     from ..errors import UsageError
+    from ..pipeline.compiler import compile_pipeline
     from .costs import estimate, load_prices
     from .locate import state_dir_for
     from .planner import forecast

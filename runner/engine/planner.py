@@ -28,8 +28,8 @@ from typing import Any
 from .. import expr as ex
 from .. import overrides
 from ..canonical import digest as canonical_digest
-from ..compiler import CachePolicy, CompiledStep, Plan
 from ..errors import RunnerError, StepFailure
+from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..store.journal import CachedResult, Journal, loads
 from ..store.objects import ObjectStore
 from .files import FileHasher

@@ -144,7 +144,7 @@ def _outputs(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None)
     outputs = args.get("outputs")
     if not isinstance(outputs, list):
         return
-    from ..paths import inside
+    from ..pipeline.paths import inside
 
     for rel in outputs:
         if not isinstance(rel, str):

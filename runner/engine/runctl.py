@@ -27,7 +27,7 @@ def resume_run(
     Raises NotFound for an unknown run or a pipeline file that is gone, UsageError for a run
     that cannot be resumed (completed, rejected, running).
     """
-    from ..compiler import compile_pipeline
+    from ..pipeline.compiler import compile_pipeline
 
     run = state.journal.get_run(run_id)
     if run["status"] not in RESUMABLE:

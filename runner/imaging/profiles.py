@@ -20,7 +20,7 @@ from ..canonical import digest
 from ..datafiles import load_yaml
 from ..errors import ExpressionError, InvalidPipeline, Location
 from ..expr import Expression, compile_expression
-from ..paths import inside
+from ..pipeline.paths import inside
 
 MEASURED_NAMES = frozenset({"width", "height", "aspect", "bytes", "format"})
 FORMATS = frozenset({"jpg", "png", "gif", "webp"})

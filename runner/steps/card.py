@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from ..cards import CardSpec, ContractViolation, build_card, load_spec
 from ..errors import InvalidPipeline, Location, StepFailure
-from ..paths import inside
+from ..pipeline.paths import inside
 from .base import StepContext, StepResult, StepType
 
 SPEC_ARG = {"type": "string", "description": "Card spec YAML file, relative to the pipeline."}

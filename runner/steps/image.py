@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure, StoreError
-from ..paths import inside
+from ..pipeline.paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import (
     CallLog,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, NotFound, StepFailure, UsageError
-from ..paths import inside
+from ..pipeline.paths import inside
 from .base import StepContext, StepResult, StepType, invalid
 
 _DOC_SCHEMA: dict[str, Any] = {

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from ..datafiles import load_json, load_yaml
 from ..errors import InvalidPipeline, Location, StepFailure
-from ..paths import inside
-from ..yamlsrc import decode_utf8
+from ..pipeline.paths import inside
+from ..pipeline.source import decode_utf8
 from .base import StepContext, StepResult, StepType, invalid
 
 _WILD = "*?["

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
-from ..paths import inside, inside_now
+from ..pipeline.paths import inside, inside_now
 from ..secretenv import command_environment, provider_env_names
 from ..shellquote import Unquotable, check_command, render_command
 from ..shellrun import run_shell

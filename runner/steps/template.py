@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 from .. import expr as ex
 from ..errors import InvalidPipeline, Location, TemplateError
-from ..paths import inside
-from ..yamlsrc import decode_utf8
+from ..pipeline.paths import inside
+from ..pipeline.source import decode_utf8
 from .base import StepContext, StepResult, StepType, invalid
 
 

@@ -79,7 +79,7 @@ def copy_finals(
     """Copy (never move) finals (or raws) to dest/<stem>-<ordinal>.<ext>. Raises StoreError,
     and UsageError (before writing anything) when ``overwrite`` is off and a file of that name
     holds other bytes: an earlier export of another run, or anything else."""
-    from ..paths import inside
+    from ..pipeline.paths import inside
 
     try:
         dest.mkdir(parents=True, exist_ok=True)

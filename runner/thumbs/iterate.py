@@ -134,7 +134,7 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
 def plan_child(
     parent: dict[str, Any], it: Iteration, *, n: int, prompt_append: str, variables: dict[str, Any]
 ) -> Any:
-    from ..compiler import compile_pipeline
+    from ..pipeline.compiler import compile_pipeline
 
     path = Path(parent["pipeline_file"])
     params = child_params(

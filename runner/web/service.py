@@ -218,7 +218,7 @@ def live_tiles(state: State, run_id: str) -> dict[str, Any]:
 @lru_cache(maxsize=64)
 def _plan(path: str, mtime_ns: int, params: str) -> Any:
     # Compiling is the slow part of a run view; a pipeline file only changes with its mtime.
-    from ..compiler import compile_pipeline
+    from ..pipeline.compiler import compile_pipeline
 
     return compile_pipeline(Path(path), params=json.loads(params))
 
@@ -265,7 +265,7 @@ def run_graph(state: State, run_id: str) -> dict[str, Any]:
 
     Raises NotFound for an unknown run; ``graph`` is None when the pipeline cannot be compiled.
     """
-    from ..graphview import graph_json
+    from ..pipeline.graphview import graph_json
 
     run = state.journal.get_run(run_id)
     plan, error = run_plan(state, run)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.compiler import compile_pipeline
 from runner.errors import InvalidPipeline
+from runner.pipeline.compiler import compile_pipeline
 
 PIPELINE = """\
 runner: 1

@@ -17,8 +17,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import expr as ex
-from .errors import InvalidPipeline, Location
+from .. import expr as ex
+from ..errors import InvalidPipeline, Location
+from ..steps.base import StepType
+from ..steps.registry import StepRegistry, default_registry
 from .loader import (
     PipelineDoc,
     did_you_mean,
@@ -29,14 +31,12 @@ from .loader import (
 )
 from .paths import forget as forget_paths
 from .paths import inside
-from .steps.base import StepType
-from .steps.registry import StepRegistry, default_registry
 
 if TYPE_CHECKING:
     import networkx as nx
     from jsonschema import Draft202012Validator
 
-    from .rules import Rule, RuleBook
+    from ..rules import Rule, RuleBook
 
 EXPRESSION_ROOTS = ("params", "steps", "run", "feedback", "attempt", "item", "index")
 
@@ -232,7 +232,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
 
     rulebook = None
     if patterns or named_rules or any("when" in r or "check" in r for r in steps_raw.values()):
-        from .rules import RuleBook
+        from ..rules import RuleBook
 
         rulebook = RuleBook(doc.src.where, patterns, named_rules, root)
     compiled: dict[str, CompiledStep] = {}
@@ -268,7 +268,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
         item = ex.compile_value(data["item"], lambda p: doc.where("item", *p))
         for e in ex.iter_expressions(item):
             _check_refs(e, doc, None, declared_params, set(), allow=("params",))
-    from .prompt_lock import enforce
+    from ..prompt_lock import enforce
 
     enforce(root)
     return Plan(

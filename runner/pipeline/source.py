@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InvalidPipeline, Location
+from ..errors import InvalidPipeline, Location
 
 Path_ = tuple[Hashable, ...]
 

@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import InvalidPipeline, Location
+from ..errors import InvalidPipeline, Location
 
 
 def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = None) -> Path:
