@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from runner.engine.apply import State, apply_plan
-from runner.engine.interpreter import ApplyOptions
+from runner.engine.options import ApplyOptions
 from runner.pipeline.compiler import compile_pipeline
 
 

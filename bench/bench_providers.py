@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.engine.interpreter import JournalLedger
+from runner.engine.recorder import JournalLedger
 from runner.providers import ImageRequest, Provider, create
 from runner.steps.base import StepContext, StepEnv, StepResult
 from runner.steps.image import ImageStep

@@ -354,7 +354,7 @@ def main() -> None:
     import uvicorn
 
     from runner.engine.apply import apply_file
-    from runner.engine.interpreter import ApplyOptions
+    from runner.engine.options import ApplyOptions
     from runner.web.app import create_app
 
     args = [a for a in sys.argv[1:] if not a.startswith("--")]

@@ -326,7 +326,9 @@ class _FakeProviders:
 
 def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
     from .engine.apply import State, resolve_item
-    from .engine.interpreter import ApplyOptions, Interpreter, StepStatus
+    from .engine.interpreter import Interpreter
+    from .engine.options import ApplyOptions
+    from .engine.outcomes import StepStatus
 
     called = {sid for sid in wanted if plan.steps[sid].type.name in _UNCALLED}
     needed = _ancestors(plan, wanted) | (set(wanted) - called)

@@ -29,7 +29,8 @@ from typing import Any
 from . import expr as ex
 from .engine.apply import State, apply_plan_async, state_dir_for
 from .engine.events import Event, EventType, FanOut, Reporter
-from .engine.interpreter import ApplyOptions, RunReport, RunStatus, StepStatus
+from .engine.options import ApplyOptions
+from .engine.outcomes import RunReport, RunStatus, StepStatus
 from .errors import RunnerError
 from .pipeline.compiler import Plan, compile_pipeline
 

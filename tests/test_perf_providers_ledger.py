@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from runner.engine.interpreter import JournalLedger
+from runner.engine.recorder import JournalLedger
 from runner.errors import ProviderError, StepFailure
 from runner.providers import ImageRequest, ImageResult, create
 from runner.providers.calls import CallLog, Event

@@ -118,8 +118,8 @@ def cache_pull(
     """
     from ..engine import cache_ops
     from ..engine.apply import State, apply_plan
-    from ..engine.interpreter import ApplyOptions
     from ..engine.locate import state_dir_for
+    from ..engine.options import ApplyOptions
     from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, parse_params(params))

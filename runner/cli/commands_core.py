@@ -157,7 +157,7 @@ def apply(
             sys.exit(0)
 
     from ..engine.apply import State, apply_plan
-    from ..engine.interpreter import ApplyOptions
+    from ..engine.options import ApplyOptions
     from ..errors import UsageError
     from ..pipeline.compiler import compile_pipeline
 

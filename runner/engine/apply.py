@@ -19,8 +19,10 @@ from ..pipeline.compiler import Plan, compile_pipeline
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from .events import Reporter
-from .interpreter import ApplyOptions, Interpreter, RunReport
+from .interpreter import Interpreter
 from .locate import state_dir_for as state_dir_for
+from .options import ApplyOptions
+from .outcomes import RunReport
 
 T = TypeVar("T")
 

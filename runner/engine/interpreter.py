@@ -4,20 +4,18 @@ Ready steps run concurrently up to ``jobs``. A step whose key matches a complete
 its objects present is not run (``cached``); a deleted output file is restored from the store.
 Step failures are recorded values: they stop the failing step's dependents and let independent
 branches finish.
+
+This is the coordinator: it resolves each step's arguments and key, decides between reuse and a
+run, retries and checks. Around it: the scheduler (scheduler.py: what is ready, the ``--jobs``
+slots, cancellation), the step body's side of the seam (stepbody.py, run through an executor:
+executors.py), the recorder (recorder.py: journal rows and events), reuse.py (cache, user
+edits, remote cache) and gatestep.py (human gates).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import enum
-import os
-import random
 import time
-import traceback
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,218 +23,31 @@ from .. import expr as ex
 from .. import overrides
 from ..canonical import CanonicalError
 from ..canonical import digest as canonical_digest
-from ..errors import (
-    DiskFull,
-    ExpressionError,
-    InvalidPipeline,
-    ProviderError,
-    RunnerError,
-    StepFailure,
-    StoreError,
-)
-from ..pipeline import paths
+from ..errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
-from ..providers.limits import lend_slots
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
-from ..store.journal import CachedResult, Journal, dumps
+from ..store.journal import CachedResult, Journal
 from ..store.objects import ObjectStore
-from . import gates
-from .events import Event, EventType, NullReporter, Reporter
+from . import attempts, gatestep
+from .events import EventType, NullReporter, Reporter
 from .executors import Executor
 from .files import FileHasher
 from .keys import KeyParts
+from .options import ApplyOptions
+from .outcomes import (
+    ElementOutcome,
+    RunReport,
+    RunStatus,
+    StepOutcome,
+    StepStatus,
+    as_cached,
+    for_each_outcome,
+    run_status,
+)
+from .recorder import JournalLedger, Progress, Recorder, new_run_id
 from .remote_link import RemoteLink
-from .slots import CpuSlot
-
-CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
-REJECTED_EXIT = 8  # a reviewer rejected the run: not an error, but nothing was committed
-
-
-class StepStatus(enum.Enum):
-    RAN = "ran"
-    CACHED = "cached"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-    PARTIAL = "partial"
-    AWAITING_HUMAN = "awaiting_human"
-    REJECTED = "rejected"  # a human_gate's decision: nothing downstream of it runs
-
-    @property
-    def succeeded(self) -> bool:
-        return self in (StepStatus.RAN, StepStatus.CACHED)
-
-
-class RunStatus(enum.Enum):
-    RUNNING = "running"
-    AWAITING_HUMAN = "awaiting_human"
-    COMPLETED = "completed"
-    PARTIAL = "partial"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    REJECTED = "rejected"
-
-
-@dataclass
-class ElementOutcome:
-    index: int
-    status: StepStatus
-    key: str | None = None
-    output: Any = None
-    reason: str | None = None
-    check_failure: bool = False
-    duration_s: float = 0.0
-
-
-@dataclass
-class StepOutcome:
-    id: str
-    status: StepStatus
-    key: str | None = None
-    output: Any = None
-    reason: str | None = None
-    duration_s: float = 0.0
-    attempts: int = 0
-    check_failure: bool = False
-    elements: list[ElementOutcome] | None = None
-    report: Any = None
-    # Files (relative to the root) the step's key covered: watch re-runs a step when one changes.
-    reads: frozenset[str] = frozenset()
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "status": self.status.value,
-            "key": self.key,
-            "duration_s": round(self.duration_s, 6),
-        }
-        if self.reason:
-            doc["reason"] = self.reason
-        if self.elements is not None:
-            counts: dict[str, int] = {}
-            for e in self.elements:
-                counts[e.status.value] = counts.get(e.status.value, 0) + 1
-            doc["elements"] = {"total": len(self.elements), **counts}
-        if self.report is not None:
-            doc["report"] = self.report
-        return doc
-
-
-@dataclass
-class ApplyOptions:
-    jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
-    force: frozenset[str] = frozenset()
-    dry_run: bool = False
-    item: str | None = None
-    kind: str = "run"
-    parent_run_id: str | None = None
-    reference_asset: str | None = None
-    run_id: str | None = None
-    resume_run_id: str | None = None
-    wall_clock: float | None = None
-    max_steps: int | None = None
-    token_budget: int | None = None
-    retry_uncertain: bool = False  # send again calls whose reply was lost (may pay twice)
-    # A remote cache URL (`--remote`; else [cache] remote in runner.toml). remote_only: take
-    # what the remote has and run nothing else (`runner cache pull`).
-    remote: str | None = None
-    remote_only: bool = False
-    # Where step bodies run: "local", or "dask" (a LocalCluster of `workers` processes, or the
-    # cluster at `scheduler`). jobs_given: --jobs was set (else dask uses the cluster's threads).
-    executor: str = "local"
-    scheduler: str | None = None
-    workers: int | None = None
-    jobs_given: bool = False
-    # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
-    reuse: dict[str, StepOutcome] = field(default_factory=dict)
-
-
-@dataclass
-class RunReport:
-    run_id: str
-    pipeline: str
-    status: RunStatus
-    item: str | None
-    steps: list[StepOutcome]
-    exit_code: int
-    reason: str | None = None
-    # What this run depended on, for the no-op fast path (engine/fastpath.py): input files with
-    # their stat signatures, workspace files that must exist, objects that must be present.
-    inputs: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
-    workspace: dict[str, str] = field(default_factory=dict)
-    objects: set[str] = field(default_factory=set)
-    remote: dict[str, Any] | None = None  # the remote cache's hits, pushes and requests
-
-    def summary(self) -> dict[str, int]:
-        s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
-        for o in self.steps:
-            if o.status.value in s:
-                s[o.status.value] += 1
-            elif o.status is StepStatus.PARTIAL:
-                s["failed"] += 0
-        return s
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": {
-                "id": self.run_id,
-                "pipeline": self.pipeline,
-                "status": self.status.value,
-                "item": self.item,
-                **({"reason": self.reason} if self.reason else {}),
-            },
-            "summary": self.summary(),
-            "steps": [o.to_json() for o in self.steps],
-            **({"remote": self.remote} if self.remote is not None else {}),
-            "exit_code": self.exit_code,
-        }
-
-
-class _Abort(Exception):
-    """A run limit was hit."""
-
-
-class JournalLedger:
-    """The idempotency ledger a step sees, backed by the journal's calls table."""
-
-    def __init__(self, journal: Journal, run_id: str, step_id: str) -> None:
-        self.journal, self.run_id, self.step_id = journal, run_id, step_id
-
-    def completed(self, key: str) -> dict[str, Any] | None:
-        row = self.journal.call(key)
-        if row and row["status"] == "completed":
-            from ..store.journal import loads
-
-            result: dict[str, Any] = loads(row["result"]) or {}
-            return result
-        return None
-
-    def record(self, key: str) -> dict[str, Any] | None:
-        return self.journal.call(key)
-
-    def begin(self, key: str, meta: Mapping[str, Any]) -> None:
-        self.journal.begin_call(key, self.run_id, self.step_id, meta)
-
-    def sent(self, key: str) -> None:
-        self.journal.call_sent(key)
-
-    def remote_id(self, key: str, remote_id: str) -> None:
-        self.journal.call_remote_id(key, remote_id)
-
-    def complete(self, key: str, result: Mapping[str, Any]) -> None:
-        self.journal.complete_call(key, result)
-
-    def fail(self, key: str, error: str, status: str = "failed") -> None:
-        self.journal.fail_call(key, error, status)
-
-    def remote_job(self, key: str) -> dict[str, Any] | None:
-        return self.journal.call_job(key)
-
-    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None:
-        self.journal.note_call_job(key, job)
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+from .reuse import Reuse
+from .scheduler import Scheduler
 
 
 class Interpreter:
@@ -258,7 +69,6 @@ class Interpreter:
         self.objects = objects
         self.state_dir = state_dir
         self.options = options or ApplyOptions()
-        self.reporter = reporter or NullReporter()
         self.env = StepEnv(
             root=plan.root,
             state_dir=state_dir,
@@ -268,59 +78,35 @@ class Interpreter:
             retry_uncertain=self.options.retry_uncertain,
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
-        self.hasher = FileHasher(journal)
-        self.outcomes: dict[str, StepOutcome] = {}
+        self.recorder = Recorder(journal, reporter or NullReporter(), self.run_id, plan.name)
+        self.scheduler = Scheduler(plan, self.options.jobs)
+        self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)
+        self.progress = Progress(plan)
+        self.outcomes = self.scheduler.outcomes
         self.context_steps: dict[str, dict[str, Any]] = {}
-        self.jobs = asyncio.Semaphore(max(1, self.options.jobs))
         self.executions_started = 0
         self.tokens_used = 0
         self.abort_reason: str | None = None
         self.cached: dict[tuple[str, str], CachedResult] = {}
-        self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
         self.current_phase: str | None = None
         self.reviews: dict[str, dict[str, Any]] = {}  # revise target step -> review context
-        self.cancel_requested = False
-        self.finished: dict[str, StepStatus] = {}  # step id -> status, for phase progress
-        self._progress: dict[str, dict[str, int]] | None = None
-        self.workspace_used: dict[str, str] = {}
         self._reads: dict[str, set[str]] = {}
         self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
-        self.objects_used: set[str] = set()
-        self._progress_written = 0.0
-        # Journal writes of finished plain steps, done once their dependents have started
-        # (see _run_all): the records are not on the path from one process to the next.
-        self._deferred: list[Callable[[], None]] = []
         self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
         self.executor: Executor | None = None  # set by apply for --executor dask (else local)
 
-    # -- events --------------------------------------------------------------------------------
+    @property
+    def hasher(self) -> FileHasher:
+        return self.reuse.hasher
 
-    def emit(
-        self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
-    ) -> None:
-        ev = Event(type_, self.run_id, step, element, data)
-        self.reporter.event(ev)
-        if type_ is not EventType.LOG:
-            self._pending_events.append(
-                (self.run_id, ev.ts, type_.value, step, element, dumps(data))
-            )
+    @hasher.setter
+    def hasher(self, hasher: FileHasher) -> None:  # the planner reads through its own
+        self.reuse.hasher = hasher
 
     def emit_warning(self, message: str) -> None:
         """A warning for the user (consoles show it; the run goes on)."""
-        self.emit(EventType.LOG, None, None, level="warning", line=message)
-
-    def _flush_deferred(self) -> None:
-        while self._deferred:
-            batch, self._deferred = self._deferred, []
-            for write in batch:
-                write()
-        self.flush_events()
-
-    def flush_events(self) -> None:
-        if self._pending_events:
-            self.journal.add_events(self._pending_events)
-            self._pending_events = []
+        self.recorder.emit_warning(message)
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -348,7 +134,7 @@ class Interpreter:
 
     async def _apply(self) -> RunReport:
         plan = self.plan
-        self._check_gates()
+        gatestep.check_gates(plan)
         # Steps whose outcome is reused (watch) need no cached results: load only the others.
         needed = [sid for sid in plan.order if sid not in self.options.reuse]
         self.cached = self.journal.cached_results(plan.name, needed if self.options.reuse else None)
@@ -360,37 +146,25 @@ class Interpreter:
 
             bind_state(self.state_dir)  # collection_has checks read this state's collections
         if self.options.resume_run_id is None:
-            self.journal.create_run(
-                {
-                    "id": self.run_id,
-                    "pipeline": plan.name,
-                    "pipeline_file": str(plan.file.resolve()),
-                    "item": item,
-                    "status": RunStatus.RUNNING.value,
-                    "kind": self.options.kind,
-                    "parent_run_id": self.options.parent_run_id,
-                    "params": dumps(plan.params),
-                    "pid": os.getpid(),
-                    "reference_asset": self.options.reference_asset,
-                }
-            )
+            self.recorder.run_started(plan, self.options)
         else:
-            self.journal.update_run(
-                self.run_id,
-                status=RunStatus.RUNNING.value,
-                pid=os.getpid(),
-                finished_at=None,
-                exit_code=None,
-                reason=None,
-                cancel_requested=None,
-                params=dumps(plan.params),
-            )
-            self._load_reviews()
-        self.emit(EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order))
-        self.flush_events()
+            self.recorder.run_resumed(plan)
+            self.reviews.update(gatestep.load_reviews(plan, self.journal, self.run_id))
+        self.recorder.emit(
+            EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order)
+        )
+        self.recorder.flush_events()
         status = RunStatus.RUNNING
-        main = asyncio.create_task(self._run_all())
-        watcher = asyncio.create_task(self._watch_cancel(main))
+        main = asyncio.create_task(
+            self.scheduler.run(
+                self._step,
+                stopped=lambda: self.abort_reason is not None,
+                settle=self.recorder.flush_deferred,
+            )
+        )
+        watcher = asyncio.create_task(
+            self.scheduler.watch_cancel(main, self.recorder.cancel_requested)
+        )
         try:
             wall = self.options.wall_clock or plan.limits.wall_clock
             if wall is not None:
@@ -403,7 +177,7 @@ class Interpreter:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             status = RunStatus.CANCELLED
-            if self.cancel_requested and (current is None or not current.cancelling()):
+            if self.scheduler.cancel_requested and (current is None or not current.cancelling()):
                 # `runner runs cancel` from elsewhere: a normal end with exit 130
                 return self._finish(status, started, "cancelled with runner runs cancel")
             main.cancel()
@@ -414,46 +188,6 @@ class Interpreter:
         report = self._finish(None, started, self.abort_reason)
         return report
 
-    async def _watch_cancel(self, main: asyncio.Task[None]) -> None:
-        """Poll the journal for a cancel request; cancel the run's work when one appears."""
-        while not main.done():
-            await asyncio.sleep(CANCEL_POLL_S)
-            rows = self.journal.query(
-                "SELECT cancel_requested FROM runs WHERE id=?", (self.run_id,)
-            )
-            if rows and rows[0]["cancel_requested"]:
-                self.cancel_requested = True
-                main.cancel()
-                return
-
-    def _check_gates(self) -> None:
-        for step in self.plan.steps.values():
-            if not getattr(step.type, "is_gate", False):
-                continue
-            if step.for_each is not None:
-                raise InvalidPipeline(
-                    f"step '{step.id}': a human_gate cannot use for_each", where=step.where
-                )
-            revise = self._revise_target(step)
-            if revise is not None and revise not in self.plan.steps:
-                raise InvalidPipeline(
-                    f"step '{step.id}': revise names an unknown step '{revise}'", where=step.where
-                )
-
-    def _revise_target(self, step: CompiledStep) -> str | None:
-        raw = step.args.get("revise") if isinstance(step.args, dict) else None
-        return raw if isinstance(raw, str) else None
-
-    def _load_reviews(self) -> None:
-        rows = gates.decisions(self.journal, self.run_id)
-        for step in self.plan.steps.values():
-            target = self._revise_target(step) if getattr(step.type, "is_gate", False) else None
-            if target is None:
-                continue
-            review = gates.review_for([r for r in rows if r.gate == step.id])
-            if review is not None:
-                self.reviews[target] = review
-
     def _finish(self, forced: RunStatus | None, started: float, reason: str | None) -> RunReport:
         steps = []
         for sid in self.plan.order:
@@ -461,31 +195,22 @@ class Interpreter:
             if outcome is None:
                 # Never reached (cancelled, aborted): shown skipped, in the stream as well.
                 outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
-                if sid not in self.finished:
-                    self.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
-                    self._mark_finished(sid, StepStatus.SKIPPED)
+                if sid not in self.progress.finished:
+                    self.recorder.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
+                    self.progress.mark(sid, StepStatus.SKIPPED)
             steps.append(outcome)
         status, exit_code = forced, 130
         if status is None:
             status, exit_code = run_status(steps, aborted=reason is not None)
         self.hasher.flush()
-        self.journal.update_run(
-            self.run_id,
-            status=status.value,
-            finished_at=time.time(),
-            exit_code=exit_code,
-            reason=reason,
-            current_phase=self.current_phase,
-            progress=dumps(self.progress()),
+        self.recorder.run_finished(
+            status,
+            exit_code,
+            reason,
+            phase=self.current_phase,
+            progress=self.progress.counts(),
+            started=started,
         )
-        self.emit(
-            EventType.RUN_FINISHED,
-            status=status.value,
-            exit_code=exit_code,
-            duration_s=round(time.time() - started, 6),
-            reason=reason,
-        )
-        self.flush_events()
         return RunReport(
             self.run_id,
             self.plan.name,
@@ -495,54 +220,9 @@ class Interpreter:
             exit_code,
             reason,
             inputs=dict(self.hasher.used),
-            workspace=self.workspace_used,
-            objects=self.objects_used,
+            workspace=self.reuse.workspace_used,
+            objects=self.reuse.objects_used,
         )
-
-    async def _run_all(self) -> None:
-        plan = self.plan
-        remaining = {sid: set(plan.steps[sid].deps) for sid in plan.order}
-        dependents: dict[str, list[str]] = {sid: [] for sid in plan.order}
-        for sid, deps in remaining.items():
-            for d in deps:
-                dependents[d].append(sid)
-        running: dict[asyncio.Task[StepOutcome], str] = {}
-        position = {sid: i for i, sid in enumerate(plan.order)}
-        # Finished tasks arrive on a queue: asyncio.wait over every running task would hook and
-        # unhook a callback on each of them per completion (quadratic in a wide fan-out).
-        finished: asyncio.Queue[asyncio.Task[StepOutcome]] = asyncio.Queue()
-
-        def launch(sid: str) -> None:
-            task = asyncio.create_task(self._step(plan.steps[sid]), name=sid)
-            task.add_done_callback(finished.put_nowait)
-            running[task] = sid
-
-        for sid in plan.order:
-            if not remaining[sid]:
-                launch(sid)
-        try:
-            while running:
-                done = [await finished.get()]
-                while not finished.empty():
-                    done.append(finished.get_nowait())
-                launched = False
-                for task in sorted(done, key=lambda t: position[running[t]]):
-                    sid = running.pop(task)
-                    self.outcomes[sid] = task.result()
-                    for dep in dependents[sid]:
-                        remaining[dep].discard(sid)
-                        if not remaining[dep] and self.abort_reason is None:
-                            launch(dep)
-                            launched = True
-                if launched:
-                    await asyncio.sleep(0)  # the new steps start (a process spawned) first
-                self._flush_deferred()
-        finally:
-            for task in running:
-                task.cancel()
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
-            self._flush_deferred()
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -557,72 +237,20 @@ class Interpreter:
         ctx.update(extra)
         return ctx
 
-    def progress(self) -> dict[str, dict[str, int]]:
-        """Per phase (steps without one under "default"): total, done, skipped, failed, waiting.
-
-        Kept incrementally (``_count``): recomputing it per finished step was quadratic.
-        """
-        if self._progress is None:
-            self._progress = {}
-            for sid in self.plan.order:
-                phase = self.plan.steps[sid].phase or "default"
-                entry = self._progress.setdefault(
-                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0}
-                )
-                entry["total"] += 1
-            for sid, status in self.finished.items():
-                self._count(sid, status)
-        return self._progress
-
-    def _count(self, sid: str, status: StepStatus) -> None:
-        entry = self.progress()[self.plan.steps[sid].phase or "default"]
-        if status.succeeded:
-            entry["done"] += 1
-        elif status is StepStatus.SKIPPED:
-            entry["skipped"] += 1
-        elif status is StepStatus.AWAITING_HUMAN:
-            entry["waiting"] += 1
-        else:  # failed, partial, rejected
-            entry["failed"] += 1
-
-    def _mark_finished(self, sid: str, status: StepStatus) -> None:
-        if sid in self.finished:
-            return
-        self.finished[sid] = status
-        if self._progress is not None:
-            self._count(sid, status)
-
-    def _blocked(self, step: CompiledStep) -> str | None:
-        for d in step.deps:
-            o = self.outcomes[d]
-            if o.status is StepStatus.FAILED:
-                return f"upstream '{d}' failed"
-            if o.status is StepStatus.AWAITING_HUMAN:
-                return f"waiting for the decision at '{d}'"
-            if o.status is StepStatus.REJECTED:
-                return f"rejected at '{d}'"
-            if o.status is StepStatus.SKIPPED and step.on_skipped != "run":
-                return f"upstream '{d}' was skipped"
-            if o.status is StepStatus.PARTIAL and (
-                step.needs_complete or step.on_partial != "continue"
-            ):
-                return f"upstream '{d}' is partial"
-        return None
-
     def _set_phase(self, step: CompiledStep) -> None:
         if step.phase and step.phase != self.current_phase:
             self.current_phase = step.phase
-            self.journal.update_run(self.run_id, current_phase=step.phase)
-            self.emit(EventType.PHASE_ENTERED, phase=step.phase)
+            self.recorder.phase_entered(step.phase)
 
     async def _step(self, step: CompiledStep) -> StepOutcome:
+        emit = self.recorder.emit
         reused = self.options.reuse.get(step.id)
-        if reused is not None and not self._blocked(step):
-            self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True)
-            return self._record_outcome(_as_cached(reused))
-        blocked = self._blocked(step)
+        if reused is not None and not self.scheduler.blocked(step):
+            emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True)
+            return self._record_outcome(as_cached(reused))
+        blocked = self.scheduler.blocked(step)
         if blocked is not None:
-            self.emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
+            emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
             return self._record_outcome(StepOutcome(step.id, StepStatus.SKIPPED, reason=blocked))
         self._set_phase(step)
         started = time.perf_counter()
@@ -631,7 +259,7 @@ class Interpreter:
                 verdict = await step.when.evaluate(self._context(), root=self.plan.root)
                 if verdict.error:  # a condition that cannot be evaluated is a failure, not a skip
                     reason = "when: " + "; ".join(verdict.reasons or ["cannot be evaluated"])
-                    self.emit(EventType.STEP_FAILED, step.id, reason=reason)
+                    emit(EventType.STEP_FAILED, step.id, reason=reason)
                     return self._record_outcome(
                         StepOutcome(step.id, StepStatus.FAILED, reason=reason)
                     )
@@ -641,11 +269,11 @@ class Interpreter:
                         if verdict.reasons
                         else "when is false"
                     )
-                    self.emit(EventType.STEP_SKIPPED, step.id, reason=reason)
+                    emit(EventType.STEP_SKIPPED, step.id, reason=reason)
                     return self._record_outcome(
                         StepOutcome(step.id, StepStatus.SKIPPED, reason=reason)
                     )
-            if getattr(step.type, "is_gate", False):
+            if gatestep.is_gate(step):
                 outcome = await self._gate(step)
             elif step.for_each is not None:
                 outcome = await self._for_each(step)
@@ -656,7 +284,7 @@ class Interpreter:
                 )
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
             reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
-            self.emit(EventType.STEP_FAILED, step.id, reason=reason)
+            emit(EventType.STEP_FAILED, step.id, reason=reason)
             outcome = StepOutcome(step.id, StepStatus.FAILED, reason=reason)
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
@@ -681,111 +309,20 @@ class Interpreter:
             and self._usable(hit)
         ):
             # Approved before with these very inputs (an earlier run): no need to ask again.
-            self.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
-            self._journal_reused(step, -1, key, hit.output, "approved before with the same inputs")
+            self.recorder.emit(
+                EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[]
+            )
+            self.recorder.reused(
+                step.id, -1, key, hit.output, "approved before with the same inputs"
+            )
             return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
-        rows = gates.decisions(self.journal, self.run_id, step.id)
-        last = rows[-1] if rows else None
-        if (
-            last is not None
-            and last.status is gates.RowStatus.DECIDED
-            and last.key == key
-            and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)
-        ):
-            return self._decided(step, key, last)
-        if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
-            return self._awaiting(step, key, last.round, last.summary, again=True)
-        # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
-        round_ = (last.round + 1) if last is not None else 1
-        summary = {
-            "summary": args.get("summary"),
-            "show": args.get("show"),
-            "images": args.get("images") or [],
-            "revise": args.get("revise"),
-            "round": round_,
-            "step": step.id,
-        }
-        gates.request_decision(
-            self.journal, run_id=self.run_id, gate=step.id, round_=round_, key=key, summary=summary
-        )
-        return self._awaiting(step, key, round_, summary, again=False)
-
-    def _awaiting(
-        self, step: CompiledStep, key: str, round_: int, summary: dict[str, Any], *, again: bool
-    ) -> StepOutcome:
-        reason = (
-            f"waiting for a decision: runner decide {self.run_id} {step.id} approve|reject|revise"
-        )
-        self.emit(
-            EventType.GATE_AWAITING, step.id, key=key, round=round_, summary=summary, again=again
-        )
-        self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": -1,
-                "key": key,
-                "status": "awaiting_human",
-                "pipeline": self.plan.name,
-                "started_at": time.time(),
-                "finished_at": time.time(),
-                "attempts": 0,
-                "why": f"round {round_}",
-            }
-        )
-        return StepOutcome(step.id, StepStatus.AWAITING_HUMAN, key, reason=reason)
-
-    def _decided(self, step: CompiledStep, key: str, row: gates.DecisionRow) -> StepOutcome:
-        assert row.decision is not None
-        output = {
-            "decision": row.decision.value,
-            "by": row.by,
-            "comment": row.comment,
-            "input": row.input,
-            "round": row.round,
-        }
-        self.emit(
-            EventType.GATE_DECIDED,
-            step.id,
-            decision=row.decision.value,
-            by=row.by,
-            round=row.round,
-            key=key,
-        )
-        artifacts = [row.artifact] if row.artifact else []
-        approved = row.decision is gates.Decision.APPROVE
-        self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": -1,
-                "key": key,
-                "status": "completed" if approved else "rejected",
-                "pipeline": self.plan.name,
-                "output": dumps(output),
-                "artifacts": dumps(artifacts),
-                "files": dumps({}),
-                "started_at": time.time(),
-                "finished_at": time.time(),
-                "attempts": 1,
-                "why": f"{row.decision.value} by {row.by} (round {row.round})",
-            }
-        )
-        if approved:
-            self.emit(EventType.STEP_PASSED, step.id, key=key, duration_s=0.0, attempts=1)
-            return StepOutcome(step.id, StepStatus.RAN, key, output)
-        reason = f"rejected by {row.by}" + (f": {row.comment}" if row.comment else "")
-        self.emit(EventType.STEP_FAILED, step.id, reason=reason, rejected=True)
-        return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)
+        return gatestep.decide(step, key, args, self.journal, self.recorder)
 
     def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
         if outcome.id in self._reads:
             outcome.reads = frozenset(self._reads[outcome.id])
-        self._mark_finished(outcome.id, outcome.status)
-        now = time.monotonic()
-        if now - self._progress_written > 0.2:  # the final record is written by _finish
-            self._progress_written = now
-            self.journal.update_run(self.run_id, progress=dumps(self.progress()))
+        self.progress.mark(outcome.id, outcome.status)
+        self.recorder.progress(self.progress.counts)
         entry: dict[str, Any] = {"status": outcome.status.value, "output": outcome.output}
         if outcome.elements is not None:
             entry["elements"] = [
@@ -816,31 +353,7 @@ class Interpreter:
         if errors:
             raise errors[0]
         elements = [r for r in results if isinstance(r, ElementOutcome)]
-        failed = [e for e in elements if e.status is StepStatus.FAILED]
-        ok = [e for e in elements if e.status.succeeded or e.status is StepStatus.PARTIAL]
-        output = [e.output for e in elements if e.status.succeeded]
-        if failed and not ok:
-            status = StepStatus.FAILED
-        elif failed or any(e.status is StepStatus.PARTIAL for e in elements):
-            status = StepStatus.PARTIAL
-        elif elements and all(e.status is StepStatus.CACHED for e in elements):
-            status = StepStatus.CACHED
-        else:
-            status = StepStatus.RAN
-        reason = None
-        if failed:
-            reason = f"{len(failed)} of {len(elements)} elements failed: " + "; ".join(
-                f"[{e.index}] {e.reason}" for e in failed[:3]
-            )
-        return StepOutcome(
-            step.id,
-            status,
-            None,
-            output,
-            reason,
-            elements=elements,
-            check_failure=bool(failed) and all(e.check_failure for e in failed),
-        )
+        return for_each_outcome(step.id, elements)
 
     def _resolve(
         self, step: CompiledStep, extra: dict[str, Any]
@@ -881,170 +394,13 @@ class Interpreter:
             return None  # missing or invalid: no edit can hold against it
         return None if value is None else str(value)
 
-    def _use_override(
-        self, step: CompiledStep, index: int | None, el_index: int, key: str, contract: str | None
-    ) -> ElementOutcome | None:
-        """A user edit of this element, when its contract still holds; else it is set aside."""
-        ov = overrides.active(self.journal, self.plan.name, step.id, el_index)
-        if ov is None:
-            return None
-        if contract is None or contract != ov.contract:
-            why = (
-                "its contract is missing or invalid"
-                if contract is None
-                else f"its contract changed ({(ov.contract or '')[:16]} -> {contract[:16]})"
-            )
-            reason = f"user edit #{ov.id} set aside: {why}; regenerating"
-            overrides.set_aside(self.journal, ov.id, reason)
-            self.emit(EventType.OVERRIDE_SET_ASIDE, step.id, index, override=ov.id, reason=reason)
-            return None
-        self.emit(EventType.OVERRIDE_USED, step.id, index, override=ov.id)
-        self.emit(EventType.STEP_SKIPPED, step.id, index, reason="edited", key=key)
-        self._journal_reused(step, el_index, key, ov.output, f"user edit #{ov.id}", contract)
-        return ElementOutcome(el_index, StepStatus.CACHED, key, ov.output)
-
-    def _journal_reused(
-        self,
-        step: CompiledStep,
-        el_index: int,
-        key: str,
-        output: Any,
-        why: str,
-        contract: str | None = None,
-        report: Any = None,
-    ) -> None:
-        """Journal an execution answered without running (cache, approval, user edit)."""
-        now = time.time()
-        self.journal.start_execution(
-            {
-                **({"report": dumps(report)} if report is not None else {}),
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": el_index,
-                "key": key,
-                "status": "cached",
-                "pipeline": self.plan.name,
-                "output": dumps(output),
-                "started_at": now,
-                "finished_at": now,
-                "attempts": 0,
-                "contract": contract,
-                "why": why,
-            }
-        )
-
-    async def _remote_hit(
-        self,
-        step: CompiledStep,
-        index: int | None,
-        el_index: int,
-        key: str,
-        parts: KeyParts,
-        contract: str | None,
-    ) -> ElementOutcome | None:
-        """The step's result from the remote cache, journaled here as a completed execution
-        (so the next apply finds it locally), or None."""
-        assert self.remote is not None
-        hit = await self.remote.lookup(key)
-        if hit is None:
-            return None
-        self.objects_used.update(hit.artifacts)
-        self.workspace_used.update(hit.files)
-        restored, _kept, refused = self._restore_files(step, index, hit.files)
-        if refused is not None:
-            raise StepFailure(refused)
-        self.emit(
-            EventType.STEP_SKIPPED,
-            step.id,
-            index,
-            reason="cached (remote)",
-            key=key,
-            restored=restored,
-        )
-        now = time.time()
-        sizes = {d: self.objects.size(d) for d in hit.artifacts}
-        self.journal.record_artifacts(sizes)
-        self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": el_index,
-                "key": key,
-                "status": "completed",
-                "pipeline": self.plan.name,
-                "output": dumps(hit.output),
-                "artifacts": dumps(hit.artifacts),
-                "files": dumps(hit.files),
-                "report": dumps(hit.report) if hit.report is not None else None,
-                "started_at": now,
-                "finished_at": now,
-                "attempts": 0,
-                "key_parts": dumps(parts.summary()),
-                "contract": contract,
-                "why": "cached (remote)",
-            }
-        )
-        return ElementOutcome(el_index, StepStatus.CACHED, key, hit.output)
-
     def _usable(self, cached: CachedResult) -> bool:
-        usable = all(self.objects.has(d) for d in cached.artifacts) and all(
-            self.objects.has(d) for d in cached.files.values()
-        )
-        if usable:
-            self.objects_used.update(cached.artifacts)
-            self.workspace_used.update(cached.files)
-        return usable
-
-    def _restore_files(
-        self, step: CompiledStep, index: int | None, files: Mapping[str, str]
-    ) -> tuple[list[str], dict[str, str], str | None]:
-        """Put back missing outputs, and outputs edited by hand (checked by content, with the
-        journal's stat shortcut) as the step's ``on_edit`` says. Returns (restored files,
-        {file: object digest of the kept edit}, the reason to fail or None)."""
-        restored: list[str] = []
-        kept: dict[str, str] = {}
-        for rel, digest in files.items():
-            # Resolved now, not from compile time: an earlier step may have swapped a directory
-            # on the path for a symlink pointing out of the root.
-            path = paths.inside_now(self.plan.root, rel)
-            if path is None:
-                raise StepFailure(
-                    f"cached output {rel} now lies outside the root (a directory on its path is "
-                    "a symlink pointing out); not restored"
-                )
-            try:
-                now = self.hasher.hash(path)
-            except FileNotFoundError:
-                self.objects.restore(digest, path)
-                restored.append(rel)
-                continue
-            if now == digest:
-                continue
-            where = f"{rel} was edited by hand ({digest[:12]} -> {now[:12]})"
-            if step.on_edit == "fail":
-                return restored, kept, f"{where}; on_edit: fail leaves it for you to resolve"
-            if step.on_edit == "keep":
-                self.emit(EventType.OUTPUT_EDITED, step.id, index, file=rel, action="kept")
-                continue
-            edited = self.objects.put_file(path)  # the user's bytes are never destroyed
-            self.objects.restore(digest, path)
-            self.hasher.forget(path)
-            restored.append(rel)
-            kept[rel] = edited
-            self.emit(
-                EventType.OUTPUT_EDITED,
-                step.id,
-                index,
-                file=rel,
-                action="restored",
-                edited=edited,
-                kept_at=str(self.objects.path(edited)),
-            )
-        return restored, kept, None
+        return self.reuse.usable(cached)
 
     async def _execution(
         self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
     ) -> ElementOutcome:
+        emit = self.recorder.emit
         extra: dict[str, Any] = {"item": item, "index": index} if has_item else {}
         el_index = -1 if index is None else index
         try:
@@ -1053,13 +409,13 @@ class Interpreter:
             key = parts.key()  # arguments JSON cannot carry fail here, at their element
         except (StepFailure, ExpressionError, CanonicalError) as exc:
             reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
-            self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
-            self._journal_failure(step, el_index, None, reason, 0)
+            emit(EventType.STEP_FAILED, step.id, index, reason=reason)
+            self.recorder.failure(step.id, el_index, None, reason, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         contract = self._contract(step, extra, key)
         self._contract_of[(step.id, el_index)] = contract
         if step.id in self.edited_steps:
-            edited = self._use_override(step, index, el_index, key, contract)
+            edited = self.reuse.override(step, index, el_index, key, contract)
             if edited is not None:
                 return edited
         forced = step.id in self.options.force
@@ -1068,34 +424,16 @@ class Interpreter:
             # A partial result (some iterations failed, a card drifted) is not a cache hit: the
             # next apply runs it again, and idempotency keys make the finished parts free.
             if hit is not None and hit.status == "completed" and self._usable(hit):
-                try:
-                    restored, kept, refused = self._restore_files(step, index, hit.files)
-                except StepFailure as exc:
-                    refused = exc.reason
-                if refused is not None:
-                    self.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
-                    self._journal_failure(step, el_index, key, refused, 0)
-                    return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
-                status = StepStatus.CACHED
-                self.emit(
-                    EventType.STEP_SKIPPED,
-                    step.id,
-                    index,
-                    reason="cached",
-                    key=key,
-                    restored=restored,
-                )
-                why = "cached" + (f"; restored {', '.join(restored)}" if restored else "")
-                report = {"edited_outputs_kept": kept} if kept else None  # gc keeps them
-                self._journal_reused(step, el_index, key, hit.output, why, contract, report)
-                return ElementOutcome(el_index, status, key, hit.output)
+                return self.reuse.cached(step, index, el_index, key, hit, contract)
             if self.remote is not None and step.type.shareable and not self.options.dry_run:
-                remote_hit = await self._remote_hit(step, index, el_index, key, parts, contract)
+                remote_hit = await self.reuse.remote_hit(
+                    self.remote, step, index, el_index, key, parts, contract
+                )
                 if remote_hit is not None:
                     return remote_hit
         if self.options.remote_only:
             reason = "not in the remote cache"
-            self.emit(EventType.STEP_SKIPPED, step.id, index, reason=reason, key=key)
+            emit(EventType.STEP_SKIPPED, step.id, index, reason=reason, key=key)
             return ElementOutcome(el_index, StepStatus.SKIPPED, key, reason=reason)
         if self.options.dry_run:
             return ElementOutcome(el_index, StepStatus.RAN, key, None, reason="would run")
@@ -1104,31 +442,11 @@ class Interpreter:
             if self.executions_started >= limit:
                 self.abort_reason = f"limit max_steps of {limit} reached"
                 reason = self.abort_reason
-                self.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
+                emit(EventType.STEP_FAILED, step.id, index, reason=reason)
                 return ElementOutcome(el_index, StepStatus.FAILED, key, reason=reason)
         self.executions_started += 1
-        # The slot bounds CPU work: a provider call gives it back while it waits (slots.py).
-        async with CpuSlot(self.jobs) as slot:
-            with lend_slots(slot.released):
-                return await self._run_attempts(step, index, el_index, args, parts, key, extra)
-
-    def _journal_failure(
-        self, step: CompiledStep, el_index: int, key: str | None, reason: str, attempts: int
-    ) -> None:
-        self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": el_index,
-                "key": key,
-                "status": "failed",
-                "pipeline": self.plan.name,
-                "error": reason,
-                "started_at": time.time(),
-                "finished_at": time.time(),
-                "attempts": attempts,
-            }
-        )
+        async with self.scheduler.slot():
+            return await self._run_attempts(step, index, el_index, args, parts, key, extra)
 
     async def _run_attempts(
         self,
@@ -1140,146 +458,51 @@ class Interpreter:
         key: str,
         extra: dict[str, Any],
     ) -> ElementOutcome:
-        exec_id = self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step.id,
-                "element": el_index,
-                "key": key,
-                "status": "running",
-                "pipeline": self.plan.name,
-                "started_at": time.time(),
-                "attempts": 0,
-                "key_parts": dumps(parts.summary()),
-                "contract": self._contract_of.get((step.id, el_index)),
-            }
-        )
+        contract = self._contract_of.get((step.id, el_index))
+        exec_id = self.recorder.started(step.id, el_index, key, parts, contract)
         # A revision's reviewer input is the first attempt's feedback.
         review = self.reviews.get(step.id)
         review_feedback: list[str] = list(review["feedback"]) if review else []
         if review is not None:
             extra = {**extra, "review": review}
-        feedback: list[str] = list(review_feedback)
-        reason = ""
-        check_failure = False
-        t0 = time.perf_counter()
-        max_attempts = step.retries + 1
-        attempt = 0
-        failed_output: dict[str, Any] | None = None
-        for attempt in range(1, max_attempts + 1):
-            self.emit(EventType.STEP_STARTED, step.id, index, attempt=attempt, key=key)
-            if attempt > 1:
-                args = step.type.evaluate(
-                    step.args, self._context(**{**extra, "feedback": feedback, "attempt": attempt})
-                )
-            ctx = StepContext(
+
+        def context(attempt: int, feedback: list[str]) -> StepContext:
+            return StepContext(
                 env=self.env,
                 run_id=self.run_id,
                 step_id=step.id,
                 element=index,
                 attempt=attempt,
-                feedback=list(feedback),
+                feedback=feedback,
                 ledger=JournalLedger(self.journal, self.run_id, step.id),
-                log=self._logger(step.id, index),
+                log=self.recorder.logger(step.id, index),
             )
-            retryable = False
-            try:
-                coro = (
-                    self.executor.run(step.type, ctx, args, resources=step.resources)
-                    if self.executor is not None
-                    else step.type.run(ctx, args)
-                )
-                result: StepResult = await (
-                    asyncio.wait_for(coro, step.timeout) if step.timeout else coro
-                )
-            except TimeoutError:
-                reason, retryable, check_failure = f"timed out after {step.timeout:g}s", True, False
-            except StepFailure as exc:
-                # A check failure raised by the step body itself (e.g. compliance) is
-                # deterministic: only `check:` rules get retries with feedback.
-                reason, retryable, check_failure = exc.reason, exc.retryable, exc.check
-                failed_output = exc.output
-            except ProviderError as exc:
-                reason = f"{exc.kind} provider error: {exc.message}"
-                retryable, check_failure = exc.transient, False
-            except InvalidPipeline as exc:
-                reason, retryable, check_failure = str(exc), False, False
-            except DiskFull:
-                raise  # not this step's failure: the run stops (see apply)
-            except RunnerError as exc:
-                reason, retryable, check_failure = str(exc), False, False
-            except asyncio.CancelledError:
-                self.journal.finish_execution(
-                    exec_id,
-                    status="cancelled",
-                    finished_at=time.time(),
-                    attempts=attempt,
-                    error="cancelled",
-                )
-                raise
-            except Exception as exc:  # a bug in a step type: record it with its traceback
-                tb = traceback.format_exc(limit=8)
-                reason = f"internal error in step type '{step.uses}': {type(exc).__name__}: {exc}"
-                self.emit(EventType.LOG, step.id, index, line=tb)
-            else:
-                failed_checks = await self._checks(step, result, extra, attempt)
-                if not failed_checks:
-                    return self._passed(step, index, el_index, exec_id, key, result, attempt, t0)
-                reason = "; ".join(failed_checks)
-                retryable, check_failure = True, True
-                feedback = review_feedback + failed_checks
-            if attempt < max_attempts and retryable:
-                delay = (
-                    0.0
-                    if check_failure
-                    else (min(30.0, 0.2 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
-                )
-                self.emit(
-                    EventType.STEP_RETRYING,
-                    step.id,
-                    index,
-                    attempt=attempt + 1,
-                    reason=reason,
-                    delay_s=round(delay, 3),
-                )
-                if not check_failure:
-                    feedback = [*review_feedback, reason]
-                if delay:
-                    await asyncio.sleep(delay)
-                continue
-            break
-        self.journal.finish_execution(
-            exec_id,
-            status="failed",
-            finished_at=time.time(),
-            attempts=attempt,
-            error=reason,
-            duration_s=time.perf_counter() - t0,
-            output=dumps(failed_output) if failed_output is not None else None,
-        )
-        self.emit(
-            EventType.STEP_FAILED,
-            step.id,
+
+        def evaluate(attempt: int, feedback: list[str]) -> dict[str, Any]:
+            ctx = self._context(**{**extra, "feedback": feedback, "attempt": attempt})
+            args: dict[str, Any] = step.type.evaluate(step.args, ctx)
+            return args
+
+        async def checks(result: StepResult, attempt: int) -> list[str]:
+            return await self._checks(step, result, extra, attempt)
+
+        done = await attempts.attempt(
+            step,
             index,
-            reason=reason,
-            attempts=attempt,
-            check=check_failure,
-        )
-        return ElementOutcome(
             el_index,
-            StepStatus.FAILED,
             key,
-            failed_output,
-            reason,
-            check_failure,
-            time.perf_counter() - t0,
+            args,
+            exec_id=exec_id,
+            review_feedback=review_feedback,
+            context=context,
+            evaluate=evaluate,
+            checks=checks,
+            executor=self.executor,
+            recorder=self.recorder,
         )
-
-    def _logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
-        def log(line: str) -> None:
-            self.emit(EventType.LOG, step_id, index, line=line)
-
-        return log
+        if isinstance(done, ElementOutcome):
+            return done
+        return self._passed(step, index, el_index, exec_id, key, done.result, done.attempt, done.t0)
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
@@ -1308,8 +531,8 @@ class Interpreter:
         t0: float,
     ) -> ElementOutcome:
         digests = set(result.artifacts) | set(result.files.values())
-        self.objects_used.update(result.artifacts)
-        self.workspace_used.update(result.files)
+        self.reuse.objects_used.update(result.artifacts)
+        self.reuse.workspace_used.update(result.files)
         sizes = {}
         for d in digests:
             try:
@@ -1320,28 +543,16 @@ class Interpreter:
                 ) from None
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
-        # Serialised now, written maybe a moment later: what is recorded is the output as it
-        # was returned, whatever a later step does with the objects.
-        row = {
-            "status": status,
-            "finished_at": time.time(),
-            "attempts": attempt,
-            "duration_s": duration,
-            "output": dumps(result.output),
-            "artifacts": dumps(sorted(digests)),
-            "files": dumps(result.files),
-            "report": dumps(result.report) if result.report is not None else None,
-            "usage": dumps(result.usage) if result.usage else None,
-        }
-
-        def record() -> None:
-            self.journal.record_artifacts(sizes)
-            self.journal.finish_execution(exec_id, **row)
-
-        if index is None:
-            self._deferred.append(record)  # a plain step: written once its dependents started
-        else:
-            record()  # an element: written now (a for_each may hold thousands)
+        # A plain step's record is written once its dependents started; an element's now.
+        self.recorder.passed(
+            exec_id,
+            result,
+            sizes,
+            status=status,
+            attempts=attempt,
+            duration=duration,
+            defer=index is None,
+        )
         if self.remote is not None and status == "completed" and step.type.shareable:
             self.remote.push(
                 key=key,
@@ -1359,7 +570,7 @@ class Interpreter:
                     f"limit token_budget of {budget} reached ({self.tokens_used} tokens used)"
                 )
         if result.status is ResultStatus.PARTIAL:
-            self.emit(
+            self.recorder.emit(
                 EventType.STEP_FAILED,
                 step.id,
                 index,
@@ -1376,7 +587,7 @@ class Interpreter:
                 duration_s=duration,
             )
         where = getattr(self.executor, "where", {}).get((step.id, index))
-        self.emit(
+        self.recorder.emit(
             EventType.STEP_PASSED,
             step.id,
             index,
@@ -1386,49 +597,3 @@ class Interpreter:
             **({"worker": where} if where else {}),
         )
         return ElementOutcome(el_index, StepStatus.RAN, key, result.output, duration_s=duration)
-
-
-def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunStatus, int]:
-    """The run's status and exit code from its steps (design/overview.md, exit codes).
-
-    A rejected gate ends the run ``rejected`` with exit 8 (REJECTED_EXIT): not a failure, but
-    not a success either, so `runner apply ... && upload` never uploads a rejected draft.
-    """
-    if any(s.status is StepStatus.REJECTED for s in steps):
-        return RunStatus.REJECTED, REJECTED_EXIT
-    if any(s.status is StepStatus.AWAITING_HUMAN for s in steps):
-        return RunStatus.AWAITING_HUMAN, 7
-    failed = [s for s in steps if s.status is StepStatus.FAILED]
-    partial = [s for s in steps if s.status is StepStatus.PARTIAL]
-    succeeded = [s for s in steps if s.status.succeeded or s.status is StepStatus.PARTIAL]
-    if aborted:
-        return RunStatus.FAILED, 4 if not succeeded else 6
-    if not failed and not partial:
-        return RunStatus.COMPLETED, 0
-    all_checks = (
-        all(s.check_failure for s in failed)
-        and all(
-            s.check_failure
-            or not s.elements
-            or all(e.check_failure for e in s.elements if e.status is StepStatus.FAILED)
-            for s in partial
-        )
-        and bool(
-            failed
-            or any(e.status is StepStatus.FAILED for s in partial for e in (s.elements or []))
-        )
-    )
-    if failed and not succeeded:
-        return RunStatus.FAILED, 5 if all_checks else 4
-    return RunStatus.PARTIAL, 5 if all_checks else 6
-
-
-def _as_cached(outcome: StepOutcome) -> StepOutcome:
-    """A previous cycle's outcome, reported as cached this time."""
-    elements = None
-    if outcome.elements is not None:
-        elements = [
-            dataclasses.replace(e, status=StepStatus.CACHED) if e.status is StepStatus.RAN else e
-            for e in outcome.elements
-        ]
-    return dataclasses.replace(outcome, status=StepStatus.CACHED, duration_s=0.0, elements=elements)

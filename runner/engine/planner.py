@@ -215,7 +215,8 @@ def forecast(
 ) -> Forecast:
     """Per step and element, what ``apply`` would do now, and why. Reads only."""
     from .apply import _LazyProviders, resolve_item
-    from .interpreter import ApplyOptions, Interpreter
+    from .interpreter import Interpreter
+    from .options import ApplyOptions
 
     item = resolve_item(plan, item)
     # The apply would continue a run waiting at a gate (same run id: `run.id` keeps its value).

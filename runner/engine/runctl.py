@@ -13,7 +13,8 @@ from ..store.interrupt import process_alive
 from ..store.journal import Journal, loads
 from .apply import State, apply_plan
 from .events import Reporter
-from .interpreter import ApplyOptions, RunReport, RunStatus
+from .options import ApplyOptions
+from .outcomes import RunReport, RunStatus
 
 RESUMABLE = frozenset({"awaiting_human", "cancelled", "failed", "partial"})
 POLL_S = 0.2

@@ -152,7 +152,7 @@ def plan_child(
 
 def child_options(parent: dict[str, Any], it: Iteration, run_id: str | None = None) -> Any:
     """The apply options of a child run: kind iterate, the parent, its item, the reference."""
-    from ..engine.interpreter import ApplyOptions
+    from ..engine.options import ApplyOptions
     from ..store.journal import dumps
 
     return ApplyOptions(

@@ -124,7 +124,7 @@ def iterate(
     prints; without it the child runs in a background thread and its id is returned at once.
     Raises NotFound / UsageError before any run exists, as the command does.
     """
-    from ..engine.interpreter import new_run_id
+    from ..engine.recorder import new_run_id
     from ..thumbs.iterate import child_options, find_source, plan_child
 
     n = _child_n(body)

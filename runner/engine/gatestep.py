@@ -1,0 +1,144 @@
+"""A human_gate within a run: pass on an approval of exactly what is shown now, else ask.
+
+The decisions themselves live in gates.py (the journal's gate rows); this is what a run does
+with them: ask a new round, wait on a pending one, or end the step approved or rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InvalidPipeline
+from ..pipeline.compiler import CompiledStep, Plan
+from ..store.journal import Journal
+from . import gates
+from .events import EventType
+from .outcomes import StepOutcome, StepStatus
+from .recorder import Recorder
+
+
+def is_gate(step: CompiledStep) -> bool:
+    return bool(getattr(step.type, "is_gate", False))
+
+
+def check_gates(plan: Plan) -> None:
+    """Raises InvalidPipeline for a gate over a for_each or one revising an unknown step."""
+    for step in plan.steps.values():
+        if not is_gate(step):
+            continue
+        if step.for_each is not None:
+            raise InvalidPipeline(
+                f"step '{step.id}': a human_gate cannot use for_each", where=step.where
+            )
+        revise = revise_target(step)
+        if revise is not None and revise not in plan.steps:
+            raise InvalidPipeline(
+                f"step '{step.id}': revise names an unknown step '{revise}'", where=step.where
+            )
+
+
+def revise_target(step: CompiledStep) -> str | None:
+    raw = step.args.get("revise") if isinstance(step.args, dict) else None
+    return raw if isinstance(raw, str) else None
+
+
+def load_reviews(plan: Plan, journal: Journal, run_id: str) -> dict[str, dict[str, Any]]:
+    """Revise target step -> the review a gate of this run asked it to address."""
+    reviews: dict[str, dict[str, Any]] = {}
+    rows = gates.decisions(journal, run_id)
+    for step in plan.steps.values():
+        target = revise_target(step) if is_gate(step) else None
+        if target is None:
+            continue
+        review = gates.review_for([r for r in rows if r.gate == step.id])
+        if review is not None:
+            reviews[target] = review
+    return reviews
+
+
+def decide(
+    step: CompiledStep, key: str, args: dict[str, Any], journal: Journal, recorder: Recorder
+) -> StepOutcome:
+    """The gate's outcome from its rows: decided on ``key``, still pending, or asked anew."""
+    run_id = recorder.run_id
+    rows = gates.decisions(journal, run_id, step.id)
+    last = rows[-1] if rows else None
+    if (
+        last is not None
+        and last.status is gates.RowStatus.DECIDED
+        and last.key == key
+        and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)
+    ):
+        return _decided(step, key, last, recorder)
+    if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
+        return _awaiting(step, key, last.round, last.summary, recorder, again=True)
+    # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
+    round_ = (last.round + 1) if last is not None else 1
+    summary = {
+        "summary": args.get("summary"),
+        "show": args.get("show"),
+        "images": args.get("images") or [],
+        "revise": args.get("revise"),
+        "round": round_,
+        "step": step.id,
+    }
+    gates.request_decision(
+        journal, run_id=run_id, gate=step.id, round_=round_, key=key, summary=summary
+    )
+    return _awaiting(step, key, round_, summary, recorder, again=False)
+
+
+def _awaiting(
+    step: CompiledStep,
+    key: str,
+    round_: int,
+    summary: dict[str, Any],
+    recorder: Recorder,
+    *,
+    again: bool,
+) -> StepOutcome:
+    reason = (
+        f"waiting for a decision: runner decide {recorder.run_id} {step.id} approve|reject|revise"
+    )
+    recorder.emit(
+        EventType.GATE_AWAITING, step.id, key=key, round=round_, summary=summary, again=again
+    )
+    recorder.awaiting(step.id, key, round_)
+    return StepOutcome(step.id, StepStatus.AWAITING_HUMAN, key, reason=reason)
+
+
+def _decided(
+    step: CompiledStep, key: str, row: gates.DecisionRow, recorder: Recorder
+) -> StepOutcome:
+    assert row.decision is not None
+    output = {
+        "decision": row.decision.value,
+        "by": row.by,
+        "comment": row.comment,
+        "input": row.input,
+        "round": row.round,
+    }
+    recorder.emit(
+        EventType.GATE_DECIDED,
+        step.id,
+        decision=row.decision.value,
+        by=row.by,
+        round=row.round,
+        key=key,
+    )
+    artifacts = [row.artifact] if row.artifact else []
+    approved = row.decision is gates.Decision.APPROVE
+    recorder.decided(
+        step.id,
+        key,
+        status="completed" if approved else "rejected",
+        output=output,
+        artifacts=artifacts,
+        why=f"{row.decision.value} by {row.by} (round {row.round})",
+    )
+    if approved:
+        recorder.emit(EventType.STEP_PASSED, step.id, key=key, duration_s=0.0, attempts=1)
+        return StepOutcome(step.id, StepStatus.RAN, key, output)
+    reason = f"rejected by {row.by}" + (f": {row.comment}" if row.comment else "")
+    recorder.emit(EventType.STEP_FAILED, step.id, reason=reason, rejected=True)
+    return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)

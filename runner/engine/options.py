@@ -1,0 +1,37 @@
+"""The options of one apply (the CLI's flags and runner.toml's settings, resolved)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .outcomes import StepOutcome
+
+
+@dataclass
+class ApplyOptions:
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
+    force: frozenset[str] = frozenset()
+    dry_run: bool = False
+    item: str | None = None
+    kind: str = "run"
+    parent_run_id: str | None = None
+    reference_asset: str | None = None
+    run_id: str | None = None
+    resume_run_id: str | None = None
+    wall_clock: float | None = None
+    max_steps: int | None = None
+    token_budget: int | None = None
+    retry_uncertain: bool = False  # send again calls whose reply was lost (may pay twice)
+    # A remote cache URL (`--remote`; else [cache] remote in runner.toml). remote_only: take
+    # what the remote has and run nothing else (`runner cache pull`).
+    remote: str | None = None
+    remote_only: bool = False
+    # Where step bodies run: "local", or "dask" (a LocalCluster of `workers` processes, or the
+    # cluster at `scheduler`). jobs_given: --jobs was set (else dask uses the cluster's threads).
+    executor: str = "local"
+    scheduler: str | None = None
+    workers: int | None = None
+    jobs_given: bool = False
+    # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
+    reuse: dict[str, StepOutcome] = field(default_factory=dict)

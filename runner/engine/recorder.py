@@ -1,0 +1,441 @@
+"""The recorder: a run's journal rows and its event stream.
+
+Everything a run writes goes through here: the run's row, one row per execution (ran, failed,
+cached, awaiting a decision), the provider ledger's calls, the per-phase progress and the
+events (to the reporter at once, to the journal in batches). The scheduler and the step bodies
+never write the journal themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..pipeline.compiler import Plan
+from ..steps.base import StepResult
+from ..store.journal import Journal, dumps, loads
+from .events import Event, EventType, Reporter
+from .keys import KeyParts
+from .options import ApplyOptions
+from .outcomes import RunStatus, StepStatus
+
+PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+class JournalLedger:
+    """The idempotency ledger a step sees, backed by the journal's calls table."""
+
+    def __init__(self, journal: Journal, run_id: str, step_id: str) -> None:
+        self.journal, self.run_id, self.step_id = journal, run_id, step_id
+
+    def completed(self, key: str) -> dict[str, Any] | None:
+        row = self.journal.call(key)
+        if row and row["status"] == "completed":
+            result: dict[str, Any] = loads(row["result"]) or {}
+            return result
+        return None
+
+    def record(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call(key)
+
+    def begin(self, key: str, meta: Mapping[str, Any]) -> None:
+        self.journal.begin_call(key, self.run_id, self.step_id, meta)
+
+    def sent(self, key: str) -> None:
+        self.journal.call_sent(key)
+
+    def remote_id(self, key: str, remote_id: str) -> None:
+        self.journal.call_remote_id(key, remote_id)
+
+    def complete(self, key: str, result: Mapping[str, Any]) -> None:
+        self.journal.complete_call(key, result)
+
+    def fail(self, key: str, error: str, status: str = "failed") -> None:
+        self.journal.fail_call(key, error, status)
+
+    def remote_job(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call_job(key)
+
+    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None:
+        self.journal.note_call_job(key, job)
+
+
+class Progress:
+    """Per phase (steps without one under "default"): total, done, skipped, failed, waiting.
+
+    Kept incrementally: recomputing it per finished step was quadratic.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.finished: dict[str, StepStatus] = {}  # step id -> status
+        self._counts: dict[str, dict[str, int]] | None = None
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        if self._counts is None:
+            self._counts = {}
+            for sid in self.plan.order:
+                phase = self.plan.steps[sid].phase or "default"
+                entry = self._counts.setdefault(
+                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0}
+                )
+                entry["total"] += 1
+            for sid, status in self.finished.items():
+                self._count(sid, status)
+        return self._counts
+
+    def _count(self, sid: str, status: StepStatus) -> None:
+        entry = self.counts()[self.plan.steps[sid].phase or "default"]
+        if status.succeeded:
+            entry["done"] += 1
+        elif status is StepStatus.SKIPPED:
+            entry["skipped"] += 1
+        elif status is StepStatus.AWAITING_HUMAN:
+            entry["waiting"] += 1
+        else:  # failed, partial, rejected
+            entry["failed"] += 1
+
+    def mark(self, sid: str, status: StepStatus) -> None:
+        if sid in self.finished:
+            return
+        self.finished[sid] = status
+        if self._counts is not None:
+            self._count(sid, status)
+
+
+class Recorder:
+    """Writes one run's rows and events into ``journal``, reporting events to ``reporter``."""
+
+    def __init__(self, journal: Journal, reporter: Reporter, run_id: str, pipeline: str) -> None:
+        self.journal = journal
+        self.reporter = reporter
+        self.run_id = run_id
+        self.pipeline = pipeline
+        self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
+        # Journal writes of finished plain steps, done once their dependents have started
+        # (see Scheduler.run): the records are not on the path from one process to the next.
+        self._deferred: list[Callable[[], None]] = []
+        self._progress_written = 0.0
+
+    # -- events --------------------------------------------------------------------------------
+
+    def emit(
+        self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
+    ) -> None:
+        ev = Event(type_, self.run_id, step, element, data)
+        self.reporter.event(ev)
+        if type_ is not EventType.LOG:
+            self._pending_events.append(
+                (self.run_id, ev.ts, type_.value, step, element, dumps(data))
+            )
+
+    def emit_warning(self, message: str) -> None:
+        """A warning for the user (consoles show it; the run goes on)."""
+        self.emit(EventType.LOG, None, None, level="warning", line=message)
+
+    def logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
+        def log(line: str) -> None:
+            self.emit(EventType.LOG, step_id, index, line=line)
+
+        return log
+
+    def flush_deferred(self) -> None:
+        while self._deferred:
+            batch, self._deferred = self._deferred, []
+            for write in batch:
+                write()
+        self.flush_events()
+
+    def flush_events(self) -> None:
+        if self._pending_events:
+            self.journal.add_events(self._pending_events)
+            self._pending_events = []
+
+    # -- the run's row -------------------------------------------------------------------------
+
+    def run_started(self, plan: Plan, options: ApplyOptions) -> None:
+        self.journal.create_run(
+            {
+                "id": self.run_id,
+                "pipeline": plan.name,
+                "pipeline_file": str(plan.file.resolve()),
+                "item": options.item,
+                "status": RunStatus.RUNNING.value,
+                "kind": options.kind,
+                "parent_run_id": options.parent_run_id,
+                "params": dumps(plan.params),
+                "pid": os.getpid(),
+                "reference_asset": options.reference_asset,
+            }
+        )
+
+    def run_resumed(self, plan: Plan) -> None:
+        self.journal.update_run(
+            self.run_id,
+            status=RunStatus.RUNNING.value,
+            pid=os.getpid(),
+            finished_at=None,
+            exit_code=None,
+            reason=None,
+            cancel_requested=None,
+            params=dumps(plan.params),
+        )
+
+    def cancel_requested(self) -> bool:
+        """`runner runs cancel` (from another process) asked this run to stop."""
+        rows = self.journal.query("SELECT cancel_requested FROM runs WHERE id=?", (self.run_id,))
+        return bool(rows and rows[0]["cancel_requested"])
+
+    def phase_entered(self, phase: str) -> None:
+        self.journal.update_run(self.run_id, current_phase=phase)
+        self.emit(EventType.PHASE_ENTERED, phase=phase)
+
+    def progress(self, counts: Callable[[], dict[str, dict[str, int]]]) -> None:
+        """Rewrite the run's progress, at most every PROGRESS_WRITE_S (the final record is
+        written by run_finished)."""
+        now = time.monotonic()
+        if now - self._progress_written > PROGRESS_WRITE_S:
+            self._progress_written = now
+            self.journal.update_run(self.run_id, progress=dumps(counts()))
+
+    def run_finished(
+        self,
+        status: RunStatus,
+        exit_code: int,
+        reason: str | None,
+        *,
+        phase: str | None,
+        progress: dict[str, dict[str, int]],
+        started: float,
+    ) -> None:
+        self.journal.update_run(
+            self.run_id,
+            status=status.value,
+            finished_at=time.time(),
+            exit_code=exit_code,
+            reason=reason,
+            current_phase=phase,
+            progress=dumps(progress),
+        )
+        self.emit(
+            EventType.RUN_FINISHED,
+            status=status.value,
+            exit_code=exit_code,
+            duration_s=round(time.time() - started, 6),
+            reason=reason,
+        )
+        self.flush_events()
+
+    # -- execution rows ------------------------------------------------------------------------
+
+    def failure(
+        self, step_id: str, el_index: int, key: str | None, reason: str, attempts: int
+    ) -> None:
+        """An execution that failed before its body ran (its arguments, a refused restore)."""
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "failed",
+                "pipeline": self.pipeline,
+                "error": reason,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": attempts,
+            }
+        )
+
+    def reused(
+        self,
+        step_id: str,
+        el_index: int,
+        key: str,
+        output: Any,
+        why: str,
+        contract: str | None = None,
+        report: Any = None,
+    ) -> None:
+        """An execution answered without running (cache, approval, user edit)."""
+        now = time.time()
+        self.journal.start_execution(
+            {
+                **({"report": dumps(report)} if report is not None else {}),
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "cached",
+                "pipeline": self.pipeline,
+                "output": dumps(output),
+                "started_at": now,
+                "finished_at": now,
+                "attempts": 0,
+                "contract": contract,
+                "why": why,
+            }
+        )
+
+    def fetched(
+        self,
+        step_id: str,
+        el_index: int,
+        key: str,
+        parts: KeyParts,
+        contract: str | None,
+        *,
+        output: Any,
+        artifacts: list[str],
+        sizes: dict[str, int],
+        files: dict[str, str],
+        report: Any,
+    ) -> None:
+        """An execution answered by the remote cache: a completed row, so the next apply finds
+        it locally."""
+        now = time.time()
+        self.journal.record_artifacts(sizes)
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "completed",
+                "pipeline": self.pipeline,
+                "output": dumps(output),
+                "artifacts": dumps(artifacts),
+                "files": dumps(files),
+                "report": dumps(report) if report is not None else None,
+                "started_at": now,
+                "finished_at": now,
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": contract,
+                "why": "cached (remote)",
+            }
+        )
+
+    def started(
+        self, step_id: str, el_index: int, key: str, parts: KeyParts, contract: str | None
+    ) -> int:
+        """The row of an execution about to run its body; returns its id."""
+        return self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "running",
+                "pipeline": self.pipeline,
+                "started_at": time.time(),
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": contract,
+            }
+        )
+
+    def cancelled(self, exec_id: int, attempts: int) -> None:
+        self.journal.finish_execution(
+            exec_id,
+            status="cancelled",
+            finished_at=time.time(),
+            attempts=attempts,
+            error="cancelled",
+        )
+
+    def failed(
+        self, exec_id: int, attempts: int, reason: str, duration: float, output: Any
+    ) -> None:
+        self.journal.finish_execution(
+            exec_id,
+            status="failed",
+            finished_at=time.time(),
+            attempts=attempts,
+            error=reason,
+            duration_s=duration,
+            output=dumps(output) if output is not None else None,
+        )
+
+    def passed(
+        self,
+        exec_id: int,
+        result: StepResult,
+        sizes: dict[str, int],
+        *,
+        status: str,
+        attempts: int,
+        duration: float,
+        defer: bool,
+    ) -> None:
+        """A body that returned and passed its checks. ``defer``: written once the step's
+        dependents have started (a plain step), else now (an element: a for_each may hold
+        thousands)."""
+        # Serialised now, written maybe a moment later: what is recorded is the output as it
+        # was returned, whatever a later step does with the objects.
+        row = {
+            "status": status,
+            "finished_at": time.time(),
+            "attempts": attempts,
+            "duration_s": duration,
+            "output": dumps(result.output),
+            "artifacts": dumps(sorted(sizes)),
+            "files": dumps(result.files),
+            "report": dumps(result.report) if result.report is not None else None,
+            "usage": dumps(result.usage) if result.usage else None,
+        }
+
+        def record() -> None:
+            self.journal.record_artifacts(sizes)
+            self.journal.finish_execution(exec_id, **row)
+
+        if defer:
+            self._deferred.append(record)
+        else:
+            record()
+
+    def awaiting(self, step_id: str, key: str, round_: int) -> None:
+        """A gate asking for a decision (round ``round_``)."""
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": -1,
+                "key": key,
+                "status": "awaiting_human",
+                "pipeline": self.pipeline,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 0,
+                "why": f"round {round_}",
+            }
+        )
+
+    def decided(
+        self, step_id: str, key: str, *, status: str, output: Any, artifacts: list[str], why: str
+    ) -> None:
+        """A gate's decision (approved: completed; rejected)."""
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": -1,
+                "key": key,
+                "status": status,
+                "pipeline": self.pipeline,
+                "output": dumps(output),
+                "artifacts": dumps(artifacts),
+                "files": dumps({}),
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 1,
+                "why": why,
+            }
+        )
