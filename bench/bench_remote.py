@@ -18,7 +18,6 @@ Every runner process runs with its bytecode cached (this machine sets PYTHONDONT
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -29,38 +28,15 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the tests' S3 server helper
-from tests.remote.s3server import S3Server, s3_server  # noqa: E402
-
-ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "RUNNER_STATE")}
-
-
-def _compile() -> None:
-    import compileall
-
-    import runner
-
-    compileall.compile_dir(str(Path(runner.__file__).parent), quiet=1)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' S3 server helper
+from bench._common import ENV, REPO, apply, compile_tree
+from tests.remote.s3server import S3Server, s3_server
 
 
 def _apply(
     root: Path, s3: S3Server, *extra: str, file: str = "pipeline.yaml"
 ) -> tuple[float, dict]:
-    env = {**ENV, **s3.env(), "NO_COLOR": "1"}
-    t0 = time.perf_counter()
-    res = subprocess.run(
-        [sys.executable, "-m", "runner", "apply", file, "--json", "-q", *extra],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    wall = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise SystemExit(f"apply failed ({res.returncode}):\n{res.stderr[-2000:]}")
-    return wall, json.loads(res.stdout)
+    return apply(root, *extra, file=file, env=s3.env(), timeout=1200)
 
 
 def _foreach_project(root: Path, n: int, remote: str) -> None:
@@ -187,7 +163,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    _compile()
+    compile_tree()
     with tempfile.TemporaryDirectory() as d, s3_server() as s3:
         bench_foreach(s3, args.n, Path(d))
         bench_push(s3, args.repeat, Path(d))

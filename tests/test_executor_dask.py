@@ -21,6 +21,8 @@ from typing import Any
 import psutil
 import pytest
 
+from runner.testing.daskcluster import command_line_cluster
+
 from .conftest import REPO
 
 pytest.importorskip("distributed")
@@ -196,48 +198,9 @@ def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
 
 
 def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -> None:
-    port = _free_port()
-    scheduler = f"tcp://127.0.0.1:{port}"
-    env = _env()
-    procs = [
-        subprocess.Popen(
-            [
-                "dask",
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                ":0",
-                "--no-show",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    try:
-        time.sleep(1.0)
-        for name, extra in (("gpu", ["--resources", "GPU=1"]), ("cpu", [])):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        "dask",
-                        "worker",
-                        scheduler,
-                        "--nthreads",
-                        "2",
-                        "--name",
-                        name,
-                        "--no-dashboard",
-                        *extra,
-                    ],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+    workers = [["--nthreads", "2", "--name", "gpu", "--resources", "GPU=1"]]
+    workers.append(["--nthreads", "2", "--name", "cpu"])
+    with command_line_cluster(workers, env=_env()) as scheduler:
         root = tmp_path / "g"
         root.mkdir()
         (root / "pipeline.yaml").write_text(
@@ -256,7 +219,6 @@ def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -
             encoding="utf-8",
         )
         events = root / "events.jsonl"
-        _wait_workers(scheduler, 2)
         doc = _apply(
             root,
             "pipeline.yaml",
@@ -271,8 +233,8 @@ def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -
         passed = [json.loads(line) for line in events.read_text().splitlines()]
         passed = [e for e in passed if e["type"] == "StepPassed" and e["step"] == "render"]
         assert len(passed) == 6
-        workers = {e["worker"] for e in passed}
-        assert len(workers) == 1  # only the worker that declares a GPU
+        used = {e["worker"] for e in passed}
+        assert len(used) == 1  # only the worker that declares a GPU
         spans = []
         for i in range(6):
             start, end = (
@@ -282,26 +244,3 @@ def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -
             spans.append((start, end))
         spans.sort()
         assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # one at a time
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_workers(scheduler: str, n: int) -> None:
-    from distributed import Client
-
-    with Client(scheduler, timeout=30) as client:
-        client.wait_for_workers(n, timeout=60)

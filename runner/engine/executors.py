@@ -7,7 +7,8 @@ attempt's feedback -- and hands back the step's StepResult, its log lines and wh
 step body never reaches the journal or the scheduler.
 
 Step types declare ``runs_anywhere`` (steps/base.py): shell, finalize, card, hash, template and
-read do; provider calls and gates stay in the coordinator's event loop. A step may ask for
+read do; provider calls and gates stay in the coordinator's event loop unless a type that calls
+a provider opts in (then its caps hold cluster-wide: dask_worker.py). A step may ask for
 worker resources (``resources: {GPU: 1}``), passed to Dask, which places the task only on a
 worker that declares them, never more at once than declared.
 
@@ -24,15 +25,13 @@ dask is imported only when a Dask executor is opened (the ``runner[dask]`` extra
 from __future__ import annotations
 
 import asyncio
-import functools
-import threading
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import UsageError
 from ..steps.base import StepContext, StepResult, StepType
+from .dask_worker import Job, job_for, run_batch
 
 
 class Executor(Protocol):
@@ -59,73 +58,62 @@ class LocalExecutor:
         pass
 
 
-@dataclass(frozen=True)
-class Job:
-    """One step body as plain data (pickled to a worker)."""
+async def local_cluster(workers: int, threads: int) -> Any:
+    """An asynchronous LocalCluster of ``workers`` processes with ``threads`` threads each
+    (no dashboard: nobody looks at it, and it costs start-up time)."""
+    from distributed import LocalCluster
 
-    uses: str
-    args: dict[str, Any]
-    root: str
-    state_dir: str
-    run_id: str
-    step_id: str
-    element: int | None
-    attempt: int
-    feedback: list[str] = field(default_factory=list)
-
-
-_local = threading.local()
-
-
-def _worker_loop() -> asyncio.AbstractEventLoop:
-    """One event loop per worker thread, kept: making one costs ~1-8 ms (a selector and a
-    socket pair), more than a small step body."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _local.loop = loop
-    return loop
-
-
-@functools.cache
-def _step_type(name: str) -> StepType | None:
-    from ..steps.registry import default_registry
-
-    return default_registry().get(name)
-
-
-def run_job(job: Job) -> tuple[StepResult, list[str], str]:
-    """Run one step body on a worker: (result, log lines, the worker's address)."""
-    from ..steps.base import StepEnv
-    from ..store.objects import ObjectStore
-
-    step_type = _step_type(job.uses)
-    if step_type is None:
-        raise UsageError(f"step type '{job.uses}' is not installed on this worker")
-    lines: list[str] = []
-    root, state = Path(job.root), Path(job.state_dir)
-    env = StepEnv(root=root, state_dir=state, objects=ObjectStore(state / "objects"))
-    ctx = StepContext(
-        env=env,
-        run_id=job.run_id,
-        step_id=job.step_id,
-        element=job.element,
-        attempt=job.attempt,
-        feedback=list(job.feedback),
-        log=lines.append,
+    return await LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        asynchronous=True,
+        dashboard_address=None,
     )
-    result = _worker_loop().run_until_complete(step_type.run(ctx, dict(job.args)))
-    try:
-        from distributed import get_worker
 
-        where = str(get_worker().address)
-    except (ImportError, ValueError):
-        where = "local"
-    return result, lines, where
+
+@dataclass
+class _Batch:
+    members: list[_Pending]
+    future: Any = None  # the Dask future running it
+
+    def abandon_if_unwanted(self) -> None:
+        """Cancel the Dask task once every body in it was given up (timeouts, cancellation)."""
+        if self.future is not None and all(p.future.done() for p in self.members):
+            self.future.cancel()
+
+
+@dataclass
+class _Pending:
+    job: Job
+    resources: tuple[tuple[str, float], ...]
+    future: asyncio.Future[tuple[StepResult, list[str], str]]
+    batch: _Batch | None = None
+
+
+# A batch aims at about this much work (once a type's body time is known): long enough to
+# carry the scheduler's round trip (a few ms, tens on a busy machine), short enough that a
+# dependent step does not wait long for its input.
+BATCH_SECONDS = 0.05
+MAX_BATCH = 64
+GATHER_SECONDS = 0.002  # bodies asked for within this window go out together
 
 
 class DaskExecutor:
-    """Bodies of ``runs_anywhere`` types run on a Dask cluster; others stay local."""
+    """Bodies of ``runs_anywhere`` types run on a Dask cluster; others stay local.
+
+    A Dask task costs about the same whatever it runs (a graph update, scheduler transitions,
+    fetching the result: 5-20 ms of coordinator and scheduler time on a busy 2-core machine; the
+    scheduler of a LocalCluster shares the coordinator's event loop), so bodies travel in
+    batches (``run_batch``: one after another in one worker thread). At most two batches per
+    worker thread are out at once; what is asked for meanwhile waits and leaves with the next
+    batch that comes back, so the batch size follows the load by itself: 2,000 hashes leave
+    in batches of ~10-60, a ``sleep 10`` alone once its time is known. A batch is cut at
+    ``BATCH_SECONDS`` of known body time (a moving mean per step type; unknown at first, then
+    the queue is spread evenly over the free room). A dependent step waits for its input's
+    whole batch: at most ~``BATCH_SECONDS`` once times are known. A worker that dies takes its
+    batch with it: Dask runs the whole batch again elsewhere (bodies are idempotent).
+    """
 
     name = "dask"
 
@@ -133,13 +121,23 @@ class DaskExecutor:
         self.client = client
         self.cluster = cluster
         self.where: dict[tuple[str, int | None], str] = {}  # (step, element) -> worker address
+        self.threads = 1  # the cluster's worker threads, read by slots()
+        self._queue: list[_Pending] = []
+        self._flush_at: asyncio.TimerHandle | None = None
+        self._seconds: dict[str, float] = {}  # step type -> a body's recent time (moving mean)
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self._out = 0  # batches sent and not back yet
+        self.tasks = 0  # Dask tasks submitted (bench_dask prints bodies per task)
 
     @classmethod
-    async def open(cls, scheduler: str | None, workers: int | None) -> DaskExecutor:
+    async def open(
+        cls, scheduler: str | None, workers: int | None, threads: int | None = None
+    ) -> DaskExecutor:
         """Connect to ``scheduler`` (tcp://HOST:8786) or start an in-process LocalCluster of
-        ``workers`` worker processes. Raises UsageError when dask is not installed."""
+        ``workers`` worker processes with ``threads`` threads each. Raises UsageError when dask
+        is not installed."""
         try:
-            from distributed import Client, LocalCluster
+            from distributed import Client
         except ImportError:
             raise UsageError(
                 "--executor dask needs dask's distributed scheduler",
@@ -150,59 +148,155 @@ class DaskExecutor:
             client = await Client(scheduler, asynchronous=True)  # type: ignore[no-untyped-call]
             await client.wait_for_workers(1)
         else:
-            cluster = await LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=workers or 2,
-                threads_per_worker=1,
-                processes=True,
-                asynchronous=True,
-                dashboard_address=None,
-            )
+            cluster = await local_cluster(workers or 2, threads or 1)
             client = await Client(cluster, asynchronous=True)  # type: ignore[no-untyped-call]
             await client.wait_for_workers(workers or 2)
         return cls(client, cluster)
 
     async def slots(self) -> int:
-        """How many bodies to keep in flight: 8 per worker thread. Dask queues what no thread
-        can take yet, so more than the threads hides each task's round trip to the scheduler
-        (tens of ms on a busy machine) behind others' work."""
+        """How many bodies to keep asked for: 32 per worker thread (64 at least). Dask queues
+        what no thread can take yet; more than the threads hides the round trip to the
+        scheduler behind others' work and fills batches (see the class)."""
         info = await self.client.scheduler.identity()
-        threads = sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
-        return max(8, 8 * threads)
+        self.threads = max(
+            1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values())
+        )
+        return max(64, 32 * self.threads)
 
     async def run(
         self, step_type: StepType, ctx: StepContext, args: dict[str, Any], *, resources: Any
     ) -> StepResult:
         if not step_type.runs_anywhere:
             return await step_type.run(ctx, args)
-        job = Job(
-            uses=step_type.name,
-            args=args,
-            root=str(ctx.env.root),
-            state_dir=str(ctx.env.state_dir),
-            run_id=ctx.run_id,
-            step_id=ctx.step_id,
-            element=ctx.element,
-            attempt=ctx.attempt,
-            feedback=list(ctx.feedback),
-        )
-        future = self.client.submit(
-            run_job,
+        job = job_for(step_type, ctx, args)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(
             job,
-            key=f"{ctx.step_id}-{ctx.element}-{uuid.uuid4().hex[:8]}",
-            pure=False,
-            resources=dict(resources) if resources else None,
+            tuple(sorted((str(k), float(v)) for k, v in dict(resources or {}).items())),
+            loop.create_future(),
         )
+        self._queue.append(pending)
+        if self._flush_at is None:
+            self._flush_at = loop.call_later(GATHER_SECONDS, self._flush)
         try:
-            result, lines, where = await future
+            result, lines, where = await pending.future
         except asyncio.CancelledError:
-            future.cancel()
+            pending.future.cancel()
+            if pending.batch is not None:
+                pending.batch.abandon_if_unwanted()
             raise
         for line in lines:
             ctx.log(line)
         self.where[(ctx.step_id, ctx.element)] = where
-        return result  # type: ignore[no-any-return]
+        return result
+
+    # -- batching ------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Send what is asked for, as long as fewer than ``_cap`` batches are out; the rest
+        waits for the next batch to come back (and so travels with what gathers meanwhile)."""
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        try:
+            self._send()
+        except Exception as exc:  # e.g. the client lost its scheduler: fail, never hang
+            queue, self._queue = self._queue, []
+            for p in queue:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+
+    def _send(self) -> None:
+        queue = [p for p in self._queue if not p.future.done()]
+        room = self._cap() - self._out
+        if not queue or room <= 0:
+            self._queue = queue
+            return
+        batches = self._batches(queue, room)
+        sent = {id(p) for b in batches for p in b.members}
+        self._queue = [p for p in queue if id(p) not in sent]
+        groups: dict[tuple[tuple[str, float], ...], list[_Batch]] = {}
+        for batch in batches:
+            groups.setdefault(batch.members[0].resources, []).append(batch)
+        for resources, same in groups.items():
+            futures = self.client.map(
+                run_batch,
+                [[p.job for p in b.members] for b in same],
+                key=[f"runner-{uuid.uuid4().hex}" for _ in same],
+                pure=False,
+                resources=dict(resources) or None,
+            )
+            self.tasks += len(same)
+            self._out += len(same)
+            for batch, future in zip(same, futures, strict=True):
+                batch.future = future
+                for p in batch.members:
+                    p.batch = batch
+                task = asyncio.ensure_future(self._deliver(batch))
+                self._deliveries.add(task)
+                task.add_done_callback(self._deliveries.discard)
+
+    def _cap(self) -> int:
+        """Batches out at once: two per worker thread (one running, one waiting there)."""
+        return 2 * self.threads
+
+    def _batches(self, queue: list[_Pending], room: int) -> list[_Batch]:
+        """At most ``room`` batches from the front of ``queue``: the queue spread evenly over
+        them, each cut at ``BATCH_SECONDS`` of known work or ``MAX_BATCH`` bodies."""
+        spread = min(MAX_BATCH, max(1, -(-len(queue) // room)))
+        out: list[_Batch] = []
+        current: list[_Pending] = []
+        work = 0.0
+        for p in queue:
+            if current and (
+                p.resources != current[0].resources
+                or len(current) >= spread
+                or work >= BATCH_SECONDS
+            ):
+                out.append(_Batch(current))
+                current, work = [], 0.0
+                if len(out) == room:
+                    return out
+            current.append(p)
+            work += self._seconds.get(p.job.uses, 0.0)
+        out.append(_Batch(current))
+        return out
+
+    async def _deliver(self, batch: _Batch) -> None:
+        try:
+            where, outcomes = await batch.future
+        except asyncio.CancelledError:
+            self._out -= 1
+            for p in batch.members:
+                if not p.future.done():
+                    p.future.cancel()
+            return
+        except Exception as exc:  # the task itself failed (e.g. its workers kept dying)
+            self._done_one()
+            for p in batch.members:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        self._done_one()
+        for p, (value, lines, seconds) in zip(batch.members, outcomes, strict=True):
+            known = self._seconds.get(p.job.uses)
+            self._seconds[p.job.uses] = seconds if known is None else 0.8 * known + 0.2 * seconds
+            if p.future.done():
+                continue
+            if isinstance(value, BaseException):
+                p.future.set_exception(value)
+            else:
+                p.future.set_result((value, lines, where))
+
+    def _done_one(self) -> None:
+        self._out -= 1
+        self._flush()  # what gathered while every batch was out goes now
 
     async def close(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+        for task in list(self._deliveries):
+            task.cancel()
         await self.client.close()
         if self.cluster is not None:
             await self.cluster.close()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..canonical import CanonicalError, digest
 from ..errors import InvalidPipeline, Location, ProviderError
 from .jobs import RemoteJob
-from .limits import ProviderGate
+from .limits import Gate, make_gate
 from .redact import MAX_MESSAGE_CHARS, Redactor
 from .tracking import CallTracker
 
@@ -168,7 +168,7 @@ class Provider:
         self.base_dir = base_dir or Path.cwd()
         self.name = name or self.key
         self.redactor = Redactor(self.secrets.values())
-        self._gate: ProviderGate | None = None
+        self._gate: Gate | None = None
 
     # --- identity -------------------------------------------------------------------------
 
@@ -201,10 +201,11 @@ class Provider:
         return caps
 
     @property
-    def gate(self) -> ProviderGate:
-        """Bounds this provider's calls in flight by ``max_concurrency``, across the whole run."""
+    def gate(self) -> Gate:
+        """Bounds this provider's calls in flight by ``max_concurrency``, across the whole run
+        (across the cluster, on Dask workers: limits.ClusterGate)."""
         if self._gate is None:
-            self._gate = ProviderGate(self.capabilities.max_concurrency)
+            self._gate = make_gate(self.name, self.capabilities.max_concurrency)
         return self._gate
 
     def can_reroute(self) -> bool:

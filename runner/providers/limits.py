@@ -4,7 +4,9 @@ The engine lends each execution one of its ``--jobs`` slots for CPU work. Waitin
 not CPU work, so ``waiting()`` hands the slot back for as long as the call (and its backoff)
 lasts; the engine installs how that is done with ``lend_slots``. What does bound the calls is the
 step's ``concurrency`` and ``ProviderGate``: one per provider instance, so a provider's
-``max_concurrency`` holds across every step and element of a run.
+``max_concurrency`` holds across every step and element of a run. On Dask workers (a step type
+that runs anywhere and calls a provider) each provider's gate is a ``ClusterGate`` instead: one
+``distributed.Semaphore`` per provider name, so the cap holds across the whole cluster.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ..errors import ProviderError
 
@@ -73,6 +75,56 @@ class ProviderGate:
         assert self._sem is not None
         self.in_flight -= 1
         self._sem.release()
+
+
+# Set in a Dask worker (engine/executors.py): gates are made cluster-wide there.
+_cluster_gates = False
+
+
+def use_cluster_gates() -> None:
+    """From now on, this process's providers bound their calls with ``ClusterGate``s."""
+    global _cluster_gates
+    _cluster_gates = True
+
+
+class ClusterGate:
+    """At most ``limit`` calls in flight over a whole Dask cluster: a ``distributed.Semaphore``
+    named after the provider, so every worker's copy of the provider shares it. Every worker
+    reads the same runner.toml, so they agree on the limit; the first to ask creates it.
+
+    Its calls block (they go through the worker's client on the worker's own event loop), so
+    they run in a thread: the body's loop goes on with its other calls meanwhile.
+    """
+
+    def __init__(self, provider: str, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.name = f"runner-provider-{provider}"
+        self.in_flight = 0
+        self._sem: Any = None
+
+    def _semaphore(self) -> Any:
+        if self._sem is None:
+            from distributed import Semaphore
+
+            self._sem = Semaphore(max_leases=self.limit, name=self.name)  # type: ignore[no-untyped-call]
+        return self._sem
+
+    async def __aenter__(self) -> None:
+        sem = await asyncio.to_thread(self._semaphore)
+        await asyncio.to_thread(sem.acquire)
+        self.in_flight += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.in_flight -= 1
+        await asyncio.to_thread(self._semaphore().release)
+
+
+Gate: TypeAlias = ProviderGate | ClusterGate
+
+
+def make_gate(provider: str, limit: int) -> Gate:
+    """The gate of provider ``provider`` (its configured name) allowing ``limit`` calls."""
+    return ClusterGate(provider, limit) if _cluster_gates else ProviderGate(limit)
 
 
 @dataclass
