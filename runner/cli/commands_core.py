@@ -79,9 +79,9 @@ def _install_sigterm() -> None:
 @click.option(
     "--executor",
     type=click.Choice(["local", "dask"]),
-    default="local",
-    show_default=True,
-    help="Where step bodies run: here, or on a Dask cluster (pip install 'runner[dask]').",
+    default=None,
+    help="Where step bodies run: here, or on a Dask cluster (pip install 'runner[dask]'). "
+    "Default: [executor] kind in runner.toml, else local.",
 )
 @click.option(
     "--scheduler",
@@ -94,6 +94,12 @@ def _install_sigterm() -> None:
     type=click.IntRange(min=1),
     default=None,
     help="With --executor dask and no --scheduler: worker processes of a local cluster (2).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --executor dask and no --scheduler: threads per worker of a local cluster (1).",
 )
 @click.option(
     "--remote",
@@ -117,9 +123,10 @@ def apply(
     retry_uncertain: bool,
     quiet: bool,
     max_cost: float | None,
-    executor: str,
+    executor: str | None,
     scheduler: str | None,
     workers: int | None,
+    threads: int | None,
     remote: str | None,
     state_dir: str | None,
     as_json: bool,
@@ -177,9 +184,8 @@ def apply(
         executor=executor,
         scheduler=scheduler,
         workers=workers,
+        threads=threads,
     )
-    if (scheduler or workers) and executor != "dask":
-        raise UsageError("--scheduler and --workers go with --executor dask")
     if jobs:
         options.jobs = jobs
         options.jobs_given = True

@@ -19,6 +19,7 @@ from ..pipeline.compiler import Plan, compile_pipeline
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from .events import Reporter
+from .executor_config import read_executor_settings
 from .interpreter import Interpreter
 from .locate import state_dir_for as state_dir_for
 from .options import ApplyOptions
@@ -176,6 +177,11 @@ async def apply_plan_async(
     options = options or ApplyOptions()
     options.item = resolve_item(plan, options.item)
     check_plan(plan, state_dir=state.dir)  # before anything runs or a person is asked
+    # Where bodies run: runner.toml's [executor] under what the caller gave (a bad table or a
+    # cluster option without dask is refused here, before anything runs).
+    where = read_executor_settings(plan.root).overridden(
+        options.executor, options.workers, options.threads, options.scheduler
+    )
     if options.kind == "run" and any(s.uses == "image" for s in plan.steps.values()):
         options.kind = "hero"  # image runs are heroes unless `iterate` says otherwise
     # Shared with other applies, never with gc: objects this run reuses stay until recorded.
@@ -191,10 +197,10 @@ async def apply_plan_async(
                 options.resume_run_id = waiting[0]["id"]
         providers = _LazyProviders(plan.root)
         executor = None
-        if options.executor == "dask":
+        if where.kind == "dask":
             from .executors import DaskExecutor
 
-            executor = await DaskExecutor.open(options.scheduler, options.workers)
+            executor = await DaskExecutor.open(where.scheduler, where.workers, where.threads)
             if not options.jobs_given:
                 options.jobs = await executor.slots()  # bodies in flight: the cluster's threads
         interpreter = Interpreter(

@@ -155,7 +155,7 @@ class _WorkerLedger:
 
     def __getattr__(self, name: str) -> Any:
         if self._ledger is None:
-            from .interpreter import JournalLedger
+            from .recorder import JournalLedger
 
             self._ledger = JournalLedger(self._journal.get(), self.run_id, self.step_id)
         return getattr(self._ledger, name)

@@ -27,11 +27,14 @@ class ApplyOptions:
     # what the remote has and run nothing else (`runner cache pull`).
     remote: str | None = None
     remote_only: bool = False
-    # Where step bodies run: "local", or "dask" (a LocalCluster of `workers` processes, or the
-    # cluster at `scheduler`). jobs_given: --jobs was set (else dask uses the cluster's threads).
-    executor: str = "local"
+    # Where step bodies run: "local", or "dask" (a LocalCluster of `workers` processes with
+    # `threads` threads each, or the cluster at `scheduler`); None: runner.toml's [executor]
+    # decides (else local), these win over its keys. jobs_given: --jobs was set (else dask keeps
+    # as many bodies asked for as executors.DaskExecutor.slots says).
+    executor: str | None = None
     scheduler: str | None = None
     workers: int | None = None
+    threads: int | None = None
     jobs_given: bool = False
     # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
     reuse: dict[str, StepOutcome] = field(default_factory=dict)

@@ -75,14 +75,14 @@ def load_config(path: Path | None) -> RunnerConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"not valid TOML: {exc}", where=where) from None
     # [prices] and [budget] are read by runner/engine/costs.py (plan's cost estimate), [cache]
-    # by runner/store/remote.py.
-    unknown = sorted(set(data) - {"general", "providers", "prices", "budget", "cache"})
+    # by runner/store/remote.py, [executor] by runner/engine/executor_config.py.
+    unknown = sorted(set(data) - {"general", "providers", "prices", "budget", "cache", "executor"})
     if unknown:
         raise ProviderConfigError(
             f"unknown section(s) {', '.join(unknown)}",
             where=where,
-            hint="runner.toml has [general], [providers.<name>], [prices.<name>], [budget] "
-            "and [cache]",
+            hint="runner.toml has [general], [providers.<name>], [prices.<name>], [budget], "
+            "[cache] and [executor]",
         )
     general = data.get("general", {})
     if not isinstance(general, dict) or set(general) - {"default_provider"}:
