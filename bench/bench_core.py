@@ -27,6 +27,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -300,6 +301,108 @@ def validate_big(base: Path, n: int = 10_000) -> Row:
     return Row(f"hash x{n}", "validate", "runner", seconds)
 
 
+def add_comment(root: Path, n: int) -> None:
+    """A pipeline edit that changes no key: one more comment line."""
+    with (root / "pipeline.yaml").open("a") as f:
+        f.write(f"# edit {n}: a comment changes no step's key\n")
+
+
+class Clock:
+    """Wall and CPU seconds (user + system of the child processes) of what runs inside it: on a
+    loaded machine the wall time waits for other work, the CPU time much less."""
+
+    def __enter__(self) -> Clock:
+        self._wall = time.perf_counter()
+        self._cpu = _children_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._wall
+        self.cpu = _children_cpu() - self._cpu
+
+    def __str__(self) -> str:
+        return f"{self.wall:.3f} s (cpu {self.cpu:.3f})"
+
+    def ratio(self, other: Clock) -> str:
+        return f"{self.wall / other.wall:.2f}x (cpu {self.cpu / other.cpu:.2f}x)"
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
+    """Issue 17 section 5: what an edit costs, each figure beside its peer from the same run.
+
+    (a) edit step n/2's input (src/mid.txt) of an n-step shell chain: runner vs make;
+    (b) an edit that changes no key (a comment) on n in-process hash steps: the apply vs a cold
+        run (and a no-op with nothing edited beside it), and `runner plan` of such an edit vs
+        `runner validate`;
+    (c) `runner validate` of n shell steps vs `doit list` of the same tasks.
+    """
+    lines = []
+    clocks: dict[str, Clock] = {}
+    ran: int | None = None
+    for tool, run in (("runner", run_runner), ("make", run_make)):
+        root = base / f"edits-chain-{tool}"  # each tool its own tree: make goes by mtimes
+        root.mkdir()
+        write_chain(root, n_chain)
+        run(root)
+        edit(root, "src/mid.txt", 1)
+        with Clock() as clocks[tool]:
+            _, done = run(root)
+        ran = done if tool == "runner" else ran
+    lines.append(
+        f"(a) edit-middle of {n_chain} shell steps: runner {clocks['runner']} ran {ran}, "
+        f"make {clocks['make']}: {clocks['runner'].ratio(clocks['make'])} make (target <= 1.25x)"
+    )
+    root = base / "edits-hash"
+    root.mkdir()
+    write_hash(root, n_hash)
+    with Clock() as cold:
+        run_runner(root)
+    with Clock() as noop:  # nothing edited: answered by the fingerprint of the converged run
+        run_runner(root)
+    add_comment(root, 1)
+    with Clock() as comment:
+        _, ran = run_runner(root)
+    lines.append(
+        f"(b) comment edit of {n_hash} hash steps: apply {comment} ran {ran}, cold {cold}: "
+        f"{comment.wall / cold.wall:.0%} of cold (cpu {comment.cpu / cold.cpu:.0%}; "
+        f"target <= 25%)"
+    )
+    lines.append(
+        f"(b) no-op, nothing edited: {noop}: {noop.wall / cold.wall:.0%} of cold "
+        f"(cpu {noop.cpu / cold.cpu:.0%})"
+    )
+    add_comment(root, 2)
+    with Clock() as planned:
+        timed(runner_cmd("plan", "pipeline.yaml"), root)
+    with Clock() as validated:
+        timed(runner_cmd("validate", "pipeline.yaml"), root)
+    lines.append(
+        f"(b) plan after a comment edit: {planned}, validate {validated}: "
+        f"{planned.ratio(validated)} validate (target <= 1.2x)"
+    )
+    root = base / "edits-list"
+    root.mkdir()
+    write_chain(root, n_list)
+    with Clock() as validated:
+        timed(runner_cmd("validate", "pipeline.yaml"), root)
+    cmd = doit_cmd()
+    if cmd is None:
+        lines.append(f"(c) validate of {n_list} shell steps: {validated} (doit not installed)")
+    else:
+        with Clock() as listed:
+            timed([*cmd, "list", "--all", "--db-file", ".doit.db"], root)
+        lines.append(
+            f"(c) validate of {n_list} shell steps: runner {validated}, doit list {listed}: "
+            f"{validated.ratio(listed)} doit list (target <= 1.5x)"
+        )
+    return lines
+
+
 def table(rows: list[Row], tools: list[str]) -> str:
     keyed = {(r.shape, r.scenario, r.tool): r for r in rows}
     head = f"{'shape':<12}{'scenario':<10}" + "".join(f"{t + ' s':>12}" for t in tools)
@@ -353,6 +456,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000, help="steps per shape (default 1000)")
     parser.add_argument("--quick", action="store_true", help="N=100 and a 1,000-step validate")
     parser.add_argument(
+        "--edits",
+        action="store_true",
+        help="only the edit-cost figures (issue 17: 1,000-step chain, 10,000 hash/shell steps)",
+    )
+    parser.add_argument(
         "--shapes",
         default="chain,fan,hash",
         help="comma-separated subset of chain,fan,hash (default all)",
@@ -377,6 +485,17 @@ def main() -> None:
     tools.append("floor")
     runs["floor"] = run_floor
     cache_bytecode()
+    if args.edits:
+        print(f"edit costs, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start")
+        with tempfile.TemporaryDirectory(prefix="bench-edits-") as tmp:
+            for line in edit_costs(
+                Path(tmp),
+                100 if args.quick else 1000,
+                *((1000, 1000) if args.quick else (10_000, 10_000)),
+            ):
+                print(line, flush=True)
+        print(f"load {os.getloadavg()[0]:.1f} at the end")
+        return
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
         base = Path(tmp)

@@ -89,9 +89,49 @@ def test_pipeline_params_and_config_changes_fall_through(project: Project) -> No
     assert not fast(project.apply("-p", "word=b"), project)
     project.write("runner.toml", '[general]\ndefault_provider = "fake"\n')
     assert not fast(project.apply(), project)
-    text = (project.root / "pipeline.yaml").read_text() + "\n# a comment\n"
+    text = (project.root / "pipeline.yaml").read_text().replace("default: a", "default: c")
     (project.root / "pipeline.yaml").write_text(text)
-    assert not fast(project.apply(), project)
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"h"}
+
+
+def test_an_edit_of_comments_or_layout_keeps_the_fingerprint(project: Project) -> None:
+    # The edit that changes no key (issue 17 section 5): no compile, the same keys.
+    chain(project)
+    second = converge(project)
+    path = project.root / "pipeline.yaml"
+    text = path.read_text()
+    path.write_text("# the chain, commented\n" + text.replace("\n", "   # why\n", 2) + "\n\n")
+    third = project.apply()
+    assert fast(third, project) and ran(third) == set()
+    assert [s["key"] for s in third["steps"]] == [s["key"] for s in second["steps"]]
+    assert fast(project.apply(), project)  # the new bytes were remembered
+
+
+def test_an_edit_the_parser_sees_falls_through(project: Project) -> None:
+    # Quoting makes 1 a string: same text without comments, another document, another key.
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          h: {uses: hash, with: {value: 1}}
+          g: {uses: hash, with: {value: 2}}
+    """,
+    )
+    converge(project)
+    text = (project.root / "pipeline.yaml").read_text()
+    (project.root / "pipeline.yaml").write_text(text.replace("value: 1", 'value: "1"'))
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"h"}
+    converge(project)
+    # an anchor and alias that yield the same values are still another document: full path
+    text = (project.root / "pipeline.yaml").read_text()
+    text = text.replace('value: "1"', 'value: &one "1"')
+    (project.root / "pipeline.yaml").write_text(text)
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == set()
 
 
 def test_steps_with_rules_are_never_fingerprinted(project: Project) -> None:

@@ -272,3 +272,37 @@ def test_bad_price_table_names_the_file(shipped: Project) -> None:
     assert (
         res.exit_code == 2 and "runner.toml" in res.stderr and "[prices.fake] image" in res.stderr
     )
+
+
+def test_plan_read_from_the_fingerprint_equals_the_planners(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While the fast path's fingerprint holds, plan answers from it without compiling; what it
+    # says is exactly what the planner says, for steps with and without for_each.
+    import runner.pipeline.compiler as compiler
+
+    project.write("pipeline.yaml", FOR_EACH)
+    for n in "abcd":
+        project.write(f"in/{n}.txt", f"{n}\n")
+    assert project.apply()["_exit"] == 0  # converged: the fingerprint is recorded
+    path = project.root / "pipeline.yaml"
+    path.write_text("# a comment changes no key\n" + path.read_text())
+    before = footprint(project.root)
+    compiles: list[Path] = []
+    real = compiler.compile_pipeline
+
+    def counted(file: Path, *args: Any, **kwargs: Any) -> Any:
+        compiles.append(file)
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_pipeline", counted)
+    code, from_fingerprint = plan(project, "pipeline.yaml", "--detailed-exitcode")
+    assert code == 0 and compiles == []
+    text = project.cli("plan", "pipeline.yaml")
+    assert compiles == [] and "nothing would run" in text.stdout
+    assert footprint(project.root) == before  # the new bytes are not even remembered
+    shutil.rmtree(project.root / ".runner" / "converged")
+    code, from_planner = plan(project, "pipeline.yaml", "--detailed-exitcode")
+    assert code == 0 and len(compiles) == 1
+    assert from_fingerprint == from_planner
+    assert any("elements" in s for s in from_planner["steps"])

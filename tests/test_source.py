@@ -19,6 +19,7 @@ from runner.pipeline.source import (
     MAX_ALIAS_VALUES,
     MAX_FILE_BYTES,
     MAX_VALUES,
+    document_digest,
     load_data,
     parse_file,
     parse_text,
@@ -163,3 +164,20 @@ def test_a_pipeline_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -
     with pytest.raises(InvalidPipeline, match="MB, over the limit of 16 MB") as info:
         parse_file(path, "huge.yaml")
     assert info.value.where == Location("huge.yaml", 1, 1)
+
+
+def test_document_digest_ignores_comments_and_layout_only() -> None:
+    base = document_digest("a: 1\nb: [x, y]\nc: |\n  # kept\n")
+    assert base is not None
+    assert document_digest("# top\na: 1   # one\nb:\n  - x\n  - y\nc: |\n  # kept\n") == base
+    # the block scalar's "# kept" is content, not a comment; quoting, tags and anchors count
+    different = [
+        "a: 1\nb: [x, y]\nc: |\n  # changed\n",
+        "a: '1'\nb: [x, y]\nc: |\n  # kept\n",
+        "a: !!str 1\nb: [x, y]\nc: |\n  # kept\n",
+        "a: &n 1\nb: [x, y]\nc: |\n  # kept\n",
+        "a: 1\nb: [x, y]\n'<<': |\n  # kept\n",
+    ]
+    for text in different:
+        assert document_digest(text) not in (None, base), text
+    assert document_digest("a: [1,\n") is None

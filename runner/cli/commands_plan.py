@@ -25,7 +25,7 @@ CHANGES_EXIT = 10  # --detailed-exitcode: the apply would do something (terrafor
 
 
 def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
-    from ..engine.planner import iter_lines
+    from ..engine.forecast import iter_lines
 
     for line in iter_lines(fc, verbose=verbose):
         click.echo(line)
@@ -131,7 +131,7 @@ def explain(
     if as_json:
         emit_json(doc)
         return
-    from ..engine.planner import iter_lines
+    from ..engine.forecast import iter_lines
 
     for line in iter_lines(fc, verbose=True):
         click.echo(line)

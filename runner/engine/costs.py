@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Location, RunnerError, UsageError
-from .planner import Call, Forecast
+from .forecast import Call, Forecast
 
 FREE_PROVIDERS = frozenset({"fake"})
 

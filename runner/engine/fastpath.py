@@ -5,9 +5,10 @@ records what the run depended on: the pipeline file's bytes, the params given, e
 with its (size, mtime, inode) signature, the config files that could change providers, the
 workspace files (by signature: an edit by hand is seen) and objects that must exist, and each
 step's key. The next apply with the same arguments checks that fingerprint with stat calls and
-one hash of the pipeline file; when it holds, the run is journaled as fully cached without
-importing the compiler, jsonschema or Jinja. Anything it cannot vouch for falls through to the
-normal path, which is always correct.
+one hash of the pipeline file (when the bytes differ, a parse proves the document is the same:
+an edit of comments or layout keeps the fingerprint); when it holds, the run is journaled as
+fully cached without importing the compiler, jsonschema or Jinja. Anything it cannot vouch for
+falls through to the normal path, which is always correct.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def record(
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
     pipeline_bytes = pipeline.read_bytes()
+    outcomes = {o.id: o for o in report.steps}
     doc = {
         "format": FORMAT,
         "version": __version__,
@@ -109,6 +111,8 @@ def record(
             "path": str(pipeline),
             "sha256": hashlib.sha256(pipeline_bytes).hexdigest(),
             "sig": _sig(str(pipeline)),
+            # what the parser reads: a comment or layout edit keeps it (see _same_document)
+            "document": _document_digest(pipeline_bytes),
         },
         "name": plan.name,
         "item": report.item,
@@ -131,13 +135,32 @@ def record(
             for d in sorted(set(report.objects) | set(report.workspace.values()))
         },
         "steps": [o.to_json() for o in report.steps],
+        # what `runner plan` says while the fingerprint holds: every step and element cached
+        "forecast": (
+            {
+                "steps": [_forecast_step(plan.steps[s].uses, outcomes[s]) for s in plan.order],
+                "max_cost": plan.limits.max_cost,
+                "directory": str(plan.directory),
+                "file": plan.file.name,
+            }
+            if set(outcomes) == set(plan.order)
+            else None
+        ),
         "recorded_at_ns": now,
     }
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
+    _write(path, doc)
+
+
+def _forecast_step(uses: str, outcome: Any) -> dict[str, Any]:
+    elements = outcome.elements
+    return {
+        "id": outcome.id,
+        "uses": uses,
+        "key": outcome.key,
+        "elements": None if elements is None else [e.key for e in elements],
+    }
 
 
 def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None) -> None:
@@ -145,9 +168,16 @@ def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str
 
 
 def check(
-    state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None
+    state_dir: Path,
+    pipeline: Path,
+    overrides: dict[str, str],
+    item: str | None,
+    *,
+    remember: bool = True,
 ) -> dict[str, Any] | None:
-    """The fingerprint when everything it names is unchanged, else None."""
+    """The fingerprint when everything it names is unchanged, else None. With ``remember``, a
+    pipeline edited only in comments or layout has its new bytes written into the fingerprint
+    (a plan passes False: it writes nothing)."""
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     journal = _sig(f"{state_dir}/journal.db")
     if journal is None or journal[0] == 0:
@@ -162,8 +192,7 @@ def check(
         data = pipeline.read_bytes()
     except OSError:
         return None
-    if hashlib.sha256(data).hexdigest() != doc["pipeline"]["sha256"]:
-        return None
+    sha = hashlib.sha256(data).hexdigest()
     racy_before = int(doc["recorded_at_ns"]) - _RACY_NS
     for p, recorded in doc["inputs"].items():
         if _sig(p) != recorded[:3]:
@@ -186,7 +215,42 @@ def check(
     for d, sig in doc["objects"].items():
         if sig is None or _object_sig(f"{objects}/{d[:2]}/{d[2:]}") != sig:
             return None
+    if sha != doc["pipeline"]["sha256"]:
+        # Checked last: parsing costs more than the stat calls above.
+        if not _same_document(doc, data):
+            return None
+        # The edit touched only comments or layout: remember these bytes, so the next no-op
+        # needs no parse (best effort, as record is).
+        if remember:
+            doc["pipeline"].update(sha256=sha, sig=_sig(str(pipeline)))
+            _write(path, doc)
     return doc
+
+
+def _document_digest(data: bytes) -> str | None:
+    from ..pipeline.source import document_digest
+
+    try:
+        return document_digest(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+
+
+def _same_document(doc: dict[str, Any], data: bytes) -> bool:
+    """Whether ``data`` parses to the document the fingerprint was taken of: then every step's
+    definition, and so every key, is what it was (an error message's line may differ, but a
+    converged run has none)."""
+    recorded = doc["pipeline"].get("document")
+    return recorded is not None and _document_digest(data) == recorded
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[str, Any]:

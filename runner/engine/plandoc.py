@@ -31,32 +31,36 @@ def plan_document(
 ) -> tuple[dict[str, Any], Any]:
     """Compile (unless given), forecast and price. Returns (the --json document, the Forecast).
 
+    While the no-op fast path's fingerprint holds (nothing the converged run read has changed;
+    the pipeline at most in comments or layout), the forecast is read from it: every step
+    cached, without compiling or evaluating a key.
+
     Reads only: the journal is opened read-only when it exists and not created when it does not.
     """
-    from ..errors import UsageError
-    from ..pipeline.compiler import compile_pipeline
     from .costs import estimate, load_prices
     from .locate import state_dir_for
-    from .planner import forecast
 
-    plan = plan or compile_pipeline(file, overrides)
-    for f in force:
-        if f not in plan.steps:
-            raise UsageError(f"--force: unknown step '{f}'")
-    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
     state_path = state_dir_for(file, state_dir)
-    with read_state(state_path) as (journal, objects):
-        fc = forecast(plan, journal, objects, state_path, forced, item)
-    prices = load_prices(plan.directory)
+    fc = None
+    if plan is None and not force:
+        fc, limit = _from_fingerprint(state_path, file, overrides, item)
+    if fc is not None:
+        directory, pipeline_limit = Path(limit["directory"]), limit["max_cost"]
+        limit_source = f"{limit['file']} limits.max_cost"
+    else:
+        plan, fc = _forecast(file, overrides, state_path, force, item, plan)
+        directory, pipeline_limit = plan.directory, plan.limits.max_cost
+        limit_source = f"{plan.file.name} limits.max_cost"
+    prices = load_prices(directory)
     est = estimate(fc, prices)
-    budgets = _budgets(plan, prices, max_cost)
+    budgets = _budgets(prices, max_cost, pipeline_limit, limit_source)
     over = bool(budgets) and est.total > min(budgets)[0]
     executions: dict[str, int] = {}
     for s in fc.steps:
         for e in s.elements if s.elements is not None else [s]:
             executions[e.action.value] = executions.get(e.action.value, 0) + 1
     doc: dict[str, Any] = {
-        "pipeline": plan.name,
+        "pipeline": fc.pipeline,
         "would_change": fc.changes,
         "summary": fc.summary(),
         "executions": executions,
@@ -70,12 +74,54 @@ def plan_document(
     return doc, fc
 
 
-def _budgets(plan: Any, prices: Any, max_cost: float | None) -> list[tuple[float, str]]:
+def _forecast(
+    file: Path,
+    overrides: dict[str, str],
+    state_path: Path,
+    force: tuple[str, ...],
+    item: str | None,
+    plan: Any,
+) -> tuple[Any, Any]:
+    """The compiled plan and the planner's forecast (the full path)."""
+    from ..errors import UsageError
+    from ..pipeline.compiler import compile_pipeline
+    from .planner import forecast
+
+    plan = plan or compile_pipeline(file, overrides)
+    for f in force:
+        if f not in plan.steps:
+            raise UsageError(f"--force: unknown step '{f}'")
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    with read_state(state_path) as (journal, objects):
+        return plan, forecast(plan, journal, objects, state_path, forced, item)
+
+
+def _from_fingerprint(
+    state_path: Path, file: Path, overrides: dict[str, str], item: str | None
+) -> tuple[Any, dict[str, Any]]:
+    """(the forecast, its budget facts) from a fingerprint that holds, else (None, {})."""
+    from .. import overrides as edits
+    from . import fastpath
+    from .forecast import from_fingerprint
+
+    held = fastpath.check(state_path, file.resolve(), overrides, item, remember=False)
+    fc = from_fingerprint(held) if held is not None else None
+    if held is None or fc is None:
+        return None, {}
+    with read_state(state_path) as (journal, _objects):
+        if edits.any_active(journal, held["name"]):
+            return None, {}  # the planner words an edit that holds: let it
+    return fc, held["forecast"]
+
+
+def _budgets(
+    prices: Any, max_cost: float | None, pipeline_limit: float | None, pipeline_source: str
+) -> list[tuple[float, str]]:
     out: list[tuple[float, str]] = []
     if max_cost is not None:
         out.append((max_cost, "--max-cost"))
-    if plan.limits.max_cost is not None:
-        out.append((float(plan.limits.max_cost), f"{plan.file.name} limits.max_cost"))
+    if pipeline_limit is not None:
+        out.append((float(pipeline_limit), pipeline_source))
     if prices.max_cost is not None:
         out.append((prices.max_cost, "runner.toml [budget] max_cost"))
     return out
@@ -118,7 +164,9 @@ def check_budget_first(
     from .costs import check_budget, estimate, load_prices
 
     prices = load_prices(plan.directory)
-    budgets = _budgets(plan, prices, max_cost)
+    budgets = _budgets(
+        prices, max_cost, plan.limits.max_cost, f"{plan.file.name} limits.max_cost"
+    )
     if not budgets:
         return  # no budget: no planning cost on the apply's path
     _doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost, plan=plan)

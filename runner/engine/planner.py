@@ -19,9 +19,7 @@ file-hash cache's new signatures are dropped, not saved).
 from __future__ import annotations
 
 import contextlib
-import enum
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +31,17 @@ from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..store.journal import CachedResult, Journal, loads
 from ..store.objects import ObjectStore
 from .files import FileHasher
+from .forecast import (
+    Action,
+    Call,
+    ElementForecast,
+    Forecast,
+    StepForecast,
+    summarise,
+)
 from .keys import KeyParts, changed_parts
 
 CALL_STEPS = {"llm": "text", "image": "image"}
-
-
-class Action(enum.Enum):
-    RUN = "run"  # would run (reasons say why)
-    CACHED = "cached"  # answered from the store
-    RESTORE = "restore"  # cached; a missing or hand-edited output would be put back
-    UNKNOWN = "unknown"  # reads an upstream result that does not exist yet
-    SKIP = "skip"  # a when: condition is false, or an upstream is skipped
-    ASK = "ask"  # a human_gate would ask for a decision
-
-    @property
-    def changes(self) -> bool:
-        """Whether this action means the apply would do work (exit code, summary)."""
-        return self is not Action.CACHED and self is not Action.SKIP
 
 
 class _Touched(Exception):
@@ -96,86 +88,6 @@ def _holds_unknown(value: Any) -> str | None:
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
     return None
-
-
-@dataclass
-class Call:
-    """Provider calls one element would make (an upper bound: finished calls are free)."""
-
-    provider: str
-    model: str | None
-    kind: str  # "text" | "image"
-    count: int
-    size: str | None = None
-    quality: str | None = None
-    input_chars: int | None = None  # text known before the apply (None: depends on upstream)
-    max_tokens: int | None = None
-
-
-@dataclass
-class ElementForecast:
-    index: int  # -1 for a step without for_each
-    action: Action
-    reasons: list[str]
-    key: str | None = None
-    calls: list[Call] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "action": self.action.value,
-            "reasons": self.reasons,
-            "key": self.key,
-        }
-
-
-@dataclass
-class StepForecast:
-    id: str
-    uses: str
-    action: Action
-    reasons: list[str]
-    key: str | None = None
-    elements: list[ElementForecast] | None = None
-    calls: list[Call] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for e in self.elements or []:
-            out[e.action.value] = out.get(e.action.value, 0) + 1
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "uses": self.uses,
-            "action": self.action.value,
-            "reasons": self.reasons,
-            "key": self.key,
-        }
-        if self.elements is not None:
-            doc["elements"] = [e.to_json() for e in self.elements]
-            doc["counts"] = {"total": len(self.elements), **self.counts()}
-        return doc
-
-
-@dataclass
-class Forecast:
-    pipeline: str
-    steps: list[StepForecast]
-
-    @property
-    def changes(self) -> bool:
-        return any(s.action.changes for s in self.steps)
-
-    def summary(self) -> dict[str, int]:
-        out = {a.value: 0 for a in Action}
-        for s in self.steps:
-            out[s.action.value] += 1
-        return out
-
-    def calls(self) -> list[Call]:
-        return [c for s in self.steps for c in s.calls]
 
 
 class _PlanHasher(FileHasher):
@@ -311,7 +223,7 @@ class _Planner:
             self._publish(step, sf, None)
             return sf
         elements = [self._element(step, i, {"item": it, "index": i}) for i, it in enumerate(items)]
-        action, reasons = _summarise(elements)
+        action, reasons = summarise(elements)
         sf = StepForecast(
             step.id,
             step.uses,
@@ -621,22 +533,6 @@ class _ArgReader:
         return None if _holds_unknown(value) else value
 
 
-def _summarise(elements: list[ElementForecast]) -> tuple[Action, list[str]]:
-    counts: dict[Action, int] = {}
-    for e in elements:
-        counts[e.action] = counts.get(e.action, 0) + 1
-    n = len(elements)
-    if not elements:
-        return Action.CACHED, ["no elements"]
-    if counts.get(Action.CACHED, 0) == n:
-        return Action.CACHED, [f"all {n} elements cached"]
-    for action in (Action.RUN, Action.UNKNOWN, Action.RESTORE):
-        if counts.get(action):
-            parts = ", ".join(f"{c} {a.value}" for a, c in counts.items())
-            return action, [f"{n} elements: {parts}"]
-    return Action.CACHED, [f"all {n} elements cached"]
-
-
 def _last_keyed(journal: Journal, pipeline: str, step_id: str, element: int) -> Any:
     """The last execution that ran (it carries its key parts), for 'which part changed'."""
     rows = journal.query(
@@ -649,14 +545,3 @@ def _last_keyed(journal: Journal, pipeline: str, step_id: str, element: int) -> 
 
 def _message(exc: RunnerError) -> str:
     return str(getattr(exc, "message", None) or exc)
-
-
-def iter_lines(fc: Forecast, *, verbose: bool = True) -> Iterator[str]:
-    """The console view: one line per step, then one per element that is not cached."""
-    for s in fc.steps:
-        yield f"{s.action.value:8} {s.id}: {'; '.join(s.reasons)}"
-        if not verbose:
-            continue
-        for e in s.elements or []:
-            if e.action is not Action.CACHED:
-                yield f"{'':8}   [{e.index}] {e.action.value}: {'; '.join(e.reasons)}"

@@ -15,6 +15,7 @@ Pipelines, `-p` values, cards and data files are all read here, one way:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -383,6 +384,36 @@ def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced
         builder.check_aliases(node)
     src.data = builder.build(node, ())
     return src
+
+
+def document_digest(text: str) -> str | None:
+    """A digest of what the parser reads in ``text``: its events (scalars with their tag, how
+    they were written, anchors, aliases, structure), without comments, layout or positions.
+
+    Equal digests mean the same document under any schema, so an edit that touches only comments
+    or layout keeps the digest (the no-op fast path uses it). None when the text is not YAML or
+    is too big to be a pipeline.
+    """
+    if len(text) > MAX_FILE_BYTES:
+        return None
+    h = hashlib.sha256()
+    try:
+        for ev in yaml.parse(text, Loader=_Composer):  # type: ignore[arg-type]
+            if isinstance(ev, yaml.ScalarEvent):
+                part: tuple[Any, ...] = ("S", ev.anchor, ev.tag, ev.implicit, ev.style, ev.value)
+            elif isinstance(ev, yaml.CollectionStartEvent):
+                part = (type(ev).__name__, ev.anchor, ev.tag, ev.implicit)
+            elif isinstance(ev, yaml.AliasEvent):
+                part = ("A", ev.anchor)
+            elif isinstance(ev, yaml.DocumentStartEvent):
+                part = ("D", ev.version, ev.tags)
+            else:
+                part = (type(ev).__name__,)
+            h.update(repr(part).encode("utf-8", "surrogatepass"))
+            h.update(b"\0")
+    except (yaml.YAMLError, RecursionError):
+        return None
+    return h.hexdigest()
 
 
 def load_data(text: str, file: str) -> Any:
