@@ -386,7 +386,9 @@ def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
 @click.argument("name", required=False)
 @json_option
 def steps(name: str | None, as_json: bool) -> None:
-    """List installed step types with their argument schemas.
+    """List installed step types; with NAME, its arguments (the JSON Schema of `with:`) and
+    its output: each field an expression reads as `steps.ID.output.FIELD` (a for_each step's
+    output is the list of its elements' outputs, `steps.ID.output[0].FIELD`).
 
     Example: runner steps template
     """
@@ -394,7 +396,7 @@ def steps(name: str | None, as_json: bool) -> None:
 
     reg = default_registry()
     names = [name] if name else reg.names()
-    out = []
+    out: list[dict[str, Any]] = []
     for n in names:
         t = reg.get(n)
         if t is None:
@@ -406,6 +408,7 @@ def steps(name: str | None, as_json: bool) -> None:
                 "description": t.description,
                 "requires_check": t.requires_check,
                 "schema": t.schema,
+                "output": dict(t.output_doc),
             }
         )
     if as_json:
@@ -414,7 +417,12 @@ def steps(name: str | None, as_json: bool) -> None:
     for s in out:
         click.echo(f"{s['name']} v{s['version']}: {s['description']}")
         if name:
+            click.echo("arguments (with:), as JSON Schema:")
             click.echo(json.dumps(s["schema"], indent=2))
+            click.echo("output (steps.ID.output.FIELD; a for_each step: a list of these):")
+            width = max((len(f) for f in s["output"]), default=0)
+            for field_name, what in s["output"].items():
+                click.echo(f"  {field_name:<{width}}  {what}")
 
 
 @cli.command()

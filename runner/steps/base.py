@@ -124,6 +124,9 @@ class StepType:
     Class attributes:
       name: the ``uses:`` name.  version: part of every key of this type.
       schema: JSON Schema of ``with:``, checked at compile time.
+      output_doc: each field of the output (``steps.ID.output.FIELD``) and what it holds, shown
+        by ``runner steps NAME`` beside the schema (a for_each step's output is the list of its
+        elements' outputs).
       requires_check: a step of this type without ``check:`` is a compile error.
       produces_prompt: ``runner render`` shows this step's output ``text``.
       predictable: ``run`` only reads its key's inputs and returns its output (no objects, no
@@ -138,6 +141,7 @@ class StepType:
     version: ClassVar[str] = "1"
     description: ClassVar[str] = ""
     schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    output_doc: ClassVar[dict[str, str]] = {}
     requires_check: ClassVar[bool] = False
     produces_prompt: ClassVar[bool] = False
     predictable: ClassVar[bool] = False

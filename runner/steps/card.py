@@ -36,6 +36,12 @@ class CardStep(StepType):
     version = "1"
     description = "Build a deterministic prompt card (canonical JSON + 16-hex hash) from inputs."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it
+    output_doc: ClassVar[dict[str, str]] = {
+        "card": "object: the card built from `inputs` (its fields as the spec orders them)",
+        "hash": "string: the card's 16-hex hash (of its canonical JSON)",
+        "title": "string: the spec's title",
+        "schema_version": "the spec's schema_version",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

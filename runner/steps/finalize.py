@@ -30,6 +30,17 @@ class FinalizeStep(StepType):
     runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Resize, title and encode images to a compliance profile, and check them."
+    output_doc: ClassVar[dict[str, str]] = {
+        "iterations": (
+            "list: each image iteration with `final` (object digest), `ext`, `width`, "
+            "`height`, `bytes`, `format`, `compliant`, `compliance` (the report), `status`, "
+            "`failure` and `error`"
+        ),
+        "profile": "string: the compliance profile's name",
+        "final": "string: with `image:`, the one final image's object digest",
+        "ext": "string: with `image:`, its file extension",
+        "compliant": "boolean: with `image:`, whether it meets the profile",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

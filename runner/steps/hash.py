@@ -15,6 +15,11 @@ class HashStep(StepType):
     version = "1"
     description = "Canonical JSON and sha256 of `value` (excluded keys, unordered list paths)."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it
+    output_doc: ClassVar[dict[str, str]] = {
+        "canonical": "string: `value` as canonical JSON",
+        "sha256": "string: its sha256 (64 hex)",
+        "short": "string: the first `length` hex characters (16 by default)",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -24,6 +24,13 @@ class HumanGateStep(StepType):
     )
     # Read by the interpreter: steps of this type are decided, not run.
     is_gate: ClassVar[bool] = True
+    output_doc: ClassVar[dict[str, str]] = {
+        "decision": "string: approve, reject or revise",
+        "by": "string: who decided",
+        "comment": "string: the decision's comment (or null)",
+        "input": "the revised input given with `revise` (or null)",
+        "round": "integer: the decision round (1, then one more per revision)",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

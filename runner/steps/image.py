@@ -152,6 +152,17 @@ class ImageStep(StepType):
     name: ClassVar[str] = "image"
     version: ClassVar[str] = "1"
     description: ClassVar[str] = "generate n images from a prompt with an image provider"
+    output_doc: ClassVar[dict[str, str]] = {
+        "iterations": (
+            "list: one per image, with `ordinal`, `seed`, `idempotency_key`, `raw` (object "
+            "digest of the image, null if it failed), `status`, `error`, `metadata` and "
+            "`reused` (answered by an earlier completed call)"
+        ),
+        "provider": "string: the provider's name",
+        "provider_profile": "string: the provider profile used",
+        "completed": "integer: images made",
+        "failed": "integer: images that failed",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

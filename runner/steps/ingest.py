@@ -32,6 +32,15 @@ class IngestStep(StepType):
     shareable: ClassVar[bool] = False  # its effect is a collection in this state, not objects
     version: ClassVar[str] = "1"
     description: ClassVar[str] = "Upsert documents into a named collection (full-text search)."
+    output_doc: ClassVar[dict[str, str]] = {
+        "collection": "string: the collection's name",
+        "ids": "list of strings: the document ids upserted",
+        "created": "boolean: whether this step created the collection",
+        "count": "integer: documents in the collection afterwards",
+        "inserted": "integer: documents added",
+        "updated": "integer: documents changed",
+        "unchanged": "integer: documents already as given",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -99,6 +99,17 @@ class LlmStep(StepType):
     description: ClassVar[str] = "ask a text provider; the reply must pass the step's check"
     requires_check: ClassVar[bool] = True
     produces_prompt: ClassVar[bool] = True
+    output_doc: ClassVar[dict[str, str]] = {
+        "text": "string: the reply",
+        "json": "the reply parsed, with `format: json` (else null)",
+        "usage": "mapping: token counts the provider reported",
+        "model": "string: the model that answered",
+        "provider": "string: the provider's name",
+        "provider_profile": "string: the provider profile used",
+        "idempotency_key": "string: the call's key (the same request is never paid twice)",
+        "sha256": "string: object digest of the stored reply",
+        "reused": "boolean: answered by an earlier completed call",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

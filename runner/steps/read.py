@@ -60,6 +60,13 @@ class ReadStep(StepType):
     version = "1"
     description = "Read a file or a glob of files (as text, JSON/YAML data, or paths)."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it
+    output_doc: ClassVar[dict[str, str]] = {
+        "path": "string: the file read (one file, not a glob)",
+        "text": "string: its text (as: text, the default)",
+        "data": "its parsed content (as: json or yaml)",
+        "files": "list: with a glob, one {path, text | data} per match (path only with as: paths)",
+        "paths": "list of strings: the paths read, sorted",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -34,6 +34,14 @@ class ShellStep(StepType):
     runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Run a command with /bin/sh in the pipeline's directory."
+    output_doc: ClassVar[dict[str, str]] = {
+        "exit_code": "integer: the command's exit status (0: a non-zero one fails the step)",
+        "stdout": "string: its standard output (the first 64 KiB)",
+        "stderr": "string: its standard error (the first 64 KiB)",
+        "stdout_object": "string: the whole output's object digest, when longer than 64 KiB",
+        "stderr_object": "string: the same for standard error",
+        "files": "mapping: each declared output path to its object digest",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

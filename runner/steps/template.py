@@ -50,6 +50,11 @@ class TemplateStep(StepType):
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it
+    output_doc: ClassVar[dict[str, str]] = {
+        "text": "string: the rendered text",
+        "sha256": "string: its sha256",
+        "template_sha256": "string: the template file's sha256 (with `template:`)",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -19,6 +19,11 @@ class VerifyCardStep(StepType):
         "Shape-check a stored card, rebuild it from the current inputs and compare "
         "hashes: drift marks the execution partial with the drifted fields."
     )
+    output_doc: ClassVar[dict[str, str]] = {
+        "verified": "boolean: the stored card matches one rebuilt from the current inputs",
+        "hash": "string: the stored card's hash",
+        "current_hash": "string: the rebuilt card's hash, when they differ",
+    }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
