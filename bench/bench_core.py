@@ -337,8 +337,8 @@ def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
 
     (a) edit step n/2's input (src/mid.txt) of an n-step shell chain: runner vs make;
     (b) an edit that changes no key (a comment) on n in-process hash steps: the apply vs a cold
-        run (and a no-op with nothing edited beside it), and `runner plan` of such an edit vs
-        `runner validate`;
+        run (beside it a no-op with nothing edited, and the same edit with no fingerprint to
+        answer it: the full path), and `runner plan` of such an edit vs `runner validate`;
     (c) `runner validate` of n shell steps vs `doit list` of the same tasks.
     """
     lines = []
@@ -376,7 +376,17 @@ def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
         f"(b) no-op, nothing edited: {noop}: {noop.wall / cold.wall:.0%} of cold "
         f"(cpu {noop.cpu / cold.cpu:.0%})"
     )
+    # The same edit where no fingerprint can answer (as for a pipeline with llm or image
+    # steps): the full path, compiling and evaluating every step's key, all of them unchanged.
+    shutil.rmtree(root / ".runner" / "converged")
     add_comment(root, 2)
+    with Clock() as full:
+        _, ran = run_runner(root)
+    lines.append(
+        f"(b) the same edit on the full path (no fingerprint): {full} ran {ran}: "
+        f"{full.wall / cold.wall:.0%} of cold (cpu {full.cpu / cold.cpu:.0%})"
+    )
+    add_comment(root, 3)
     with Clock() as planned:
         timed(runner_cmd("plan", "pipeline.yaml"), root)
     with Clock() as validated:
