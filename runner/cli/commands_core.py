@@ -392,7 +392,7 @@ def steps(name: str | None, as_json: bool) -> None:
 
     Example: runner steps template
     """
-    from ..steps.registry import default_registry
+    from ..steps.registry import default_registry, describe
 
     reg = default_registry()
     names = [name] if name else reg.names()
@@ -401,16 +401,7 @@ def steps(name: str | None, as_json: bool) -> None:
         t = reg.get(n)
         if t is None:
             raise NotFound(f"unknown step type '{n}'")
-        out.append(
-            {
-                "name": n,
-                "version": t.version,
-                "description": t.description,
-                "requires_check": t.requires_check,
-                "schema": t.schema,
-                "output": dict(t.output_doc),
-            }
-        )
+        out.append(describe(n, t))
     if as_json:
         emit_json({"steps": out, "exit_code": 0})
         return

@@ -91,3 +91,16 @@ def default_registry() -> StepRegistry:
     if _DEFAULT is None:
         _DEFAULT = StepRegistry()
     return _DEFAULT
+
+
+def describe(name: str, step_type: StepType) -> dict[str, Any]:
+    """One step type as `runner steps --json` and the web API show it: its arguments (the JSON
+    Schema of ``with:``) and its output fields."""
+    return {
+        "name": name,
+        "version": step_type.version,
+        "description": step_type.description,
+        "requires_check": step_type.requires_check,
+        "schema": step_type.schema,
+        "output": dict(step_type.output_doc),
+    }

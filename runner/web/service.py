@@ -127,7 +127,7 @@ def events(state: State, run_id: str, after: int) -> dict[str, Any]:
 
 def step_types() -> dict[str, Any]:
     """`runner steps --json`."""
-    from ..steps.registry import default_registry
+    from ..steps.registry import default_registry, describe
 
     reg = default_registry()
     out = []
@@ -135,15 +135,7 @@ def step_types() -> dict[str, Any]:
         t = reg.get(name)
         if t is None:
             continue
-        out.append(
-            {
-                "name": name,
-                "version": t.version,
-                "description": t.description,
-                "requires_check": t.requires_check,
-                "schema": t.schema,
-            }
-        )
+        out.append(describe(name, t))
     return {"steps": out, "exit_code": 0}
 
 
