@@ -197,3 +197,20 @@ def test_a_workflow_typo_is_a_compile_error_naming_the_nearest_input(tmp_path: P
     assert res.returncode == 2, res
     assert "has no input 'txt'; did you mean 'text'?" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_comfyui_progress_reaches_the_run_events(tmp_path: Path) -> None:
+    """The /ws progress of each image is in `apply --events` as the step's log lines."""
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE, encoding="utf-8")
+    with ComfyUIServer(render_s=0.3) as server:
+        _comfy_config(tmp_path, server.url, timeout=30)
+        doc = _apply(tmp_path, "--events", "events.jsonl")
+        sockets = len(server.socket_requests)
+    assert doc["exit_code"] == 0, doc
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    lines = [e["line"] for e in events if e["type"] == "Log" and e.get("step") == "gen"]
+    for k in (1, 2):
+        mine = [ln for ln in lines if ln.startswith(f"image #{k}: prompt ")]
+        assert any(ln.endswith(": 20/20 steps (node 3)") for ln in mine), lines
+        assert mine[-1].endswith(" done")
+    assert sockets == 2 and server.count("POST", "/prompt") == 2

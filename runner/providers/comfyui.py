@@ -2,8 +2,9 @@
 
 Settings: ``workflow`` (an API-format JSON file, relative to runner.toml), ``substitutions``
 mapping request fields to ``"node.inputs.name"`` paths (or lists of them; see comfyui_workflow),
-``poll_interval`` seconds, ``output_node``, ``client_id``. ``timeout`` bounds how long one call
-waits for its job; it never causes a second submission.
+``poll_interval`` seconds, ``output_node``, ``client_id`` (a prefix: each call adds its own
+suffix), ``websocket`` (default true). ``timeout`` bounds how long one call waits for its job;
+it never causes a second submission.
 
 Protocol (ComfyUI's server.py): POST /upload/image for references; POST /prompt {prompt,
 client_id, prompt_id} -> {prompt_id, number, node_errors}; GET /history/{prompt_id} until the
@@ -15,8 +16,11 @@ the backend's base URL) *before* POST /prompt, since current ComfyUI honours a c
 prompt_id. A later attempt, a resumed run or the next apply first asks that backend about the
 job: finished -> its image is fetched; queued or running -> waited for; unknown to the backend
 (not queued, not running, not in the history, e.g. after a restart) -> submitted again. An older
-ComfyUI that picks its own id has it journaled as soon as the reply arrives. Progress is polled;
-the /ws websocket is not used (no websocket client dependency).
+ComfyUI that picks its own id has it journaled as soon as the reply arrives.
+
+Progress: while a job runs, the /ws websocket (comfyui_ws) says how far the sampler is and
+wakes the wait the moment the job ends; its end is still confirmed by GET /history. Without a
+socket (the backend offers none, it drops, ``websocket = false``) the job is polled.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ from ..errors import Location, ProviderError
 from ._http import HttpProvider, backend_message, backend_of
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
+from .comfyui_ws import ProgressSocket
 from .jobs import RemoteJob
 
 MAX_RESUBMITS = 2  # per call: a backend that keeps forgetting jobs is not fed forever
+# While the websocket is up, /history is still asked this often (a missed message costs this).
+SOCKET_POLL = 5.0
 
 
 class ComfyUIProvider(HttpProvider):
@@ -54,9 +61,21 @@ class ComfyUIProvider(HttpProvider):
         accepts_idempotency_key=False,
     )
     known_settings: ClassVar[frozenset[str]] = frozenset(
-        {"base_url", "workflow", "substitutions", "poll_interval", "output_node", "client_id"}
+        {
+            "base_url",
+            "workflow",
+            "substitutions",
+            "poll_interval",
+            "output_node",
+            "client_id",
+            "websocket",
+        }
     )
-    defaults: ClassVar[dict[str, Any]] = {"poll_interval": 0.5, "client_id": "runner"}
+    defaults: ClassVar[dict[str, Any]] = {
+        "poll_interval": 0.5,
+        "client_id": "runner",
+        "websocket": True,
+    }
     remote_jobs: ClassVar[bool] = True
 
     _checked: tuple[bytes, Workflow] | None = None
@@ -113,7 +132,7 @@ class ComfyUIProvider(HttpProvider):
         out = {
             k: v
             for k, v in super().profile_settings().items()
-            if k not in ("poll_interval", "client_id", "workflow")
+            if k not in ("poll_interval", "client_id", "workflow", "websocket")
         }
         try:
             out["workflow_sha256"] = hashlib.sha256(self._workflow_path().read_bytes()).hexdigest()
@@ -142,20 +161,28 @@ class ComfyUIProvider(HttpProvider):
         async with self.client(timeout, backend=pin) as client:
             state = await self._reattach(client, job)
             reattached = state is not None
-            resubmits = 0
-            while True:
-                if state is None:
-                    if resubmits > MAX_RESUBMITS:
-                        raise self.error(
-                            f"{self.base_url} forgot the prompt {resubmits} times while it ran; "
-                            "not submitting it again",
-                            transient=False,
-                        )
-                    await self._submit(client, flow, values, request, job)
-                    resubmits += 1
-                ref, state = await self._wait(client, job, deadline, timeout)
-                if ref is not None:
-                    break
+            # A job journaled before client ids were per call has no id to listen under.
+            client_id = known.get("client_id") if reattached else self._client_id(job.key)
+            socket = await self._socket(client, client_id, timeout)
+            try:
+                resubmits = 0
+                while True:
+                    if state is None:
+                        if resubmits > MAX_RESUBMITS:
+                            raise self.error(
+                                f"{self.base_url} forgot the prompt {resubmits} times while it "
+                                "ran; not submitting it again",
+                                transient=False,
+                            )
+                        client_id = client_id or self._client_id(job.key)
+                        await self._submit(client, flow, values, request, job, client_id)
+                        resubmits += 1
+                    ref, state = await self._wait(client, job, deadline, timeout, socket)
+                    if ref is not None:
+                        break
+            finally:
+                if socket is not None:
+                    await socket.close()
             resp = await self.send(client, "GET", "/view", params=ref)
         ctype = resp.headers.get("Content-Type", "")
         if not ctype.startswith("image/"):
@@ -184,6 +211,22 @@ class ComfyUIProvider(HttpProvider):
             values["seed"] = request.seed
         return values
 
+    def _client_id(self, key: str) -> str:
+        """The call's own client id: ComfyUI sends a prompt's messages to one socket per id."""
+        prefix = self.str_setting("client_id", "runner")
+        suffix = hashlib.sha256(key.encode()).hexdigest()[:16] if key else uuid.uuid4().hex[:16]
+        return f"{prefix}-{suffix}"
+
+    async def _socket(
+        self, client: httpx.AsyncClient, client_id: Any, timeout: float
+    ) -> ProgressSocket | None:
+        """The /ws socket for ``client_id``, opened before submitting so nothing is missed."""
+        if not isinstance(client_id, str) or not self.settings.get("websocket", True):
+            return None
+        return await ProgressSocket.open(
+            backend_of(client), client_id, self.headers(), min(timeout, 5.0)
+        )
+
     def _prompt_id(self, key: str, submission: int) -> str:
         if not key:
             return str(uuid.uuid4())
@@ -197,6 +240,7 @@ class ComfyUIProvider(HttpProvider):
         values: dict[str, Any],
         request: ImageRequest,
         job: RemoteJob,
+        client_id: str,
     ) -> None:
         values = dict(values)
         if request.references and flow.reference_slots:
@@ -212,6 +256,7 @@ class ComfyUIProvider(HttpProvider):
             {
                 "backend": backend_of(client),
                 "prompt_id": prompt_id,
+                "client_id": client_id,
                 "submission": submission,
                 "state": "submitting",
                 "submitted_at": round(time.time(), 3),
@@ -219,7 +264,7 @@ class ComfyUIProvider(HttpProvider):
         )
         body = {
             "prompt": graph,
-            "client_id": self.str_setting("client_id", "runner"),
+            "client_id": client_id,
             "prompt_id": prompt_id,
         }
         tracker = request.tracker
@@ -288,12 +333,21 @@ class ComfyUIProvider(HttpProvider):
         return "known"
 
     async def _wait(
-        self, client: httpx.AsyncClient, job: RemoteJob, deadline: float, timeout: float
+        self,
+        client: httpx.AsyncClient,
+        job: RemoteJob,
+        deadline: float,
+        timeout: float,
+        socket: ProgressSocket | None = None,
     ) -> tuple[dict[str, str] | None, str | None]:
-        """Poll the job until its image is ready: (view params, _) or (None, None) when the
-        backend no longer knows it (submit again). Raises when it failed or time ran out."""
+        """Wait for the job until its image is ready: (view params, _) or (None, None) when the
+        backend no longer knows it (submit again). Raises when it failed or time ran out.
+        Between looks at /history, the socket (while up) says progress and wakes the wait when
+        the job ends; without it, the wait is ``poll_interval``."""
         interval = self.float_setting("poll_interval", 0.5)
         prompt_id = str((job.known or {}).get("prompt_id"))
+        if socket is not None:
+            socket.watch(prompt_id, job.say, backend_of(client))
         url = f"/history/{prompt_id}"
         while True:
             where: str | None = None
@@ -311,7 +365,8 @@ class ComfyUIProvider(HttpProvider):
                     continue
             if entry is None:
                 job.say(f"prompt {prompt_id} {where} on {backend_of(client)}")
-            if time.monotonic() + interval > deadline:
+            listening = socket is not None and socket.alive
+            if time.monotonic() + (0.0 if listening else interval) >= deadline:
                 position = "running" if where == "running" else "queued"
                 raise self.error(
                     f"prompt {prompt_id} is still {position} on {backend_of(client)} after "
@@ -319,7 +374,10 @@ class ComfyUIProvider(HttpProvider):
                     transient=True,
                     remote_id=prompt_id,
                 )
-            await asyncio.sleep(interval)
+            if socket is not None and listening:
+                await socket.wait(min(max(interval, SOCKET_POLL), deadline - time.monotonic()))
+            else:
+                await asyncio.sleep(interval)
 
     async def _history(self, client: httpx.AsyncClient, prompt_id: str) -> dict[str, Any] | None:
         entry = self.json_of(await self.send(client, "GET", f"/history/{prompt_id}")).get(prompt_id)

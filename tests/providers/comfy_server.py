@@ -20,8 +20,12 @@ What carries over from the real service (facts, not code):
   GET /view?filename&subfolder&type -> the bytes or 404 (400 for a path that climbs out);
   POST /upload/image (multipart: image, overwrite, type, subfolder) -> {name, subfolder, type}.
 
+- GET /ws: the websocket of progress messages (see comfy_ws.py); ``websocket=False`` plays a
+  server (or a proxy in front of one) without it, ``ws.drop_after_progress`` one whose socket
+  drops mid-job. The render time is spread over the sampler's ``steps``.
+
 ``executions`` counts what the worker ran, per prompt_id: the "paid" GPU work.
-``restart()`` forgets the queue and the history, as a restarted ComfyUI does.
+``restart()`` forgets the queue and the history and cuts the sockets, as a restarted ComfyUI.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 from PIL import Image
 
+from .comfy_ws import PromptSockets, timestamp
 from .servers import ProtocolServer, Recorded, Reply, colour_of
 
 CKPTS = ["sd_v1-5.safetensors", "sdxl_base_1.0.safetensors"]
@@ -45,6 +50,7 @@ CLIPS = ["t5xxl_fp16.safetensors", "clip_l.safetensors"]
 VAES = ["ae.safetensors"]
 SAMPLERS = ["euler", "euler_ancestral", "dpmpp_2m", "dpmpp_2m_sde"]
 SCHEDULERS = ["normal", "karras", "simple", "sgm_uniform"]
+SAMPLING = {"KSampler", "SamplerCustomAdvanced"}  # the nodes that report progress per step
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,9 @@ def _issue(kind: str, message: str, details: str, **extra: Any) -> dict[str, Any
 class ComfyUIServer(ProtocolServer):
     """ComfyUI's HTTP API over a real socket, with a worker that renders in ``render_s``."""
 
-    def __init__(self, *, render_s: float = 0.0, honour_prompt_id: bool = True) -> None:
+    def __init__(
+        self, *, render_s: float = 0.0, honour_prompt_id: bool = True, websocket: bool = True
+    ) -> None:
         super().__init__()
         self.render_s = render_s
         self.honour_prompt_id = honour_prompt_id  # False: an older ComfyUI that picks its own
@@ -160,6 +168,9 @@ class ComfyUIServer(ProtocolServer):
         self.route("GET", "/history/[^/]+", self._history)
         self.route("GET", "/view", self._view)
         self.route("POST", "/upload/image", self._upload)
+        self.ws = PromptSockets(self._remaining)
+        if websocket:
+            self.websocket("/ws", self.ws.serve)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -173,6 +184,7 @@ class ComfyUIServer(ProtocolServer):
             self._stop = True
             self._wake.notify_all()
         self._worker.join(timeout=5)
+        self.ws.drop_all()
         super().__exit__(*exc)
 
     def restart(self) -> None:
@@ -181,6 +193,7 @@ class ComfyUIServer(ProtocolServer):
             self.pending.clear()
             self.history.clear()
             self.running = None
+        self.ws.drop_all()
 
     def total_executions(self) -> int:
         with self._wake:
@@ -355,12 +368,15 @@ class ComfyUIServer(ProtocolServer):
             self.pending.append([number, pid, prompt, extra, outputs])
             self.graphs[pid] = prompt
             self._wake.notify_all()
+        self.ws.queue_updated()
         return Reply(body={"prompt_id": pid, "number": number, "node_errors": {}})
 
-    def _queue_info(self, rec: Recorded) -> Reply:
+    def _remaining(self) -> int:
         with self._wake:
-            remaining = len(self.pending) + (self.running is not None)
-        return Reply(body={"exec_info": {"queue_remaining": remaining}})
+            return len(self.pending) + (self.running is not None)
+
+    def _queue_info(self, rec: Recorded) -> Reply:
+        return Reply(body={"exec_info": {"queue_remaining": self._remaining()}})
 
     def _queue(self, rec: Recorded) -> Reply:
         with self._wake:
@@ -434,68 +450,115 @@ class ComfyUIServer(ProtocolServer):
                     return
                 item = self.pending.popleft()
                 self.running = item
-            started = time.time()
-            time.sleep(self.render_s)
-            entry = self._execute(item, started)
+            self.ws.queue_updated()
+            entry = self._execute(item)
             with self._wake:
-                if self.running is item:  # not forgotten by a restart meanwhile
+                forgotten = self.running is not item  # by a restart meanwhile
+                if not forgotten:
                     self.history[item[1]] = entry
                     self.running = None
+            if not forgotten:
+                self.ws.finished(item[1])
 
-    def _execute(self, item: list[Any], started: float) -> dict[str, Any]:
-        _number, pid, prompt, _extra, outputs = item
+    @staticmethod
+    def _order(prompt: dict[str, Any], outputs: list[str]) -> list[str]:
+        """The nodes to run, each after the nodes it reads from."""
+        order: list[str] = []
+
+        def visit(nid: str) -> None:
+            if nid in order or nid not in prompt:
+                return
+            for value in prompt[nid].get("inputs", {}).values():
+                if isinstance(value, list) and len(value) == 2:
+                    visit(str(value[0]))
+            order.append(nid)
+
+        for out in sorted(outputs):
+            visit(out)
+        return order
+
+    def _execute(self, item: list[Any]) -> dict[str, Any]:
+        _number, pid, prompt, extra, outputs = item
         with self._wake:
             self.executions[pid] += 1
-        messages: list[list[Any]] = [
-            ["execution_start", {"prompt_id": pid, "timestamp": int(started * 1000)}]
-        ]
+        ws = self.ws
+        ws.begin(extra.get("client_id"))
+        messages: list[list[Any]] = []
+
+        def add(event: str, data: dict[str, Any]) -> None:
+            # execution.add_message: kept in the history, sent to the prompt's client only.
+            data = {**data, "timestamp": timestamp()}
+            messages.append([event, data])
+            if ws.client_id is not None:
+                ws.send(event, data, ws.client_id)
+
+        add("execution_start", {"prompt_id": pid})
+        add("execution_cached", {"nodes": [], "prompt_id": pid})
         text = json.dumps(prompt, sort_keys=True)
-        if "[[OOM]]" in text:
-            failing = next(n for n, node in prompt.items() if "Sampler" in node["class_type"])
-            messages.append(
-                [
+        order = self._order(prompt, outputs)
+        sampler = next((n for n in order if prompt[n]["class_type"] in SAMPLING), None)
+        steps = next(
+            (
+                v
+                for node in prompt.values()
+                if isinstance(v := node.get("inputs", {}).get("steps"), int)
+                and not isinstance(v, bool)
+            ),
+            1,
+        )
+        steps = max(1, steps)
+        if sampler is None:
+            time.sleep(self.render_s)
+        results: dict[str, Any] = {}
+        for nid in order:
+            ws.executing(nid, pid)
+            if nid == sampler:
+                for step in range(1, steps + 1):
+                    time.sleep(self.render_s / steps)
+                    ws.progress(step, steps, nid, pid)
+            if "[[OOM]]" in text and "Sampler" in prompt[nid]["class_type"]:
+                add(
                     "execution_error",
                     {
                         "prompt_id": pid,
-                        "node_id": failing,
-                        "node_type": prompt[failing]["class_type"],
+                        "node_id": nid,
+                        "node_type": prompt[nid]["class_type"],
                         "executed": [],
                         "exception_message": "Allocation on device ",
                         "exception_type": "torch.OutOfMemoryError",
                         "traceback": ["..."],
                         "current_inputs": {},
                         "current_outputs": {},
-                        "timestamp": int(time.time() * 1000),
                     },
-                ]
-            )
-            return {
-                "prompt": item,
-                "outputs": {},
-                "status": {"status_str": "error", "completed": False, "messages": messages},
-                "meta": {},
-            }
-        results: dict[str, Any] = {}
-        for nid in sorted(outputs):
-            node = prompt[nid]
-            save = node["class_type"] == "SaveImage"
-            with self._wake:
-                self._counter += 1
-                counter = self._counter
-            prefix = str(node["inputs"].get("filename_prefix", "ComfyUI")) if save else "preview"
-            filename = f"{prefix}_{counter:05}_.png"
-            kind = "output" if save else "temp"
-            out = io.BytesIO()
-            Image.new("RGB", (32, 32), colour_of(text)).save(out, format="PNG")
-            with self._wake:
-                self.files[(kind, "", filename)] = out.getvalue()
-            results[nid] = {"images": [{"filename": filename, "subfolder": "", "type": kind}]}
-        messages.append(
-            ["execution_success", {"prompt_id": pid, "timestamp": int(time.time() * 1000)}]
-        )
+                )
+                return {
+                    "prompt": item,
+                    "outputs": {},
+                    "status": {"status_str": "error", "completed": False, "messages": messages},
+                    "meta": {},
+                }
+            if nid in outputs:
+                results[nid] = self._save(prompt[nid], text)
+                ws.executed(nid, results[nid], pid)
+        add("execution_success", {"prompt_id": pid})
         return {
             "prompt": item,
             "outputs": results,
             "status": {"status_str": "success", "completed": True, "messages": messages},
             "meta": {n: {"node_id": n, "display_node": n} for n in results},
         }
+
+    def _save(self, node: dict[str, Any], text: str) -> dict[str, Any]:
+        """SaveImage (output) or PreviewImage (temp): one PNG whose colour follows the graph."""
+        save = node["class_type"] == "SaveImage"
+        with self._wake:
+            self._counter += 1
+            counter = self._counter
+        prefix = str(node["inputs"].get("filename_prefix", "ComfyUI")) if save else "preview"
+        filename = f"{prefix}_{counter:05}_.png"
+        kind = "output" if save else "temp"
+        out = io.BytesIO()
+        Image.new("RGB", (32, 32), colour_of(text)).save(out, format="PNG")
+        with self._wake:
+            self.files[(kind, "", filename)] = out.getvalue()
+        return {"images": [{"filename": filename, "subfolder": "", "type": kind}]}

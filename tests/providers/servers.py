@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import hashlib
 import io
 import json
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -86,6 +88,8 @@ class Recorded:
 
 
 Handler = Callable[[Recorded], Reply]
+# Called in the connection's thread once the handshake is done; returns when the socket closes.
+SocketHandler = Callable[["WebSocketPeer", Recorded], None]
 
 
 class ProtocolServer:
@@ -93,6 +97,8 @@ class ProtocolServer:
 
     def __init__(self) -> None:
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.sockets: dict[str, SocketHandler] = {}  # path -> handler of a websocket there
+        self.socket_requests: list[Recorded] = []  # websocket handshakes (not in requests)
         self.requests: list[Recorded] = []
         self._queued: dict[tuple[str, str], collections.deque[Reply]] = {}
         self._lock = threading.Lock()
@@ -101,6 +107,10 @@ class ProtocolServer:
 
     def route(self, method: str, pattern: str, handler: Handler) -> None:
         self.routes.append((method, re.compile(pattern + "$"), handler))
+
+    def websocket(self, path: str, handler: SocketHandler) -> None:
+        """Accept RFC 6455 websockets on GET ``path`` (the same port as the HTTP routes)."""
+        self.sockets[path] = handler
 
     def queue(self, method: str, path: str, *replies: Reply) -> None:
         """Answer the next requests on ``method path`` with ``replies``, in order."""
@@ -147,6 +157,17 @@ class ProtocolServer:
                     {k.lower(): v for k, v in self.headers.items()},
                     self.rfile.read(length) if length else b"",
                 )
+                upgrade = rec.headers.get("upgrade", "").lower() == "websocket"
+                if upgrade and rec.method == "GET" and rec.path in server.sockets:
+                    self.close_connection = True
+                    with server._lock:
+                        server.socket_requests.append(rec)
+                    peer = WebSocketPeer.accept(self, rec)
+                    try:
+                        server.sockets[rec.path](peer, rec)
+                    finally:
+                        peer.drop()
+                    return
                 reply = server._answer(rec)
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -188,6 +209,86 @@ class ProtocolServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+class WebSocketPeer:
+    """The server end of one websocket (RFC 6455): unmasked frames out, masked frames in.
+
+    ``send_text``/``send_bytes`` may be called from any thread; ``messages()`` yields the
+    client's text messages (answering pings, ending at a close frame or EOF); ``drop()`` cuts
+    the TCP connection without a close frame, as a network failure does.
+    """
+
+    MAGIC = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self._handler = handler
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @classmethod
+    def accept(cls, handler: BaseHTTPRequestHandler, rec: Recorded) -> WebSocketPeer:
+        key = rec.headers.get("sec-websocket-key", "").encode()
+        accept = base64.b64encode(hashlib.sha1(key + cls.MAGIC).digest()).decode()
+        handler.send_response(101, "Switching Protocols")
+        handler.send_header("Upgrade", "websocket")
+        handler.send_header("Connection", "Upgrade")
+        handler.send_header("Sec-WebSocket-Accept", accept)
+        handler.end_headers()  # no extension offered by the client is accepted
+        handler.wfile.flush()
+        return cls(handler)
+
+    def _frame(self, opcode: int, payload: bytes) -> None:
+        n = len(payload)
+        if n < 126:
+            head = bytes([0x80 | opcode, n])
+        elif n < 1 << 16:
+            head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+        else:
+            head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self._handler.wfile.write(head + payload)
+            except OSError:
+                self.closed = True
+
+    def send_text(self, text: str) -> None:
+        self._frame(0x1, text.encode())
+
+    def send_bytes(self, data: bytes) -> None:
+        self._frame(0x2, data)
+
+    def messages(self) -> Iterator[str]:
+        read = self._handler.rfile.read
+        while not self.closed:
+            try:
+                head = read(2)
+                if len(head) < 2:
+                    return
+                opcode, n = head[0] & 0x0F, head[1] & 0x7F
+                if n == 126:
+                    n = int.from_bytes(read(2), "big")
+                elif n == 127:
+                    n = int.from_bytes(read(8), "big")
+                mask = read(4) if head[1] & 0x80 else b"\0\0\0\0"
+                data = bytes(b ^ mask[i % 4] for i, b in enumerate(read(n)))
+            except (OSError, ValueError):
+                return
+            if opcode == 0x8:  # close: answer it, then the connection ends
+                self._frame(0x8, data[:2])
+                return
+            if opcode == 0x9:
+                self._frame(0xA, data)
+            elif opcode == 0x1:
+                yield data.decode(errors="replace")
+
+    def drop(self) -> None:
+        with self._lock:
+            self.closed = True
+        with contextlib.suppress(OSError):
+            self._handler.connection.shutdown(socket.SHUT_RDWR)
 
 
 def _size(text: str) -> tuple[int, int]:
