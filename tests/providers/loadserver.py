@@ -15,10 +15,11 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from PIL import Image
+
+from .servers import ProtocolServer, Recorded, Reply
 
 
 def _png() -> bytes:
@@ -38,30 +39,43 @@ def refusing_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-class LoadServer:
+class LoadServer(ProtocolServer):
     """Use as a context manager; read ``max_in_flight``, ``served`` and ``connections``."""
 
     def __init__(self, delay: float = 0.05, *, port: int = 0) -> None:
+        super().__init__(port=port, record=False)
         self.delay = delay
-        self.port = port
         self.in_flight = 0
         self.max_in_flight = 0
         self.served = 0
-        self.connections = 0
-        self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._load = threading.Lock()
+        self.route("POST", "/v1/chat/completions", self._busy(self._chat))
+        self.route("POST", "/v1/images/generations", self._busy(self._image))
+        self.route("POST", "/.*", self._unknown)
 
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def _busy(self, reply: Any) -> Any:
+        """``reply`` after ``delay`` seconds, counted in flight meanwhile."""
 
-    def _reply(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if path == "/v1/chat/completions":
-            text = str(body["messages"][-1]["content"])
-            return 200, {
+        def handler(rec: Recorded) -> Reply:
+            with self._load:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                time.sleep(self.delay)
+                answer: Reply = reply(json.loads(rec.body or b"{}"))
+                return answer
+            finally:
+                with self._load:
+                    self.in_flight -= 1
+                    self.served += 1
+
+        return handler
+
+    @staticmethod
+    def _chat(body: dict[str, Any]) -> Reply:
+        text = str(body["messages"][-1]["content"])
+        return Reply(
+            body={
                 "id": "chatcmpl-load",
                 "object": "chat.completion",
                 "created": int(time.time()),
@@ -76,64 +90,22 @@ class LoadServer:
                 ],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
             }
-        if path == "/v1/images/generations":
-            return 200, {
+        )
+
+    @staticmethod
+    def _image(body: dict[str, Any]) -> Reply:
+        return Reply(
+            body={
                 "created": int(time.time()),
                 "data": [{"b64_json": PNG_B64}],
                 "usage": {"input_tokens": 5, "output_tokens": 10, "total_tokens": 15},
             }
-        return 404, {
-            "error": {"message": f"Invalid URL (POST {path})", "type": "invalid_request_error"}
-        }
+        )
 
-    def __enter__(self) -> LoadServer:
-        server = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with server._lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    time.sleep(server.delay)
-                    status, reply = server._reply(self.path, body)
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
-                        server.served += 1
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class _Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 128  # 16 clients connecting at once must not hit the backlog
-
-            def process_request(self, request: Any, client_address: Any) -> None:
-                with server._lock:
-                    server.connections += 1
-                super().process_request(request, client_address)
-
-        self._httpd = _Server(("127.0.0.1", self.port), _Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._httpd is not None and self._thread is not None
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+    @staticmethod
+    def _unknown(rec: Recorded) -> Reply:
+        message = f"Invalid URL (POST {rec.path})"
+        return Reply(404, {"error": {"message": message, "type": "invalid_request_error"}})
 
 
 def serve(count: int, delay: float) -> None:

@@ -93,9 +93,15 @@ SocketHandler = Callable[["WebSocketPeer", Recorded], None]
 
 
 class ProtocolServer:
-    """A threaded HTTP server with routes; use as a context manager."""
+    """A threaded HTTP server with routes; use as a context manager.
 
-    def __init__(self) -> None:
+    ``connections`` counts the TCP connections accepted (keep-alive reuse shows as fewer).
+    """
+
+    def __init__(self, *, port: int = 0, record: bool = True) -> None:
+        self.port = port  # 0: any free port
+        self.record = record  # False: keep no request (a benchmark's server)
+        self.connections = 0
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.sockets: dict[str, SocketHandler] = {}  # path -> handler of a websocket there
         self.socket_requests: list[Recorded] = []  # websocket handshakes (not in requests)
@@ -129,7 +135,8 @@ class ProtocolServer:
 
     def _answer(self, rec: Recorded) -> Reply:
         with self._lock:
-            self.requests.append(rec)
+            if self.record:
+                self.requests.append(rec)
             queued = self._queued.get((rec.method, rec.path))
             if queued:
                 return queued.popleft()
@@ -195,11 +202,17 @@ class ProtocolServer:
 
         class _Server(ThreadingHTTPServer):
             daemon_threads = True
+            request_queue_size = 128  # many clients connecting at once must not hit the backlog
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                with server._lock:
+                    server.connections += 1
+                super().process_request(request, client_address)
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that hung up mid-reply is expected in timeout tests
 
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd = _Server(("127.0.0.1", self.port), _Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
         return self
