@@ -22,9 +22,14 @@ Every timed section ends with the apply's final commit and fsyncs.
    httpx script making the same 64 calls 16 at a time (both processes with bytecode cached);
    and the image step over a pool of 4 backends x max_concurrency 4 (64 calls, in process)
    against the 0.8 s ideal (64 / 16 x 200 ms).
+4. Engine overhead per call at delay 0, in process: an ``llm`` for_each over the fake provider
+   applied as ``runner apply`` does (compile, journal, keys, ledger rows, call logs, objects,
+   checks), minus the fake's own time per call (called directly), per element; concurrency 16,
+   median of the repeats.
 
     /work/venv/bin/python bench/bench_providers.py [--calls 64] [--size 256x256] [--repeat 5]
     /work/venv/bin/python bench/bench_providers.py --only sockets   # section 3 alone
+    /work/venv/bin/python bench/bench_providers.py --only overhead  # section 4 alone
 """
 
 from __future__ import annotations
@@ -309,14 +314,75 @@ def sockets(root: Path, calls: int, repeat: int) -> None:
     )
 
 
+def llm_overhead(root: Path, calls: int, repeat: int) -> None:
+    """Section 4: an llm for_each over the fake at delay 0, in process, per element."""
+    from runner.engine.apply import ApplyOptions, apply_file
+    from runner.providers import TextRequest
+
+    work = root / "overhead"
+    work.mkdir()
+    (work / "pipeline.yaml").write_text(FAN_OUT.replace("CONCURRENCY", "16"), "utf-8")
+    (work / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n', "utf-8")
+    fake = create("fake", {})
+
+    async def alone(tag: str) -> None:
+        for k in range(calls):
+            message = {"role": "user", "content": f"say {tag}-e{k}"}
+            await fake.generate_text(TextRequest(messages=[message], idempotency_key=f"{tag}{k}"))
+
+    def applied(tag: str, n: int) -> tuple[float, float]:
+        items = json.dumps([f"{tag}-e{k}" for k in range(n)])
+        start, cpu = time.perf_counter(), time.process_time()
+        report = apply_file(
+            work / "pipeline.yaml",
+            {"items": items},
+            state_dir=work / ".runner",
+            options=ApplyOptions(),
+        )
+        wall, used = time.perf_counter() - start, time.process_time() - cpu
+        assert report.exit_code == 0, report
+        return wall, used
+
+    applied("warm", calls)  # imports, the journal's creation, the first compile
+    fake_alone = []
+    for r in range(repeat):
+        start = time.perf_counter()
+        asyncio.run(alone(f"a{r}"))
+        fake_alone.append((time.perf_counter() - start) / calls)
+    # Per element: an apply of ``calls`` elements less an apply of none (compile, journal,
+    # run records: what a run costs whatever its size), divided by ``calls``.
+    runs = []
+    for r in range(repeat):
+        empty = applied(f"z{r}", 0)
+        full = applied(f"r{r}", calls)
+        runs.append(((full[0] - empty[0]) / calls, (full[1] - empty[1]) / calls, empty[0]))
+    fake_ms = statistics.median(fake_alone) * 1000
+    wall = statistics.median(w for w, _, _ in runs) * 1000
+    cpu = statistics.median(c for _, c, _ in runs) * 1000
+    fixed = statistics.median(e for _, _, e in runs) * 1000
+    print(
+        f"llm for_each over the fake at delay 0, {calls} elements, concurrency 16, in process, "
+        f"median of {repeat} (a run's fixed {fixed:.0f} ms taken out): {wall:.2f} ms per "
+        f"element (CPU {cpu:.2f}), fake alone {fake_ms:.3f} ms: engine overhead "
+        f"{wall - fake_ms:.2f} ms per call (target <= 1 ms)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=64)
     parser.add_argument("--size", default="256x256")
     parser.add_argument("--delay-ms", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--only", choices=["fake", "sockets"], help="one part of the bench")
+    parser.add_argument(
+        "--only", choices=["fake", "sockets", "overhead"], help="one part of the bench"
+    )
     opts = parser.parse_args()
+    if opts.only in (None, "overhead"):
+        with tempfile.TemporaryDirectory() as tmp:
+            llm_overhead(Path(tmp), opts.calls, opts.repeat)
+        if opts.only == "overhead":
+            return
     if opts.only != "fake":
         with tempfile.TemporaryDirectory() as tmp:
             sockets(Path(tmp), opts.calls, opts.repeat)

@@ -8,6 +8,7 @@ never part of the profile id.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -169,6 +170,7 @@ class Provider:
         self.name = name or self.key
         self.redactor = Redactor(self.secrets.values())
         self._gate: Gate | None = None
+        self._profile_memo: tuple[dict[str, Any], str] | None = None
 
     # --- identity -------------------------------------------------------------------------
 
@@ -185,11 +187,18 @@ class Provider:
 
         Raises ProviderConfigError when a setting is not plain JSON data.
         """
+        settings = self.profile_settings()
+        memo = self._profile_memo
+        # Asked several times per call (key, ledger, output): hashed again only on a change.
+        if memo is not None and memo[0] == settings:
+            return memo[1]
         try:
-            h = digest(self.profile_settings())[:12]
+            h = digest(settings)[:12]
         except CanonicalError as exc:
             raise ProviderConfigError(f"provider '{self.name}': settings {exc}") from None
-        return f"{self.key}@{self.version}:{h}"
+        profile = f"{self.key}@{self.version}:{h}"
+        self._profile_memo = (copy.deepcopy(settings), profile)
+        return profile
 
     # --- configuration helpers --------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from ..providers.calls import (
 )
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
 from .image import load_reference, resolve_provider
+from .ordered import in_order
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
@@ -282,7 +283,9 @@ class LlmStep(StepType):
         # A reply that echoes a key (a prompt-injected model, a proxy) is masked before it is
         # stored anywhere: object, ledger, output, log.
         text = provider.redactor.redact(result.text)
-        stored = ctx.objects.put_bytes(text.encode("utf-8"))
+        data = text.encode("utf-8")
+        # Durable in a worker (the ledger records it next); callers resume in call order.
+        stored = await in_order(lambda: ctx.objects.put_bytes(data, durable=True))
         record = {
             "text": text,
             "digest": stored,
