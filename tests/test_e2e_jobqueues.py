@@ -214,3 +214,29 @@ def test_comfyui_progress_reaches_the_run_events(tmp_path: Path) -> None:
         assert any(ln.endswith(": 20/20 steps (node 3)") for ln in mine), lines
         assert mine[-1].endswith(" done")
     assert sockets == 2 and server.count("POST", "/prompt") == 2
+
+
+def test_two_references_for_a1111_are_a_compile_error(tmp_path: Path) -> None:
+    """img2img makes one image per init image (a batch, not a blend): refused before a run."""
+    (tmp_path / "a.png").write_bytes(b"\x89PNG not read at compile time")
+    (tmp_path / "pipeline.yaml").write_text(
+        PIPELINE.replace("concurrency: 2}", "concurrency: 2, references: [a.png, a.png]}"),
+        encoding="utf-8",
+    )
+    (tmp_path / "runner.toml").write_text(
+        '[general]\ndefault_provider = "a1111"\n\n[providers.a1111]\n'
+        'base_url = "http://127.0.0.1:9"\n',
+        encoding="utf-8",
+    )
+    for command in ("check", "apply"):
+        res = subprocess.run(
+            [*runner_bin(), command, "pipeline.yaml"],
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out = res.stdout + res.stderr
+        assert res.returncode != 0 and "gives 2 reference images; A1111's img2img" in out, out
+        assert "pipeline.yaml:" in out and "Traceback" not in out

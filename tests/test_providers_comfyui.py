@@ -374,3 +374,36 @@ def test_progress_says_where_the_job_stands(tmp_path: Path) -> None:
     assert any(line.endswith(f"running on {server.url}") for line in first)
     assert any("queued (1 ahead)" in line for line in second)
     assert all(said[-1].endswith("done") for said in lines.values())
+
+
+def test_a_prompt_interrupted_on_the_server_says_so(tmp_path: Path) -> None:
+    """Cancel in ComfyUI's UI (POST /interrupt): execution_interrupted, not an execution error."""
+    import threading
+    import time
+
+    import httpx
+
+    with ComfyUIServer(render_s=1.0) as server:
+        p = provider(tmp_path, server)
+        job = RemoteJob("k-int")
+
+        def cancel() -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not any(
+                event == "progress" for event, _d, _s in list(server.ws.sent)
+            ):
+                time.sleep(0.01)  # until the sampler runs
+            # Another client's prompt_id interrupts nothing; ours stops the render.
+            httpx.post(f"{server.url}/interrupt", json={"prompt_id": "someone-else"})
+            httpx.post(f"{server.url}/interrupt", json={"prompt_id": job.known["prompt_id"]})  # type: ignore[index]
+
+        helper = threading.Thread(target=cancel)
+        helper.start()
+        with pytest.raises(ProviderError) as info:
+            run(p, ImageRequest(prompt="a gate", seed=1, idempotency_key="k-int", job=job))
+        helper.join()
+        [entry] = server.history.values()
+    assert "the prompt was interrupted on the server at node 3 (KSampler)" in info.value.message
+    assert not info.value.transient and job.known is not None and job.known["state"] == "failed"
+    assert entry["status"]["status_str"] == "error" and not entry["status"]["completed"]
+    assert [m[0] for m in entry["status"]["messages"]][-1] == "execution_interrupted"

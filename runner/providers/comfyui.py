@@ -439,13 +439,21 @@ class ComfyUIProvider(HttpProvider):
     def _execution_error(self, url: str, status: dict[str, Any]) -> ProviderError:
         detail = ""
         for msg in status.get("messages") or []:
-            if isinstance(msg, list) and len(msg) == 2 and msg[0] == "execution_error":
-                info = msg[1] if isinstance(msg[1], dict) else {}
+            if not (isinstance(msg, list) and len(msg) == 2 and isinstance(msg[1], dict)):
+                continue
+            info = msg[1]
+            where = f"node {info.get('node_id', '?')} ({info.get('node_type', '?')})"
+            if msg[0] == "execution_error":
                 kind = info.get("exception_type")
                 detail = (
-                    f"node {info.get('node_id', '?')} ({info.get('node_type', '?')}): "
-                    f"{str(info.get('exception_message', '')).strip()}"
+                    f"{where}: {str(info.get('exception_message', '')).strip()}"
                     + (f" [{kind}]" if kind else "")
+                )
+            elif msg[0] == "execution_interrupted":  # someone pressed Cancel (POST /interrupt)
+                return self.error(
+                    f"{url}: the prompt was interrupted on the server at {where}; the next "
+                    "apply submits it again",
+                    transient=False,
                 )
         return self.error(f"{url}: workflow failed: {detail or 'execution error'}", transient=False)
 

@@ -20,6 +20,7 @@ from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
 from ..providers.calls import (
     CallLog,
+    Event,
     error_summary,
     failed_status,
     failure_reason,
@@ -261,7 +262,7 @@ class LlmStep(StepType):
             ctx.ledger.begin(key, jsonable(meta))
         request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)
-        log.out("request", meta)
+        asked = Event("request", meta)  # written with the outcome: one open per call
 
         def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
             log.err("retry", {"attempt": attempt, "delay_s": round(delay, 3), **error_summary(exc)})
@@ -275,6 +276,7 @@ class LlmStep(StepType):
                 retry_uncertain=ctx.env.retry_uncertain,
             )
         except ProviderError as exc:
+            log.write_out(asked)
             log.err("failed", error_summary(exc))
             if ctx.ledger is not None:
                 ctx.ledger.fail(key, exc.message, failed_status(exc))
@@ -284,15 +286,23 @@ class LlmStep(StepType):
         # stored anywhere: object, ledger, output, log.
         text = provider.redactor.redact(result.text)
         data = text.encode("utf-8")
-        # Durable in a worker (the ledger records it next); callers resume in call order.
-        stored = await in_order(lambda: ctx.objects.put_bytes(data, durable=True))
         record = {
             "text": text,
-            "digest": stored,
+            "digest": hashlib.sha256(data).hexdigest(),
             "metadata": provider.redactor.redact_json(jsonable(result.metadata)),
             "usage": dict(result.usage),
         }
+        # Recorded before its object is written: the record holds the text itself, so a crash
+        # in between loses nothing (a reuse makes the object again from it).
         if ctx.ledger is not None:
             ctx.ledger.complete(key, record)
-        log.out("response", {**record, "text": text[:2000]})
+        answered = Event("response", {**record, "text": text[:2000]})
+
+        def keep() -> None:
+            # The object's fsyncs and the call log's one open, off the event loop. After the
+            # ledger: a logged response always means a recorded, never-repaid call.
+            ctx.objects.put_bytes(data, durable=True)
+            log.write_out(asked, answered)
+
+        await in_order(keep)  # callers resume in call order: elements finish as before
         return record

@@ -20,6 +20,10 @@ What carries over from the real service (facts, not code):
   GET /view?filename&subfolder&type -> the bytes or 404 (400 for a path that climbs out);
   POST /upload/image (multipart: image, overwrite, type, subfolder) -> {name, subfolder, type}.
 
+- POST /interrupt ({prompt_id}: only if that prompt is the one running; nothing: whatever
+  runs) stops the running prompt at its next sampler step: an ``execution_interrupted`` message
+  {prompt_id, node_id, node_type, executed} (to its client; to every socket if it has none),
+  status_str "error", completed false.
 - GET /ws: the websocket of progress messages (see comfy_ws.py); ``websocket=False`` plays a
   server (or a proxy in front of one) without it, ``ws.drop_after_progress`` one whose socket
   drops mid-job. The render time is spread over the sampler's ``steps``.
@@ -168,6 +172,8 @@ class ComfyUIServer(ProtocolServer):
         self.route("GET", "/history/[^/]+", self._history)
         self.route("GET", "/view", self._view)
         self.route("POST", "/upload/image", self._upload)
+        self.route("POST", "/interrupt", self._interrupt)
+        self._interrupted = False
         self.ws = PromptSockets(self._remaining)
         if websocket:
             self.websocket("/ws", self.ws.serve)
@@ -371,6 +377,14 @@ class ComfyUIServer(ProtocolServer):
         self.ws.queue_updated()
         return Reply(body={"prompt_id": pid, "number": number, "node_errors": {}})
 
+    def _interrupt(self, rec: Recorded) -> Reply:
+        # server.py: with a prompt_id, only that prompt is interrupted, if it is the one running.
+        wanted = rec.json().get("prompt_id") if rec.body else None
+        with self._wake:
+            if self.running is not None and wanted in (None, self.running[1]):
+                self._interrupted = True
+        return Reply(body=b"", content_type="text/plain")
+
     def _remaining(self) -> int:
         with self._wake:
             return len(self.pending) + (self.running is not None)
@@ -450,6 +464,7 @@ class ComfyUIServer(ProtocolServer):
                     return
                 item = self.pending.popleft()
                 self.running = item
+                self._interrupted = False
             self.ws.queue_updated()
             entry = self._execute(item)
             with self._wake:
@@ -485,12 +500,17 @@ class ComfyUIServer(ProtocolServer):
         ws.begin(extra.get("client_id"))
         messages: list[list[Any]] = []
 
-        def add(event: str, data: dict[str, Any]) -> None:
-            # execution.add_message: kept in the history, sent to the prompt's client only.
+        def add(event: str, data: dict[str, Any], broadcast: bool = False) -> None:
+            # execution.add_message: kept in the history, sent to the prompt's client (or to
+            # everyone, when broadcast and the prompt has no client).
             data = {**data, "timestamp": timestamp()}
             messages.append([event, data])
-            if ws.client_id is not None:
+            if ws.client_id is not None or broadcast:
                 ws.send(event, data, ws.client_id)
+
+        def failed() -> dict[str, Any]:
+            status = {"status_str": "error", "completed": False, "messages": messages}
+            return {"prompt": item, "outputs": {}, "status": status, "meta": {}}
 
         add("execution_start", {"prompt_id": pid})
         add("execution_cached", {"nodes": [], "prompt_id": pid})
@@ -510,11 +530,17 @@ class ComfyUIServer(ProtocolServer):
         if sampler is None:
             time.sleep(self.render_s)
         results: dict[str, Any] = {}
+        executed: list[str] = []
         for nid in order:
             ws.executing(nid, pid)
             if nid == sampler:
                 for step in range(1, steps + 1):
                     time.sleep(self.render_s / steps)
+                    if self._interrupted:  # the progress hook raises InterruptProcessingException
+                        info = {"prompt_id": pid, "node_id": nid, "executed": executed}
+                        info["node_type"] = prompt[nid]["class_type"]
+                        add("execution_interrupted", info, broadcast=True)
+                        return failed()
                     ws.progress(step, steps, nid, pid)
             if "[[OOM]]" in text and "Sampler" in prompt[nid]["class_type"]:
                 add(
@@ -531,15 +557,11 @@ class ComfyUIServer(ProtocolServer):
                         "current_outputs": {},
                     },
                 )
-                return {
-                    "prompt": item,
-                    "outputs": {},
-                    "status": {"status_str": "error", "completed": False, "messages": messages},
-                    "meta": {},
-                }
+                return failed()
             if nid in outputs:
                 results[nid] = self._save(prompt[nid], text)
                 ws.executed(nid, results[nid], pid)
+            executed.append(nid)
         add("execution_success", {"prompt_id": pid})
         return {
             "prompt": item,
