@@ -236,7 +236,13 @@ class LlmStep(StepType):
     ) -> dict[str, Any]:
         """The ledger record of this call: reused when completed before, else made now."""
         key = request.idempotency_key
-        done = ctx.ledger.completed(key) if ctx.ledger is not None else None
+        # One look at the ledger for a new call; the stored result is read only when it is done.
+        known = ctx.ledger.record(key) if ctx.ledger is not None else None
+        done = (
+            ctx.ledger.completed(key)
+            if ctx.ledger is not None and known is not None and known.get("status") == "completed"
+            else None
+        )
         if done is not None and isinstance(done.get("text"), str):
             ctx.log(f"llm: reusing the completed call {key[:12]}")
             return {
@@ -246,7 +252,7 @@ class LlmStep(StepType):
             }
         if ctx.ledger is not None:
             refused = uncertain_reason(
-                provider, key, ctx.ledger.record(key), retry_uncertain=ctx.env.retry_uncertain
+                provider, key, known, retry_uncertain=ctx.env.retry_uncertain
             )
             if refused is not None:
                 raise StepFailure(f"{provider.name}: {refused}")
