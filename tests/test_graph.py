@@ -121,6 +121,8 @@ def test_graph_json(project: Project) -> None:
             ["prompt", "each"],
             ["each", "report"],
         ],
+        "run": None,  # nothing ran yet: no worker to name (tests/test_executor_where.py)
+        "workers": {},
         "exit_code": 0,
     }
 

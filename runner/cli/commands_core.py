@@ -257,9 +257,25 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
 @pipeline_arg
 @param_option
 @click.option("--format", "fmt", type=click.Choice(["text", "dot", "mermaid"]), default="text")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    metavar="RUN",
+    help="Show which Dask worker ran each step of this run (default: the pipeline's newest run).",
+)
+@state_option
 @json_option
-def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
-    """Show the pipeline's DAG, grouped by phase.
+def graph(
+    file: Path,
+    params: tuple[str, ...],
+    fmt: str,
+    run_id: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Show the pipeline's DAG, grouped by phase; after a run on a Dask cluster, each step with
+    the workers that ran it.
 
     Example: runner graph pipeline.yaml --format mermaid
     """
@@ -267,7 +283,8 @@ def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
     from ..pipeline.graphview import render_graph
 
     plan = compile_pipeline(file, parse_params(params))
-    text = render_graph(plan, fmt)
+    run, where = _where_steps_ran(file, plan.name, run_id, state_dir)
+    text = render_graph(plan, fmt, where)
     if as_json:
         g = plan.graph()
         emit_json(
@@ -277,11 +294,39 @@ def graph(file: Path, params: tuple[str, ...], fmt: str, as_json: bool) -> None:
                 "text": text,
                 "nodes": list(g.nodes),
                 "edges": [list(e) for e in g.edges],
+                "run": run,
+                "workers": where,
                 "exit_code": 0,
             }
         )
     else:
         click.echo(safe_block(text), nl=False)
+
+
+def _where_steps_ran(
+    file: Path, pipeline: str, run_id: str | None, state_dir: str | None
+) -> tuple[str | None, dict[str, dict[str, int]]]:
+    """(the run, step -> {worker address: executions}) for ``runner graph``: the given run, or
+    the pipeline's newest; (None, {}) when nothing ran yet (no journal is created for this)."""
+    from ..engine.locate import state_dir_for
+
+    path = state_dir_for(file, state_dir)
+    if not (path / "journal.db").is_file():
+        if run_id is not None:
+            raise NotFound(f"no run '{run_id}': there is no journal at {path}")
+        return None, {}
+    state = _open_state(str(path))
+    try:
+        if run_id is not None:
+            run = state.journal.get_run(run_id)
+        else:
+            newest = state.journal.list_runs(pipeline=pipeline, limit=1)
+            if not newest:
+                return None, {}
+            run = newest[0]
+        return str(run["id"]), state.journal.workers(run["id"])
+    finally:
+        state.close()
 
 
 @cli.group()

@@ -68,7 +68,9 @@ async def local_cluster(workers: int, threads: int) -> Any:
         threads_per_worker=threads,
         processes=True,
         asynchronous=True,
-        dashboard_address=None,
+        # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 unless told:
+        # a free port, so a busy 8787 (another cluster) costs no warning.
+        dashboard_address="127.0.0.1:0",
     )
 
 

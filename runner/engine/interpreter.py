@@ -543,6 +543,8 @@ class Interpreter:
                 ) from None
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
         duration = time.perf_counter() - t0
+        # Where the body ran (a Dask worker), journaled with the execution and its event.
+        where = getattr(self.executor, "where", {}).pop((step.id, index), None)
         # A plain step's record is written once its dependents started; an element's now.
         self.recorder.passed(
             exec_id,
@@ -552,6 +554,7 @@ class Interpreter:
             attempts=attempt,
             duration=duration,
             defer=index is None,
+            worker=where,
         )
         if self.remote is not None and status == "completed" and step.type.shareable:
             self.remote.push(
@@ -586,7 +589,6 @@ class Interpreter:
                 reason="partial",
                 duration_s=duration,
             )
-        where = getattr(self.executor, "where", {}).get((step.id, index))
         self.recorder.emit(
             EventType.STEP_PASSED,
             step.id,

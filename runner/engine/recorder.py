@@ -374,10 +374,11 @@ class Recorder:
         attempts: int,
         duration: float,
         defer: bool,
+        worker: str | None = None,
     ) -> None:
         """A body that returned and passed its checks. ``defer``: written once the step's
         dependents have started (a plain step), else now (an element: a for_each may hold
-        thousands)."""
+        thousands). ``worker``: the Dask worker that ran the body (None: this process)."""
         # Serialised now, written maybe a moment later: what is recorded is the output as it
         # was returned, whatever a later step does with the objects.
         row = {
@@ -391,6 +392,8 @@ class Recorder:
             "report": dumps(result.report) if result.report is not None else None,
             "usage": dumps(result.usage) if result.usage else None,
         }
+        if worker is not None:
+            row["worker"] = worker
 
         def record() -> None:
             self.journal.record_artifacts(sizes)

@@ -56,6 +56,11 @@ class StepRegistry:
                 out.append(name)
         return out
 
+    def register(self, step_type: StepType) -> None:
+        """Make a program's own step type (neither built in nor an entry point) usable by its
+        name in this process. A Dask worker loads it from its module (executors.Job)."""
+        self._loaded[step_type.name] = step_type
+
     def get(self, name: str) -> StepType | None:
         if name in self._loaded:
             return self._loaded[name]

@@ -196,6 +196,11 @@ def _m6_call_records(db: Any) -> None:
     db["calls"].add_column("remote_id", str)
 
 
+def _m7_execution_worker(db: Any) -> None:
+    # Where the body of an execution ran: a Dask worker's address (NULL: in the coordinator).
+    db["executions"].add_column("worker", str)
+
+
 TABLES = (
     "runs",
     "executions",
@@ -215,6 +220,7 @@ MIGRATIONS: list[Migration] = [
     _m4_gates_cancel,
     _m5_overrides,
     _m6_call_records,
+    _m7_execution_worker,
 ]
 
 
@@ -677,6 +683,18 @@ class Journal:
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
+
+    def workers(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Where each step of a run ran: step -> {worker address: executions}; empty for a run
+        whose bodies all ran in the coordinator (the local executor)."""
+        out: dict[str, dict[str, int]] = {}
+        for row in self._all(
+            "SELECT step_id, worker, COUNT(*) AS n FROM executions WHERE run_id=? "
+            "AND worker IS NOT NULL GROUP BY step_id, worker",
+            (run_id,),
+        ):
+            out.setdefault(row["step_id"], {})[row["worker"]] = int(row["n"])
+        return out
 
     def last_execution(
         self, pipeline: str, step_id: str, element: int = -1

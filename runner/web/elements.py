@@ -178,6 +178,7 @@ def step_elements(
             "duration_s": r["duration_s"],
             "error": r["error"],
             "why": r.get("why"),
+            "worker": r.get("worker"),  # the Dask worker that ran it (None: the coordinator)
             "output": output,
             "report": loads(r["report"]) if r.get("report") else None,
             "verdicts": verdicts.get(el, []),

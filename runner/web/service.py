@@ -262,7 +262,7 @@ def run_graph(state: State, run_id: str) -> dict[str, Any]:
     run = state.journal.get_run(run_id)
     plan, error = run_plan(state, run)
     statuses = {s["id"]: s["status"] for g in step_groups(state, run) for s in g["steps"]}
-    graph = None if plan is None else graph_json(plan)
+    graph = None if plan is None else graph_json(plan, state.journal.workers(run["id"]))
     return {
         "run_id": run["id"],
         "status": run["status"],
@@ -284,6 +284,10 @@ def _summary(rows: list[dict[str, Any]], outputs: bool = True) -> dict[str, Any]
     finished = [r["finished_at"] for r in last if r["finished_at"]]
     errors = [r["error"] for r in last if r["error"]]
     single = len(last) == 1 and -1 in latest
+    workers: dict[str, int] = {}  # where the bodies ran (a dask run): address -> executions
+    for r in last:
+        if r.get("worker"):
+            workers[r["worker"]] = workers.get(r["worker"], 0) + 1
     return {
         "status": statuses[0] if len(statuses) == 1 else "mixed",
         "elements": None if single else len(last),
@@ -296,6 +300,7 @@ def _summary(rows: list[dict[str, Any]], outputs: bool = True) -> dict[str, Any]
         "attempts": max((r["attempts"] or 0) for r in last) if last else 0,
         "error": errors[0] if errors else None,
         "why": last[-1].get("why") if last else None,
+        "workers": workers or None,
         "output": (loads(last[-1]["output"]) if outputs else True)
         if single and last[-1]["output"]
         else None,

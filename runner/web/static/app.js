@@ -263,6 +263,7 @@ function elementView(doc, e, open) {
   sum.append(el("strong", null, e.element === null ? doc.step : "#" + e.element), " ",
              el("span", "status status-" + e.status, e.status),
              " ", el("small", "hint", "attempts " + (e.attempts || 0)));
+  if (e.worker) sum.append(" ", el("small", "hint where", "on " + e.worker));
   box.append(sum);
   if (e.input !== undefined) box.append(block("Input", e.input));
   if (e.card) box.append(cardBlock(e.card));
