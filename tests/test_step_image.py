@@ -175,9 +175,8 @@ def test_concurrency_cap_holds(tmp_path: Path) -> None:
 
 def test_parallel_calls_overlap(tmp_path: Path) -> None:
     env, gauge = gauge_env(tmp_path, delay_ms=200, max_concurrency=4)
-    start = time.perf_counter()
     run(env, {"prompt": "p", "n": 4, "size": "16x16", "concurrency": 4})
-    assert time.perf_counter() - start < 0.6 and gauge.peak == 4
+    assert gauge.peak == 4  # all four were in the server at once (a wall-time bound measured load)
 
 
 def test_one_failing_iteration_is_collected_and_the_others_complete(tmp_path: Path) -> None:
