@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,11 +30,66 @@ class Ctx:
 
 
 def emit_json(doc: dict[str, Any]) -> None:
-    click.echo(json.dumps(doc, ensure_ascii=False, indent=None, default=str))
+    """One JSON document on stdout: exact data, nothing a terminal acts on (see ``safe_json``)."""
+    click.echo(json_line(doc))
+
+
+def json_line(doc: Any) -> str:
+    """``doc`` as one line of strict JSON (RFC 8259: no NaN or Infinity; a non-finite number
+    that reached a document is written null and named on stderr rather than breaking every
+    JSON reader) with characters a terminal acts on escaped."""
+    from .termtext import echo, safe_json
+
+    try:
+        text = json.dumps(doc, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        echo("warning: a number that is not finite (NaN or Infinity) was written as null", err=True)
+        text = json.dumps(_finite(doc), ensure_ascii=False, default=str, allow_nan=False)
+    return safe_json(text)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class RunnerGroup(click.Group):
     """Turns library errors into one clear message and their exit code, in one place."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """click's standalone main, but its own messages (a bad choice, an unknown option quote
+        the argument) are printed through termtext like everything else."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **kwargs)
+        from .termtext import echo, echo_block
+
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **kwargs)
+        except click.ClickException as exc:
+            shown = io.StringIO()
+            exc.show(file=shown)
+            echo_block(shown.getvalue(), err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _utf8_args(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -42,9 +99,9 @@ class RunnerGroup(click.Group):
             as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
             if as_json:
                 emit_json({"error": exc.to_json(), "exit_code": exc.exit_code})
-            from .termtext import safe  # a message may quote an id, a param, a reply
+            from .termtext import echo_block, safe  # a message may quote an id, a param, a reply
 
-            click.echo(f"error: {safe(exc, lines=True)}", err=True)
+            echo_block(f"error: {safe(exc, lines=True)}", err=True)
             ctx.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
@@ -54,16 +111,40 @@ class RunnerGroup(click.Group):
         except SystemExit:
             raise
         except Exception as exc:
+            from .termtext import echo, echo_block
+
             damaged = _journal_damage(exc)
             if damaged is not None:  # a page or table SQLite cannot read, met mid-command
                 as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
                 if as_json:
                     emit_json({"error": damaged.to_json(), "exit_code": damaged.exit_code})
-                click.echo(f"error: {damaged}", err=True)
+                echo(f"error: {damaged}", err=True)
                 ctx.exit(damaged.exit_code)
-            click.echo(traceback.format_exc(), err=True)
-            click.echo("runner hit a bug (the traceback is above); please report it.", err=True)
+            echo_block(traceback.format_exc(), err=True)  # its messages may quote data
+            echo("runner hit a bug (the traceback is above); please report it.", err=True)
             ctx.exit(1)
+
+
+def _utf8_args(args: list[str]) -> None:
+    """Arguments are UTF-8 text: a byte that is not arrives as a lone surrogate (U+DC80-DCFF),
+    which no journal, JSON document or terminal can carry. Refused here, once, with exit 2;
+    -p values are left to the pipeline's reader, which names the param and its declaration."""
+    after_p = False
+    for arg in args:
+        param = after_p or arg.startswith(("-p", "--param="))
+        after_p = arg in ("-p", "--param")
+        bad = None if param else _SURROGATE.search(arg)
+        if bad is not None:
+            from .termtext import safe
+
+            raise click.UsageError(
+                f"the argument '{safe(arg)}' is not UTF-8 text (byte "
+                f"0x{ord(bad.group(0)) - 0xDC00:02x}): runner reads arguments, paths included, "
+                "as UTF-8"
+            )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _journal_damage(exc: Exception) -> RunnerError | None:
@@ -217,7 +298,9 @@ def main() -> None:
     try:
         cli.main(prog_name="runner", standalone_mode=True)
     except KeyboardInterrupt:
-        click.echo("cancelled", err=True)
+        from .termtext import echo
+
+        echo("cancelled", err=True)
         sys.exit(130)
 
 

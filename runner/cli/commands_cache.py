@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .app import Ctx, cli, emit_json, json_option, param_option, parse_params, state_option
+from .termtext import echo
 
 remote_option = click.option(
     "--remote",
@@ -57,8 +58,8 @@ def cache_status(obj: Ctx, remote: str | None, state_dir: str | None, as_json: b
         emit_json({**report.to_json(), "exit_code": 0})
         return
     mode = "writable" if report.writable else "read-only"
-    click.echo(f"remote {report.remote} ({mode}, push: {report.push})")
-    click.echo(f"{report.in_remote} of {report.local_results} local results are in the remote")
+    echo(f"remote {report.remote} ({mode}, push: {report.push})")
+    echo(f"{report.in_remote} of {report.local_results} local results are in the remote")
 
 
 @cache.command("push")
@@ -86,12 +87,12 @@ def cache_push(obj: Ctx, remote: str | None, state_dir: str | None, as_json: boo
     if as_json:
         emit_json({**report.to_json(), "exit_code": 0})
         return
-    click.echo(
+    echo(
         f"pushed {report.pushed} results ({report.objects_written} objects); "
         f"{report.in_remote} of {report.local_results} now in {report.remote}"
     )
     for line in report.skipped:
-        click.echo(f"  not pushed: {line}")
+        echo(f"  not pushed: {line}")
 
 
 @cache.command("pull")
@@ -135,7 +136,7 @@ def cache_pull(
     if as_json:
         emit_json(doc)
     else:
-        click.echo(
+        echo(
             f"pulled {s['cached']} step results; {s['skipped']} not in the remote "
             f"(run {report.run_id})"
         )

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .app import cli, emit_json, json_option, state_option
+from .termtext import echo
 
 
 @cli.group()
@@ -37,7 +38,7 @@ def prompts_lock(root: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"lock": str(path), "versions": sorted(versions), "exit_code": 0})
     else:
-        click.echo(f"locked {len(versions)} prompt versions in {path}")
+        echo(f"locked {len(versions)} prompt versions in {path}")
 
 
 @prompts.command("check")
@@ -56,7 +57,7 @@ def prompts_check(root: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"ok": True, "exit_code": 0})
     else:
-        click.echo("prompt versions match prompts.lock")
+        echo("prompt versions match prompts.lock")
 
 
 @cli.command("edit")
@@ -149,10 +150,10 @@ def edit_output(
     if as_json:
         emit_json({"changed": changed, "override": ov.to_json() if ov else None, "exit_code": 0})
     elif changed and ov is not None:
-        click.echo(
+        echo(
             f"stored edit #{ov.id} of {step}"
             + (f"[{element}]" if element is not None else "")
             + "; the next apply reuses it while its contract holds"
         )
     else:
-        click.echo("no change; nothing stored")
+        echo("no change; nothing stored")

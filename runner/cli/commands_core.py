@@ -24,7 +24,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
-from .termtext import safe, safe_block
+from .termtext import echo, echo_block, safe
 
 
 def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
@@ -157,7 +157,7 @@ def apply(
                 emit_json(doc)
             else:
                 n = doc["summary"]["cached"]
-                click.echo(
+                echo(
                     f"completed: ran 0, cached {n}, skipped 0, failed 0  "
                     f"(run {doc['run']['id']}; nothing changed)"
                 )
@@ -199,7 +199,7 @@ def apply(
         state.close()
         if as_json:
             emit_json({"run": None, "exit_code": 130, "error": {"message": "cancelled"}})
-        click.echo("cancelled; completed work is kept, the next apply resumes", err=True)
+        echo("cancelled; completed work is kept, the next apply resumes", err=True)
         sys.exit(130)
     reporter.close()
     try:
@@ -215,7 +215,7 @@ def apply(
         else:
             from .runend import end_text
 
-            click.echo(safe_block(end_text(state, report)), nl=False)
+            echo_block(end_text(state, report))
     finally:
         state.close()
     sys.exit(doc.get("exit_code", report.exit_code))
@@ -250,7 +250,7 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
     else:
-        click.echo(f"{file}: valid ({len(plan.order)} steps)")
+        echo(f"{file}: valid ({len(plan.order)} steps)")
 
 
 @cli.command()
@@ -300,7 +300,7 @@ def graph(
             }
         )
     else:
-        click.echo(safe_block(text), nl=False)
+        echo_block(text)
 
 
 def _where_steps_ran(
@@ -397,12 +397,12 @@ def runs_list(
         emit_json({"runs": [{k: r[k] for k in keep} for r in rows], "exit_code": 0})
         return
     if not rows:
-        click.echo("no runs")
+        echo("no runs")
         return
-    click.echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
+    echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
     for r in rows:
         run_id, pipeline, item = safe(r["id"]), safe(r["pipeline"]), safe(r["item"] or "")
-        click.echo(f"{run_id:<22}  {pipeline:<20} {r['status']:<15} {item}")
+        echo(f"{run_id:<22}  {pipeline:<20} {r['status']:<15} {item}")
 
 
 @runs.command("show")
@@ -422,7 +422,7 @@ def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
-            click.echo(safe_block(render_run(state, run["id"], with_preview=False)), nl=False)
+            echo_block(render_run(state, run["id"], with_preview=False))
     finally:
         state.close()
 
@@ -451,14 +451,14 @@ def steps(name: str | None, as_json: bool) -> None:
         emit_json({"steps": out, "exit_code": 0})
         return
     for s in out:
-        click.echo(f"{s['name']} v{s['version']}: {s['description']}")
+        echo(f"{s['name']} v{s['version']}: {s['description']}")
         if name:
-            click.echo("arguments (with:), as JSON Schema:")
-            click.echo(json.dumps(s["schema"], indent=2))
-            click.echo("output (steps.ID.output.FIELD; a for_each step: a list of these):")
+            echo("arguments (with:), as JSON Schema:")
+            echo_block(json.dumps(s["schema"], indent=2))
+            echo("output (steps.ID.output.FIELD; a for_each step: a list of these):")
             width = max((len(f) for f in s["output"]), default=0)
             for field_name, what in s["output"].items():
-                click.echo(f"  {field_name:<{width}}  {what}")
+                echo(f"  {field_name:<{width}}  {what}")
 
 
 @cli.command()
@@ -520,16 +520,16 @@ def verify(
         emit_json({**doc, "exit_code": code})
     else:
         for p in problems:
-            click.echo(f"problem: {safe(p)}")
+            echo(f"problem: {safe(p)}")
         for d in drift:
             if d.found is None:
-                click.echo(f"note: {safe(str(d))}")
-        click.echo(
+                echo(f"note: {safe(str(d))}")
+        echo(
             f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
             f"{len(problems)} problems"
         )
         if problems and not repair:
-            click.echo("mend them (it lists what it changes and asks): runner verify --repair")
+            echo("mend them (it lists what it changes and asks): runner verify --repair")
     sys.exit(code)
 
 
@@ -540,11 +540,11 @@ def _repair(state_dir: Path, yes: bool, as_json: bool) -> dict[str, Any]:
     plan = plan_repair(state_dir)
     if plan.empty:
         if not as_json:
-            click.echo("nothing to repair")
+            echo("nothing to repair")
         return {**plan.to_json(), "repaired": False}
     if not as_json:
         for line in plan.lines():
-            click.echo(f"repair: {line}")
+            echo(f"repair: {line}")
     agreed = yes
     if not agreed and not as_json and sys.stdin.isatty():
         paid = f" The next apply pays again for {len(plan.calls)} calls." if plan.calls else ""
@@ -581,8 +581,8 @@ def init(directory: Path, as_json: bool) -> None:
         emit_json({"directory": str(directory), "created": created, "exit_code": 0})
         return
     for c in created:
-        click.echo(f"created {c}")
-    click.echo(f"next: cd {directory} && runner apply pipeline.yaml")
+        echo(f"created {c}")
+    echo(f"next: cd {directory} && runner apply pipeline.yaml")
 
 
 @cli.command()
@@ -622,6 +622,6 @@ def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> N
         )
     else:
         for w in warnings:
-            click.echo(f"warning: {safe(w, lines=True)} [{w.code}]")
-        click.echo(f"{file}: {len(warnings)} warning(s)")
+            echo_block(f"warning: {safe(w, lines=True)} [{w.code}]")
+        echo(f"{file}: {len(warnings)} warning(s)")
     sys.exit(code)

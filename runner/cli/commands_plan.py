@@ -19,6 +19,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
+from .termtext import echo
 
 CHANGES_EXIT = 10  # --detailed-exitcode: the apply would do something (terraform uses 2; ours
 # is taken by "invalid pipeline")
@@ -28,28 +29,28 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
     from ..engine.forecast import iter_lines
 
     for line in iter_lines(fc, verbose=verbose):
-        click.echo(line)
+        echo(line)
     ex = doc["executions"]
     parts = [f"{ex.get(a, 0)} {a}" for a in ("run", "unknown", "restore", "ask", "cached", "skip")]
-    click.echo("plan: " + ", ".join(p for p in parts if not p.startswith("0 ")) or "plan: nothing")
+    echo("plan: " + ", ".join(p for p in parts if not p.startswith("0 ")) or "plan: nothing")
     cost = doc["cost"]
     unit = f" {cost['currency']}" if cost["currency"] else ""
     for line in cost["calls"]:
         price = "no price in runner.toml" if line["cost"] is None else f"{line['cost']:.4g}{unit}"
         model = f" {line['model']}" if line["model"] else ""
         approx = "" if line["exact"] else " (a prompt is not known yet: tokens assumed)"
-        click.echo(
+        echo(
             f"calls: {line['calls']} {line['kind']} to {line['provider']}{model}: {price}{approx}"
         )
     if cost["calls"]:
         unpriced = f" (+ {cost['unpriced_calls']} unpriced calls)" if cost["unpriced_calls"] else ""
-        click.echo(f"estimated cost: at most {cost['total']:.4g}{unit}{unpriced}")
+        echo(f"estimated cost: at most {cost['total']:.4g}{unit}{unpriced}")
     budget = doc.get("budget")
     if budget:
         verdict = "OVER" if budget["over"] else "within"
-        click.echo(f"budget: {verdict} {budget['limit']:g} ({budget['source']})")
+        echo(f"budget: {verdict} {budget['limit']:g} ({budget['source']})")
     if not doc["would_change"]:
-        click.echo("nothing would run: the apply would only confirm the cached results")
+        echo("nothing would run: the apply would only confirm the cached results")
 
 
 def finish_plan(doc: dict[str, Any], fc: Any, *, as_json: bool, detailed: bool) -> None:
@@ -134,4 +135,4 @@ def explain(
     from ..engine.forecast import iter_lines
 
     for line in iter_lines(fc, verbose=True):
-        click.echo(line)
+        echo(line)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .app import cli, emit_json, json_option
+from .termtext import echo, echo_block, safe
 
 
 @cli.command()
@@ -30,18 +31,20 @@ def providers(no_probe: bool, as_json: bool) -> None:
         c = i["capabilities"]
         trial = set(c.get("experimental", ()))
         kinds = ",".join(f"{k} (experimental)" if k in trial else k for k in c["kinds"])
-        click.echo(
+        echo(
             f"{i['name']:<10} v{i['version']:<4} kinds={kinds} "
             f"seed={c['supports_seed']} "
             f"reference={c['supports_reference_image']} max_concurrency={c['max_concurrency']}"
         )
-    click.echo("\nconfigured:")
+    echo()
+    echo("configured:")
     for p in doc["configured"]:
         if "error" in p:
-            click.echo(f"  {p['name']:<10} error: {p['error']}")
+            # the message names the file and may carry a hint on its own line
+            echo_block(f"  {safe(p['name']):<10} error: {safe(p['error'], lines=True)}")
             continue
         mark = " (default)" if p["default"] else ""
-        click.echo(
+        echo(
             f"  {p['name']}{mark}: {p['type']} {p['profile']} "
             f"max_concurrency={p['max_concurrency']}"
         )
@@ -50,7 +53,7 @@ def providers(no_probe: bool, as_json: bool) -> None:
             extra = f" {b['latency_ms']} ms" if "latency_ms" in b else ""
             extra += f" load={b['load']}" if "load" in b else ""
             extra += f" ({b['error']})" if "error" in b else ""
-            click.echo(
+            echo(
                 f"    {b['url']}  {health}{extra}  max_concurrency={b['max_concurrency']} "
                 f"weight={b['weight']:g}"
             )

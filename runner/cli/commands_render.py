@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .app import cli, emit_json, json_option, param_option, parse_params, pipeline_arg
+from .termtext import echo, echo_block
 
 
 @cli.command()
@@ -62,5 +63,5 @@ def render(
         emit_json(result.to_json())
         return
     for r in result.renders:
-        click.echo(f"=== {r.step} ({r.kind}) ===")
-        click.echo(r.text, nl=not r.text.endswith("\n"))
+        echo(f"=== {r.step} ({r.kind}) ===")
+        echo_block(r.text)

@@ -12,6 +12,7 @@ import click
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
 from .commands_core import _open_state, _reporter, runs
+from .termtext import echo, echo_block, echo_json
 
 
 def _parse_inputs(pairs: tuple[str, ...], input_file: str | None) -> dict[str, Any]:
@@ -104,10 +105,10 @@ def decide(
             if as_json:
                 emit_json({**doc, "exit_code": 0})
             else:
-                click.echo(f"{said}; continue with: runner resume {row.run_id}")
+                echo(f"{said}; continue with: runner resume {row.run_id}")
             return
         if not as_json:
-            click.echo(f"{said}; continuing run {row.run_id}")
+            echo(f"{said}; continuing run {row.run_id}")
         reporter = _reporter(as_json, 0, None, quiet)
         try:
             report = resume_run(state, row.run_id, reporter=reporter)
@@ -119,7 +120,7 @@ def decide(
     if as_json:
         emit_json({**doc, **report.to_json(), "run_id": row.run_id})
     else:
-        click.echo(text, nl=False)
+        echo_block(text)
     sys.exit(report.exit_code)
 
 
@@ -157,7 +158,7 @@ def resume(
     if as_json:
         emit_json(doc)
     else:
-        click.echo(text, nl=False)
+        echo_block(text)
     sys.exit(report.exit_code)
 
 
@@ -190,7 +191,7 @@ def runs_cancel(run_id: str, wait_s: float, state_dir: str | None, as_json: bool
     if as_json:
         emit_json({**result, "exit_code": 0})
     else:
-        click.echo(f"run {result['run_id']}: {result['status']}")
+        echo(f"run {result['run_id']}: {result['status']}")
 
 
 @runs.command("events")
@@ -207,7 +208,7 @@ def runs_events(run_id: str, follow: bool, state_dir: str | None) -> None:
     state = _open_state(state_dir)
     try:
         for ev in stream_events(state.journal, run_id, follow=follow):
-            click.echo(json.dumps(ev, ensure_ascii=False, default=str))
+            echo_json(ev)
     finally:
         state.close()
 
@@ -232,7 +233,7 @@ def runs_decisions(run_id: str, state_dir: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"run_id": run["id"], "decisions": [r.to_json() for r in rows], "exit_code": 0})
         return
-    click.echo(render_decisions([r.to_json() for r in rows]), nl=False)
+    echo_block(render_decisions([r.to_json() for r in rows]))
 
 
 def render_decisions(rows: list[dict[str, Any]]) -> str:
@@ -287,9 +288,9 @@ def collections_list(state_dir: str | None, as_json: bool) -> None:
         emit_json({"collections": rows, "exit_code": 0})
         return
     if not rows:
-        click.echo("no collections")
+        echo("no collections")
     for r in rows:
-        click.echo(f"{r['name']:<24} {r['count']:>6} documents")
+        echo(f"{r['name']:<24} {r['count']:>6} documents")
 
 
 @collections.command("show")
@@ -310,10 +311,10 @@ def collections_show(name: str, limit: int, state_dir: str | None, as_json: bool
     if as_json:
         emit_json({"collection": name, "count": count, "documents": docs, "exit_code": 0})
         return
-    click.echo(f"{name}: {count} documents")
+    echo(f"{name}: {count} documents")
     for d in docs:
         text = " ".join(d["text"].split())[:60]
-        click.echo(f"  {d['id']:<32} {json.dumps(d['metadata'], ensure_ascii=False)}  {text}")
+        echo(f"  {d['id']:<32} {json.dumps(d['metadata'], ensure_ascii=False)}  {text}")
 
 
 @collections.command("search")
@@ -337,9 +338,9 @@ def collections_search(
         emit_json({"collection": name, "query": query, "hits": hits, "exit_code": 0})
         return
     if not hits:
-        click.echo("no matches")
+        echo("no matches")
     for h in hits:
-        click.echo(f"{h['id']:<32} {h['snippet']}")
+        echo(f"{h['id']:<32} {h['snippet']}")
 
 
 @cli.command()
@@ -399,7 +400,7 @@ def gc(
         emit_json({**result.to_json(), "exit_code": 0})
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(
+    echo(
         f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
         f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects, "
         f"{len(result.run_dirs_deleted)} run folders ({result.bytes_freed / 1e6:.1f} MB)"

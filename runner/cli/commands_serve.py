@@ -10,6 +10,7 @@ import click
 from ..errors import UsageError
 from .app import cli, state_option
 from .commands_core import _open_state
+from .termtext import echo
 
 
 @cli.command()
@@ -69,13 +70,13 @@ def serve(
     shown = "localhost" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{port}/"
     if not is_loopback(host):
-        click.echo(
+        echo(
             f"warning: serving on {host} over plain HTTP: the token and cookie cross the "
             "network unencrypted",
             err=True,
         )
-    click.echo(f"runner serve: {login_url(url, token)}  (state {path}; Ctrl-C stops)", err=True)
-    click.echo("open that URL once; API clients send the token as X-Runner-Token", err=True)
+    echo(f"runner serve: {login_url(url, token)}  (state {path}; Ctrl-C stops)", err=True)
+    echo("open that URL once; API clients send the token as X-Runner-Token", err=True)
     if open_browser:
         import threading
         import webbrowser

@@ -11,6 +11,7 @@ import click
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
 from .commands_core import _open_state
+from .termtext import echo, echo_rendered
 
 
 @cli.command()
@@ -35,7 +36,7 @@ def pick(run_id: str, which: str, state_dir: str | None, as_json: bool) -> None:
             {"run_id": it.run_id, "picked": {"id": it.id, "ordinal": it.ordinal}, "exit_code": 0}
         )
     else:
-        click.echo(f"picked #{it.ordinal} ({it.id}) of run {it.run_id}")
+        echo(f"picked #{it.ordinal} ({it.id}) of run {it.run_id}")
 
 
 @cli.command()
@@ -55,11 +56,7 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
-            click.echo(
-                render_run(state, run["id"], with_preview=True, stream=sys.stdout),
-                nl=False,
-                color=True,
-            )
+            echo_rendered(render_run(state, run["id"], with_preview=True, stream=sys.stdout))
     finally:
         state.close()
 
@@ -123,9 +120,9 @@ def iterate(
         plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
         info = explain_child(parent, plan)
         if not as_json:
-            click.echo(f"iterating on #{it.ordinal} of run {parent['id']}")
+            echo(f"iterating on #{it.ordinal} of run {parent['id']}")
             for line in explain_lines(info):
-                click.echo(printable(line))
+                echo(printable(line))
         reporter = _reporter(as_json, len(plan.order), None, quiet)
         doc = run_child(state, plan, child_options(parent, it), reporter, as_json=as_json)
     finally:
@@ -173,4 +170,4 @@ def export(
         emit_json(doc)
     else:
         for f in doc["files"]:
-            click.echo(f"wrote {shown_path(Path(f))}")
+            echo(f"wrote {shown_path(Path(f))}")

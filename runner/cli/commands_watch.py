@@ -19,7 +19,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
-from .termtext import safe_block
+from .termtext import echo, safe_block
 
 
 @cli.command()
@@ -84,11 +84,11 @@ def watch(
         if as_json:
             emit_json(cycle.to_json())
         else:
-            click.echo(safe_block(cycle.line()))  # names and reasons are data
+            echo(safe_block(cycle.line()))  # names and reasons are data
 
     watcher = Watcher(file, options, on_cycle=on_cycle, on_start=on_start, reporter=reporter)
     if not as_json:
-        click.echo(f"watching {file} (Ctrl-C to stop)", err=True)
+        echo(f"watching {file} (Ctrl-C to stop)", err=True)
     try:
         from ..engine.apply import run_async
 

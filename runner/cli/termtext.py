@@ -1,36 +1,38 @@
-"""Text for a terminal: data printed by runner (item ids, params, step ids, model text, a
-command's stderr, error messages quoting them) is made inert, so an OSC title change, a cursor
-move, a screen clear or a fake line cannot ride in on a value. Kept import-light: every
-command's output goes through it.
+"""Printing for the CLI: every command prints through ``echo`` (a line: data in it is inert,
+a newline in it shown as ``\\n``) or ``echo_block`` (a document runner laid out: its lines stay,
+control characters its data carried become visible). ``--json`` goes through ``app.emit_json``
+(``safe_json``). tests/security/test_terminal_escapes.py checks that no command prints any
+other way.
 """
 
 from __future__ import annotations
 
-import re
+import click
 
-# C0 controls (but tab), DEL, C1 controls (ESC's 8-bit forms), and the Unicode line and
-# paragraph separators and bidi overrides, which can make a line read as something else.
-_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_KEEP_NL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\x1b": "\\e"}
+from ..termtext import safe, safe_block, safe_json
+
+__all__ = ["echo", "echo_block", "echo_json", "echo_rendered", "safe", "safe_block", "safe_json"]
 
 
-def _visible(m: re.Match[str]) -> str:
-    c = m.group(0)
-    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+def echo(line: object = "", *, err: bool = False) -> None:
+    """One line runner composed with data in it, printed inert."""
+    click.echo(safe(line), err=err)
 
 
-def safe(value: object, *, lines: bool = False) -> str:
-    """``value`` as text a terminal shows as it is: control characters become visible escapes
-    (``\\e``, ``\\n``, ``\\x07``). With ``lines`` newlines stay, and each line after the
-    first is indented so it cannot pass for a line of runner's own."""
-    text = str(value)
-    if not lines:
-        return _UNSAFE.sub(_visible, text)
-    return _UNSAFE_KEEP_NL.sub(_visible, text).replace("\n", "\n  ")
+def echo_block(text: str, *, err: bool = False) -> None:
+    """Lines runner laid out (a table, a summary, a rendered template), printed inert; a final
+    newline is added only when missing."""
+    click.echo(safe_block(text), err=err, nl=not text.endswith("\n") and bool(text))
 
 
-def safe_block(text: str) -> str:
-    """A multi-line document runner composed (a run's summary, a graph): its layout stays,
-    control characters its data carried become visible."""
-    return _UNSAFE_KEEP_NL.sub(_visible, text)
+def echo_json(doc: object) -> None:
+    """One JSON line (a streamed event): exact data, nothing a terminal acts on."""
+    from .app import json_line
+
+    click.echo(json_line(doc))
+
+
+def echo_rendered(text: str) -> None:
+    """A view whose composer made every piece of data in it inert and which carries runner's
+    own colour codes (the image preview of `runner show`): printed as it is."""
+    click.echo(text, nl=False, color=True)

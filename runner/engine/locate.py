@@ -80,7 +80,9 @@ def _adopt_legacy(old: Path, new: Path, root: Path) -> None:
     """Move an earlier version's state (``old``, beside a pipeline) to the project's ``new``."""
     if not (old / "journal.db").is_file():
         return
-    shown_old, shown_new = _shown(old, root), _shown(new, root)
+    from ..termtext import safe  # directory names are data
+
+    shown_old, shown_new = safe(_shown(old, root)), safe(_shown(new, root))
     if (new / "journal.db").exists():
         print(
             f"runner: ignoring the old state {shown_old} (this project's state is {shown_new};"
@@ -94,7 +96,8 @@ def _adopt_legacy(old: Path, new: Path, root: Path) -> None:
         old.rename(new)
     except OSError as exc:
         print(
-            f"runner: cannot move the old state {shown_old} to {shown_new}: {exc}", file=sys.stderr
+            f"runner: cannot move the old state {shown_old} to {shown_new}: {safe(exc)}",
+            file=sys.stderr,
         )
         return
     print(

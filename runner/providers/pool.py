@@ -120,6 +120,14 @@ def parse_backends(
 def _url(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise PoolConfigError(f"{what} must be an http:// or https:// URL, got {value!r}")
+    import httpx  # a URL httpx cannot send to is a setting error here, not a crash at the call
+
+    try:
+        host = httpx.URL(value).host
+    except httpx.InvalidURL as exc:
+        raise PoolConfigError(f"{what} is not a URL requests go to ({exc}): {value!r}") from None
+    if not host:
+        raise PoolConfigError(f"{what} names no host: {value!r}")
     return value.rstrip("/")
 
 

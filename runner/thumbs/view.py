@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from ..engine.gates import decisions
 from ..runview import run_view
+from ..termtext import safe, safe_block
 from .records import Iteration, iterations_of
 
 STAR, TICK, CROSS = "★", "✓", "✗"
@@ -141,7 +142,7 @@ def preview(
     if supports_color(out):
         text = render_preview(tiles, out)
     else:  # the numbered table, each file named once: within the Files folder
-        named = [replace(t, source=_named(t.source, folder)) for t in tiles]  # type: ignore[arg-type]
+        named = [replace(t, source=Path(safe(_named(t.source, folder)))) for t in tiles]  # type: ignore[arg-type]
         text = render_table(named)
     sheet = None
     if sheet_dir is not None:
@@ -170,21 +171,22 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
         lines.extend(table_lines(state, its))
         lines.extend(view.call_lines())
     else:
-        return (
+        return safe_block(
             view.render_text()
             + "\n".join(decision_lines(state, view.run["id"]))
             + ("\n" if decisions(state.journal, view.run["id"]) else "")
         )
-    out = "\n".join(lines) + "\n"
+    out = safe_block("\n".join(lines) + "\n")  # ids, items, errors and file names are data
     if with_preview:
         sheet_dir = state.dir / "runs" / view.run["id"]
         text, sheet = preview(state, its, stream, sheet_dir)
-        if text:
+        if text:  # runner's own colour codes; its file names were made inert in the tiles
             out += "\n" + text + ("" if text.endswith("\n") else "\n")
         if sheet:
             named = sheet.name if folder is not None and sheet.parent == folder else None
-            out += f"Contact sheet: {named or shown_path(sheet)}\n"
+            out += f"Contact sheet: {safe(named or shown_path(sheet))}\n"
     if any(it.status == "completed" for it in its):
         first = next(it for it in its if it.status == "completed")
-        out += f"\nPick one with: runner pick {view.run['id']} <ordinal>   (e.g. {first.ordinal})\n"
+        run_id = safe(view.run["id"])
+        out += f"\nPick one with: runner pick {run_id} <ordinal>   (e.g. {first.ordinal})\n"
     return out
