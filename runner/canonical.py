@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -191,7 +192,19 @@ def canonical_json(value: JSONValue) -> str:
 
 
 def canonical_bytes(value: JSONValue) -> bytes:
-    return canonical_json(value).encode("utf-8")
+    return utf8(canonical_json(value))
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (a file name or argument that was not UTF-8, a
+    ``\\ud800`` escape) raises CanonicalError: such a value has no canonical form."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise CanonicalError(
+            f"a string holds {bad}, which is not text (a name or value that was not UTF-8?)"
+        ) from None
 
 
 def sha256_hex(data: bytes) -> str:
@@ -210,4 +223,54 @@ def short_hash(value: JSONValue, length: int = 16) -> str:
 def prepared_short_hash(doc: JSONValue, length: int = 16) -> str:
     """short_hash of a value returned by ``prepare`` (already checked and plain JSON after its
     round trip, so it is not walked again: card hashing does this twice per card)."""
-    return sha256_hex(_ENCODER.encode(doc).encode("utf-8"))[:length]
+    return sha256_hex(utf8(_ENCODER.encode(doc)))[:length]
+
+
+def _no_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number (JSON has no NaN or Infinity)")
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if value in _INF:
+        raise ValueError(f"the number {token[:40]} is out of range (it would be infinity)")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """JSON as RFC 8259 has it (what a provider's reply or a remote record may hold): NaN,
+    Infinity, -Infinity and numbers overflowing to infinity are refused, as is nesting deep
+    enough to exhaust the stack and a lone UTF-16 surrogate escape (``"\\ud800"``: no text,
+    and no journal, can hold it; a pair is one character and fine). Raises ValueError
+    (json.JSONDecodeError for bad syntax)."""
+    text = data if isinstance(data, str) else data.decode(json.detect_encoding(data))
+    try:
+        value = _STRICT.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _SURROGATE_ESCAPE.search(text) and _lone_surrogate(value):
+        raise ValueError("a string holds a lone UTF-16 surrogate escape, which is not text")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False

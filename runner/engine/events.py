@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from ..termtext import safe_json
+
 
 class EventType(enum.Enum):
     RUN_STARTED = "RunStarted"
@@ -88,7 +90,9 @@ class JsonLinesReporter:
         self.close_stream = close_stream
 
     def event(self, event: Event) -> None:
-        self.stream.write(json.dumps(event.to_json(), ensure_ascii=False, default=str) + "\n")
+        # strict JSON, nothing a terminal tailing the file would act on (same data)
+        line = json.dumps(event.to_json(), ensure_ascii=False, default=str, allow_nan=False)
+        self.stream.write(safe_json(line) + "\n")
         self.stream.flush()
 
     def close(self) -> None:

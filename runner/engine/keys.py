@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..canonical import canonical_json, sha256_hex
+from ..canonical import canonical_json, sha256_hex, utf8
 
 
 @dataclass(frozen=True)
@@ -52,18 +52,18 @@ class KeyParts:
         """
         parts = self._canonical_parts()
         text = "{" + ",".join(f'"{name}":{parts[name]}' for name in sorted(parts)) + "}"
-        return sha256_hex(text.encode("utf-8"))
+        return sha256_hex(utf8(text))
 
     def summary(self) -> dict[str, Any]:
         """Per-part digests, journaled so `explain` can say which part changed."""
         parts = self._canonical_parts()
         return {
             "type": f"{self.step_type}@{self.type_version}",
-            "args": sha256_hex(parts["args"].encode("utf-8")),
+            "args": sha256_hex(utf8(parts["args"])),
             "files": dict(self.files),
-            "extra": sha256_hex(parts["extra"].encode("utf-8")),
+            "extra": sha256_hex(utf8(parts["extra"])),
             "version": self.version,
-            **({"item": sha256_hex(parts["item"].encode("utf-8"))} if self.has_item else {}),
+            **({"item": sha256_hex(utf8(parts["item"]))} if self.has_item else {}),
         }
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InvalidPipeline, Location
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = None) -> Path:
@@ -23,6 +26,15 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
         raise InvalidPipeline("empty path", where=where)
     if "\x00" in text:
         raise InvalidPipeline(f"path {text!r} contains a NUL byte", where=where)
+    bad = _NOT_UTF8.search(text)
+    if bad is not None:  # a name whose bytes are not UTF-8 (Python hands it over as U+DCxx)
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise InvalidPipeline(
+            f"path '{shown}' is not UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x}); runner "
+            "records paths as text",
+            where=where,
+            hint="rename the file (e.g. convmv -f latin1 -t utf8)",
+        )
     if os.path.isabs(text):
         raise InvalidPipeline(
             f"path '{text}' is absolute; pipeline paths are relative to {root}", where=where

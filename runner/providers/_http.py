@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ..canonical import loads_strict
 from ..errors import ProviderError
 from .base import OPERATIONAL_SETTINGS, Capabilities, Provider, ProviderConfigError
 from .limits import current_route
@@ -96,8 +97,8 @@ def _text(value: Any) -> str:
 def error_body(resp: httpx.Response) -> Any:
     """The error reply's JSON value, or None when it is not JSON."""
     try:
-        return resp.json()
-    except (ValueError, UnicodeDecodeError):
+        return loads_strict(resp.content)
+    except ValueError:
         return None
 
 
@@ -354,9 +355,9 @@ class HttpProvider(Provider):
                 transient=False,
                 status=resp.status_code,
             )
-        try:
-            body = resp.json()
-        except (ValueError, UnicodeDecodeError) as exc:
+        try:  # strictly: a NaN or Infinity would reach the journal and every --json reader
+            body = loads_strict(resp.content)
+        except ValueError as exc:
             raise self.error(
                 f"{what}: malformed JSON reply ({exc}): {self.redactor.clip(resp.text, 200)!r}",
                 transient=False,

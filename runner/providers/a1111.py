@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 from typing import Any, ClassVar
 
 import httpx
 
+from ..canonical import loads_strict
 from ..errors import Location, ProviderError
 from ._http import HttpProvider, b64decode, b64encode
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
@@ -196,7 +196,7 @@ class A1111Provider(HttpProvider):
         """Whether /sdapi/v1/progress shows a job (ours, or one queued before it)."""
         try:
             resp = await client.get("/sdapi/v1/progress", params={"skip_current_image": "true"})
-            state = resp.json().get("state") if resp.status_code == 200 else None
+            state = loads_strict(resp.content).get("state") if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return False
         return isinstance(state, dict) and bool(state.get("job_count"))
@@ -221,7 +221,7 @@ class A1111Provider(HttpProvider):
             return raw
         if isinstance(raw, str):
             try:
-                value = json.loads(raw)
+                value = loads_strict(raw)
             except ValueError:
                 return {}
             return value if isinstance(value, dict) else {}
@@ -231,7 +231,7 @@ class A1111Provider(HttpProvider):
 def _a1111_cause(resp: httpx.Response) -> str | None:
     """The cause in A1111's error shape {error, detail, body, errors}: detail, else errors."""
     try:
-        body = resp.json()
+        body = loads_strict(resp.content)
     except ValueError:
         return None
     if not isinstance(body, dict) or not {"error", "detail", "errors"} <= set(body):

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ..canonical import loads_strict
 from ..errors import Location, ProviderError
 from ._http import HttpProvider, backend_message, backend_of
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
@@ -466,7 +467,7 @@ def _number(item: list[Any]) -> float:
 def _prompt_refusal(resp: httpx.Response) -> str:
     """ComfyUI's refusal of a prompt, in its words: error.message, details, each node error."""
     try:
-        body = resp.json()
+        body = loads_strict(resp.content)
     except ValueError:
         return backend_message(resp)
     if not isinstance(body, dict):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..canonical import loads_strict
 from .base import Provider, ProviderConfigError
 from .config import Providers
 from .registry import list_providers
@@ -51,7 +52,7 @@ async def _probe(provider: Any, url: str) -> dict[str, Any]:
     }
     if resp.status_code < 400:
         try:
-            load = provider.load_of(resp.json())
+            load = provider.load_of(loads_strict(resp.content))
         except ValueError:
             load = None
         if load is not None:

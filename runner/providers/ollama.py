@@ -13,11 +13,11 @@ refuses them ("image generation models are not currently supported"), which reac
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import httpx
 
+from ..canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode, usage_ints
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
 
@@ -114,9 +114,11 @@ class OllamaProvider(HttpProvider):
             if not line.strip():
                 continue
             try:
-                chunk = json.loads(line)
-            except ValueError:
-                raise self.bad_reply(f"POST {url}", f"stream line {number} is not JSON") from None
+                chunk = loads_strict(line)
+            except ValueError as exc:
+                raise self.bad_reply(
+                    f"POST {url}", f"stream line {number} is not JSON ({exc})"
+                ) from None
             if not isinstance(chunk, dict):
                 raise self.bad_reply(f"POST {url}", f"stream line {number} is not an object")
             if chunk.get("error"):  # the model failed after the reply began (status still 200)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..canonical import CanonicalError
 from ..errors import DiskFull, NotFound, StoreError
 
 Migration = Callable[[Any], None]
@@ -268,12 +269,21 @@ def now() -> float:
     return time.time()
 
 
-# One encoder for every record: json.dumps with options builds a new encoder per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+# One encoder for every record: json.dumps with options builds a new encoder per call. Strict
+# JSON only: a NaN written here would reach `runs show --json` and every reader as invalid JSON.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
 
 
 def dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+    """A record's JSON text. Raises CanonicalError (a ValueError) for a number JSON has not;
+    every value runner records was checked before (expressions, data files, provider replies),
+    so this is the last guard, not the place that explains."""
+    try:
+        return _ENCODER.encode(value)
+    except ValueError as exc:
+        raise CanonicalError(f"a value cannot be recorded as JSON: {exc}") from None
 
 
 # Columns holding JSON documents (verify checks them with SQLite's json_valid).

@@ -24,14 +24,13 @@ botocore read them):
 from __future__ import annotations
 
 import enum
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..canonical import canonical_json
+from ..canonical import canonical_json, loads_strict
 from ..errors import Location, StoreError
 from .backends import FsspecObjectStore, ObjectBackend, check_digest, filesystem
 
@@ -143,7 +142,7 @@ class RemoteRecord:
     def from_bytes(cls, data: bytes, key: str) -> RemoteRecord:
         """Parse and check a record read from the remote. Raises StoreError on any doubt."""
         try:
-            doc = json.loads(data.decode("utf-8"))
+            doc = loads_strict(data)
         except (UnicodeDecodeError, ValueError) as exc:
             raise StoreError(f"record {key[:12]} is not JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:

@@ -65,6 +65,25 @@ FAULTS = [
         "HTTP 502: 502 Bad Gateway",
     ),
     Fault("malformed-json", Reply(body=b'{"data": ['), Failure.PERMANENT, "malformed JSON reply"),
+    # Numbers JSON has not (Python's json reads them; the journal and every --json reader
+    # would then carry them), nesting that exhausts the stack, and a lone surrogate escape
+    # (no text and no journal can hold it): the reply is refused, permanently, saying why.
+    *(
+        Fault(
+            f"not-json-{name}",
+            Reply(body=body),
+            Failure.PERMANENT,
+            f"malformed JSON reply ({says}",
+        )
+        for name, body, says in [
+            ("nan", b'{"created": 1, "data": [{"score": NaN}]}', "NaN is not a JSON number"),
+            ("infinity", b'{"score": Infinity}', "Infinity is not a JSON number"),
+            ("-infinity", b'{"score": -Infinity}', "-Infinity is not a JSON number"),
+            ("overflow", b'{"score": 1e400}', "the number 1e400 is out of range"),
+            ("deep", b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
+            ("lone-surrogate", b'{"text": "a\\ud800b"}', "a string holds a lone UTF-16"),
+        ]
+    ),
     Fault(
         "content-type",
         Reply(body=b"<html>oops</html>", content_type="text/html"),
