@@ -92,7 +92,7 @@ def iterate(
     """
     from ..errors import InvalidPipeline
     from ..gateview import printable
-    from ..pipeline.source import load_data
+    from ..pipeline.loader import read_override
     from ..thumbs.iterate import (
         child_options,
         explain_child,
@@ -108,12 +108,10 @@ def iterate(
         if "=" not in pair:
             raise UsageError(f"--var expects K=V, got '{pair}'")
         k, v = pair.split("=", 1)
-        try:  # read as -p values are (YAML 1.2, JSON values only)
-            var_map[k] = load_data(v, f"--var {k}") if v else ""
+        try:  # read as -p values are (YAML 1.2, JSON values only, quotes mean YAML)
+            var_map[k] = read_override(k, v, "any")
         except InvalidPipeline as exc:
-            if not exc.message.startswith("invalid YAML"):
-                raise UsageError(f"--var {k}: {exc.message}") from None
-            var_map[k] = v  # text that does not parse is the text itself, as for -p
+            raise UsageError(f"--var {k}: {exc.message}") from None
     state = _open_state(state_dir, readonly=True)
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)

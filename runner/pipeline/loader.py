@@ -409,7 +409,7 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
             )
         decl = decls[key]
         try:
-            value = _parse_override(key, raw, decl["type"])
+            value = read_override(key, raw, decl["type"])
         except InvalidPipeline as exc:
             raise UsageError(
                 f"param '{key}': {exc.message} (from -p {key}={_clip(raw)})",
@@ -437,20 +437,33 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
     return values
 
 
-def _parse_override(key: str, raw: str, kind: str) -> Any:
+def read_override(key: str, raw: str, kind: str) -> Any:
     """A `-p` value read as YAML (as the pipeline is): `-p n=010` is ten, `-p country=NO` the
     text NO. Text that does not parse is the text itself. Raises InvalidPipeline for bytes that
     are not UTF-8 and, unless the param is a string (then it is the text as typed), for a value
     JSON cannot carry."""
-    bad = _SURROGATE.search(raw)
-    if bad is not None:  # how Python hands over command-line bytes that are not UTF-8
-        byte = ord(bad.group()) - 0xDC00
-        raise InvalidPipeline(f"not UTF-8 text (byte 0x{byte:02x} at offset {bad.start()})")
+    bad = _LONE.search(raw)
+    if bad is not None:  # U+DC80-DCFF: how Python hands over command-line bytes not UTF-8
+        code = ord(bad.group())
+        if 0xDC80 <= code <= 0xDCFF:
+            raise InvalidPipeline(
+                f"not UTF-8 text (byte 0x{code - 0xDC00:02x} at offset {bad.start()})"
+            )
+        raise InvalidPipeline(f"not text (a lone surrogate U+{code:04X} at offset {bad.start()})")
     if raw == "":
         return ""
+    quoted = _fully_quoted(raw)
+    single = _SINGLE.fullmatch(raw) if quoted == "'" else None
+    if single is not None:
+        return single.group(1).replace("''", "'")
     try:
-        value = load_data(raw, f"-p {key}")
+        value = load_data(_yaml_escaped(raw) if quoted == '"' else raw, f"-p {key}")
     except InvalidPipeline as exc:
+        if quoted:  # quotes say "read me as YAML": never a text that keeps them by accident
+            raise InvalidPipeline(
+                f"the quoted value is not valid YAML ({exc.message.removeprefix('invalid YAML: ')})"
+                "; drop the quotes to pass the text as typed"
+            ) from None
         if kind == "string" or exc.message.startswith("invalid YAML"):
             return raw
         raise
@@ -461,7 +474,45 @@ def _parse_override(key: str, raw: str, kind: str) -> Any:
     return value
 
 
-_SURROGATE = re.compile("[\udc80-\udcff]")
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def _fully_quoted(raw: str) -> str | None:
+    """The quote character when ``raw`` is one quoted YAML scalar (ends as it starts), else
+    None: ``"Hello" world`` is text, ``"Hello world"`` a YAML string."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[0]
+    return None
+
+
+# Characters YAML refuses raw (not c-printable) or reads as something else (line breaks fold
+# to a space, a tab at a fold is dropped, a BOM), which a double-quoted scalar carries as an
+# escape: a value typed with them between double quotes arrives byte for byte.
+_NOT_PRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+# One single-quoted YAML scalar: no escapes, '' is a quote. Read directly (byte for byte: YAML
+# would fold its line breaks and refuse control characters it cannot escape).
+_SINGLE = re.compile(r"\s*'((?:[^']|'')*)'\s*", re.DOTALL)
+# A UTF-16 surrogate pair written as two \u escapes (what json.dumps writes for an emoji): JSON
+# reads it as one character; libyaml refuses it, so it becomes YAML's \U escape. An escape
+# preceded by an odd number of backslashes is not one (the backslash itself was escaped).
+_PAIR = re.compile(
+    r"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def _yaml_escaped(raw: str) -> str:
+    def pair(m: re.Match[str]) -> str:
+        high, low = int(m.group(2), 16), int(m.group(3), 16)
+        return f"{m.group(1)}\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
+
+    text = _PAIR.sub(pair, raw)
+    return _NOT_PRINTABLE.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
 
 
 def _clip(text: str, n: int = 60) -> str:
