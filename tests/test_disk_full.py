@@ -8,11 +8,13 @@ bigger disk the next apply resumes: recorded elements are not run again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +122,113 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
         check=False,
     )
     assert json.loads(verify.stdout)["ok"] is True, verify.stdout[-2000:]
+
+
+LLM = """\
+runner: 1
+name: ask
+steps:
+  ask:
+    uses: llm
+    retries: 0
+    with: {prompt: "say hi"}
+    check: ["${{ steps.ask.output.text | length > 0 }}"]
+"""
+
+
+def _fill(directory: Path) -> None:
+    """Write zeros into ``directory`` until its disk refuses (ENOSPC)."""
+    chunk = b"\0" * 65536
+    with open(directory / "filler", "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(chunk)
+            except OSError:
+                break
+        with contextlib.suppress(OSError):
+            for _ in range(64):  # the last page's tail
+                f.write(b"\0" * 1024)
+
+
+def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The disk fills while a provider call is out: the ledger's record of its failure (a
+    write outside any batch) meets the full disk. The apply stops there with one clear message,
+    its run marked interrupted (it was left `running` until the next apply), and the call's
+    record written whole on the space the journal kept aside."""
+    import re
+
+    from .providers.openai_server import OpenAIServer
+    from .providers.servers import Recorded, Reply
+
+    (small_disk / "pipeline.yaml").write_text(LLM, encoding="utf-8")
+
+    def refuse_after_filling(rec: Recorded) -> Reply:
+        # once the ledger holds the request as sent (its last write before the reply), the
+        # disk fills: the next write, the ledger's record of the failure, meets a full disk
+        seen = sqlite3.connect(small_disk / ".runner" / "journal.db")
+        try:
+            for _ in range(3000):
+                row = seen.execute("SELECT attempts FROM calls").fetchone()
+                if row and row[0]:
+                    break
+                time.sleep(0.01)
+        finally:
+            seen.close()
+        _fill(small_disk)
+        return Reply(400, {"error": {"message": "Invalid prompt", "type": "invalid_request_error"}})
+
+    # A first apply creates the journal; a reader then holds a snapshot open, so SQLite cannot
+    # restart its write-ahead log over frames already written: every later write needs new
+    # space on the disk, and the first one after the disk fills is the ledger's.
+    (small_disk / "first.yaml").write_text(
+        "runner: 1\nname: first\nsteps:\n  a: {uses: shell, with: {run: 'true'}}\n"
+    )
+    subprocess.run([*runner_bin(), "apply", "first.yaml", "-q"], cwd=small_disk, check=True)
+    reader = sqlite3.connect(small_disk / ".runner" / "journal.db")
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchone()
+    with OpenAIServer() as server:
+        server.routes.insert(
+            0, ("POST", re.compile("/v1/chat/completions$"), refuse_after_filling)
+        )
+        (small_disk / "runner.toml").write_text(
+            "[general]\ndefault_provider = \"openai\"\n[providers.openai]\n"
+            f'base_url = "{server.url}/v1"\nmodel = "m"\napi_key_env = "LLM_CRED_VAR"\n'
+        )
+        res = subprocess.run(
+            [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
+            cwd=small_disk, capture_output=True, text=True, check=False, timeout=600,
+            env={**os.environ, "LLM_CRED_VAR": "sk-test"},
+        )
+    reader.close()
+    assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr and "bug" not in res.stderr, res.stderr[-3000:]
+    assert "is full" in res.stderr and "marked interrupted" in res.stderr, res.stderr[-2000:]
+    conn = sqlite3.connect(small_disk / ".runner" / "journal.db")
+    try:
+        runs = conn.execute("SELECT status, reason FROM runs WHERE pipeline='ask'").fetchall()
+        calls = conn.execute("SELECT status, error FROM calls").fetchall()
+        running = conn.execute("SELECT count(*) FROM executions WHERE status='running'")
+        still_running = running.fetchone()[0]
+    finally:
+        conn.close()
+    assert runs == [("failed", "interrupted: the disk is full")], runs
+    assert still_running == 0
+    [(status, error)] = calls
+    assert status == "failed" and "Invalid prompt" in error, res.stderr  # the ledger write landed
+    (small_disk / "filler").unlink()
+    bigger = tmp_path / "bigger"
+    shutil.copytree(small_disk, bigger, symlinks=True)
+    with OpenAIServer() as server:
+        (bigger / "runner.toml").write_text(
+            "[general]\ndefault_provider = \"openai\"\n[providers.openai]\n"
+            f'base_url = "{server.url}/v1"\nmodel = "m"\napi_key_env = "LLM_CRED_VAR"\n'
+        )
+        again = subprocess.run(
+            [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
+            cwd=bigger, capture_output=True, text=True, check=False, timeout=600,
+            env={**os.environ, "LLM_CRED_VAR": "sk-test"},
+        )
+    assert again.returncode == 0, again.stderr[-2000:]

@@ -13,6 +13,7 @@ user says so: ``retry_uncertain = true`` in the provider's runner.toml section, 
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import CallStatus, ProviderError
+from ..errors import CallStatus, DiskFull, ProviderError
 from .base import Provider
 from .limits import gated_call, waiting
 from .redact import Redactor
@@ -37,6 +38,9 @@ class Event:
     name: str
     data: Mapping[str, Any]
     t: float = field(default_factory=time.time)
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class CallLog:
@@ -64,12 +68,18 @@ class CallLog:
     def _append(self, path: Path, events: tuple[Event, ...]) -> None:
         text = "".join(f"{self.line(event)}\n" for event in events)
         try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(text)
-        except FileNotFoundError:  # the run's first call: the directory is made once, here
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(text)
+            try:
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write(text)
+            except FileNotFoundError:  # the run's first call: the directory is made once, here
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write(text)
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            # not this call's failure: the run stops as for a full journal (see Journal)
+            raise DiskFull(f"cannot write the call log {path.name[:16]}: {exc}") from exc
 
     def write_out(self, *events: Event) -> None:
         """Append events to ``<key>.out``."""

@@ -371,10 +371,10 @@ class ImageStep(StepType):
                 )
             stored = await calls.keep(result.image)
         except ProviderError as exc:
+            if ctx.ledger is not None:  # the ledger first: what was paid matters more than a log
+                ctx.ledger.fail(key, exc.message, failed_status(exc))
             log.write_out(asked)
             log.err("failed", error_summary(exc))
-            if ctx.ledger is not None:
-                ctx.ledger.fail(key, exc.message, failed_status(exc))
             reason = failure_reason(provider, exc)
             ctx.log(f"image #{k} failed: {reason}")
             return {**entry, "error": reason, "transient": exc.transient}

@@ -282,10 +282,10 @@ class LlmStep(StepType):
                 retry_uncertain=ctx.env.retry_uncertain,
             )
         except ProviderError as exc:
+            if ctx.ledger is not None:  # the ledger first: what was paid matters more than a log
+                ctx.ledger.fail(key, exc.message, failed_status(exc))
             log.write_out(asked)
             log.err("failed", error_summary(exc))
-            if ctx.ledger is not None:
-                ctx.ledger.fail(key, exc.message, failed_status(exc))
             reason = failure_reason(provider, exc)
             raise StepFailure(reason, retryable=exc.transient) from None
         # A reply that echoes a key (a prompt-injected model, a proxy) is masked before it is

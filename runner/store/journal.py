@@ -474,7 +474,7 @@ class Journal:
 
     def transaction(self) -> _Tx:
         self.commit()  # a pending batch first: BEGIN cannot nest
-        return _Tx(self.conn, self.before_commit)
+        return _Tx(self)
 
     # -- batched commits -------------------------------------------------------------------------
 
@@ -760,9 +760,29 @@ class Journal:
             (run_id,),
         )
 
+    def _ledger(self, sql: str, args: tuple[Any, ...]) -> None:
+        """One ledger statement, committed on its own, never with a pending batch (committed
+        first). A full disk is met here at once, as in a batch: the reserve is freed, this
+        statement written again with this process's runs marked interrupted, in one
+        transaction, and DiskFull is raised (before, the raw SQLite error left the run
+        `running` until the next apply)."""
+        self.commit()
+        if self._full is not None:
+            raise self._full
+
+        def op() -> object:
+            return self.conn.execute(sql, args)
+
+        try:
+            op()
+        except sqlite3.OperationalError as exc:
+            if not _is_full(exc):
+                raise
+            self._ops = [op]
+            self.stop_for_full_disk(exc)
+
     def begin_call(self, key: str, run_id: str, step_id: str, meta: Mapping[str, Any]) -> None:
-        self.commit()  # the ledger commits on its own, never with a pending batch
-        self.conn.execute(
+        self._ledger(
             "INSERT INTO calls (key, run_id, step_id, status, meta, started_at, attempts) "
             "VALUES (?,?,?,'in_flight',?,?,0) ON CONFLICT(key) DO UPDATE SET "
             "status='in_flight', run_id=excluded.run_id, error=NULL, "
@@ -772,8 +792,7 @@ class Journal:
 
     def call_sent(self, key: str) -> None:
         """A request of call ``key`` reached the backend: one more attempt, first submission."""
-        self.commit()
-        self.conn.execute(
+        self._ledger(
             "UPDATE calls SET attempts=COALESCE(attempts, 0)+1, "
             "submitted_at=COALESCE(submitted_at, ?) WHERE key=?",
             (now(), key),
@@ -781,14 +800,13 @@ class Journal:
 
     def call_remote_id(self, key: str, remote_id: str) -> None:
         """The backend's id of call ``key`` (its job), journaled before the call waits on it."""
-        self.commit()
-        self.conn.execute("UPDATE calls SET remote_id=? WHERE key=?", (remote_id, key))
+        self._ledger("UPDATE calls SET remote_id=? WHERE key=?", (remote_id, key))
 
     def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
         self.commit()
         if self.before_commit is not None:
             self.before_commit()  # the result names an object: durable before it is recorded
-        self.conn.execute(
+        self._ledger(
             "UPDATE calls SET status='completed', result=?, error=NULL, finished_at=? WHERE key=?",
             (dumps(dict(result)), now(), key),
         )
@@ -800,7 +818,7 @@ class Journal:
         row = self._one("SELECT meta FROM calls WHERE key=?", (key,))
         meta = (loads(row["meta"]) if row else None) or {}
         meta["remote_job"] = dict(job) if job else None
-        self.conn.execute("UPDATE calls SET meta=? WHERE key=?", (dumps(meta), key))
+        self._ledger("UPDATE calls SET meta=? WHERE key=?", (dumps(meta), key))
 
     def call_job(self, key: str) -> dict[str, Any] | None:
         """The remote job recorded for ``key`` by ``note_call_job``, or None."""
@@ -811,8 +829,7 @@ class Journal:
 
     def fail_call(self, key: str, error: str, status: str = "failed") -> None:
         """Record call ``key`` as ``status`` (failed, or maybe_executed: the reply was lost)."""
-        self.commit()
-        self.conn.execute(
+        self._ledger(
             "UPDATE calls SET status=?, error=?, finished_at=? WHERE key=?",
             (status, error, now(), key),
         )
@@ -850,20 +867,32 @@ class Journal:
 
 
 class _Tx:
-    def __init__(
-        self, conn: sqlite3.Connection, before_commit: Callable[[], None] | None = None
-    ) -> None:
-        self.conn = conn
-        self.before_commit = before_commit
+    """``with journal.transaction() as conn``: all or nothing; a full disk met inside or at the
+    commit rolls it back whole and stops as a batch does (DiskFull, runs marked interrupted)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.conn = journal.conn
 
     def __enter__(self) -> sqlite3.Connection:
+        if self.journal._full is not None:
+            raise self.journal._full
         self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc_type:
             self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and _is_full(exc):
+                self.journal.stop_for_full_disk(exc)
             return
-        if self.before_commit is not None:
-            self.before_commit()
-        self.conn.execute("COMMIT")
+        try:
+            if self.journal.before_commit is not None:
+                self.journal.before_commit()
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as failed:
+            if not _is_full(failed):
+                raise
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self.journal.stop_for_full_disk(failed)
