@@ -111,8 +111,21 @@ class RunnerGroup(click.Group):
         except SystemExit:
             raise
         except Exception as exc:
+            from ..canonical import CanonicalError
             from .termtext import echo, echo_block
 
+            if isinstance(exc, CanonicalError):  # a value JSON cannot carry met a record: the
+                refused = UsageError(f"{exc}; nothing was recorded")  # input said it, not a bug
+                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+                if as_json:
+                    emit_json({"error": refused.to_json(), "exit_code": refused.exit_code})
+                echo(f"error: {refused}", err=True)
+                ctx.exit(refused.exit_code)
+            if isinstance(exc, OSError) and exc.filename and exc.strerror:
+                # a path the system refused (the state on /dev/null, a directory with no
+                # access): the environment's answer, not a bug in runner
+                echo(f"error: {exc.filename}: {exc.strerror}", err=True)
+                ctx.exit(1)
             damaged = _journal_damage(exc)
             if damaged is not None:  # a page or table SQLite cannot read, met mid-command
                 as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)

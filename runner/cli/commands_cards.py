@@ -95,6 +95,7 @@ def edit_output(
     import tempfile
 
     from .. import overrides
+    from ..canonical import loads_strict
     from ..errors import UsageError
     from .commands_core import _open_state
 
@@ -132,9 +133,9 @@ def edit_output(
             if textual:
                 new_output = {**output, "text": new_text}
             else:
-                try:
-                    new_output = json.loads(new_text)
-                except json.JSONDecodeError as exc:
+                try:  # strict JSON: a NaN would reach the journal (which refuses it)
+                    new_output = loads_strict(new_text)
+                except ValueError as exc:
                     raise UsageError(f"the edited output is not JSON: {exc}") from None
             ov = overrides.record(
                 state.journal,

@@ -40,7 +40,12 @@ def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = 
     else:
         reporters.append(PlainReporter())
     if events_file:
-        stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
+        try:
+            stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
+        except OSError as exc:
+            from ..errors import UsageError
+
+            raise UsageError(f"--events {safe(events_file)}: {exc.strerror}") from None
         reporters.append(JsonLinesReporter(stream, close_stream=True))
     return FanOut(*reporters)
 

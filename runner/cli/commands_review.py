@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..canonical import loads_strict
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
 from .commands_core import _open_state, _reporter, runs
@@ -18,8 +19,8 @@ from .termtext import echo, echo_block, echo_json
 def _parse_inputs(pairs: tuple[str, ...], input_file: str | None) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if input_file:
-        try:
-            loaded = json.loads(Path(input_file).read_text(encoding="utf-8"))
+        try:  # strict JSON: a NaN would reach the journal (which refuses it)
+            loaded = loads_strict(Path(input_file).read_bytes())
         except (OSError, ValueError) as exc:
             raise UsageError(f"--input-file {input_file}: {exc}") from None
         if not isinstance(loaded, dict):

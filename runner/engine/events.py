@@ -6,8 +6,10 @@ page are all reporters.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
@@ -88,16 +90,27 @@ class JsonLinesReporter:
     def __init__(self, stream: IO[str], *, close_stream: bool = False) -> None:
         self.stream = stream
         self.close_stream = close_stream
+        self.failed = False
 
     def event(self, event: Event) -> None:
+        if self.failed:
+            return
         # strict JSON, nothing a terminal tailing the file would act on (same data)
         line = json.dumps(event.to_json(), ensure_ascii=False, default=str, allow_nan=False)
-        self.stream.write(safe_json(line) + "\n")
-        self.stream.flush()
+        try:
+            self.stream.write(safe_json(line) + "\n")
+            self.stream.flush()
+        except OSError as exc:  # a full disk, /dev/full: the run goes on, its journal has them
+            self.failed = True
+            sys.stderr.write(
+                f"warning: --events: cannot write ({exc.strerror}); no more events are written "
+                "there (the journal keeps them: runner runs events RUN)\n"
+            )
 
     def close(self) -> None:
         if self.close_stream:
-            self.stream.close()
+            with contextlib.suppress(OSError):  # what a failed write left buffered (warned)
+                self.stream.close()
 
 
 class FanOut:

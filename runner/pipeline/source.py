@@ -454,7 +454,14 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
                 where=Location(name, 1, 1),
                 hint="keep large data in a file the pipeline reads (`uses: read`)",
             )
-        raw = path.read_bytes()
+        with path.open("rb") as f:  # capped: /dev/zero or a pipe has no size to check first
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InvalidPipeline(
+                f"{name} is over the limit of {MAX_FILE_BYTES / 1e6:g} MB",
+                where=Location(name, 1, 1),
+                hint="keep large data in a file the pipeline reads (`uses: read`)",
+            )
     except FileNotFoundError:
         raise InvalidPipeline(f"no such file: {name}") from None
     except OSError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..canonical import loads_strict
 from ..errors import NotFound, UsageError
 from . import adapters, service
 from .openapi import openapi_document
@@ -84,14 +84,11 @@ async def _body(request: Request) -> dict[str, Any]:
         raise UsageError("request body is too large")
     if not raw.strip():
         return {}
-    try:
-        value = json.loads(raw)
-        # A lone surrogate ("\ud800") parses but can be neither stored nor used as a path.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except (ValueError, UnicodeError):
-        raise UsageError("request body is not valid JSON (UTF-8, no lone surrogates)") from None
-    except RecursionError:
-        raise UsageError("request body is nested too deeply") from None
+    try:  # strict: no NaN/Infinity (the journal refuses them: a 500), no lone surrogate
+        # ("\ud800" parses but can be neither stored nor used as a path), bounded nesting
+        value = loads_strict(raw)
+    except ValueError as exc:
+        raise UsageError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError("request body must be a JSON object")
     return value

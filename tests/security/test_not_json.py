@@ -130,3 +130,33 @@ def test_the_journal_encoder_refuses_numbers_json_has_not(value: float) -> None:
     with pytest.raises(CanonicalError, match="cannot be recorded as JSON"):
         dumps({"output": {"score": value}})
     assert json.loads(dumps({"score": 0.5})) == {"score": 0.5}
+
+
+GATE = """\
+runner: 1
+name: gated
+steps:
+  draft: {uses: shell, with: {run: "printf draft"}}
+  review:
+    uses: human_gate
+    needs: [draft]
+    with: {summary: "ok?", revise: draft}
+"""
+
+
+@pytest.mark.parametrize("body", ['{"x": NaN}', '{"x": [1, -Infinity]}', '{"x": 1e400}'])
+def test_a_reviewer_input_file_json_cannot_carry_is_a_usage_error(
+    tmp_path: Path, body: str
+) -> None:
+    (tmp_path / "runner.toml").write_text("")
+    (tmp_path / "p.yaml").write_text(GATE)
+    first = _runner(tmp_path, "apply", "p.yaml", "--json")
+    assert first.returncode == 7, first.stderr
+    run_id = json.loads(first.stdout)["run"]["id"]
+    (tmp_path / "input.json").write_text(body)
+    done = _runner(tmp_path, "decide", run_id, "review", "revise", "--input-file", "input.json")
+    assert done.returncode == 2 and "bug" not in done.stderr, done.stderr  # was a traceback
+    assert "--input-file input.json:" in done.stderr
+    _strict_documents(tmp_path, run_id)
+    shown = json.loads(_runner(tmp_path, "runs", "decisions", run_id, "--json").stdout)
+    assert [d["status"] for d in shown["decisions"]] == ["pending"]  # nothing was recorded

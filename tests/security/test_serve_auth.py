@@ -259,6 +259,11 @@ MALFORMED_BODIES: list[tuple[tuple[str, ...], bytes]] = [
     (ALL, b"\xff\xfe{}"),  # not UTF-8
     (ALL, b"1e999999"),
     (ALL, b'"just a string"'),
+    # numbers JSON has not (Python's json reads them; the journal refuses them)
+    (("gates/review/decide",), b'{"decision": "revise", "input": {"x": NaN}, "resume": false}'),
+    (("gates/review/decide",), b'{"decision": "approve", "comment": -Infinity, "resume": false}'),
+    (("iterate",), b'{"n": 1, "vars": {"mood": 1e400}}'),
+    (ALL, b'{"which": Infinity, "to": NaN}'),
 ]
 
 
