@@ -122,6 +122,27 @@ def test_json_written_values_read_back_exactly(value: str) -> None:
     assert read_override("t", json.dumps(value, ensure_ascii=False), "string") == value
 
 
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_any_json_value_json_dumps_wrote_reads_back_exactly(value: object) -> None:
+    """`runner resume` hands a run's params back as json.dumps wrote them: an object or list
+    param holding an emoji, DEL or ESC must come back equal (its cache keys depend on it)."""
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        got = read_override("t", text, "any")
+        assert got == value and type(got) is type(value)
+
+
 # Any code point (lone surrogates too), weighted towards what the reader treats specially.
 _HOSTILE = st.one_of(
     st.characters(exclude_categories=()),
@@ -141,3 +162,44 @@ def test_any_typed_text_is_a_string_or_a_clear_error(raw: str) -> None:
         return
     assert isinstance(value, str)
     value.encode("utf-8")  # journal, JSON and terminal can carry it
+
+
+GATED = """\
+runner: 1
+name: gated
+params:
+  opts: {type: object, default: {}}
+steps:
+  say: {uses: template, with: {text: "{{ o.t }}", vars: {o: "${{ params.opts }}"}}}
+  review: {uses: human_gate, needs: [say], with: {summary: "ok?"}}
+  after: {uses: template, needs: [review], with: {text: "done"}}
+"""
+
+
+def test_resume_gets_back_the_params_a_run_was_given(tmp_path: Path) -> None:
+    """A run suspended at a gate resumes with exactly its params: an object holding an emoji,
+    DEL and ESC (resume read them as YAML, which refuses JSON's surrogate pairs: the run could
+    not go on)."""
+    (tmp_path / "runner.toml").write_text("")
+    (tmp_path / "p.yaml").write_text(GATED)
+    opts = {"t": "\U0001f3ac\x7f\x1b]0;x\x07 \u00e9"}
+    env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
+
+    def runner(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "runner", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+    first = runner("apply", "p.yaml", "--json", "-q", "-p", f"opts={json.dumps(opts)}")
+    assert first.returncode == 7, first.stderr.decode()
+    run_id = json.loads(first.stdout)["run"]["id"]
+    decided = runner("decide", run_id, "review", "approve", "--json", "-q")
+    assert decided.returncode == 0, decided.stderr.decode()
+    steps = {s["id"]: s["status"] for s in json.loads(decided.stdout)["steps"]}
+    assert steps == {"say": "cached", "review": "ran", "after": "ran"}, steps
+    assert _said(tmp_path, run_id) == opts["t"]

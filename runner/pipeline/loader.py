@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..canonical import loads_strict
 from ..errors import InvalidPipeline, Location, UsageError
 from ._fastschema import Check, Unsure, compile_schema, is_expression_string
 from .source import Sourced, load_data, parse_file
@@ -457,7 +458,15 @@ def read_override(key: str, raw: str, kind: str) -> Any:
     if single is not None:
         return single.group(1).replace("''", "'")
     try:
-        value = load_data(_yaml_escaped(raw) if quoted == '"' else raw, f"-p {key}")
+        # JSON is read by YAML 1.2 as the same value, except the surrogate-pair escapes JSON
+        # writes for characters past U+FFFF (libyaml refuses them): JSON text is read as JSON,
+        # so what json.dumps wrote (`runner resume` passes a run's params so) comes back exact.
+        value = loads_strict(raw)
+    except ValueError:
+        value = _NOT_JSON
+    try:
+        if value is _NOT_JSON:
+            value = load_data(_yaml_escaped(raw) if quoted == '"' else raw, f"-p {key}")
     except InvalidPipeline as exc:
         if quoted:  # quotes say "read me as YAML": never a text that keeps them by accident
             raise InvalidPipeline(
@@ -474,6 +483,7 @@ def read_override(key: str, raw: str, kind: str) -> Any:
     return value
 
 
+_NOT_JSON = object()
 _LONE = re.compile("[\ud800-\udfff]")
 
 
