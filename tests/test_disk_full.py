@@ -47,7 +47,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount.mkdir()
     res = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
@@ -60,16 +62,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def _apply(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
-        cwd=root, capture_output=True, text=True, check=False, timeout=600,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
     )
 
 
 def _completed(root: Path) -> set[int]:
     conn = sqlite3.connect(root / ".runner" / "journal.db")
     try:
-        rows = conn.execute(
-            "SELECT element FROM executions WHERE status='completed'"
-        ).fetchall()
+        rows = conn.execute("SELECT element FROM executions WHERE status='completed'").fetchall()
         return {r[0] for r in rows}
     finally:
         conn.close()
@@ -88,9 +92,9 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
     conn = sqlite3.connect(small_disk / ".runner" / "journal.db")
     try:
         runs = conn.execute("SELECT status, reason FROM runs").fetchall()
-        running = conn.execute(
-            "SELECT count(*) FROM executions WHERE status='running'"
-        ).fetchone()[0]
+        running = conn.execute("SELECT count(*) FROM executions WHERE status='running'").fetchone()[
+            0
+        ]
     finally:
         conn.close()
     assert [r[0] for r in runs] == ["failed"] and "disk is full" in runs[0][1], runs
@@ -118,7 +122,10 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
         conn.close()
     assert reused == len(recorded)  # what was recorded is not run again
     verify = subprocess.run(
-        [*runner_bin(), "verify", "--json"], cwd=bigger, capture_output=True, text=True,
+        [*runner_bin(), "verify", "--json"],
+        cwd=bigger,
+        capture_output=True,
+        text=True,
         check=False,
     )
     assert json.loads(verify.stdout)["ok"] is True, verify.stdout[-2000:]
@@ -150,13 +157,36 @@ def _fill(directory: Path) -> None:
                 f.write(b"\0" * 1024)
 
 
+def _config(root: Path, url: str) -> None:
+    (root / "runner.toml").write_text(
+        '[general]\ndefault_provider = "openai"\n[providers.openai]\n'
+        f'base_url = "{url}/v1"\nmodel = "m"\napi_key_env = "LLM_CRED_VAR"\n'
+    )
+
+
+def _apply_llm(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "LLM_CRED_VAR": "sk-test"},
+    )
+
+
+@pytest.mark.parametrize("reply", ["refused", "answered"])
 def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
-    small_disk: Path, tmp_path: Path
+    small_disk: Path, tmp_path: Path, reply: str
 ) -> None:
-    """The disk fills while a provider call is out: the ledger's record of its failure (a
-    write outside any batch) meets the full disk. The apply stops there with one clear message,
-    its run marked interrupted (it was left `running` until the next apply), and the call's
-    record written whole on the space the journal kept aside."""
+    """The disk fills while a provider call is out. Refused (HTTP 400): the ledger's record of
+    the failure, a write outside any batch, meets the full disk. Answered: the reply's object
+    cannot be written, then the ledger's record of the paid result meets the full disk. The
+    apply stops there with one clear message, its run marked interrupted (it was left
+    `running` until the next apply), and the call's record is written whole on the space the
+    journal kept aside: on a bigger disk the next apply finishes, an answered call reused from
+    the ledger (never sent, never paid for, again)."""
     import re
 
     from .providers.openai_server import OpenAIServer
@@ -164,9 +194,9 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
 
     (small_disk / "pipeline.yaml").write_text(LLM, encoding="utf-8")
 
-    def refuse_after_filling(rec: Recorded) -> Reply:
+    def fill_then_reply(rec: Recorded) -> Reply | None:
         # once the ledger holds the request as sent (its last write before the reply), the
-        # disk fills: the next write, the ledger's record of the failure, meets a full disk
+        # disk fills: the next write meets a full disk
         seen = sqlite3.connect(small_disk / ".runner" / "journal.db")
         try:
             for _ in range(3000):
@@ -177,11 +207,15 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
         finally:
             seen.close()
         _fill(small_disk)
-        return Reply(400, {"error": {"message": "Invalid prompt", "type": "invalid_request_error"}})
+        if reply == "refused":
+            return Reply(
+                400, {"error": {"message": "Invalid prompt", "type": "invalid_request_error"}}
+            )
+        return None  # the server's own answer
 
     # A first apply creates the journal; a reader then holds a snapshot open, so SQLite cannot
     # restart its write-ahead log over frames already written: every later write needs new
-    # space on the disk, and the first one after the disk fills is the ledger's.
+    # space on the disk.
     (small_disk / "first.yaml").write_text(
         "runner: 1\nname: first\nsteps:\n  a: {uses: shell, with: {run: 'true'}}\n"
     )
@@ -190,18 +224,13 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM runs").fetchone()
     with OpenAIServer() as server:
+        chat = next(h for m, p, h in server.routes if p.pattern.endswith("/chat/completions$"))
         server.routes.insert(
-            0, ("POST", re.compile("/v1/chat/completions$"), refuse_after_filling)
+            0,
+            ("POST", re.compile("/v1/chat/completions$"), lambda r: fill_then_reply(r) or chat(r)),
         )
-        (small_disk / "runner.toml").write_text(
-            "[general]\ndefault_provider = \"openai\"\n[providers.openai]\n"
-            f'base_url = "{server.url}/v1"\nmodel = "m"\napi_key_env = "LLM_CRED_VAR"\n'
-        )
-        res = subprocess.run(
-            [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
-            cwd=small_disk, capture_output=True, text=True, check=False, timeout=600,
-            env={**os.environ, "LLM_CRED_VAR": "sk-test"},
-        )
+        _config(small_disk, server.url)
+        res = _apply_llm(small_disk)
     reader.close()
     assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
     assert "Traceback" not in res.stderr and "bug" not in res.stderr, res.stderr[-3000:]
@@ -209,26 +238,35 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
     conn = sqlite3.connect(small_disk / ".runner" / "journal.db")
     try:
         runs = conn.execute("SELECT status, reason FROM runs WHERE pipeline='ask'").fetchall()
-        calls = conn.execute("SELECT status, error FROM calls").fetchall()
+        calls = conn.execute("SELECT status, error, result FROM calls").fetchall()
         running = conn.execute("SELECT count(*) FROM executions WHERE status='running'")
         still_running = running.fetchone()[0]
     finally:
         conn.close()
     assert runs == [("failed", "interrupted: the disk is full")], runs
     assert still_running == 0
-    [(status, error)] = calls
-    assert status == "failed" and "Invalid prompt" in error, res.stderr  # the ledger write landed
+    [(status, error, result)] = calls
+    if reply == "refused":  # the ledger write landed
+        assert status == "failed" and "Invalid prompt" in error, res.stderr
+    else:  # the paid answer is in the ledger though its object could not be written
+        assert status == "completed" and json.loads(result)["text"], res.stderr
     (small_disk / "filler").unlink()
     bigger = tmp_path / "bigger"
     shutil.copytree(small_disk, bigger, symlinks=True)
     with OpenAIServer() as server:
-        (bigger / "runner.toml").write_text(
-            "[general]\ndefault_provider = \"openai\"\n[providers.openai]\n"
-            f'base_url = "{server.url}/v1"\nmodel = "m"\napi_key_env = "LLM_CRED_VAR"\n'
-        )
-        again = subprocess.run(
-            [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
-            cwd=bigger, capture_output=True, text=True, check=False, timeout=600,
-            env={**os.environ, "LLM_CRED_VAR": "sk-test"},
-        )
+        _config(bigger, server.url)
+        again = _apply_llm(bigger)
+        sent_again = server.count("POST", "/v1/chat/completions")
     assert again.returncode == 0, again.stderr[-2000:]
+    assert sent_again == (1 if reply == "refused" else 0)
+    if reply == "answered":
+        doc = json.loads(again.stdout)
+        shown = subprocess.run(
+            [*runner_bin(), "runs", "show", doc["run"]["id"], "--json"],
+            cwd=bigger,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        [execution] = json.loads(shown.stdout)["executions"]
+        assert execution["output"]["text"] == json.loads(result)["text"]
