@@ -47,9 +47,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount.mkdir()
     res = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
+        capture_output=True, text=True, check=False,
     )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
@@ -62,18 +60,16 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def _apply(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*runner_bin(), "apply", "pipeline.yaml", "--json", "-q"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
+        cwd=root, capture_output=True, text=True, check=False, timeout=600,
     )
 
 
 def _completed(root: Path) -> set[int]:
     conn = sqlite3.connect(root / ".runner" / "journal.db")
     try:
-        rows = conn.execute("SELECT element FROM executions WHERE status='completed'").fetchall()
+        rows = conn.execute(
+            "SELECT element FROM executions WHERE status='completed'"
+        ).fetchall()
         return {r[0] for r in rows}
     finally:
         conn.close()
@@ -92,9 +88,9 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
     conn = sqlite3.connect(small_disk / ".runner" / "journal.db")
     try:
         runs = conn.execute("SELECT status, reason FROM runs").fetchall()
-        running = conn.execute("SELECT count(*) FROM executions WHERE status='running'").fetchone()[
-            0
-        ]
+        running = conn.execute(
+            "SELECT count(*) FROM executions WHERE status='running'"
+        ).fetchone()[0]
     finally:
         conn.close()
     assert [r[0] for r in runs] == ["failed"] and "disk is full" in runs[0][1], runs
@@ -122,10 +118,7 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
         conn.close()
     assert reused == len(recorded)  # what was recorded is not run again
     verify = subprocess.run(
-        [*runner_bin(), "verify", "--json"],
-        cwd=bigger,
-        capture_output=True,
-        text=True,
+        [*runner_bin(), "verify", "--json"], cwd=bigger, capture_output=True, text=True,
         check=False,
     )
     assert json.loads(verify.stdout)["ok"] is True, verify.stdout[-2000:]
