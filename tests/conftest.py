@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,33 @@ def ran(doc: dict[str, Any]) -> set[str]:
 def runner_bin() -> list[str]:
     """The command line that starts runner in a subprocess."""
     return [sys.executable, "-m", "runner"]
+
+
+# -- the browser tests' server and Chromium (tests/webdriving.py) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(site: Any) -> Iterator[Any]:
+    """`runner serve` for the module's ``site`` (its state dir), on a free loopback port."""
+    from .webdriving import Served
+
+    with Served(site.state, site.project.root) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory, served: Any) -> Iterator[Any]:
+    """Headless Chromium that opened `runner serve`'s login URL, as a user does once."""
+    pytest.importorskip("selenium.webdriver")
+    from runner.web.security import login_url
+
+    from .webdriving import HAVE_BROWSER, TOKEN, chromium
+
+    if not HAVE_BROWSER:
+        pytest.skip("needs /usr/bin/chromium and /usr/bin/chromedriver")
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        driver.get(login_url(f"{served.url}/", TOKEN))
+        yield driver
+    finally:
+        driver.quit()

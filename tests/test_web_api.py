@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from runner.web.app import create_app
 
 from .conftest import REPO, Project
+from .webdriving import TOKEN
 
 # Starlette 1.x nudges TestClient users towards httpx2 (at import), which is not a dependency here.
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
-TOKEN = "test-token-123"
 AUTH = {"X-Runner-Token": TOKEN}
 ORIGIN = "http://testserver"
 

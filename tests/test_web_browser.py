@@ -1,95 +1,25 @@
 """`runner serve` in a real headless Chromium: tiles, picking, a gate decision, live iterate.
 
-The server runs under uvicorn in a thread on a free 127.0.0.1 port. Skipped when Debian's
-chromium or chromium-driver is not installed. Screenshots go to tests/web_screens/ (gitignored).
+The server and the browser are tests/conftest.py's ``served`` and ``browser`` fixtures (uvicorn
+in a thread on a free 127.0.0.1 port; skipped when Debian's chromium or chromium-driver is not
+installed). Screenshots go to $RUNNER_SCREENS (default tests/web_screens/, gitignored).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner.web.app import create_app
-from runner.web.security import login_url
+from .test_web_api import Site, build_site
+from .webdriving import needs_browser, shot, wait
 
-from .test_web_api import TOKEN, Site, build_site
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-SCREENS = Path(__file__).parent / "web_screens"
-
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason="needs /usr/bin/chromium and /usr/bin/chromedriver",
-)
+pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-FLAGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--window-size=1280,1000",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Served:
-    """uvicorn serving the app in a thread until stopped."""
-
-    def __init__(self, site: Site) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        app = create_app(site.state, TOKEN, cwd=site.project.root)
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
 
 
 @pytest.fixture(scope="module")
@@ -97,40 +27,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     return build_site(tmp_path_factory.mktemp("browser"))
 
 
-@pytest.fixture(scope="module")
-def served(site: Site) -> Iterator[Served]:
-    with Served(site) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory, served: Served) -> Iterator[Any]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(20)
-    try:
-        # As a user does: open the URL `runner serve` printed once; the cookie does the rest.
-        driver.get(login_url(f"{served.url}/", TOKEN))
-        assert TOKEN not in driver.current_url
-        assert not driver.execute_script("return document.cookie")  # HttpOnly
-        yield driver
-    finally:
-        driver.quit()
-
-
-def shot(driver: Any, name: str) -> Path:
-    SCREENS.mkdir(exist_ok=True)
-    path = SCREENS / f"{name}.png"
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, min(max(int(height), 600), 3000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1280, 1000)
-    assert path.stat().st_size > 5000
-    return path
+def test_the_login_url_leaves_an_httponly_cookie(served: Any, browser: Any) -> None:
+    # the browser fixture opened the printed login URL: the token left the address bar
+    browser.get(f"{served.url}/")
+    assert "token" not in browser.current_url
+    assert not browser.execute_script("return document.cookie")  # HttpOnly
+    assert browser.find_elements(By.ID, "runs")
 
 
 def picked_ordinals(site: Site, run_id: str) -> list[int]:
@@ -138,11 +40,7 @@ def picked_ordinals(site: Site, run_id: str) -> list[int]:
     return [it["ordinal"] for it in doc["iterations"] if it["picked"]]
 
 
-def wait(driver: Any, what: Any, timeout: float = 10) -> Any:
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(what)
-
-
-def test_pick_in_the_grid_moves_the_star(site: Site, served: Served, browser: Any) -> None:
+def test_pick_in_the_grid_moves_the_star(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.hero}")
     tiles = browser.find_elements(By.CSS_SELECTOR, "#grid .tile")
     assert [t.get_attribute("data-ordinal") for t in tiles] == ["1", "2", "3", "4"]
@@ -176,9 +74,7 @@ def test_pick_in_the_grid_moves_the_star(site: Site, served: Served, browser: An
     assert "picked" in browser.find_element(By.ID, "tile-3").get_attribute("class")
 
 
-def test_iterate_from_a_tile_follows_the_child_live(
-    site: Site, served: Served, browser: Any
-) -> None:
+def test_iterate_from_a_tile_follows_the_child_live(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.hero}")
     tile = browser.find_element(By.ID, "tile-1")
     tile.find_element(By.TAG_NAME, "summary").click()
@@ -198,7 +94,7 @@ def test_iterate_from_a_tile_follows_the_child_live(
     shot(browser, "run-child")
 
 
-def test_export_from_the_page(site: Site, served: Served, browser: Any) -> None:
+def test_export_from_the_page(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.hero}")
     box = browser.find_element(By.ID, "export-to")
     box.clear()
@@ -211,7 +107,7 @@ def test_export_from_the_page(site: Site, served: Served, browser: Any) -> None:
     shutil.rmtree(site.project.root / "browser-out")
 
 
-def test_gate_card_approves(site: Site, served: Served, browser: Any) -> None:
+def test_gate_card_approves(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.gated}")
     card = browser.find_element(By.ID, "gate-review")
     assert "Publish this draft?" in card.text
@@ -237,7 +133,7 @@ def test_gate_card_approves(site: Site, served: Served, browser: Any) -> None:
     assert browser.find_element(By.ID, "run-status").text == "completed"
 
 
-def test_list_pages_render(site: Site, served: Served, browser: Any) -> None:
+def test_list_pages_render(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/")
     rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     assert {r.get_attribute("data-run") for r in rows} >= {site.hero, site.gated, site.gated2}
@@ -254,7 +150,7 @@ def test_list_pages_render(site: Site, served: Served, browser: Any) -> None:
     shot(browser, "providers")
 
 
-def test_step_output_loads_when_opened(site: Site, served: Served, browser: Any) -> None:
+def test_step_output_loads_when_opened(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.hero}")
     box = browser.find_element(By.CSS_SELECTOR, 'details.lazy-out[data-step="prompt"]')
     assert box.find_element(By.TAG_NAME, "pre").text == ""

@@ -2,7 +2,8 @@
 generation, element browsing on scene-detail, the card drift view after a shot's input is edited,
 a gate's history over three rounds, and picking with the keyboard.
 
-Screenshots of each page go to $RUNNER_SCREENS (default tests/web_screens/, gitignored).
+Screenshots of each page go to $RUNNER_SCREENS (default tests/web_screens/, gitignored). The
+server and the browser are tests/conftest.py's ``served`` and ``browser`` fixtures.
 """
 
 from __future__ import annotations
@@ -13,30 +14,21 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner.web.app import create_app
-from runner.web.security import login_url
-
 from .conftest import REPO, Project
-from .test_web_api import TOKEN, Site
-from .test_web_browser import CHROMEDRIVER, CHROMIUM, FLAGS, Served, wait
+from .test_web_api import Site
+from .webdriving import needs_browser, shot, wait
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason="needs /usr/bin/chromium and /usr/bin/chromedriver",
-)
+pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-SCREENS = Path(os.environ.get("RUNNER_SCREENS") or Path(__file__).parent / "web_screens")
 DELAY_MS = 700  # each fake image takes this long: tiles arrive one by one (concurrency 1)
 
 
@@ -62,46 +54,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> ReviewSite:
     return ReviewSite(Project(root), root / ".runner", "", "", "")
 
 
-@pytest.fixture(scope="module")
-def served(site: ReviewSite) -> Iterator[Served]:
-    with Served(site) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory, served: Served) -> Iterator[Any]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        driver.get(login_url(f"{served.url}/", TOKEN))
-        yield driver
-    finally:
-        driver.quit()
-
-
-def shot(driver: Any, name: str) -> Path:
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    path = SCREENS / f"{name}.png"
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, min(max(int(height), 700), 4000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1280, 1000)
-    assert path.stat().st_size > 5000
-    return path
-
-
 def run_doc(site: ReviewSite, run_id: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(site.cli("runs", "show", run_id, "--json").stdout)
     return doc
 
 
 def test_tiles_arrive_live_during_a_slow_generation(
-    site: ReviewSite, served: Served, browser: Any
+    site: ReviewSite, served: Any, browser: Any
 ) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", "apply", "pipelines/thumbnail.yaml", "-q", "--json",
@@ -136,7 +95,7 @@ def test_tiles_arrive_live_during_a_slow_generation(
 
 
 def test_keyboard_moves_between_tiles_and_picks(
-    site: ReviewSite, served: Served, browser: Any
+    site: ReviewSite, served: Any, browser: Any
 ) -> None:
     runs = json.loads(site.cli("runs", "list", "--json").stdout)["runs"]
     run_id = next(r["id"] for r in runs if r["item"] == "live1")
@@ -169,7 +128,7 @@ def _shots(site: ReviewSite) -> Path:
     return site.project.root / "examples" / "scene-detail" / "scenes.yaml"
 
 
-def test_element_browsing_on_scene_detail(site: ReviewSite, served: Served, browser: Any) -> None:
+def test_element_browsing_on_scene_detail(site: ReviewSite, served: Any, browser: Any) -> None:
     doc = site.apply("scene-detail")
     assert doc["exit_code"] == 0, doc
     run_id = doc["run"]["id"]
@@ -198,7 +157,7 @@ def test_element_browsing_on_scene_detail(site: ReviewSite, served: Served, brow
 
 
 def test_drift_view_after_editing_a_shots_input(
-    site: ReviewSite, served: Served, browser: Any
+    site: ReviewSite, served: Any, browser: Any
 ) -> None:
     data = _shots(site)
     text = data.read_text(encoding="utf-8")
@@ -227,7 +186,7 @@ def test_drift_view_after_editing_a_shots_input(
     assert browser.find_elements(By.XPATH, "//p[text()='unchanged since the previous run']")
 
 
-def test_gate_history_over_three_rounds(site: ReviewSite, served: Served, browser: Any) -> None:
+def test_gate_history_over_three_rounds(site: ReviewSite, served: Any, browser: Any) -> None:
     doc = site.apply("report", "title=Browser review")
     run_id = doc["run"]["id"]
     assert doc["exit_code"] == 7
@@ -280,7 +239,7 @@ def test_gate_history_over_three_rounds(site: ReviewSite, served: Served, browse
 
 
 def test_run_list_follows_runs_and_the_tab_follows_the_page(
-    site: ReviewSite, served: Served, browser: Any
+    site: ReviewSite, served: Any, browser: Any
 ) -> None:
     browser.get(f"{served.url}/")
     assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Runs"
@@ -298,6 +257,3 @@ def test_run_list_follows_runs_and_the_tab_follows_the_page(
     browser.get(f"{served.url}/runs/{doc['run']['id']}")
     assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Runs"
     shot(browser, "gate-pending")
-
-
-__all__ = ["create_app"]
