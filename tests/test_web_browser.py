@@ -124,12 +124,12 @@ def test_gate_card_approves(site: Site, served: Any, browser: Any) -> None:
         "looks right",
     )
     # the run goes on by itself and the page follows it live (no manual reload)
-    wait(browser, lambda d: d.find_element(By.ID, "run-status").text == "completed")
+    wait(browser, lambda d: d.find_element(By.ID, "run-status").text == "completed", 30)
     shot(browser, "run-gate-approved")
     shown = json.loads(site.cli("runs", "show", site.gated, "--json").stdout)
     assert shown["run"]["status"] == "completed"
     # when the run ends the page reloads itself, and the decided gate's card is gone
-    wait(browser, lambda d: not d.find_elements(By.ID, "gate-review"))
+    wait(browser, lambda d: not d.find_elements(By.ID, "gate-review"), 30)
     assert browser.find_element(By.ID, "run-status").text == "completed"
 
 

@@ -257,3 +257,122 @@ def test_run_list_follows_runs_and_the_tab_follows_the_page(
     browser.get(f"{served.url}/runs/{doc['run']['id']}")
     assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Runs"
     shot(browser, "gate-pending")
+
+
+MANY = 520  # more than one request may ask for (500)
+
+
+def test_element_browser_pages_a_large_for_each(
+    site: ReviewSite, served: Any, browser: Any
+) -> None:
+    site.project.write(
+        "pipelines/many.yaml",
+        f"""\
+        runner: 1
+        name: many
+        root: ..
+        steps:
+          each:
+            uses: template
+            for_each: {list(range(MANY))}
+            with: {{text: "element ${{{{ item }}}} of {MANY}"}}
+        """,
+    )
+    doc = site.apply("many")
+    assert doc["exit_code"] == 0, doc
+    browser.get(f"{served.url}/runs/{doc['run']['id']}")
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-step="each"] button.browse').click()
+    count = browser.find_element(By.ID, "browser-count")
+    wait(browser, lambda d: count.text == f"{MANY} elements, 100 shown")
+    boxes = "#browser details.element"
+    assert len(browser.find_elements(By.CSS_SELECTOR, boxes)) == 100
+    # scrolling to the end of the list loads the next page, up to the last element
+    for shown in (200, 300, 400, 500, MANY):
+        more = browser.find_element(By.ID, "more-elements")
+        browser.execute_script("arguments[0].scrollIntoView()", more)
+        wait(browser, lambda d, n=shown: len(d.find_elements(By.CSS_SELECTOR, boxes)) == n)
+    assert count.text == f"{MANY} elements"
+    assert not browser.find_elements(By.ID, "more-elements")
+    last = browser.find_elements(By.CSS_SELECTOR, boxes)[-1]
+    assert last.get_attribute("data-element") == str(MANY - 1)
+    last.find_element(By.TAG_NAME, "summary").click()
+    assert f"element {MANY - 1} of {MANY}" in last.text
+    numbers = [
+        e.get_attribute("data-element") for e in browser.find_elements(By.CSS_SELECTOR, boxes)
+    ]
+    assert numbers == [str(i) for i in range(MANY)]
+    # the server sent pages, not everything at once
+    asked = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(n => n.includes('/steps/each/elements'))"
+    )
+    assert sorted(int(u.split("offset=")[1].split("&")[0]) for u in asked) == [
+        0, 100, 200, 300, 400, 500
+    ]  # fmt: skip
+    assert all(u.endswith("limit=100") for u in asked)
+    shot(browser, "elements-paged")
+
+
+def test_a_graph_of_many_edges_is_drawn_whole(site: ReviewSite, served: Any, browser: Any) -> None:
+    sources, sinks = 30, 25  # every sink needs every source: 750 edges
+    lines = ["runner: 1", "name: dense", "root: ..", "phases: [make, join]", "steps:"]
+    for i in range(sources):
+        lines += [f"  a{i}:", "    uses: template", "    phase: make", f"    with: {{text: a{i}}}"]
+    for j in range(sinks):
+        needs = ", ".join(f"a{i}" for i in range(sources))
+        lines += [f"  b{j}:", "    uses: template", "    phase: join", f"    needs: [{needs}]"]
+        lines += [f"    with: {{text: b{j}}}"]
+    site.project.write("pipelines/dense.yaml", "\n".join(lines) + "\n")
+    doc = site.apply("dense")
+    assert doc["exit_code"] == 0, doc
+    graph = json.loads(site.project.cli("graph", "pipelines/dense.yaml", "--json").stdout)
+    want = {tuple(e) for e in graph["edges"]}
+    assert len(want) == sources * sinks
+    browser.get(f"{served.url}/runs/{doc['run']['id']}")
+    browser.find_element(By.CSS_SELECTOR, "#graph-box > summary").click()
+    svg = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg.edges"))[0]
+    assert svg.get_attribute("data-edges") == str(len(want))
+    curves = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('path')].map(p => p.getAttribute('d')).join(' ')",
+        svg,
+    )
+    assert curves.count("M") == len(want)
+    assert f"{len(want)} edges (drawn as one layer)" in browser.find_element(By.ID, "graph").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node")) == sources + sinks
+    shot(browser, "graph-dense")
+
+
+def test_iterate_form_takes_vars_and_the_child_says_which_it_used(
+    site: ReviewSite, served: Any, browser: Any
+) -> None:
+    doc = site.apply("thumbnail", "video_id=vars1", "n=2", "vars={subject: a red fox, style: noir}")
+    assert doc["exit_code"] == 0, doc
+    parent = doc["run"]["id"]
+    browser.get(f"{served.url}/runs/{parent}")
+    tile = browser.find_element(By.ID, "tile-2")
+    tile.find_element(By.CSS_SELECTOR, "details.iterate > summary").click()
+    tile.find_element(By.CLASS_NAME, "iterate-vars").send_keys("style=pastel")
+    n = tile.find_element(By.CLASS_NAME, "iterate-n")
+    n.clear()
+    n.send_keys("1")
+    tile.find_element(By.CLASS_NAME, "iterate-go").click()
+    wait(browser, lambda d: "/runs/" in d.current_url and parent not in d.current_url, 15)
+    child = browser.current_url.rsplit("/", 1)[1]
+    assert wait(browser, lambda d: d.find_elements(By.ID, "iterate-note"))  # while it runs
+    wait(browser, lambda d: run_doc(site, child)["run"]["status"] == "completed", 30)
+    browser.get(f"{served.url}/runs/{child}")
+    note = browser.find_element(By.ID, "iterate-note")
+    # what `runner iterate` prints, on the child's page
+    second = run_doc(site, parent)["iterations"][1]["id"]  # the tile the form was on
+    res = site.cli("iterate", second, "--n", "1", "--var", "style=pastel", "-q")
+    assert res.exit_code == 0, res.stderr
+    cli = res.stdout.splitlines()
+    assert cli[1] == 'vars used (only --var): style="pastel"'
+    assert note.find_element(By.CLASS_NAME, "vars-used").text.startswith('style="pastel"')
+    assert cli[2].startswith('parent vars not used: subject="a red fox"')
+    assert note.find_element(By.CLASS_NAME, "vars-left").text.startswith('subject="a red fox"')
+    assert cli[3] == "prompt: " + note.find_element(By.CLASS_NAME, "prompt-line").text
+    assert parent in note.text
+    shown = run_doc(site, child)["run"]
+    assert shown["params"]["vars"] == {"style": "pastel"} and shown["parent_run_id"] == parent
+    shot(browser, "iterate-vars")

@@ -116,12 +116,14 @@ def _render_known(plan: Any, step: Any) -> str | None:
     return text
 
 
+def flat_vars(values: dict[str, Any]) -> str:
+    """``k="v", n=2``: template vars on one line, as `--var` would take them."""
+    return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items())
+
+
 def explain_lines(info: dict[str, Any]) -> list[str]:
     """The explanation as text (printed before the child runs)."""
-
-    def flat(values: dict[str, Any]) -> str:
-        return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items())
-
+    flat = flat_vars
     lines = [f"vars used (only --var): {flat(info['vars']) or 'none'}"]
     if info["not_inherited"]:
         left = {k: info["parent_vars"][k] for k in info["not_inherited"]}

@@ -125,7 +125,7 @@ def iterate(
     Raises NotFound / UsageError before any run exists, as the command does.
     """
     from ..engine.recorder import new_run_id
-    from ..thumbs.iterate import child_options, find_source, plan_child
+    from ..thumbs.iterate import child_options, explain_child, find_source, plan_child
 
     n = _child_n(body)
     prompt_append = body_str(body, "prompt_append", default="") or ""
@@ -153,13 +153,16 @@ def iterate(
         _wait_started(state, job)
     if job.error is not None:
         raise job.error
+    # what `runner iterate` prints before the child runs (and its --json `iterate`)
+    info = explain_child(parent, plan)
     if job.result:
-        return job.result
+        return {**job.result, "iterate": info}
     return {
         "run_id": job.run_id,
         "parent_run_id": parent["id"],
         "iteration_id": it.id,
         "status": "running",
+        "iterate": info,
         "exit_code": 0,
     }
 

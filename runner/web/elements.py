@@ -21,7 +21,7 @@ from .. import expr as ex
 from ..errors import NotFound, RunnerError
 from ..store.journal import loads
 
-MAX_ELEMENTS = 500  # one page of a large for_each
+MAX_ELEMENTS = 500  # the largest page one request may ask for (the page asks for 100)
 
 
 def _latest(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -202,6 +202,8 @@ def step_elements(
         "for_each": bool(compiled is not None and compiled.for_each is not None),
         "total": len(keys),
         "offset": offset,
+        # where the next page starts (the page asks for it as the list scrolls), None at the end
+        "next_offset": offset + len(out) if offset + len(out) < len(keys) else None,
         "elements": out,
         "items_error": items_error,
         "pipeline_error": error,

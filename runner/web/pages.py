@@ -39,6 +39,12 @@ def _yaml(value: Any) -> str:
     return as_yaml(value)
 
 
+def _vars(values: Any) -> str:
+    from ..thumbs.iterate import flat_vars
+
+    return flat_vars(values) if isinstance(values, dict) else ""
+
+
 def _tab(request: Request) -> str:
     """Which top tab the page belongs to: the highlighted one follows the page."""
     path = request.url.path
@@ -57,7 +63,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml)
+    env.filters.update(when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml, vars=_vars)
     return env
 
 

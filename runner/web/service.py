@@ -110,7 +110,34 @@ def page_document(state: State, run_id: str) -> dict[str, Any]:
         "phases": step_groups(state, run, rows=view.executions, outputs=False),
         "decisions": [r.to_json() for r in decisions(state.journal, run["id"])],
         "last_event": int(row[0] or 0),
+        "iterate": iterate_explanation(state, run),
     }
+
+
+def iterate_explanation(state: State, run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For a child run (`runner iterate`, or the page's iterate form): what `runner iterate`
+    prints before it runs: the vars used (only those given), the parent's vars left out, and
+    the first line of the prompt. None for other runs or when the pipeline cannot be compiled."""
+    from ..thumbs.iterate import explain_child
+
+    if run.get("kind") != "iterate" or not run.get("parent_run_id"):
+        return None
+    try:
+        parent = state.journal.get_run(run["parent_run_id"])
+    except RunnerError:
+        return None
+    plan, _error = run_plan(state, run)
+    if plan is None:
+        return None
+    raw = parent["params"]
+    try:
+        info = explain_child(
+            {**parent, "params": raw if isinstance(raw, str) else json.dumps(raw)}, plan
+        )
+    except RunnerError:
+        return None
+    info["left"] = {k: info["parent_vars"][k] for k in info["not_inherited"]}
+    return info
 
 
 def events(state: State, run_id: str, after: int) -> dict[str, Any]:

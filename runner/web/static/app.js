@@ -295,28 +295,95 @@ function elementView(doc, e, open) {
   return box;
 }
 
-async function browse(step) {
+// Elements come a page at a time (the server evaluates only the page asked for): the next page
+// loads when the end of the list scrolls into view, or on "more".
+const PAGE = 100;
+let browseShown = 0;  // elements on the panel now
+let browseTotal = 0;
+let browseLoading = null;
+const browseMore = new IntersectionObserver((entries) => {
+  if (entries.some((e) => e.isIntersecting)) loadMore();
+});
+
+async function fetchElements(step, offset, limit) {
+  const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
+                          encodeURIComponent(step) + "/elements?offset=" + offset + "&limit=" + limit);
+  const doc = await res.json();
+  if (!res.ok) throw new Error(doc.error ? doc.error.message : res.statusText);
+  return doc;
+}
+
+function moreButton() {
+  const box = el("p", "more-elements");
+  box.id = "more-elements";
+  const btn = el("button", "more", "more");
+  btn.type = "button";
+  btn.id = "more-elements-button";
+  box.append(el("span", "hint", "showing " + browseShown + " of " + browseTotal + " elements "), btn);
+  return box;
+}
+
+function showPage(doc, body, open, first) {
+  document.getElementById("more-elements")?.remove();
+  browseTotal = doc.total;
+  body.append(...doc.elements.map((e, i) => elementView(doc, e,
+    open.size ? open.has(e.element === null ? "" : String(e.element)) : first && i === 0)));
+  browseShown += doc.elements.length;
+  document.getElementById("browser-count").textContent =
+    doc.for_each ? doc.total + " elements" + (browseShown < doc.total ? ", " + browseShown + " shown" : "") : "";
+  if (browseShown < doc.total) {
+    const more = moreButton();
+    body.append(more);
+    browseMore.observe(more);
+  }
+}
+
+async function loadMore() {
+  if (!browsing || browseLoading || browseShown >= browseTotal) return;
+  const step = browsing;
+  browseLoading = fetchElements(step, browseShown, PAGE);
+  try {
+    const doc = await browseLoading;
+    if (browsing === step) showPage(doc, document.getElementById("browser-body"), new Set(), false);
+  } catch (err) {
+    flash("elements: " + err.message, true);
+  } finally {
+    browseLoading = null;
+  }
+}
+
+async function browse(step, keep) {
+  const again = keep && browsing === step;
   browsing = step;
   const panel = document.getElementById("browser");
   const body = document.getElementById("browser-body");
   document.getElementById("browser-step").textContent = step;
   panel.hidden = false;
-  const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
-                          encodeURIComponent(step) + "/elements");
-  const doc = await res.json();
-  if (!res.ok) { body.replaceChildren(el("p", "error", doc.error.message)); return; }
-  const open = new Set([...body.querySelectorAll("details.element[open]")].map((d) => d.dataset.element));
-  const count = doc.for_each ? doc.total + " elements" : "";
-  document.getElementById("browser-count").textContent = count;
-  body.replaceChildren(...doc.elements.map((e, i) =>
-    elementView(doc, e, open.size ? open.has(e.element === null ? "" : String(e.element)) : i === 0)));
-  if (doc.pipeline_error) body.prepend(el("p", "hint", doc.pipeline_error));
-  panel.scrollIntoView({block: "start"});
+  const open = again ? new Set([...body.querySelectorAll("details.element[open]")].map((d) => d.dataset.element)) : new Set();
+  // a live reload fetches again the elements on the panel (whole pages), a new step its first page
+  const want = again ? Math.max(PAGE, Math.ceil(browseShown / PAGE) * PAGE) : PAGE;
+  const docs = [];
+  try {
+    for (let offset = 0; offset < want; offset += PAGE) {
+      const doc = await fetchElements(step, offset, PAGE);
+      docs.push(doc);
+      if (offset + PAGE >= doc.total) break;
+    }
+  } catch (err) {
+    body.replaceChildren(el("p", "error", err.message));
+    return;
+  }
+  if (browsing !== step) return;
+  body.replaceChildren();
+  browseShown = 0;
+  docs.forEach((doc, i) => showPage(doc, body, open, i === 0));
+  if (docs[0].pipeline_error) body.prepend(el("p", "hint", docs[0].pipeline_error));
+  if (!again) panel.scrollIntoView({block: "start"});
 }
 
 function reloadBrowser() {
   clearTimeout(browseTimer);
-  browseTimer = setTimeout(() => { if (browsing) browse(browsing); }, 250);
+  browseTimer = setTimeout(() => { if (browsing) browse(browsing, true); }, 250);
 }
 
 // -- the graph --------------------------------------------------------------------------------
@@ -350,27 +417,40 @@ async function drawGraph(runId) {
     cols.append(col);
   }
   box.replaceChildren(cols);
-  if (doc.graph.edges.length > 600) {
-    box.append(el("p", "hint", doc.graph.edges.length + " edges: not drawn"));
-    return;
-  }
+  drawEdges(box, doc.graph.edges);
+}
+
+// Every edge is drawn. Node boxes are measured once (not twice per edge); up to EACH_EDGE edges
+// get a path each (hover-able), a larger graph one path of many curves, which lays out in one go.
+const EACH_EDGE = 600;
+
+function drawEdges(box, edges) {
+  const base = box.getBoundingClientRect();
+  const rects = new Map();
+  for (const node of box.querySelectorAll(".node")) rects.set(node.id.slice(5), node.getBoundingClientRect());
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.classList.add("edges");
-  const base = box.getBoundingClientRect();
   svg.setAttribute("width", String(box.scrollWidth));
   svg.setAttribute("height", String(box.scrollHeight));
-  for (const [from, to] of doc.graph.edges) {
-    const a = document.getElementById("node-" + from), b = document.getElementById("node-" + to);
-    if (!a || !b) continue;
-    const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
+  const curves = [];
+  for (const [from, to] of edges) {
+    const ra = rects.get(from), rb = rects.get(to);
+    if (!ra || !rb) continue;
     const x1 = ra.right - base.left, y1 = ra.top + ra.height / 2 - base.top;
     const x2 = rb.left - base.left, y2 = rb.top + rb.height / 2 - base.top;
-    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
     const mid = (x1 + x2) / 2;
-    path.setAttribute("d", `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`);
+    curves.push(`M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`);
+  }
+  const paths = curves.length > EACH_EDGE ? [curves.join(" ")] : curves;
+  for (const d of paths) {
+    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+    path.setAttribute("d", d);
     svg.append(path);
   }
+  svg.dataset.edges = String(curves.length);
   box.prepend(svg);
+  box.append(el("p", "hint edge-count", curves.length + " edges" +
+    (curves.length > EACH_EDGE ? " (drawn as one layer)" : "")));
 }
 
 // -- full-size images and the keyboard ------------------------------------------------------
@@ -512,6 +592,8 @@ if (page) {
         window.location.href = "/runs/" + encodeURIComponent(doc.run_id || doc.run.id);
       } else if (btn.classList.contains("browse")) {
         await browse(btn.dataset.step);
+      } else if (btn.id === "more-elements-button") {
+        await loadMore();
       } else if (btn.id === "browser-close") {
         browsing = null;
         document.getElementById("browser").hidden = true;
