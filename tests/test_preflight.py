@@ -124,3 +124,88 @@ def test_values_from_upstream_steps_are_left_to_the_run(shipped: Project) -> Non
     for name in ("report", "classify-ingest", "thumbnail", "scene-detail"):
         res = _apply(shipped, name)
         assert res.exit_code in (0, 7), (name, res.stderr)
+
+
+def test_an_image_size_the_provider_refuses(shipped: Project) -> None:
+    # the fake draws sides of 1..4096 pixels
+    res = _apply(shipped, "thumbnail", "size=5000x720")
+    assert res.exit_code == 2, res.stderr
+    assert re.search(
+        r"thumbnail\.yaml:\d+:\d+: step 'generate': provider 'fake' does not make 5000x720 "
+        r"images: a side is outside 1\.\.4096",
+        res.stderr,
+    )
+    assert "sizes it accepts: 1x1 to 4096x4096" in res.stderr
+    _no_runs(shipped)
+    bad = _apply(shipped, "thumbnail", "size=wide")
+    assert bad.exit_code == 2 and "size must be 'WIDTHxHEIGHT'" in bad.stderr
+    _no_runs(shipped)
+
+
+@pytest.mark.parametrize(
+    ("model", "size", "accepted"),
+    [
+        ("gpt-image-1", "1280x720", "1024x1024, 1536x1024, 1024x1536"),
+        ("gpt-image-1-mini", "1792x1024", "1024x1024, 1536x1024, 1024x1536"),
+        ("dall-e-3", "1536x1024", "1024x1024, 1792x1024, 1024x1792"),
+        ("dall-e-2", "1024x1792", "256x256, 512x512, 1024x1024"),
+    ],
+)
+def test_openai_sizes_by_model(project: Project, model: str, size: str, accepted: str) -> None:
+    project.write(
+        "runner.toml",
+        f"""\
+        [providers.openai]
+        image_model = "{model}"
+        """,
+    )
+    project.write(
+        "pipeline.yaml",
+        f"""\
+        runner: 1
+        name: sized
+        steps:
+          picture:
+            uses: image
+            with: {{prompt: "a cat", provider: openai, size: "{size}"}}
+        """,
+    )
+    env = {"OPENAI_API_KEY": "sk-test"}  # never sent: nothing runs
+    res = project.cli("apply", "pipeline.yaml", "--state", ".runner", env=env)
+    assert res.exit_code == 2, res.stderr
+    assert f"provider 'openai' does not make {size} images: model {model}" in res.stderr
+    assert f"sizes it accepts: {accepted}" in res.stderr
+    _no_runs(project)
+    ok = {"gpt-image-1": "1536x1024", "gpt-image-1-mini": "1024x1536"}.get(model, "1024x1024")
+    assert ok in accepted
+    project.write(
+        "pipeline.yaml",
+        f"""\
+        runner: 1
+        name: sized
+        steps:
+          picture:
+            uses: image
+            with: {{prompt: "a cat", provider: openai, size: "{ok}"}}
+        """,
+    )
+    plan = project.cli("apply", "pipeline.yaml", "--state", ".runner", "--dry-run", env=env)
+    assert plan.exit_code == 0, plan.stderr
+
+
+def test_out_folder_is_checked_before_the_first_step(shipped: Project) -> None:
+    (shipped.root / "taken.txt").write_text("a file\n", encoding="utf-8")
+    args = ["apply", "pipelines/thumbnail.yaml", "--state", ".runner"]
+    res = shipped.cli(*args, "--out", "taken.txt")
+    assert res.exit_code == 2 and "'taken.txt' is a file" in res.stderr, res.stderr
+    below = shipped.cli(*args, "--out", "taken.txt/finals")
+    assert below.exit_code == 2 and "cannot be made: " in below.stderr
+    assert "taken.txt is a file" in below.stderr
+    _no_runs(shipped)
+    report = shipped.cli("apply", "pipelines/report.yaml", "--state", ".runner", "--out", "x")
+    assert report.exit_code == 2
+    assert "pipeline report has no image step, so nothing would be copied" in report.stderr
+    _no_runs(shipped)
+    made = shipped.cli(*args, "--out", "exports/new/finals", "-p", "n=1")
+    assert made.exit_code == 0, made.stderr
+    assert [p.name for p in (shipped.root / "exports" / "new" / "finals").iterdir()]

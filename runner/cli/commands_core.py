@@ -181,6 +181,9 @@ def apply(
     from ..engine.plandoc import check_budget_first
 
     check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
+    from ..engine.preflight import check_out_dir
+
+    check_out_dir(plan, out_dir)
     options = ApplyOptions(
         force=forced,
         item=item,

@@ -5,7 +5,8 @@ for_each element) is known before anything runs. These checks look at exactly th
 
 - template steps render (a missing template variable is an error now, not after a model call);
 - llm and image steps name a provider that exists, is configured, can do the kind of work
-  asked, and has its API key in the environment;
+  asked, and has its API key in the environment; an image step's size is one its provider (and
+  model) accepts;
 - ingest steps name a valid collection (and an existing one when they may not create it);
 - declared output paths stay inside the pipeline's root and are not folders.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from .. import expr as ex
@@ -100,22 +101,37 @@ def _provider(step: Any, args: dict[str, Any], providers: Any, env: Mapping[str,
     caps = provider.capabilities
     kinds = sorted(getattr(caps, "kinds", None) or ())
     if kinds and kind not in kinds:
-        raise InvalidPipeline(
-            f"provider '{name}' does not make {kind} (it makes: {', '.join(kinds)})",
-            where=step.where,
-            step=step.id,
-        )
+        _fail(step, f"provider '{name}' does not make {kind} (it makes: {', '.join(kinds)})")
     settings = getattr(provider, "settings", {}) or {}
     var = settings.get("api_key_env")
     base = str(settings.get("base_url") or "")
     host = (urlsplit(base).hostname or "") if base else ""
     local = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
     if isinstance(var, str) and var and not env.get(var) and not local:
-        raise InvalidPipeline(
+        _fail(
+            step,
             f"provider '{name}' needs an API key in the environment variable {var}",
-            where=step.where,
-            step=step.id,
-            hint=f"export {var}=... or run on another provider (e.g. -p provider=fake)",
+            f"export {var}=... or run on another provider (e.g. -p provider=fake)",
+        )
+    if kind == "image" and "size" in args:
+        _image_size(step, args, provider, name)
+
+
+def _image_size(step: Any, args: dict[str, Any], provider: Any, name: str) -> None:
+    from ..steps.image import parse_size
+
+    try:
+        size = parse_size(args["size"])
+    except ValueError as exc:
+        _fail(step, str(exc))
+    params = args.get("params") if isinstance(args.get("params"), dict) else {}
+    refused = provider.size_refused(size, params)
+    if refused is not None:
+        why, accepted = refused
+        _fail(
+            step,
+            f"provider '{name}' does not make {size[0]}x{size[1]} images: {why}",
+            f"sizes it accepts: {accepted}" if accepted else None,
         )
 
 
@@ -132,11 +148,10 @@ def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) 
             with Collections(state_dir) as cols:
                 known = {r["name"] for r in cols.names_and_counts()}
         if name not in known:
-            raise InvalidPipeline(
+            _fail(
+                step,
                 f"unknown collection '{name}' (the step may not create it)",
-                where=step.where,
-                step=step.id,
-                hint=f"collections: {', '.join(sorted(known)) or 'none'} (or set create: true)",
+                f"collections: {', '.join(sorted(known)) or 'none'} (or set create: true)",
             )
 
 
@@ -151,9 +166,12 @@ def _outputs(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None)
             continue
         path = inside(plan.root, rel, where=step.where)
         if path.is_dir():
-            raise InvalidPipeline(
-                f"output '{rel}' is a folder; outputs name files", where=step.where, step=step.id
-            )
+            _fail(step, f"output '{rel}' is a folder; outputs name files")
+
+
+def _fail(step: Any, message: str, hint: str | None = None) -> NoReturn:
+    """Every check fails the same way: at the step's file:line:column, naming the step."""
+    raise InvalidPipeline(message, where=step.where, step=step.id, hint=hint)
 
 
 _CHECKS: dict[str, Any] = {
@@ -163,3 +181,24 @@ _CHECKS: dict[str, Any] = {
     "ingest": _ingest,
     "shell": _outputs,
 }
+
+
+def check_out_dir(plan: Any, out_dir: str | None) -> None:
+    """`apply --out DIR`, before the first step: the pipeline makes images for it to receive,
+    and DIR is (or can be made) a writable folder. Raises UsageError (exit 2)."""
+    from ..errors import UsageError
+
+    if not out_dir:
+        return
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        raise UsageError(
+            f"--out {out_dir}: pipeline {plan.name} has no image step, so nothing would be copied"
+        )
+    path = Path(out_dir).absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        what = "is a file" if existing == path else f"cannot be made: {existing} is a file"
+        raise UsageError(f"--out {out_dir} {what}; it names the folder finals are copied to")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" (in {existing})"
+        raise UsageError(f"--out {out_dir}: no permission to write there{where}")

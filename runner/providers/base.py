@@ -298,6 +298,14 @@ class Provider:
         images the step gives, None when not known before it runs). Raises ProviderConfigError.
         """
 
+    def size_refused(
+        self, size: tuple[int, int], params: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        """(why, the sizes accepted) when this provider would refuse an image of ``size`` with
+        the step's ``params`` (its model...), else None. Asked before the first step runs; a
+        provider that cannot tell beforehand (a ComfyUI workflow decides) answers None."""
+        return None
+
     # --- the calls --------------------------------------------------------------------------
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:

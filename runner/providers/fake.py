@@ -18,6 +18,7 @@ import random
 import re
 import textwrap
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -223,6 +224,13 @@ class FakeProvider(Provider):
                     transient=True,
                     status=503,
                 )
+
+    def size_refused(
+        self, size: tuple[int, int], params: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        if all(1 <= side <= MAX_SIDE for side in size):
+            return None
+        return f"a side is outside 1..{MAX_SIDE}", f"1x1 to {MAX_SIDE}x{MAX_SIDE}"
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
         w, h = request.size

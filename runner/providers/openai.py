@@ -28,6 +28,7 @@ document it, so nothing relies on it: a lost reply is MAYBE_EXECUTED (see _http.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -44,6 +45,13 @@ from .base import (
 )
 
 MAX_REFERENCES = 16
+# The sizes the Images API takes, per model family (its reference for `size`); "auto" is not a
+# size a step can ask for.
+IMAGE_SIZES: dict[str, tuple[str, ...]] = {
+    "dall-e-2": ("256x256", "512x512", "1024x1024"),
+    "dall-e-3": ("1024x1024", "1792x1024", "1024x1792"),
+    "gpt-image-1": ("1024x1024", "1536x1024", "1024x1536"),
+}
 # Reasoning models reject max_tokens ("Use 'max_completion_tokens' instead").
 _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)", re.IGNORECASE)
 _JSON_WORD = re.compile(r"json", re.IGNORECASE)
@@ -198,6 +206,16 @@ class OpenAIProvider(HttpProvider):
         return reply
 
     # --- images -----------------------------------------------------------------------------
+
+    def size_refused(
+        self, size: tuple[int, int], params: Mapping[str, Any]
+    ) -> tuple[str, str] | None:
+        model = str(params.get("model") or self.settings["image_model"])
+        # the longest known family the model belongs to (gpt-image-1-mini is a gpt-image-1)
+        family = max((f for f in IMAGE_SIZES if model.startswith(f)), key=len, default=None)
+        if family is None or f"{size[0]}x{size[1]}" in IMAGE_SIZES[family]:
+            return None  # an Azure deployment's own name, a model not known here: not checked
+        return f"model {model} takes only some sizes", ", ".join(IMAGE_SIZES[family])
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
         model = str(request.params.get("model") or self.settings["image_model"])

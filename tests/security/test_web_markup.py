@@ -77,13 +77,20 @@ def assert_inert(driver: Any) -> None:
         pytest.fail(f"an alert opened: {text!r}")
     except NoAlertPresentException:
         pass
-    assert driver.execute_script("return window.__pwned === undefined")
-    # the page's own scripts are files; no inline script, no element the payloads carry
-    scripts = driver.find_elements(By.CSS_SELECTOR, "script:not([src])")
-    assert not [s for s in scripts if "__pwned" in (s.get_attribute("textContent") or "")]
-    assert not driver.find_elements(By.CSS_SELECTOR, "main svg[onload], main img[onerror]")
-    hrefs = [a.get_attribute("href") or "" for a in driver.find_elements(By.TAG_NAME, "a")]
-    assert not [h for h in hrefs if h.lower().lstrip().startswith("javascript:")], hrefs
+    # read in one script: a page that reloads between two reads is never half-checked
+    found = driver.execute_script(
+        """return {
+          pwned: window.__pwned === undefined ? null : String(window.__pwned),
+          inline: [...document.querySelectorAll('script:not([src])')]
+                    .filter(s => s.textContent.includes('__pwned')).length,
+          created: document.querySelectorAll('main svg[onload], main img[onerror]').length,
+          hrefs: [...document.querySelectorAll('a')].map(a => a.getAttribute('href') || ''),
+        }"""
+    )
+    assert found["pwned"] is None, found["pwned"]
+    assert found["inline"] == 0 and found["created"] == 0, found
+    bad = [h for h in found["hrefs"] if h.strip().lower().startswith("javascript:")]
+    assert not bad, bad
 
 
 def shown(driver: Any, css: str) -> str:
