@@ -90,26 +90,11 @@ def browser_missing() -> str | None:
 
 
 def start_browser(profile: Path) -> Any:
-    """Headless Chromium with the flags tests/test_web_browser.py uses."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    """Headless Chromium as the browser tests start it (tests/webdriving.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.webdriving import chromium
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,900",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    return chromium(profile)
 
 
 # Paint entries can land a moment after `load`; wait for first-contentful-paint briefly.

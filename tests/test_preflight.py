@@ -142,6 +142,20 @@ def test_an_image_size_the_provider_refuses(shipped: Project) -> None:
     _no_runs(shipped)
 
 
+def _sized(project: Project, size: str) -> None:
+    project.write(
+        "pipeline.yaml",
+        f"""\
+        runner: 1
+        name: sized
+        steps:
+          picture:
+            uses: image
+            with: {{prompt: "a cat", provider: openai, size: "{size}"}}
+        """,
+    )
+
+
 @pytest.mark.parametrize(
     ("model", "size", "accepted"),
     [
@@ -159,17 +173,7 @@ def test_openai_sizes_by_model(project: Project, model: str, size: str, accepted
         image_model = "{model}"
         """,
     )
-    project.write(
-        "pipeline.yaml",
-        f"""\
-        runner: 1
-        name: sized
-        steps:
-          picture:
-            uses: image
-            with: {{prompt: "a cat", provider: openai, size: "{size}"}}
-        """,
-    )
+    _sized(project, size)
     env = {"OPENAI_API_KEY": "sk-test"}  # never sent: nothing runs
     res = project.cli("apply", "pipeline.yaml", "--state", ".runner", env=env)
     assert res.exit_code == 2, res.stderr
@@ -178,17 +182,7 @@ def test_openai_sizes_by_model(project: Project, model: str, size: str, accepted
     _no_runs(project)
     ok = {"gpt-image-1": "1536x1024", "gpt-image-1-mini": "1024x1536"}.get(model, "1024x1024")
     assert ok in accepted
-    project.write(
-        "pipeline.yaml",
-        f"""\
-        runner: 1
-        name: sized
-        steps:
-          picture:
-            uses: image
-            with: {{prompt: "a cat", provider: openai, size: "{ok}"}}
-        """,
-    )
+    _sized(project, ok)
     plan = project.cli("apply", "pipeline.yaml", "--state", ".runner", "--dry-run", env=env)
     assert plan.exit_code == 0, plan.stderr
 

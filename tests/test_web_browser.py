@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from .test_web_api import Site, build_site
-from .webdriving import needs_browser, shot, wait
+from .webdriving import needs_browser, shot, start_iterate, wait
 
 pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -76,15 +76,7 @@ def test_pick_in_the_grid_moves_the_star(site: Site, served: Any, browser: Any) 
 
 def test_iterate_from_a_tile_follows_the_child_live(site: Site, served: Any, browser: Any) -> None:
     browser.get(f"{served.url}/runs/{site.hero}")
-    tile = browser.find_element(By.ID, "tile-1")
-    tile.find_element(By.TAG_NAME, "summary").click()
-    tile.find_element(By.CLASS_NAME, "prompt-append").send_keys("warmer colours")
-    n = tile.find_element(By.CLASS_NAME, "iterate-n")
-    n.clear()
-    n.send_keys("2")
-    tile.find_element(By.CLASS_NAME, "iterate-go").click()
-    wait(browser, lambda d: "/runs/" in d.current_url and site.hero not in d.current_url)
-    child = browser.current_url.rsplit("/", 1)[1]
+    child = start_iterate(browser, 1, n=2, prompt_append="warmer colours")
     # the page follows the run's events and reloads when it ends: two tiles appear
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#grid .tile")) == 2, 30)
     assert browser.find_element(By.ID, "run-status").text == "completed"

@@ -21,7 +21,7 @@ import pytest
 
 from .conftest import REPO, Project
 from .test_web_api import Site
-from .webdriving import needs_browser, shot, wait
+from .webdriving import needs_browser, shot, start_iterate, wait
 
 pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -35,23 +35,28 @@ DELAY_MS = 700  # each fake image takes this long: tiles arrive one by one (conc
 class ReviewSite(Site):
     """A shipped project (thumbnail, report, scene-detail) with a slow fake provider."""
 
-    def apply(self, pipeline: str, *params: str) -> dict[str, Any]:
-        args = [a for p in params for a in ("-p", p)]
+    def apply(self, pipeline: str, *params: str, item: str | None = None) -> dict[str, Any]:
+        args = [a for p in params for a in ("-p", p)] + (["--item", item] if item else [])
         res = self.cli("apply", f"pipelines/{pipeline}.yaml", "--json", "-q", *args)
         doc: dict[str, Any] = json.loads(res.stdout)
         return doc
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> ReviewSite:
-    root = tmp_path_factory.mktemp("review")
+def shipped_site(root: Path, toml: str) -> ReviewSite:
+    """The shipped pipelines, prompts, examples, cards and schemas in ``root``, with ``toml``
+    as its runner.toml."""
     for folder in ("pipelines", "prompts", "examples", "cards", "schemas"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".runner"))
-    (root / "runner.toml").write_text(
-        f'[general]\ndefault_provider = "fake"\n\n[providers.fake]\ndelay_ms = {DELAY_MS}\n',
-        encoding="utf-8",
-    )
+    (root / "runner.toml").write_text(toml, encoding="utf-8")
     return ReviewSite(Project(root), root / ".runner", "", "", "")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> ReviewSite:
+    return shipped_site(
+        tmp_path_factory.mktemp("review"),
+        f'[general]\ndefault_provider = "fake"\n\n[providers.fake]\ndelay_ms = {DELAY_MS}\n',
+    )
 
 
 def run_doc(site: ReviewSite, run_id: str) -> dict[str, Any]:
@@ -349,15 +354,7 @@ def test_iterate_form_takes_vars_and_the_child_says_which_it_used(
     assert doc["exit_code"] == 0, doc
     parent = doc["run"]["id"]
     browser.get(f"{served.url}/runs/{parent}")
-    tile = browser.find_element(By.ID, "tile-2")
-    tile.find_element(By.CSS_SELECTOR, "details.iterate > summary").click()
-    tile.find_element(By.CLASS_NAME, "iterate-vars").send_keys("style=pastel")
-    n = tile.find_element(By.CLASS_NAME, "iterate-n")
-    n.clear()
-    n.send_keys("1")
-    tile.find_element(By.CLASS_NAME, "iterate-go").click()
-    wait(browser, lambda d: "/runs/" in d.current_url and parent not in d.current_url, 15)
-    child = browser.current_url.rsplit("/", 1)[1]
+    child = start_iterate(browser, 2, n=1, template_vars="style=pastel")
     assert wait(browser, lambda d: d.find_elements(By.ID, "iterate-note"))  # while it runs
     wait(browser, lambda d: run_doc(site, child)["run"]["status"] == "completed", 30)
     browser.get(f"{served.url}/runs/{child}")

@@ -116,3 +116,26 @@ def shot(driver: Any, name: str) -> Path:
     driver.set_window_size(1280, 1000)
     assert path.stat().st_size > 5000
     return path
+
+
+def start_iterate(
+    driver: Any, ordinal: int, *, n: int, prompt_append: str = "", template_vars: str = ""
+) -> str:
+    """Fill tile ``ordinal``'s iterate form, start the child and follow the page to it: the
+    child's run id."""
+    from selenium.webdriver.common.by import By
+
+    parent = driver.current_url
+    tile = driver.find_element(By.ID, f"tile-{ordinal}")
+    tile.find_element(By.CSS_SELECTOR, "details.iterate > summary").click()
+    if prompt_append:
+        tile.find_element(By.CLASS_NAME, "prompt-append").send_keys(prompt_append)
+    if template_vars:
+        tile.find_element(By.CLASS_NAME, "iterate-vars").send_keys(template_vars)
+    box = tile.find_element(By.CLASS_NAME, "iterate-n")
+    box.clear()
+    box.send_keys(str(n))
+    tile.find_element(By.CLASS_NAME, "iterate-go").click()
+    wait(driver, lambda d: "/runs/" in d.current_url and d.current_url != parent, 15)
+    child: str = driver.current_url.rsplit("/", 1)[1]
+    return child

@@ -10,14 +10,12 @@ run list; every one must read as the literal text, and none may run: no alert, n
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 import pytest
 
-from ..conftest import REPO, Project
-from ..test_web_api import Site
-from ..webdriving import needs_browser, wait
+from ..test_web_review import ReviewSite, shipped_site
+from ..webdriving import needs_browser, shot, wait
 
 pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -37,31 +35,20 @@ HOSTILE = " ".join(CORPUS)
 REPLY = f"## Summary\n{SCRIPT}\n## Findings\n{IMG} {SVG}\n## Next steps\n{LINK}\n{JS_URL}\n"
 
 
-class MarkupSite(Site):
-    def apply(self, pipeline: str, *args: str) -> dict[str, Any]:
-        res = self.cli("apply", f"pipelines/{pipeline}.yaml", "--json", "-q", *args)
-        doc: dict[str, Any] = json.loads(res.stdout)
-        return doc
-
-
 def _toml_str(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string for this ASCII text
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> MarkupSite:
-    root = tmp_path_factory.mktemp("markup")
-    for folder in ("pipelines", "prompts", "examples", "cards", "schemas"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".runner"))
-    (root / "runner.toml").write_text(
+def site(tmp_path_factory: pytest.TempPathFactory) -> ReviewSite:
+    return shipped_site(
+        tmp_path_factory.mktemp("markup"),
         '[general]\ndefault_provider = "fake"\n\n[providers.fake]\n'
         f'script = [{{match = ".", reply = {_toml_str(REPLY)}}}]\n',
-        encoding="utf-8",
     )
-    return MarkupSite(Project(root), root / ".runner", "", "", "")
 
 
-def _edit_shots(site: MarkupSite, old: str, new: str) -> None:
+def _edit_shots(site: ReviewSite, old: str, new: str) -> None:
     path = site.project.root / "examples" / "scene-detail" / "scenes.yaml"
     text = path.read_text(encoding="utf-8")
     assert old in text
@@ -101,12 +88,12 @@ def shown(driver: Any, css: str) -> str:
     return text
 
 
-def test_a_model_reply_and_a_card_read_as_text(site: MarkupSite, served: Any, browser: Any) -> None:
-    first = site.apply("scene-detail", "--item", IMG)
+def test_a_model_reply_and_a_card_read_as_text(site: ReviewSite, served: Any, browser: Any) -> None:
+    first = site.apply("scene-detail", item=IMG)
     assert first["exit_code"] == 0, first
     # the shot's text carries the corpus into the card, then a change makes it drift
     _edit_shots(site, "primary_subject: her hand}", f"primary_subject: {json.dumps(HOSTILE)}}}")
-    doc = site.apply("scene-detail", "--item", IMG)
+    doc = site.apply("scene-detail", item=IMG)
     assert doc["exit_code"] == 0, doc
     run_id = doc["run"]["id"]
 
@@ -135,10 +122,12 @@ def test_a_model_reply_and_a_card_read_as_text(site: MarkupSite, served: Any, br
     assert "her hand" in shown(browser, "#browser table.drift td.old")
     assert SCRIPT in drifted.text
     assert_inert(browser)
+    browser.execute_script("arguments[0].scrollIntoView()", drifted)
+    shot(browser, "markup-card")
 
 
-def test_a_gate_and_its_history_read_as_text(site: MarkupSite, served: Any, browser: Any) -> None:
-    doc = site.apply("report", "-p", f"title={HOSTILE}")
+def test_a_gate_and_its_history_read_as_text(site: ReviewSite, served: Any, browser: Any) -> None:
+    doc = site.apply("report", f"title={HOSTILE}")
     assert doc["exit_code"] == 7, doc
     run_id = doc["run"]["id"]
 
@@ -169,9 +158,10 @@ def test_a_gate_and_its_history_read_as_text(site: MarkupSite, served: Any, brow
     cells = [c.text for c in first.find_elements(By.TAG_NAME, "td")]
     assert cells[3] == SVG and cells[5] == SCRIPT and IMG in cells[6], cells
     assert_inert(browser)
+    shot(browser, "markup-gate")
 
 
-def test_the_corpus_is_what_the_journal_holds(site: MarkupSite) -> None:
+def test_the_corpus_is_what_the_journal_holds(site: ReviewSite) -> None:
     # the page showed the data as stored, not a cleaned copy of it
     runs = json.loads(site.cli("runs", "list", "--json").stdout)["runs"]
     assert {IMG, HOSTILE} <= {r["item"] for r in runs}
