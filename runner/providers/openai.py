@@ -210,11 +210,14 @@ class OpenAIProvider(HttpProvider):
     def size_refused(
         self, size: tuple[int, int], params: Mapping[str, Any]
     ) -> tuple[str, str] | None:
+        base = str(self.settings.get("base_url") or self.default_base_url)
+        if urlsplit(base).hostname != urlsplit(self.default_base_url).hostname:
+            return None  # Azure, a compatible server, a local stand-in: their own sizes
         model = str(params.get("model") or self.settings["image_model"])
         # the longest known family the model belongs to (gpt-image-1-mini is a gpt-image-1)
         family = max((f for f in IMAGE_SIZES if model.startswith(f)), key=len, default=None)
         if family is None or f"{size[0]}x{size[1]}" in IMAGE_SIZES[family]:
-            return None  # an Azure deployment's own name, a model not known here: not checked
+            return None  # a model not known here: not checked
         return f"model {model} takes only some sizes", ", ".join(IMAGE_SIZES[family])
 
     async def generate_image(self, request: ImageRequest) -> ImageResult:
