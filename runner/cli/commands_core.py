@@ -27,7 +27,10 @@ from .app import (
 from .termtext import echo, echo_block, safe
 
 
-def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = False) -> Any:
+def _reporter(
+    as_json: bool, total: int, events_file: str | None, quiet: bool = False, plan: Any = None
+) -> Any:
+    """The console reporter (with ``plan``, lines go under their phase, in pipeline order)."""
     from ..engine.events import FanOut, JsonLinesReporter
     from .app import isatty_stderr
     from .console import LiveReporter, PlainReporter, WarningsReporter
@@ -36,9 +39,9 @@ def _reporter(as_json: bool, total: int, events_file: str | None, quiet: bool = 
     if quiet:
         reporters.append(WarningsReporter())  # quiet means no progress, not no warnings
     elif isatty_stderr() and not as_json:
-        reporters.append(LiveReporter(total))
+        reporters.append(LiveReporter(total, plan=plan))
     else:
-        reporters.append(PlainReporter())
+        reporters.append(PlainReporter(plan=plan))
     if events_file:
         try:
             stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
@@ -198,7 +201,7 @@ def apply(
         options.jobs = jobs
         options.jobs_given = True
     state = State.open(state_path)
-    reporter = _reporter(as_json, len(plan.order), events_file, quiet)
+    reporter = _reporter(as_json, len(plan.order), events_file, quiet, plan)
     _install_sigterm()
     try:
         report = apply_plan(plan, state, options, reporter)

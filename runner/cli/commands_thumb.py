@@ -121,7 +121,7 @@ def iterate(
             echo(f"iterating on #{it.ordinal} of run {parent['id']}")
             for line in explain_lines(info):
                 echo(printable(line))
-        reporter = _reporter(as_json, len(plan.order), None, quiet)
+        reporter = _reporter(as_json, len(plan.order), None, quiet, plan)
         doc = run_child(state, plan, child_options(parent, it), reporter, as_json=as_json)
     finally:
         state.close()

@@ -7,28 +7,138 @@ stderr): it goes through ``termtext.safe``.
 from __future__ import annotations
 
 import sys
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from ..engine.events import Event, EventType
 from .termtext import safe
 
+# The events after which a step (not one of its elements) has nothing more to say.
+STEP_ENDS = frozenset(
+    {
+        EventType.STEP_PASSED,
+        EventType.STEP_SKIPPED,
+        EventType.STEP_FAILED,
+        EventType.GATE_AWAITING,
+        EventType.FOR_EACH_ENDED,
+    }
+)
+
+
+class PhaseOrder:
+    """Lines of a live run, each under its own phase's header, the phases in pipeline order.
+
+    Independent steps of two phases may run at once. A line of a phase later than the first
+    unfinished one waits until every step of the phases before it has ended (or the run ends),
+    so the transcript reads phase by phase, as the pipeline lists them; a phase's header is
+    printed once, before its first line, and never for a phase with nothing to say (all cached).
+    Steps without a phase print at once, without a header.
+    """
+
+    def __init__(
+        self,
+        phases: Sequence[str],
+        phase_of: Mapping[str, str | None],
+        header: Callable[[str], str] = lambda phase: f"== phase {safe(phase)}",
+    ) -> None:
+        self.header = header
+        used = {p for p in phase_of.values() if p is not None}
+        self.order = [p for p in phases if p in used]
+        self.phase_of = dict(phase_of)
+        self.left = Counter(p for p in phase_of.values() if p is not None)
+        self.ended: set[str] = set()
+        self.held: dict[str, list[str]] = {}
+        self.headed: set[str] = set()
+        self.current = 0  # index of the first phase with a step still to end
+
+    @classmethod
+    def of(cls, plan: Any, **kw: Any) -> PhaseOrder | None:
+        """For a compiled plan with phases; None without (then no header is printed)."""
+        if plan is None or not getattr(plan, "phases", None):
+            return None
+        return cls(plan.phases, {sid: plan.steps[sid].phase for sid in plan.order}, **kw)
+
+    def _head(self, phase: str) -> list[str]:
+        if phase in self.headed:
+            return []
+        self.headed.add(phase)
+        return [self.header(phase)]
+
+    def line(self, step: str | None, text: str | None) -> list[str]:
+        """What to print now for ``text`` about ``step`` (None: only its phase's header)."""
+        phase = self.phase_of.get(step) if step is not None else None
+        if phase is None or phase not in self.order:
+            return [] if text is None else [text]
+        if self.order.index(phase) > self.current:
+            held = self.held.setdefault(phase, [])
+            if text is not None:
+                held.append(text)
+            return []
+        return self._head(phase) + ([] if text is None else [text])
+
+    def step_ended(self, step: str | None) -> list[str]:
+        """A step ended: the lines of the phases that are now first, in order."""
+        phase = self.phase_of.get(step) if step is not None else None
+        if step is None or phase is None or step in self.ended:
+            return []
+        self.ended.add(step)
+        self.left[phase] -= 1
+        out: list[str] = []
+        while self.current < len(self.order) and self.left[self.order[self.current]] <= 0:
+            self.current += 1
+            if self.current < len(self.order):
+                out += self._release(self.order[self.current])
+        return out
+
+    def _release(self, phase: str) -> list[str]:
+        held = self.held.pop(phase, None)
+        return self._head(phase) + held if held is not None else []
+
+    def flush(self) -> list[str]:
+        """The run ended: every held line, phase by phase."""
+        out: list[str] = []
+        for phase in self.order:
+            out += self._release(phase)
+        self.current = len(self.order)
+        return out
+
 
 class PlainReporter:
     """One line per finished step (not a TTY, or --json with progress on stderr)."""
 
-    def __init__(self, stream: IO[str] | None = None, *, verbose: bool = False) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, verbose: bool = False, plan: Any = None
+    ) -> None:
         self.stream = stream or sys.stderr
         self.verbose = verbose
+        # With the plan, lines go under their own phase, phases in pipeline order; without it
+        # (a resumed run), under the phase the engine entered last.
+        self.order = PhaseOrder.of(plan)
         self.phase: str | None = None  # a phase header waits until a step of it prints
+        self.step: str | None = None  # the step the event being printed is about
 
     def _line(self, text: str) -> None:
+        if self.order is not None:
+            self._write(self.order.line(self.step, text))
+            return
         if self.phase is not None:
             header, self.phase = self.phase, None
-            self._line(header)
-        self.stream.write(text + "\n")
-        self.stream.flush()
+            self._write([header])
+        self._write([text])
+
+    def _write(self, lines: list[str]) -> None:
+        if lines:
+            self.stream.write("".join(line + "\n" for line in lines))
+            self.stream.flush()
 
     def event(self, event: Event) -> None:
+        self.step = event.step_id
+        self._event(event)
+        if self.order is not None and event.type in STEP_ENDS and event.element is None:
+            self._write(self.order.step_ended(event.step_id))
+
+    def _event(self, event: Event) -> None:
         t, sid = event.type, safe(event.step_id)
         el = f"[{event.element}]" if event.element is not None else ""
         d = {k: safe(v) if isinstance(v, str) else v for k, v in event.data.items()}
@@ -56,6 +166,8 @@ class PlainReporter:
             self._line(f"  {notice(event)}")
         elif t is EventType.RUN_FINISHED:
             self.phase = None
+            if self.order is not None:
+                self._write(self.order.flush())
             self._line(
                 f"run {safe(event.run_id)}: {d.get('status')} in {d.get('duration_s', 0):.2f}s"
             )
@@ -84,7 +196,7 @@ class WarningsReporter:
 class LiveReporter:
     """A rich progress bar with the steps in flight, for terminals."""
 
-    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+    def __init__(self, total: int, stream: IO[str] | None = None, *, plan: Any = None) -> None:
         from rich.console import Console
         from rich.markup import escape
         from rich.progress import (
@@ -109,6 +221,8 @@ class LiveReporter:
         self.in_flight: dict[str, Any] = {}
         self.phase: str | None = None
         self._markup_escape = escape
+        self.order = PhaseOrder.of(plan, header=lambda p: f"[bold]== phase {self.escape(p)}[/bold]")
+        self.step: str | None = None
         self.progress.start()
 
     def escape(self, value: object) -> str:
@@ -116,14 +230,37 @@ class LiveReporter:
         text: str = self._markup_escape(safe(value))
         return text
 
+    def _print(self, text: str | None, **kw: Any) -> None:
+        """A line about the current step, under its phase's header (see PhaseOrder)."""
+        if self.order is None:
+            if text is not None:
+                self.console.print(text, **kw)
+            return
+        for line in self.order.line(self.step, text):
+            self.console.print(line, **kw)
+
     def event(self, event: Event) -> None:
+        self.step = event.step_id
+        self._event(event)
+        if self.order is not None and event.type in STEP_ENDS and event.element is None:
+            for line in self.order.step_ended(event.step_id):
+                self.console.print(line, highlight=False)
+        if self.order is not None and event.type is EventType.RUN_FINISHED:
+            for line in self.order.flush():
+                self.console.print(line, highlight=False)
+
+    def _event(self, event: Event) -> None:
         t, sid, d = event.type, event.step_id, event.data
         label = self.escape(f"{sid}[{event.element}]" if event.element is not None else str(sid))
         if t is EventType.STEP_STARTED:
-            if self.phase is not None:  # a phase header only once one of its steps runs
+            if self.order is not None:
+                self._print(None)  # a phase header only once one of its steps runs
+            elif self.phase is not None:
                 self.console.print(f"[bold]== phase {self.escape(self.phase)}[/bold]")
                 self.phase = None
             self.in_flight[label] = True
+        elif t is EventType.FOR_EACH_ENDED:
+            self.progress.advance(self.task)  # its elements did not move the bar
         elif t in (EventType.STEP_PASSED, EventType.STEP_FAILED, EventType.STEP_SKIPPED):
             self.in_flight.pop(label, None)
             if event.element is None:
@@ -131,13 +268,13 @@ class LiveReporter:
             if t is EventType.STEP_FAILED:
                 word = "[yellow]rejected[/yellow]" if d.get("rejected") else "[red]FAILED[/red]"
                 reason = self.escape(str(d.get("reason")))
-                self.console.print(f"{word} {label}: {reason}", markup=True, highlight=False)
+                self._print(f"{word} {label}: {reason}", markup=True, highlight=False)
         elif t is EventType.STEP_RETRYING:
-            self.console.print(
+            self._print(
                 f"[yellow]retry[/yellow] {label}: {self.escape(d.get('reason'))}", highlight=False
             )
         elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
-            self.console.print(notice(event), markup=False, highlight=False)
+            self._print(self.escape(notice(event)), highlight=False)
         elif t is EventType.PHASE_ENTERED:
             self.phase = str(d.get("phase"))
         elif t is EventType.RUN_FINISHED:

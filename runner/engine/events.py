@@ -26,6 +26,9 @@ class EventType(enum.Enum):
     STEP_PASSED = "StepPassed"
     STEP_FAILED = "StepFailed"
     GATE_AWAITING = "GateAwaiting"
+    # A for_each step ended (each element had its own events): its status and element count,
+    # so a reporter knows the step, and maybe its phase, is done.
+    FOR_EACH_ENDED = "ForEachEnded"
     GATE_DECIDED = "GateDecided"
     RUN_FINISHED = "RunFinished"
     OVERRIDE_USED = "OverrideUsed"

@@ -43,6 +43,7 @@ from .outcomes import (
     as_cached,
     for_each_outcome,
     run_status,
+    settle,
 )
 from .recorder import JournalLedger, Progress, Recorder, new_run_id
 from .remote_link import RemoteLink
@@ -202,6 +203,7 @@ class Interpreter:
         status, exit_code = forced, 130
         if status is None:
             status, exit_code = run_status(steps, aborted=reason is not None)
+        status, exit_code = settle(self.plan, self.journal, self.run_id, steps, status, exit_code)
         self.hasher.flush()
         self.recorder.run_finished(
             status,
@@ -353,7 +355,11 @@ class Interpreter:
         if errors:
             raise errors[0]
         elements = [r for r in results if isinstance(r, ElementOutcome)]
-        return for_each_outcome(step.id, elements)
+        outcome = for_each_outcome(step.id, elements)
+        self.recorder.emit(  # the elements had theirs; this says the step itself is done
+            EventType.FOR_EACH_ENDED, step.id, status=outcome.status.value, elements=len(elements)
+        )
+        return outcome
 
     def _resolve(
         self, step: CompiledStep, extra: dict[str, Any]

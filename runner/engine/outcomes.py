@@ -188,6 +188,32 @@ def for_each_outcome(step_id: str, elements: list[ElementOutcome]) -> StepOutcom
     )
 
 
+def settle(
+    plan: Any,
+    journal: Any,
+    run_id: str,
+    steps: list[StepOutcome],
+    status: RunStatus,
+    exit_code: int,
+) -> tuple[RunStatus, int]:
+    """The run's status and exit code after the step types that decide how a run ends (an
+    image run: by its iterations, see ImageStep.settle_run) have had their say. Called before
+    the end is journaled and emitted, so every record tells one status."""
+    outputs = {o.id: o.output for o in steps}
+    for step_type in {type(s.type): s.type for s in plan.steps.values()}.values():
+        settled = step_type.settle_run(
+            journal=journal,
+            run_id=run_id,
+            plan=plan,
+            outputs=outputs,
+            status=status.value,
+            exit_code=exit_code,
+        )
+        if settled is not None:
+            status, exit_code = RunStatus(settled[0]), settled[1]
+    return status, exit_code
+
+
 def as_cached(outcome: StepOutcome) -> StepOutcome:
     """A previous cycle's outcome, reported as cached this time."""
     elements = None

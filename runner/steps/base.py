@@ -170,6 +170,21 @@ class StepType:
         """Anything else that can change the output (e.g. a provider profile)."""
         return {}
 
+    def settle_run(
+        self,
+        *,
+        journal: Any,
+        run_id: str,
+        plan: Any,
+        outputs: dict[str, Any],
+        status: str,
+        exit_code: int,
+    ) -> tuple[str, int] | None:
+        """A run with a step of this type may end otherwise than its steps' statuses say (an
+        image run ends by its iterations): (status, exit code), decided once before the run's
+        end is journaled and reported; None leaves it as it is."""
+        return None
+
     def evaluate(self, compiled: Any, context: Mapping[str, Any]) -> Any:
         """``with:`` with its ``${{ }}`` evaluated; a type whose arguments are code (the shell
         step's ``run``) quotes the values it pastes into them here."""

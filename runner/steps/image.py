@@ -240,6 +240,21 @@ class ImageStep(StepType):
         provider = resolve_provider(env, args.get("provider"), "image", None)
         return {"provider": provider.profile()}
 
+    def settle_run(
+        self,
+        *,
+        journal: Any,
+        run_id: str,
+        plan: Any,
+        outputs: dict[str, Any],
+        status: str,
+        exit_code: int,
+    ) -> tuple[str, int] | None:
+        """The run ends by its iterations (design/thumbnail.md), recorded here first."""
+        from ..thumbs.records import settle_run
+
+        return settle_run(journal, run_id, plan, outputs, status, exit_code)
+
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         provider = resolve_provider(ctx.env, args.get("provider"), "image", ctx.step_id)
         profile = provider.profile()

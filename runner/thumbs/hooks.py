@@ -1,4 +1,4 @@
-"""After an apply of a pipeline with image steps: record iterations, settle the run, copy --out."""
+"""After an apply of a pipeline with image steps: the finals in the run folder, copy --out, show."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import StoreError
-from .records import record_iterations, run_outcome
+from .records import iterations_of
 
 
 def after_apply(
@@ -18,20 +18,11 @@ def after_apply(
     image_steps = [sid for sid in plan.order if plan.steps[sid].uses == "image"]
     if not image_steps:
         return {}
-    final_steps = [sid for sid in plan.order if plan.steps[sid].uses == "finalize"]
-    outputs = {o.id: o.output for o in report.steps}
-    its = record_iterations(state.journal, report.run_id, outputs, image_steps, final_steps)
-    status, code = run_outcome(its)
-    # A gate or a cancel wins over iteration counts, and so does a failure outside the
-    # iterations (e.g. a publish step after finalize): all iterations done is not a done run.
-    if report.exit_code in (7, 130) or (code == 0 and report.exit_code != 0):
-        status, code = report.status.value, report.exit_code
-    profile = None
-    for sid in image_steps:
-        out = outputs.get(sid)
-        if isinstance(out, dict) and out.get("provider_profile"):
-            profile = out["provider_profile"]
-    state.journal.update_run(report.run_id, status=status, exit_code=code, provider_profile=profile)
+    # The engine settled the run's status from its iterations before it ended (ImageStep's
+    # settle_run): read what it recorded, never decide again.
+    its = iterations_of(state.journal, report.run_id)
+    status, code = report.status.value, report.exit_code
+    profile = state.journal.get_run(report.run_id).get("provider_profile")
     run_dir = state.dir / "runs" / report.run_id
     for it in its:
         if it.final:

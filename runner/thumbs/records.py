@@ -190,3 +190,34 @@ def run_outcome(its: list[Iteration]) -> tuple[str, int]:
     if len(failed) == len(its):
         return "failed", 5 if compliance_only else 4
     return "partial", 5 if compliance_only else 6
+
+
+def settle_run(
+    journal: Journal,
+    run_id: str,
+    plan: Any,
+    outputs: dict[str, Any],
+    status: str,
+    exit_code: int,
+) -> tuple[str, int]:
+    """The run's status and exit code when it has image steps: its iterations are recorded and
+    decide (``run_outcome``), before the run's end is journaled and reported, so the console,
+    the journal, `runs show`, --json and the page all say the same.
+
+    A gate or a cancel wins over the iteration counts, and so does a failure outside the
+    iterations (e.g. a publish step after finalize): all iterations done is not a done run.
+    """
+    image_steps = [sid for sid in plan.order if plan.steps[sid].uses == "image"]
+    final_steps = [sid for sid in plan.order if plan.steps[sid].uses == "finalize"]
+    its = record_iterations(journal, run_id, outputs, image_steps, final_steps)
+    profile = None
+    for sid in image_steps:
+        out = outputs.get(sid)
+        if isinstance(out, dict) and out.get("provider_profile"):
+            profile = out["provider_profile"]
+    if profile is not None:
+        journal.update_run(run_id, provider_profile=profile)
+    settled, code = run_outcome(its)
+    if exit_code in (7, 130) or (code == 0 and exit_code != 0):
+        return status, exit_code
+    return settled, code

@@ -94,6 +94,7 @@ function applyEvent(ev) {
   if (!ev.step) return;
   let status = STEP_STATUS[ev.type];
   if (ev.type === "StepSkipped") status = ev.reason === "cached" ? "cached" : "skipped";
+  if (ev.type === "ForEachEnded") status = ev.status === "ran" ? "completed" : ev.status;
   if (!status) return;
   markNode(ev.step, status);
   const row = document.querySelector('tr[data-step="' + CSS.escape(ev.step) + '"]');
