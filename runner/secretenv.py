@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
+from .tomlfile import find_runner_toml
+
 SECRET_NAME = re.compile(
     r"(?i)(api_?key|secret|passw(or)?d|_token$|^token$|access_?key|private_?key|credential)"
 )
@@ -49,15 +51,14 @@ def provider_env_names(root: Path) -> frozenset[str]:
     """The variables named by ``*_env`` settings of the providers in the nearest runner.toml
     (api_key_env, password_env, ...). Read directly, so a shell-only pipeline imports no
     provider code; a file that cannot be read names none (the apply reports it elsewhere)."""
-    here = root.resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "runner.toml"
-        try:
-            st = candidate.stat()
-        except OSError:
-            continue
-        return _names_in(str(candidate), st.st_mtime_ns, st.st_size)
-    return frozenset()
+    candidate = find_runner_toml(root)
+    if candidate is None:
+        return frozenset()
+    try:
+        st = candidate.stat()
+    except OSError:
+        return frozenset()
+    return _names_in(str(candidate), st.st_mtime_ns, st.st_size)
 
 
 @lru_cache(maxsize=16)

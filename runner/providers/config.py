@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Location
+from ..tomlfile import find_runner_toml
 from .base import Provider, ProviderConfigError
 from .redact import Redactor
 from .registry import create
 
-CONFIG_NAME = "runner.toml"
 DEFAULT_PROVIDER = "fake"
 
 
@@ -53,14 +53,7 @@ class RunnerConfig:
 
 def find_config(start: Path) -> Path | None:
     """The nearest ``runner.toml`` in ``start`` or a parent directory (up to the root)."""
-    here = start.resolve()
-    if here.is_file():
-        here = here.parent
-    for directory in (here, *here.parents):
-        candidate = directory / CONFIG_NAME
-        if candidate.is_file():
-            return candidate
-    return None
+    return find_runner_toml(start)
 
 
 def load_config(path: Path | None) -> RunnerConfig:

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..canonical import canonical_json, loads_strict
 from ..errors import Location, StoreError
+from ..tomlfile import find_runner_toml
 from .backends import FsspecObjectStore, ObjectBackend, check_digest, filesystem
 
 RECORD_FORMAT = 1
@@ -85,24 +86,22 @@ def cache_settings(section: Mapping[str, Any] | None, where: Location | None) ->
 def read_cache_section(start: Path) -> tuple[dict[str, Any], Location | None]:
     """The ``[cache]`` table of the nearest runner.toml above ``start`` (parsed only when the
     file mentions it: every apply calls this, and most projects have no remote)."""
-    here = start.resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "runner.toml"
-        if candidate.is_file():
-            text = candidate.read_text(encoding="utf-8", errors="replace")
-            if "cache" not in text:
-                return {}, None
-            import tomllib
+    candidate = find_runner_toml(start)
+    if candidate is None:
+        return {}, None
+    text = candidate.read_text(encoding="utf-8", errors="replace")
+    if "cache" not in text:
+        return {}, None
+    import tomllib
 
-            where = Location(str(candidate))
-            try:
-                section = tomllib.loads(text).get("cache", {})
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"not valid TOML: {exc}", where=where) from None
-            if not isinstance(section, dict):
-                raise ConfigError("[cache] must be a table", where=where)
-            return section, where
-    return {}, None
+    where = Location(str(candidate))
+    try:
+        section = tomllib.loads(text).get("cache", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", where=where) from None
+    if not isinstance(section, dict):
+        raise ConfigError("[cache] must be a table", where=where)
+    return section, where
 
 
 class ConfigError(StoreError):
