@@ -109,7 +109,7 @@ def test_a_backend_without_the_websocket_is_polled(tmp_path: Path) -> None:
         attempts = server.socket_requests
         refused = [r for r in server.requests if r.path == "/ws"]
     assert attempts == [] and len(refused) == 1  # asked once, answered 404, then polled
-    assert _steps(lines) == [] and polls > 4
+    assert _steps(lines) == [] and polls >= 1  # the result came from polling /history
     assert server.count("POST", "/prompt") == 1
 
 
