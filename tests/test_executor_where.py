@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from runner.testing.daskcluster import runner_tracebacks
 from runner.web.app import create_app
 
 with warnings.catch_warnings():
@@ -45,7 +46,7 @@ def _runner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
-    assert "Traceback" not in res.stderr, res.stderr
+    assert runner_tracebacks(res.stderr) == [], res.stderr
     return res
 
 

@@ -73,3 +73,28 @@ def _wait_listening(port: int, timeout: float) -> None:
                 return
         time.sleep(0.05)
     raise TimeoutError(f"no Dask scheduler listening on port {port} after {timeout:g}s")
+
+
+def runner_tracebacks(stderr: str) -> list[str]:
+    """The tracebacks in ``stderr`` that pass through runner's own code, and runner's own "hit a
+    bug" report. A LocalCluster's worker processes share the apply's stderr, and Dask may print
+    a traceback of its own while it stops them on a loaded machine (a heartbeat cut short, an
+    event loop collected at exit): that is Dask's noise, not a failure of runner."""
+    import runner
+
+    package = os.path.dirname(runner.__file__)
+    found: list[str] = []
+    block: list[str] | None = None
+    for line in stderr.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            block = [line]
+            continue
+        if block is not None:
+            block.append(line)
+            if line and not line[0].isspace():  # the exception line ends the block
+                if any(f'File "{package}' in b for b in block):
+                    found.append("\n".join(block))
+                block = None
+    if "runner hit a bug" in stderr:
+        found.append("runner hit a bug")
+    return found
