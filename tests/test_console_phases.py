@@ -8,6 +8,7 @@ in two phases emits) and, end to end, a real apply in a subprocess with --jobs 2
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,7 @@ def test_a_real_apply_reads_in_pipeline_order(project: Project) -> None:
 
 
 def test_without_a_plan_headers_follow_the_engine(tmp_path: Path) -> None:
-    # a resumed run's reporter has no plan: headers come from PhaseEntered, none when cached
+    # a reporter given no plan: headers come from PhaseEntered, none when cached
     out = io.StringIO()
     reporter = PlainReporter(out)
     for event in [
@@ -174,3 +175,52 @@ def test_without_a_plan_headers_follow_the_engine(tmp_path: Path) -> None:
     ]:
         reporter.event(event)
     assert lines(out.getvalue()) == ["== phase two", "  ran     late"]
+
+
+GATED = """\
+runner: 1
+name: gated
+phases: [one, two]
+steps:
+  review:
+    uses: human_gate
+    phase: one
+    with: {summary: "Go on?"}
+  slow:
+    uses: shell
+    phase: one
+    needs: [review]
+    with: {run: "sleep 1; echo slow"}
+  late:
+    uses: shell
+    phase: two
+    needs: [review]
+    with: {run: "echo late"}
+"""
+
+
+def test_decide_resumes_in_pipeline_order(project: Project) -> None:
+    # After the decision both steps start at once; `late` (phase two) ends first, yet its line
+    # waits under its own header until phase one has ended.
+    project.write("pipeline.yaml", GATED)
+    state = ("--state", ".runner")
+    first = subprocess.run(
+        [*runner_bin(), "apply", "pipeline.yaml", "--jobs", "2", *state, "--json"],
+        cwd=project.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    run_id = json.loads(first.stdout)["run"]["id"]
+    res = subprocess.run(
+        [*runner_bin(), "decide", run_id, "review", "approve", "--by", "me", *state],
+        cwd=project.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    got = lines(res.stderr)
+    assert got.count("== phase one") == 1 and got.count("== phase two") == 1, got
+    one, two = got.index("== phase one"), got.index("== phase two")
+    assert one < got.index("  ran     slow") < two < got.index("  ran     late")

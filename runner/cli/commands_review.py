@@ -84,7 +84,6 @@ def decide(
     Example: runner decide 20261202-101500-ab12cd review revise --input feedback="shorter"
     """
     from ..engine.gates import Decision, record_decision
-    from ..engine.runctl import resume_run
     from .runend import end_text
 
     values = _parse_inputs(inputs, input_file)
@@ -110,11 +109,7 @@ def decide(
             return
         if not as_json:
             echo(f"{said}; continuing run {row.run_id}")
-        reporter = _reporter(as_json, 0, None, quiet)
-        try:
-            report = resume_run(state, row.run_id, reporter=reporter)
-        finally:
-            reporter.close()
+        report = _resume(state, row.run_id, as_json, quiet)
         text = "" if as_json else end_text(state, report)
     finally:
         state.close()
@@ -123,6 +118,19 @@ def decide(
     else:
         echo_block(text)
     sys.exit(report.exit_code)
+
+
+def _resume(state: Any, run_id: str, as_json: bool, quiet: bool, *, jobs: int | None = None) -> Any:
+    """Continue ``run_id`` with a console that has its plan: phases in pipeline order."""
+    from ..engine.apply import apply_plan
+    from ..engine.runctl import resume_plan
+
+    plan, options = resume_plan(state, run_id, jobs=jobs)
+    reporter = _reporter(as_json, len(plan.order), None, quiet, plan)
+    try:
+        return apply_plan(plan, state, options, reporter)
+    finally:
+        reporter.close()
 
 
 def _verb(decision: str) -> str:
@@ -142,16 +150,11 @@ def resume(
 
     Example: runner resume 20261202-101500-ab12cd
     """
-    from ..engine.runctl import resume_run
     from .runend import end_text
 
     state = _open_state(state_dir, readonly=False)
-    reporter = _reporter(as_json, 0, None, quiet)
     try:
-        try:
-            report = resume_run(state, run_id, reporter=reporter, jobs=jobs)
-        finally:
-            reporter.close()
+        report = _resume(state, run_id, as_json, quiet, jobs=jobs)
         text = "" if as_json else end_text(state, report)
     finally:
         state.close()

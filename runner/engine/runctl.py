@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotFound, UsageError
+from ..pipeline.compiler import Plan
 from ..store.interrupt import process_alive
 from ..store.journal import Journal, loads
 from .apply import State, apply_plan
@@ -28,6 +29,13 @@ def resume_run(
     Raises NotFound for an unknown run or a pipeline file that is gone, UsageError for a run
     that cannot be resumed (completed, rejected, running).
     """
+    plan, options = resume_plan(state, run_id, jobs=jobs)
+    return apply_plan(plan, state, options, reporter)
+
+
+def resume_plan(state: State, run_id: str, *, jobs: int | None = None) -> tuple[Plan, ApplyOptions]:
+    """The plan and options that continue run ``run_id`` (a console that has the plan before
+    the run goes on prints its phases in pipeline order). Raises as ``resume_run``."""
     from ..pipeline.compiler import compile_pipeline
 
     run = state.journal.get_run(run_id)
@@ -44,7 +52,7 @@ def resume_run(
     options = ApplyOptions(item=run["item"], resume_run_id=run["id"], kind=run["kind"] or "run")
     if jobs:
         options.jobs = jobs
-    return apply_plan(plan, state, options, reporter)
+    return plan, options
 
     return True
 
