@@ -190,16 +190,7 @@ class Interpreter:
         return report
 
     def _finish(self, forced: RunStatus | None, started: float, reason: str | None) -> RunReport:
-        steps = []
-        for sid in self.plan.order:
-            outcome = self.outcomes.get(sid)
-            if outcome is None:
-                # Never reached (cancelled, aborted): shown skipped, in the stream as well.
-                outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
-                if sid not in self.progress.finished:
-                    self.recorder.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
-                    self.progress.mark(sid, StepStatus.SKIPPED)
-            steps.append(outcome)
+        steps = self.recorder.every_outcome(self.plan.order, self.outcomes, self.progress, reason)
         status, exit_code = forced, 130
         if status is None:
             status, exit_code = run_status(steps, aborted=reason is not None)

@@ -20,7 +20,7 @@ from ..store.journal import Journal, dumps, loads
 from .events import Event, EventType, Reporter
 from .keys import KeyParts
 from .options import ApplyOptions
-from .outcomes import RunStatus, StepStatus
+from .outcomes import RunStatus, StepOutcome, StepStatus
 
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
 
@@ -204,6 +204,26 @@ class Recorder:
         if now - self._progress_written > PROGRESS_WRITE_S:
             self._progress_written = now
             self.journal.update_run(self.run_id, progress=dumps(counts()))
+
+    def every_outcome(
+        self,
+        order: list[str],
+        outcomes: Mapping[str, StepOutcome],
+        progress: Progress,
+        reason: str | None,
+    ) -> list[StepOutcome]:
+        """Each step's outcome in plan order; a step never reached (cancelled, aborted) is
+        shown skipped, in the event stream as well."""
+        steps = []
+        for sid in order:
+            outcome = outcomes.get(sid)
+            if outcome is None:
+                outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
+                if sid not in progress.finished:
+                    self.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
+                    progress.mark(sid, StepStatus.SKIPPED)
+            steps.append(outcome)
+        return steps
 
     def run_finished(
         self,
