@@ -28,10 +28,18 @@ from .conftest import REPO
 pytest.importorskip("distributed")
 
 
-def _env() -> dict[str, str]:
+def dask_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
     env["NO_COLOR"] = "1"
     return env
+
+
+def dask_apply_command(*extra: str) -> list[str]:
+    """``runner apply pipeline.yaml`` on a 2-worker LocalCluster, its document on stdout."""
+    return [
+        *(sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"),
+        *("--state", ".runner", "--executor", "dask", "--workers", "2", *extra),
+    ]
 
 
 def _apply(root: Path, file: str, *extra: str, timeout: float = 300) -> dict[str, Any]:
@@ -49,7 +57,7 @@ def _apply(root: Path, file: str, *extra: str, timeout: float = 300) -> dict[str
             *extra,
         ],
         cwd=root,
-        env=_env(),
+        env=dask_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -142,23 +150,9 @@ def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
     root = tmp_path / "p"
     _fanout(root, 200, 0.05)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "apply",
-            "pipeline.yaml",
-            "--json",
-            "-q",
-            "--state",
-            ".runner",
-            "--executor",
-            "dask",
-            "--workers",
-            "2",
-        ],
+        dask_apply_command(),
         cwd=root,
-        env=_env(),
+        env=dask_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -189,7 +183,7 @@ def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
     verify = subprocess.run(
         [sys.executable, "-m", "runner", "verify", "--state", ".runner", "--json"],
         cwd=root,
-        env=_env(),
+        env=dask_env(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -200,7 +194,7 @@ def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
 def test_steps_asking_for_a_gpu_run_only_where_one_is_declared(tmp_path: Path) -> None:
     workers = [["--nthreads", "2", "--name", "gpu", "--resources", "GPU=1"]]
     workers.append(["--nthreads", "2", "--name", "cpu"])
-    with command_line_cluster(workers, env=_env()) as scheduler:
+    with command_line_cluster(workers, env=dask_env()) as scheduler:
         root = tmp_path / "g"
         root.mkdir()
         (root / "pipeline.yaml").write_text(

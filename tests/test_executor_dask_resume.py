@@ -24,34 +24,11 @@ import pytest
 
 from runner.testing.daskcluster import runner_tracebacks
 
+from .test_executor_dask import dask_apply_command, dask_env
+
 pytest.importorskip("distributed")
 
 N = 120
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
-    env["NO_COLOR"] = "1"
-    return env
-
-
-def _command(*extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "runner",
-        "apply",
-        "pipeline.yaml",
-        "--json",
-        "-q",
-        "--state",
-        ".runner",
-        "--executor",
-        "dask",
-        "--workers",
-        "2",
-        *extra,
-    ]
 
 
 def _project(root: Path) -> None:
@@ -113,9 +90,9 @@ def test_a_coordinator_killed_mid_run_resumes_without_running_completed_elements
     root = tmp_path / "p"
     _project(root)
     first = subprocess.Popen(
-        _command(),
+        dask_apply_command(),
         cwd=root,
-        env=_env(),
+        env=dask_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -137,7 +114,7 @@ def test_a_coordinator_killed_mid_run_resumes_without_running_completed_elements
     killed_run = runs[0][0]
 
     again = subprocess.run(
-        _command(), cwd=root, env=_env(), capture_output=True, text=True, timeout=600
+        dask_apply_command(), cwd=root, env=dask_env(), capture_output=True, text=True, timeout=600
     )
     assert runner_tracebacks(again.stderr) == [], again.stderr
     doc = json.loads(again.stdout)
@@ -169,7 +146,7 @@ def test_a_coordinator_killed_mid_run_resumes_without_running_completed_elements
     verify = subprocess.run(
         [sys.executable, "-m", "runner", "verify", "--state", ".runner", "--json"],
         cwd=root,
-        env=_env(),
+        env=dask_env(),
         capture_output=True,
         text=True,
         timeout=120,
