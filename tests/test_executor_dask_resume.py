@@ -13,7 +13,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 
 from runner.testing.daskcluster import runner_tracebacks
 
-from .test_executor_dask import dask_apply_command, dask_env
+from .test_executor_dask import assert_verify_clean, dask_apply_command, dask_env
 
 pytest.importorskip("distributed")
 
@@ -143,12 +142,4 @@ def test_a_coordinator_killed_mid_run_resumes_without_running_completed_elements
     )
     assert len(counts) == N and all(n == 1 for _e, n in counts)
     assert sorted(int(p.read_text()) for p in (root / "out").iterdir()) == list(range(N))
-    verify = subprocess.run(
-        [sys.executable, "-m", "runner", "verify", "--state", ".runner", "--json"],
-        cwd=root,
-        env=dask_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert verify.returncode == 0, verify.stdout
+    assert_verify_clean(root)
