@@ -14,7 +14,7 @@ from .conftest import REPO, Project
 
 
 def test_run_statuses_are_one_vocabulary() -> None:
-    from runner.cli.commands_core import RUN_STATUSES
+    from runner.cli.commands_records import RUN_STATUSES
     from runner.engine.outcomes import RunStatus
 
     assert set(RUN_STATUSES) == {s.value for s in RunStatus}

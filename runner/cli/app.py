@@ -288,7 +288,7 @@ def cli(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from . import commands_core, commands_plan  # noqa: F401  (commands register on import)
+    from . import commands_core, commands_plan, commands_records  # noqa: F401  (commands register on import)
 
     for optional in (
         "commands_thumb",

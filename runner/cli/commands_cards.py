@@ -97,9 +97,9 @@ def edit_output(
     from .. import overrides
     from ..canonical import loads_strict
     from ..errors import UsageError
-    from .commands_core import _open_state
+    from .commands_records import open_state
 
-    state = _open_state(state_dir, readonly=True)
+    state = open_state(state_dir, readonly=True)
     try:
         found = overrides.execution_for(
             state.journal, run_id, step, -1 if element is None else element

@@ -1,4 +1,4 @@
-"""Core commands: apply, validate, graph, runs, steps, verify, init (plan, explain: elsewhere)."""
+"""Core commands: apply, validate, graph, steps, init (plan, explain, runs, verify: elsewhere)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..errors import NotFound, StoreError, UsageError
+from ..errors import NotFound, UsageError
 from .app import (
     Ctx,
     cli,
@@ -24,6 +24,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
+from .commands_records import open_state
 from .termtext import echo, echo_block, safe
 
 
@@ -173,7 +174,6 @@ def apply(
 
     from ..engine.apply import State, apply_plan
     from ..engine.options import ApplyOptions
-    from ..errors import UsageError
     from ..pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, overrides)
@@ -326,7 +326,7 @@ def _where_steps_ran(
         if run_id is not None:
             raise NotFound(f"no run '{run_id}': there is no journal at {path}")
         return None, {}
-    state = _open_state(str(path))
+    state = open_state(str(path))
     try:
         if run_id is not None:
             run = state.journal.get_run(run_id)
@@ -336,104 +336,6 @@ def _where_steps_ran(
                 return None, {}
             run = newest[0]
         return str(run["id"]), state.journal.workers(run["id"])
-    finally:
-        state.close()
-
-
-@cli.group()
-def runs() -> None:
-    """Inspect runs in the journal.
-
-    Example: runner runs list --limit 10
-    """
-
-
-def _open_state(state_dir: str | None, readonly: bool = True) -> Any:
-    from ..engine.apply import State
-    from ..engine.locate import state_dir_here
-
-    # Commands without a pipeline file find the project from the working directory, like git.
-    return State.open(state_dir_here(state_dir), readonly=readonly)
-
-
-RUN_STATUSES = (
-    "running",
-    "awaiting_human",
-    "completed",
-    "partial",
-    "failed",
-    "cancelled",
-    "rejected",
-)  # = RunStatus values (tests/test_records.py keeps them equal; the enum is not worth importing)
-
-
-@runs.command("list")
-@click.option("--pipeline", default=None)
-@click.option(
-    "--status",
-    default=None,
-    type=click.Choice(RUN_STATUSES),
-    help="Only runs with this status.",
-)
-@click.option("--item", default=None)
-@click.option("--awaiting", is_flag=True, help="Only runs waiting for a human decision.")
-@click.option("--limit", default=20, show_default=True)
-@state_option
-@json_option
-def runs_list(
-    pipeline: str | None,
-    status: str | None,
-    item: str | None,
-    awaiting: bool,
-    limit: int,
-    state_dir: str | None,
-    as_json: bool,
-) -> None:
-    """List recent runs, newest first.
-
-    Example: runner runs list --status failed
-    """
-    state = _open_state(state_dir)
-    try:
-        rows = state.journal.list_runs(
-            pipeline=pipeline,
-            status="awaiting_human" if awaiting else status,
-            item=item,
-            limit=limit,
-        )
-    finally:
-        state.close()
-    keep = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
-    if as_json:
-        emit_json({"runs": [{k: r[k] for k in keep} for r in rows], "exit_code": 0})
-        return
-    if not rows:
-        echo("no runs")
-        return
-    echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
-    for r in rows:
-        run_id, pipeline, item = safe(r["id"]), safe(r["pipeline"]), safe(r["item"] or "")
-        echo(f"{run_id:<22}  {pipeline:<20} {r['status']:<15} {item}")
-
-
-@runs.command("show")
-@click.argument("run_id")
-@state_option
-@json_option
-def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
-    """Show one run: its header and every execution.
-
-    Example: runner runs show 20261202-101500-ab12cd
-    """
-    from ..thumbs.view import render_run, run_json
-
-    state = _open_state(state_dir)
-    try:
-        run = state.journal.get_run(run_id)
-        if as_json:
-            emit_json({**run_json(state, run["id"]), "exit_code": 0})
-        else:
-            echo_block(render_run(state, run["id"], with_preview=False))
     finally:
         state.close()
 
@@ -470,109 +372,6 @@ def steps(name: str | None, as_json: bool) -> None:
             width = max((len(f) for f in s["output"]), default=0)
             for field_name, what in s["output"].items():
                 echo(f"  {field_name:<{width}}  {what}")
-
-
-@cli.command()
-@state_option
-@click.option(
-    "--pipeline-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Verify the state directory of this pipeline.",
-)
-@click.option("--repair", is_flag=True, help="Mend what verify finds (asks first, see --yes).")
-@click.option(
-    "--yes", is_flag=True, help="With --repair: agree without being asked (needed off a terminal)."
-)
-@json_option
-def verify(
-    state_dir: str | None, pipeline_file: Path | None, repair: bool, yes: bool, as_json: bool
-) -> None:
-    """Check the journal's integrity, that every referenced object is present and intact, and
-    that the outputs of each pipeline's latest completed run still hold what was recorded (an
-    output edited by hand is a problem; a missing one a note: apply restores it).
-
-    --repair mends what it finds and keeps the rest of the history: a damaged journal is
-    salvaged into a new one (the old file kept), a missing or empty one is started again around
-    the objects, and lost or damaged objects are marked so the next apply re-creates them. It
-    lists the paid calls the next apply will make again and asks before changing anything
-    (off a terminal, or with --json, only --yes agrees).
-
-    Example: runner verify --state .runner && runner verify --repair --yes --json
-    """
-    from ..engine.apply import State, state_dir_for
-    from ..engine.drift import output_drift
-    from ..engine.locate import state_dir_here
-    from ..verify import verify_state
-
-    if pipeline_file is not None and not state_dir:
-        state_dir = str(state_dir_for(pipeline_file))
-    where = state_dir_here(state_dir)
-    plan_doc = None
-    if repair:
-        plan_doc = _repair(where, yes, as_json)
-    try:
-        state = State.open(where, readonly=True)
-    except StoreError as exc:  # a lost or damaged journal: what verify is for
-        problems, checked, drift = [str(exc)], 0, []
-    else:
-        try:
-            problems, checked = verify_state(state)
-            drift = output_drift(state.journal)  # outputs edited by hand (or missing)
-        finally:
-            state.close()
-    problems += [str(d) for d in drift if d.found is not None]
-    code = 1 if problems else 0
-    if as_json:
-        doc = {"ok": not problems, "problems": problems, "objects_checked": checked}
-        doc["outputs"] = [d.to_json() for d in drift]
-        if plan_doc is not None:
-            doc["repair"] = plan_doc
-        emit_json({**doc, "exit_code": code})
-    else:
-        for p in problems:
-            echo(f"problem: {safe(p)}")
-        for d in drift:
-            if d.found is None:
-                echo(f"note: {safe(str(d))}")
-        echo(
-            f"{'ok' if not problems else 'FAILED'}: {checked} objects checked, "
-            f"{len(problems)} problems"
-        )
-        if problems and not repair:
-            echo("mend them (it lists what it changes and asks): runner verify --repair")
-    sys.exit(code)
-
-
-def _repair(state_dir: Path, yes: bool, as_json: bool) -> dict[str, Any]:
-    """Plan the repair, show it, ask, make it. Raises UsageError when not agreed to."""
-    from ..repair import apply_repair, discard, plan_repair
-
-    plan = plan_repair(state_dir)
-    if plan.empty:
-        if not as_json:
-            echo("nothing to repair")
-        return {**plan.to_json(), "repaired": False}
-    if not as_json:
-        for line in plan.lines():
-            echo(f"repair: {line}")
-    agreed = yes
-    if not agreed and not as_json and sys.stdin.isatty():
-        paid = f" The next apply pays again for {len(plan.calls)} calls." if plan.calls else ""
-        agreed = click.confirm(f"Make these changes?{paid}", default=False, err=True)
-    if not agreed:
-        discard(plan)
-        refused = UsageError(
-            "nothing was changed: a repair needs your agreement",
-            hint="read the list (runner verify --repair), then: runner verify --repair --yes",
-        )
-        if as_json:  # the plan is the point: show it with the refusal
-            doc = {"repair": {**plan.to_json(), "repaired": False}, "error": refused.to_json()}
-            emit_json({**doc, "exit_code": refused.exit_code})
-            sys.exit(refused.exit_code)
-        raise refused
-    apply_repair(plan)
-    return {**plan.to_json(), "repaired": True}
 
 
 @cli.command()

@@ -12,7 +12,8 @@ import click
 from ..canonical import loads_strict
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
-from .commands_core import _open_state, _reporter, runs
+from .commands_core import _reporter
+from .commands_records import open_state, runs
 from .termtext import echo, echo_block, echo_json
 
 
@@ -87,7 +88,7 @@ def decide(
     from .runend import end_text
 
     values = _parse_inputs(inputs, input_file)
-    state = _open_state(state_dir, readonly=False)
+    state = open_state(state_dir, readonly=False)
     try:
         row = record_decision(
             state.journal,
@@ -152,7 +153,7 @@ def resume(
     """
     from .runend import end_text
 
-    state = _open_state(state_dir, readonly=False)
+    state = open_state(state_dir, readonly=False)
     try:
         report = _resume(state, run_id, as_json, quiet, jobs=jobs)
         text = "" if as_json else end_text(state, report)
@@ -185,7 +186,7 @@ def runs_cancel(run_id: str, wait_s: float, state_dir: str | None, as_json: bool
     """
     from ..engine.runctl import request_cancel, wait_for_end
 
-    state = _open_state(state_dir, readonly=False)
+    state = open_state(state_dir, readonly=False)
     try:
         result = request_cancel(state.journal, run_id)
         if result["status"] == "cancelling" and wait_s > 0:
@@ -209,7 +210,7 @@ def runs_events(run_id: str, follow: bool, state_dir: str | None) -> None:
     """
     from ..engine.runctl import stream_events
 
-    state = _open_state(state_dir)
+    state = open_state(state_dir)
     try:
         for ev in stream_events(state.journal, run_id, follow=follow):
             echo_json(ev)
@@ -228,7 +229,7 @@ def runs_decisions(run_id: str, state_dir: str | None, as_json: bool) -> None:
     """
     from ..engine.gates import decisions
 
-    state = _open_state(state_dir)
+    state = open_state(state_dir)
     try:
         run = state.journal.get_run(run_id)
         rows = decisions(state.journal, run["id"])
@@ -393,7 +394,7 @@ def gc(
     from ..gc import collect_garbage, parse_age
 
     age = parse_age(older_than) if older_than else None
-    state = _open_state(state_dir, readonly=False)
+    state = open_state(state_dir, readonly=False)
     try:
         result = collect_garbage(
             state, keep_last=keep_last, older_than=age, dry_run=dry_run, wait_s=wait_s

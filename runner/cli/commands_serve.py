@@ -9,7 +9,7 @@ import click
 
 from ..errors import UsageError
 from .app import cli, state_option
-from .commands_core import _open_state
+from .commands_records import open_state
 from .termtext import echo
 
 
@@ -62,7 +62,7 @@ def serve(
             f"binding {host} exposes the runs beyond this machine; pass --token "
             "or set RUNNER_SERVE_TOKEN"
         )
-    state = _open_state(state_dir)  # the same lookup (and NotFound) as `runner runs list`
+    state = open_state(state_dir)  # the same lookup (and NotFound) as `runner runs list`
     path = state.dir
     state.close()
     token = token or new_token()

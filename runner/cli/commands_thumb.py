@@ -10,7 +10,7 @@ import click
 
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
-from .commands_core import _open_state
+from .commands_records import open_state
 from .termtext import echo, echo_rendered
 
 
@@ -26,7 +26,7 @@ def pick(run_id: str, which: str, state_dir: str | None, as_json: bool) -> None:
     """
     from ..thumbs.records import pick as do_pick
 
-    state = _open_state(state_dir, readonly=True)
+    state = open_state(state_dir, readonly=True)
     try:
         it = do_pick(state.journal, run_id, which)
     finally:
@@ -50,7 +50,7 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
     """
     from ..thumbs.view import render_run, run_json
 
-    state = _open_state(state_dir, readonly=True)
+    state = open_state(state_dir, readonly=True)
     try:
         run = state.journal.get_run(target)
         if as_json:
@@ -112,7 +112,7 @@ def iterate(
             var_map[k] = read_override(k, v, "any")
         except InvalidPipeline as exc:
             raise UsageError(f"--var {k}: {exc.message}") from None
-    state = _open_state(state_dir, readonly=True)
+    state = open_state(state_dir, readonly=True)
     try:
         parent, it = find_source(state.journal, target, from_picked=from_picked)
         plan = plan_child(parent, it, n=n, prompt_append=prompt_append, variables=var_map)
@@ -159,7 +159,7 @@ def export(
     from ..thumbs.hooks import export_run
     from ..thumbs.view import shown_path
 
-    state = _open_state(state_dir, readonly=True)
+    state = open_state(state_dir, readonly=True)
     try:
         doc = export_run(state, target, dest, raw=raw, picked=picked, overwrite=overwrite)
     finally:
