@@ -6,11 +6,15 @@ API key never reaching disk or output, and a third-party provider found through 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -300,3 +304,67 @@ def test_entry_point_provider_is_listed_and_runs(tmp_path: Path) -> None:
         raw = it["assets"]["raw"]
         with Image.open(project / ".runner" / "objects" / raw[:2] / raw[2:]) as img:
             assert img.size == (32, 32) and img.getpixel((0, 0)) == (it["seed"], 128, 128)
+
+
+# A body far larger than what the two sockets' buffers hold: the client cannot have sent it in
+# full (nor journaled anything it does after that) before the backend starts reading.
+ONE = (
+    EIGHT.replace("name: eight", "name: one")
+    .replace("n: 8", "n: 1")
+    .replace("a lighthouse at dusk", "a lighthouse at dusk " * 400_000)
+)
+
+
+def _first_byte_then_drop(state: Path, seen: list[int], connections: list[int]) -> socket.socket:
+    """A backend that, the moment the first byte of a request arrives, reads the journal's
+    record of the call, then takes the whole request and drops the connection unanswered."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(1)
+            with conn:
+                if not conn.recv(1):
+                    continue
+                db = sqlite3.connect(f"file:{state / 'journal.db'}?mode=ro", uri=True)
+                try:
+                    query = "SELECT count(*) FROM calls WHERE submitted_at IS NOT NULL"
+                    seen.append(db.execute(query).fetchone()[0])
+                finally:
+                    db.close()
+                conn.settimeout(0.5)  # take the rest of the request, then hang up
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def test_a_call_is_journaled_as_sent_before_its_first_byte_reaches_the_backend(
+    tmp_path: Path,
+) -> None:
+    # A kill between the backend receiving a request and the journal saying so would make the
+    # next apply pay again: the journal must say "sent" before the backend holds a byte.
+    (tmp_path / "pipeline.yaml").write_text(ONE, encoding="utf-8")
+    seen: list[int] = []
+    connections: list[int] = []
+    listener = _first_byte_then_drop(tmp_path / ".runner", seen, connections)
+    try:
+        _config(tmp_path, f"http://127.0.0.1:{listener.getsockname()[1]}")
+        first = _run(tmp_path, "apply", "pipeline.yaml", "--json", "-q")
+        assert seen == [1], (seen, first.stderr)
+        doc = json.loads(first.stdout)
+        assert doc["exit_code"] != 0
+        again = json.loads(_run(tmp_path, "apply", "pipeline.yaml", "--json", "-q").stdout)
+        assert again["exit_code"] != 0 and len(connections) == 1  # not sent again
+        show = json.loads(_run(tmp_path, "runs", "show", again["run"]["id"], "--json").stdout)
+        [refused] = [it for it in show["iterations"] if it["status"] != "completed"]
+        assert "may have been completed and billed" in refused["error"]
+    finally:
+        listener.close()

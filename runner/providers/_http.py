@@ -283,17 +283,21 @@ class HttpProvider(Provider):
     ) -> httpx.Response:
         """One request; raises a ProviderError classified by what the backend may have done.
 
-        ``tracker`` is told when the request's body has gone out in full (see tracking.py).
+        ``tracker`` is told (and journals it) before the request starts going out: a crash from
+        then on leaves the call marked sent, so it is never silently paid twice (tracking.py).
         """
         what = f"{method} {url}"
         sent = False
 
         async def trace(event: str, info: dict[str, Any]) -> None:
             nonlocal sent
-            if event.endswith("send_request_body.complete"):
-                sent = True
-                if tracker is not None:
-                    tracker.sent()
+            # Journal the attempt before its first byte goes out: journaled after the body, a
+            # kill between the backend receiving it and the journal's commit left a call that
+            # looked never sent, and the next apply paid for it again.
+            if tracker is not None and event.endswith("send_request_headers.started"):
+                tracker.sent()
+            elif event.endswith("send_request_body.complete"):
+                sent = True  # a lost reply from here on is maybe-executed
 
         extensions = {**kwargs.pop("extensions", {}), "trace": trace}
         try:

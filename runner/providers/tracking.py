@@ -1,11 +1,12 @@
 """What one keyed provider call did on the wire, told as it happens.
 
-The HTTP layer calls ``sent()`` once a request's body has gone out: from then on a lost reply
-means the backend may have done (and billed) the work, so the failure is MAYBE_EXECUTED rather
-than TRANSIENT (see ``runner.errors.Failure``). A job-queue provider calls ``remote(job_id)``
-as soon as the backend names its job. The step that owns the call passes callbacks that journal
-both at once, so a crash, a timeout or the next apply knows the request reached the backend and
-which job to ask about.
+The HTTP layer calls ``sent()`` as a request starts going out, before its first byte: the step
+journals it at once, so a crash from then on (even one between the backend receiving the body
+and the reply) leaves the call marked sent, and the next apply does not pay for it again. A
+request that fails before its body went out in full is still classified TRANSIENT (the backend
+cannot act on half a request); once the body is out, a lost reply is MAYBE_EXECUTED (see
+``runner.errors.Failure``). A job-queue provider calls ``remote(job_id)`` as soon as the
+backend names its job, so a crash, a timeout or the next apply knows which job to ask about.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ class CallTracker:
     ) -> None:
         self._on_sent = on_sent
         self._on_remote = on_remote
-        self.attempts = 0  # requests whose body went out to the backend
+        self.attempts = 0  # requests that started going out to the backend
         self.submitted_at: float | None = None
         self.remote_id: str | None = None
 
     def sent(self) -> None:
-        """A request of this call reached the backend (its body was sent in full)."""
+        """A request of this call is going out to the backend (journaled before its first byte)."""
         self.attempts += 1
         if self.submitted_at is None:
             self.submitted_at = time.time()
