@@ -1,11 +1,16 @@
-"""runner.shellrun: real /bin/sh processes, their output, their exit, and their process group."""
+"""runner.shellrun: real /bin/sh processes, their output, their exit, and their process group.
+
+Most tests run twice (the ``started`` fixture): in runner's own working directory, where commands
+start through os.posix_spawn, and in another one, where they start through subprocess.Popen."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +37,41 @@ def _wait_gone(pid: int, seconds: float = 5.0) -> bool:
     return False
 
 
-def test_output_exit_code_and_stdin(tmp_path: Path) -> None:
+@pytest.fixture(params=["runner's directory", "another directory"])
+def started(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[int]]:
+    """The pids os.posix_spawn started; the test's commands run in tmp_path, which is runner's
+    working directory or not. Checks afterwards that the expected way was taken."""
+    pids: list[int] = []
+    real = os.posix_spawn
+
+    def recording(*args: object, **kwargs: object) -> int:
+        pid = real(*args, **kwargs)  # type: ignore[arg-type]
+        pids.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "posix_spawn", recording)
+    if request.param == "runner's directory":
+        monkeypatch.chdir(tmp_path)
+    else:
+        monkeypatch.chdir(tmp_path.parent)
+    yield pids
+    assert bool(pids) == (request.param == "runner's directory")
+
+
+def test_output_exit_code_and_stdin(tmp_path: Path, started: list[int]) -> None:
     done = asyncio.run(run_shell("cat; printf 'out\\0bin'; echo err >&2; exit 3", cwd=tmp_path))
     assert (done.code, done.stdout, done.stderr) == (3, b"out\x00bin", b"err\n")
     assert not done.timed_out  # `cat` read an empty stdin and returned: no terminal, no pipe
 
 
-def test_runs_in_cwd_with_env(tmp_path: Path) -> None:
+def test_runs_in_cwd_with_env(tmp_path: Path, started: list[int]) -> None:
     done = asyncio.run(run_shell('pwd; echo "$GREETING"', cwd=tmp_path, env={"GREETING": "hi"}))
     assert done.stdout.decode().splitlines() == [str(tmp_path), "hi"]
 
 
-def test_big_output_whole_or_its_tail(tmp_path: Path) -> None:
+def test_big_output_whole_or_its_tail(tmp_path: Path, started: list[int]) -> None:
     command = "head -c 3000000 /dev/zero | tr '\\0' a; printf END"
     whole = asyncio.run(run_shell(command, cwd=tmp_path))
     assert len(whole.stdout) == 3_000_003 and whole.stdout.endswith(b"aaEND")
@@ -51,7 +79,7 @@ def test_big_output_whole_or_its_tail(tmp_path: Path) -> None:
     assert tail.stdout == b"aaaaaaaEND"
 
 
-def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+def test_timeout_kills_the_whole_group(tmp_path: Path, started: list[int]) -> None:
     pidfile = tmp_path / "bg.pid"
     began = time.monotonic()
     done = asyncio.run(
@@ -63,14 +91,16 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert _wait_gone(int(pidfile.read_text()))
 
 
-def test_a_background_child_left_behind_dies_with_the_command(tmp_path: Path) -> None:
+def test_a_background_child_left_behind_dies_with_the_command(
+    tmp_path: Path, started: list[int]
+) -> None:
     pidfile = tmp_path / "bg.pid"
     done = asyncio.run(run_shell(f"sleep 30 & echo $! > {pidfile}", cwd=tmp_path))
     assert done.code == 0
     assert _wait_gone(int(pidfile.read_text()))
 
 
-def test_cancel_kills_the_group_and_propagates(tmp_path: Path) -> None:
+def test_cancel_kills_the_group_and_propagates(tmp_path: Path, started: list[int]) -> None:
     pidfile = tmp_path / "sh.pid"
 
     async def main() -> None:
@@ -90,7 +120,7 @@ def test_a_missing_directory_is_an_oserror(tmp_path: Path) -> None:
         asyncio.run(run_shell("true", cwd=tmp_path / "nope"))
 
 
-def test_many_at_once_each_gets_its_own_output(tmp_path: Path) -> None:
+def test_many_at_once_each_gets_its_own_output(tmp_path: Path, started: list[int]) -> None:
     async def main() -> list[bytes]:
         runs = [run_shell(f"echo {i}; echo e{i} >&2", cwd=tmp_path) for i in range(40)]
         return [d.stdout + d.stderr for d in await asyncio.gather(*runs)]
@@ -98,7 +128,7 @@ def test_many_at_once_each_gets_its_own_output(tmp_path: Path) -> None:
     assert asyncio.run(main()) == [f"{i}\ne{i}\n".encode() for i in range(40)]
 
 
-def test_no_descriptor_is_left_open(tmp_path: Path) -> None:
+def test_no_descriptor_is_left_open(tmp_path: Path, started: list[int]) -> None:
     before = set(os.listdir("/proc/self/fd"))
 
     async def main() -> None:
@@ -113,7 +143,7 @@ def test_no_descriptor_is_left_open(tmp_path: Path) -> None:
 
 
 def test_without_memfd_or_pidfd_the_fallbacks_do_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: list[int]
 ) -> None:
     """Where the kernel offers neither (old kernels, other systems, some sandboxes): an unlinked
     temporary file captures, a worker thread waits; timeouts still kill the group."""
@@ -134,3 +164,31 @@ def test_without_memfd_or_pidfd_the_fallbacks_do_the_same(
     assert not any(
         p.name.startswith("runner-capture-") for p in Path(tempfile.gettempdir()).iterdir()
     )
+
+
+def test_the_command_gets_no_descriptor_runner_inherited(
+    tmp_path: Path, started: list[int]
+) -> None:
+    """A descriptor runner was started with (a shell's `3>file`) is not the command's."""
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        done = asyncio.run(run_shell("ls /proc/$$/fd", cwd=tmp_path))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.stdout.split() == [b"0", b"1", b"2"], done
+
+
+def test_sigpipe_has_its_default_action(tmp_path: Path, started: list[int]) -> None:
+    """Python ignores SIGPIPE; the command must not: `yes` ends quietly when `head` is done."""
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    done = asyncio.run(run_shell("yes | head -n 2", cwd=tmp_path))
+    assert (done.code, done.stdout, done.stderr) == (0, b"y\ny\n", b"")
+
+
+def test_a_command_killed_by_a_signal_has_a_negative_code(
+    tmp_path: Path, started: list[int]
+) -> None:
+    done = asyncio.run(run_shell("kill -TERM $$", cwd=tmp_path))
+    assert done.code == -signal.SIGTERM and not done.timed_out

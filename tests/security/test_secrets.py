@@ -229,6 +229,28 @@ def test_the_step_env_it_writes_itself_is_kept() -> None:
     assert env == {"MY_TOKEN": "given", "A": "1"}
 
 
+def test_a_change_to_runners_environment_is_seen_by_the_next_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scrubbed environment is remembered between commands, never past a change: a secret
+    set after the first command is withheld from the next, a plain variable reaches it."""
+    monkeypatch.delenv("LATE_API_KEY", raising=False)
+    monkeypatch.delenv("LATE_SETTING", raising=False)
+    first = command_environment(named={"NAMED_ONLY"})
+    first["SCRIBBLED"] = "on the copy"  # every caller gets its own dict
+    monkeypatch.setenv("LATE_API_KEY", "late-secret-value")
+    monkeypatch.setenv("LATE_SETTING", "late")
+    monkeypatch.setenv("NAMED_ONLY", "named-secret")
+    second = command_environment(named={"NAMED_ONLY"})
+    assert "SCRIBBLED" not in second and second["LATE_SETTING"] == "late"
+    assert "LATE_API_KEY" not in second and "NAMED_ONLY" not in second
+    asked = command_environment(pass_env=["LATE_API_KEY"], named={"NAMED_ONLY"})
+    assert asked["LATE_API_KEY"] == "late-secret-value" and "NAMED_ONLY" not in asked
+    assert command_environment(named={"OTHER"})["NAMED_ONLY"] == "named-secret"
+    monkeypatch.delenv("LATE_SETTING")
+    assert "LATE_SETTING" not in command_environment(named={"NAMED_ONLY"})
+
+
 CUTS = [(KEY, 10), (KEY, 20), ("x" * 5 + KEY, 30), (KEY + "tail", 47), ("pre " + KEY, 25)]
 
 
