@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -69,6 +70,14 @@ class StepEnv:
     pipeline_file: Path | None = None
     # The user accepts paying twice: calls whose reply was lost are sent again (--retry-uncertain).
     retry_uncertain: bool = False
+
+    @cached_property
+    def secret_names(self) -> frozenset[str]:
+        """The variables runner.toml's providers read secrets from (api_key_env, ...), withheld
+        from commands: read once per run, as the run's providers are (not once per command)."""
+        from ..secretenv import provider_env_names
+
+        return provider_env_names(self.root)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..pipeline.paths import inside, inside_now
-from ..secretenv import command_environment, provider_env_names
+from ..secretenv import command_environment
 from ..shellquote import Unquotable, check_command, render_command
 from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
@@ -122,7 +122,7 @@ class ShellStep(StepType):
         env = command_environment(
             args.get("env"),
             pass_env=args.get("pass_env") or (),
-            named=provider_env_names(ctx.root),
+            named=ctx.env.secret_names,
         )
         done = await run_shell(args["run"], cwd=ctx.root, env=env)
         code, out, err = done.code, done.stdout, done.stderr
