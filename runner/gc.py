@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .store.journal import loads
+from .store.records import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import NotFound, UsageError
-from .store.journal import Journal, dumps, loads
+from .store.journal import Journal
+from .store.records import dumps, loads
 
 
 @dataclass

@@ -24,8 +24,9 @@ from typing import Any
 
 from .errors import StoreError
 from .store import salvage
-from .store.journal import Journal, dumps
+from .store.journal import Journal
 from .store.objects import ObjectStore
+from .store.records import dumps
 from .verify import bad_json, referenced
 
 

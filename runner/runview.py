@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .store.journal import loads
+from .store.records import loads
 
 
 def call_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .store.interrupt import process_alive
-from .store.journal import JSON_COLUMNS
+from .store.records import JSON_COLUMNS
 
 
 def bad_json(conn: sqlite3.Connection) -> Iterator[tuple[str, str, int]]:

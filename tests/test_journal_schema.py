@@ -6,7 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from runner.store import _schema, snapshot
-from runner.store.journal import MIGRATIONS, Journal, migrate
+from runner.store.journal import Journal
+from runner.store.migrations import MIGRATIONS, migrate
 
 
 def test_the_snapshot_is_what_the_migrations_build() -> None:

@@ -164,7 +164,7 @@ def _journal_damage(exc: Exception) -> RunnerError | None:
     """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors, and
     for JSON that does not parse: runner's own documents it reads back are journal records
     (input files and -p values have their own errors), so one cut off means a damaged record."""
-    from ..store.journal import REPAIR_HINT, is_damage
+    from ..store.records import REPAIR_HINT, is_damage
 
     if isinstance(exc, json.JSONDecodeError):
         return StoreError(

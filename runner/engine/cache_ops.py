@@ -12,8 +12,9 @@ from typing import Any
 
 from .. import __version__
 from ..errors import StoreError, UsageError
-from ..store.journal import Journal, loads
+from ..store.journal import Journal
 from ..store.objects import ObjectStore
+from ..store.records import loads
 from ..store.remote import CacheSettings, RemoteCache, RemoteRecord, cache_settings
 from ..store.remote import read_cache_section as read_cache_section
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..canonical import canonical_json
 from ..errors import NotFound, UsageError
-from ..store.journal import Journal, dumps, loads
+from ..store.journal import Journal
 from ..store.objects import ObjectStore
+from ..store.records import dumps, loads
 
 
 class Decision(enum.Enum):

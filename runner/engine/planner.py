@@ -28,8 +28,9 @@ from .. import overrides
 from ..canonical import digest as canonical_digest
 from ..errors import RunnerError, StepFailure
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
-from ..store.journal import CachedResult, Journal, loads
+from ..store.journal import CachedResult, Journal
 from ..store.objects import ObjectStore
+from ..store.records import loads
 from .files import FileHasher
 from .forecast import (
     Action,

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..pipeline.compiler import Plan
 from ..steps.base import StepResult
-from ..store.journal import Journal, dumps, loads
+from ..store.journal import Journal
+from ..store.records import dumps, loads
 from .events import Event, EventType, Reporter
 from .keys import KeyParts
 from .options import ApplyOptions

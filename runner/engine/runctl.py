@@ -11,7 +11,8 @@ from typing import Any
 from ..errors import NotFound, UsageError
 from ..pipeline.compiler import Plan
 from ..store.interrupt import process_alive
-from ..store.journal import Journal, loads
+from ..store.journal import Journal
+from ..store.records import loads
 from .apply import State, apply_plan
 from .events import Reporter
 from .options import ApplyOptions

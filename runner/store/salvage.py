@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .journal import TABLES, migrate
+from .migrations import TABLES, migrate
 
 _SCAN_LIMIT = 1_000_000  # rowids tried when even max(rowid) cannot be read
 

@@ -155,7 +155,7 @@ def plan_child(
 def child_options(parent: dict[str, Any], it: Iteration, run_id: str | None = None) -> Any:
     """The apply options of a child run: kind iterate, the parent, its item, the reference."""
     from ..engine.options import ApplyOptions
-    from ..store.journal import dumps
+    from ..store.records import dumps
 
     return ApplyOptions(
         kind="iterate",

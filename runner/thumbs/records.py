@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFound, UsageError
-from ..store.journal import Journal, dumps
+from ..store.journal import Journal
+from ..store.records import dumps
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import expr as ex
 from ..errors import NotFound, RunnerError
-from ..store.journal import loads
+from ..store.records import loads
 
 MAX_ELEMENTS = 500  # the largest page one request may ask for (the page asks for 100)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engine.apply import State
 from ..errors import RunnerError, UsageError
-from ..store.journal import loads
+from ..store.records import loads
 
 RUN_KEYS = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
 NO_PHASE = ""

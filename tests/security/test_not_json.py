@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from runner.canonical import CanonicalError, loads_strict
-from runner.store.journal import dumps
+from runner.store.records import dumps
 
 from ..providers.openai_server import OpenAIServer
 from ..providers.servers import Reply

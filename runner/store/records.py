@@ -1,0 +1,124 @@
+"""What the journal's records are made of and how a journal file fails: JSON columns (strict JSON
+in, a damaged record out as a StoreError), the space kept in reserve for a full disk, and the
+errors for a damaged, missing or emptied journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from ..canonical import CanonicalError
+from ..errors import StoreError
+
+
+def now() -> float:
+    return time.time()
+
+
+# One encoder for every record: json.dumps with options builds a new encoder per call. Strict
+# JSON only: a NaN written here would reach `runs show --json` and every reader as invalid JSON.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+)
+
+
+def dumps(value: Any) -> str:
+    """A record's JSON text. Raises CanonicalError (a ValueError) for a number JSON has not;
+    every value runner records was checked before (expressions, data files, provider replies),
+    so this is the last guard, not the place that explains."""
+    try:
+        return _ENCODER.encode(value)
+    except ValueError as exc:
+        raise CanonicalError(f"a value cannot be recorded as JSON: {exc}") from None
+
+
+# Columns holding JSON documents (verify checks them with SQLite's json_valid).
+JSON_COLUMNS: dict[str, tuple[str, ...]] = {
+    "runs": ("params", "progress"),
+    "executions": ("output", "artifacts", "files", "report", "usage", "key_parts"),
+    "events": ("data",),
+    "calls": ("meta", "result"),
+    "iterations": ("compliance", "metadata"),
+    "decisions": ("input", "summary"),
+    "overrides": ("output",),
+}
+
+REPAIR_HINT = "see what is wrong with: runner verify; mend it with: runner verify --repair"
+
+
+def loads(text: str | None) -> Any:
+    """A JSON column's value. Raises StoreError for a damaged record (never a traceback)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(
+            f"the journal holds a damaged record (bad JSON: {exc})", hint=REPAIR_HINT
+        ) from None
+
+
+_DAMAGE = ("malformed", "not a database", "no such table", "no such column", "corrupt")
+
+
+def is_full(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in str(exc)
+
+
+RESERVE = "journal.reserve"
+_RESERVE_BYTES = 256 * 1024
+
+
+def keep_reserve(state_dir: Path) -> None:
+    """Keep a small file of space aside: freed when the disk fills, it lets the journal record
+    the last batch and the interruption (best effort: a full disk already has none)."""
+    path = state_dir / RESERVE
+    if path.exists():
+        return
+    try:
+        with open(path, "wb") as f:
+            f.truncate(0)
+            f.write(b"\0" * _RESERVE_BYTES)
+    except OSError:
+        path.unlink(missing_ok=True)
+
+
+def release_reserve(state_dir: Path) -> None:
+    (state_dir / RESERVE).unlink(missing_ok=True)
+
+
+def is_damage(exc: Exception) -> bool:
+    """Whether an SQLite error means damage (not a lock, a full disk or a bug of ours)."""
+    text = str(exc).lower()
+    return any(d in text for d in _DAMAGE)
+
+
+def damaged_journal(path: Path, exc: Exception) -> StoreError:
+    """The error for a journal SQLite cannot read (bad pages, not a database, a lost table)."""
+    return StoreError(f"the journal {path} is damaged: {exc}", hint=REPAIR_HINT)
+
+
+def orphaned_objects(state_dir: Path) -> int:
+    """How many objects the store holds (0 when it has none): a journal that is missing or
+    empty beside them was lost, not new."""
+    root = state_dir / "objects"
+    try:
+        subdirs = [d for d in os.scandir(root) if d.is_dir() and len(d.name) == 2]
+    except FileNotFoundError:
+        return 0
+    return sum(1 for d in subdirs for f in os.scandir(d.path) if len(f.name) == 62)
+
+
+def lost_journal(path: Path, objects: int) -> StoreError:
+    what = "empty (0 bytes)" if path.exists() else "missing"
+    return StoreError(
+        f"the journal {path} is {what}, but the object store beside it holds {objects} "
+        "objects: this is not a new project, and a new journal would forget which paid calls "
+        "were made",
+        hint="put journal.db back from a backup; or start a new journal that keeps the "
+        "objects (the ledger of paid calls is lost): runner verify --repair",
+    )
