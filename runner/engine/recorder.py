@@ -14,7 +14,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import DiskFull
 from ..pipeline.compiler import Plan
+from ..providers.limits import waiting
 from ..steps.base import StepResult
 from ..store.journal import Journal
 from ..store.records import dumps, loads
@@ -51,6 +53,16 @@ class JournalLedger:
 
     def sent(self, key: str) -> None:
         self.journal.call_sent(key)
+
+    async def durable(self, *, stops: bool = True) -> None:
+        try:
+            # Without the CPU slot meanwhile: the calls of every element waiting here (not only
+            # the --jobs that hold a slot) share the commit.
+            async with waiting():
+                await self.journal.settle()
+        except DiskFull:
+            if stops:
+                raise
 
     def remote_id(self, key: str, remote_id: str) -> None:
         self.journal.call_remote_id(key, remote_id)

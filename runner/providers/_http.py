@@ -293,9 +293,11 @@ class HttpProvider(Provider):
             nonlocal sent
             # Journal the attempt before its first byte goes out: journaled after the body, a
             # kill between the backend receiving it and the journal's commit left a call that
-            # looked never sent, and the next apply paid for it again.
+            # looked never sent, and the next apply paid for it again. The record is committed
+            # (with those of the other requests starting now: one commit) before this returns.
             if tracker is not None and event.endswith("send_request_headers.started"):
                 tracker.sent()
+                await tracker.settled()
             elif event.endswith("send_request_body.complete"):
                 sent = True  # a lost reply from here on is maybe-executed
 

@@ -136,7 +136,9 @@ def tracker(ledger: Any, key: str) -> CallTracker:
     if ledger is None:
         return CallTracker()
     return CallTracker(
-        on_sent=lambda: ledger.sent(key), on_remote=lambda job: ledger.remote_id(key, job)
+        on_sent=lambda: ledger.sent(key),
+        on_remote=lambda job: ledger.remote_id(key, job),
+        settle=lambda: ledger.durable(stops=False),
     )
 
 

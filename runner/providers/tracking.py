@@ -12,7 +12,7 @@ backend names its job, so a crash, a timeout or the next apply knows which job t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 class CallTracker:
@@ -23,9 +23,11 @@ class CallTracker:
         *,
         on_sent: Callable[[], object] | None = None,
         on_remote: Callable[[str], object] | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._on_sent = on_sent
         self._on_remote = on_remote
+        self._settle = settle
         self.attempts = 0  # requests that started going out to the backend
         self.submitted_at: float | None = None
         self.remote_id: str | None = None
@@ -37,6 +39,12 @@ class CallTracker:
             self.submitted_at = time.time()
         if self._on_sent is not None:
             self._on_sent()
+
+    async def settled(self) -> None:
+        """Return once what ``sent()`` journaled is committed (with the records of the other
+        requests that went out at the same moment: one commit)."""
+        if self._settle is not None:
+            await self._settle()
 
     def remote(self, job_id: str) -> None:
         """The backend named this call's job (a ComfyUI prompt_id, an OpenAI response id)."""

@@ -30,6 +30,11 @@ class Ledger(Protocol):
     CallStatus value ("failed", or "maybe_executed" when the reply was lost after sending).
     ``note_remote_job(key, job)`` journals the job a job-queue backend runs for the key (before
     waiting on it) and ``remote_job(key)`` returns it, so a later attempt re-attaches to it.
+
+    ``begin``, ``sent`` and ``complete`` may wait to be committed with other calls' records:
+    ``await durable()`` returns once they are (``stops=False``: a full disk is not raised here,
+    the call's answer is still recorded). A step awaits it after ``begin`` (before the provider
+    is called) and after ``complete`` (before the call's log or output says more).
     """
 
     def completed(self, key: str) -> dict[str, Any] | None: ...
@@ -39,6 +44,8 @@ class Ledger(Protocol):
     def begin(self, key: str, meta: Mapping[str, Any]) -> None: ...
 
     def sent(self, key: str) -> None: ...
+
+    async def durable(self, *, stops: bool = True) -> None: ...
 
     def remote_id(self, key: str, remote_id: str) -> None: ...
 

@@ -358,6 +358,7 @@ class ImageStep(StepType):
         }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(summary))
+            await ctx.ledger.durable()  # in flight, committed, before the provider is called
             if provider.remote_jobs:  # a job journaled by an earlier attempt is re-attached
                 note = functools.partial(ctx.ledger.note_remote_job, key)
                 request.job = RemoteJob(
@@ -398,6 +399,7 @@ class ImageStep(StepType):
             ctx.ledger.complete(
                 key, {"digest": stored, "metadata": meta, "usage": dict(result.usage)}
             )
+            await ctx.ledger.durable()
         # After the ledger: a logged response always means a recorded, never-repaid call.
         answered = {"digest": stored, "bytes": len(result.image), "metadata": meta}
         calls.write_later(log, asked, Event("response", {**answered, "usage": result.usage}))

@@ -29,6 +29,7 @@ from ..providers.calls import (
     uncertain_reason,
     with_provider_retries,
 )
+from ..providers.limits import waiting
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
 from .image import load_reference, resolve_provider
 from .ordered import in_order
@@ -266,6 +267,7 @@ class LlmStep(StepType):
         }
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(meta))
+            await ctx.ledger.durable()  # in flight, committed, before the provider is called
         request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)
         asked = Event("request", meta)  # written with the outcome: one open per call
@@ -302,6 +304,7 @@ class LlmStep(StepType):
         # in between loses nothing (a reuse makes the object again from it).
         if ctx.ledger is not None:
             ctx.ledger.complete(key, record)
+            await ctx.ledger.durable()
         answered = Event("response", {**record, "text": text[:2000]})
 
         def keep() -> None:
@@ -310,5 +313,8 @@ class LlmStep(StepType):
             ctx.objects.put_bytes(data, durable=True)
             log.write_out(asked, answered)
 
-        await in_order(keep)  # callers resume in call order: elements finish as before
+        # Waiting on the disk, not using the CPU: the slot is free meanwhile, so the fsyncs of
+        # every element that got its reply overlap (not only those of the --jobs holding one).
+        async with waiting():
+            await in_order(keep)  # callers resume in call order: elements finish as before
         return record

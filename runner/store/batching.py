@@ -40,6 +40,7 @@ class BatchedJournal:
         self.before_commit: Callable[[], None] | None = None
         self._max_age_s = 0.05
         self._tx_started = 0.0
+        self._settling: asyncio.Future[None] | None = None  # the group commit on its way
 
     def close(self) -> None:
         self.conn.close()
@@ -137,6 +138,32 @@ class BatchedJournal:
         # reader in another process sees it soon; without a loop, end_batch commits it.
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().call_later(self._max_age_s, self._commit_later)
+
+    async def settle(self) -> None:
+        """Return once every write made so far is committed (a group commit): the writers of
+        one moment (the elements of a for_each that start or finish together) share one
+        COMMIT, made on the event loop's next turn. Raises DiskFull as a commit would."""
+        if not self.conn.in_transaction:
+            if self._full is not None:
+                raise self._full
+            return
+        if self._settling is None:
+            loop = asyncio.get_running_loop()
+            self._settling = loop.create_future()
+            loop.call_soon(self._settle_now)
+        await asyncio.shield(self._settling)
+
+    def _settle_now(self) -> None:
+        done, self._settling = self._settling, None
+        if done is None:
+            return
+        try:
+            self.commit()
+        except Exception as exc:  # DiskFull: every writer waiting on this commit meets it
+            done.set_exception(exc)
+            done.exception()  # (marked retrieved: a cancelled waiter leaves it unread)
+        else:
+            done.set_result(None)
 
     def _commit_later(self) -> None:
         # A timer's commit: a full disk is recorded (stop_for_full_disk) and raised again at

@@ -33,13 +33,22 @@ class CallLedger(BatchedJournal):
         )
 
     def _ledger(
-        self, sql: str, args: tuple[Any, ...], *, sent: bool = True, stops: bool = True
+        self,
+        sql: str,
+        args: tuple[Any, ...],
+        *,
+        sent: bool = True,
+        stops: bool = True,
+        durable: bool = True,
     ) -> None:
-        """One ledger statement, committed on its own, never with a pending batch (committed
-        first). A full disk is met here at once, as in a batch: the reserve is freed, this
-        statement written again with this process's runs marked interrupted, in one
-        transaction, and DiskFull is raised (before, the raw SQLite error left the run
-        `running` until the next apply).
+        """One ledger statement. During an apply (batched commits) it joins the open batch and,
+        when ``durable``, commits it at once: one COMMIT for the batch and the record (before,
+        the batch was committed first and the record on its own: two). A record that is not
+        ``durable`` is committed by the writer's ``settle()`` (one COMMIT for the records of
+        every call that reached that point together) or by the batch. Outside an apply it
+        commits on its own. A full disk is met here at once, as in a batch: the reserve is
+        freed, the batch and this statement written again with this process's runs marked
+        interrupted, in one transaction, and DiskFull is raised.
 
         A record about a request already ``sent`` (its attempt, job, result or failure: what
         was paid) is still tried once the disk is full, on what is left of the reserve; a call
@@ -50,13 +59,12 @@ class CallLedger(BatchedJournal):
             return self.conn.execute(sql, args)
 
         try:
-            try:
-                self.commit()
-            except DiskFull:
-                if sent:
-                    with contextlib.suppress(sqlite3.Error):
-                        op()
-                raise
+            if self._full is None:
+                with contextlib.suppress(DiskFull):  # (an aged batch's commit: handled below)
+                    if self._batching:
+                        self._write()  # opens the batch, or joins it
+                    else:
+                        self.commit()
             if self._full is not None:
                 if sent:
                     with contextlib.suppress(sqlite3.Error):
@@ -67,8 +75,12 @@ class CallLedger(BatchedJournal):
             except sqlite3.OperationalError as exc:
                 if not is_full(exc):
                     raise
-                self._ops = [op]
+                self._ops.append(op)
                 self.stop_for_full_disk(exc)
+            if self.conn.in_transaction:
+                self._ops.append(op)  # written again if a full disk rolls the batch back
+                if durable:
+                    self._durable_then("COMMIT")
         except DiskFull:
             if stops:
                 raise
@@ -81,6 +93,7 @@ class CallLedger(BatchedJournal):
             "started_at=excluded.started_at",
             (key, run_id, step_id, dumps(dict(meta)), now()),
             sent=False,
+            durable=False,  # the step settles it (Journal.settle) before calling the provider
         )
 
     def call_sent(self, key: str) -> None:
@@ -90,6 +103,7 @@ class CallLedger(BatchedJournal):
             "submitted_at=COALESCE(submitted_at, ?) WHERE key=?",
             (now(), key),
             stops=False,
+            durable=False,  # settled by the HTTP layer before the request's first byte goes out
         )
 
     def call_remote_id(self, key: str, remote_id: str) -> None:
@@ -97,20 +111,24 @@ class CallLedger(BatchedJournal):
         self._ledger("UPDATE calls SET remote_id=? WHERE key=?", (remote_id, key), stops=False)
 
     def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
-        if self.before_commit is not None and self._full is None:
+        # The result names an object: durable before it is recorded (a batch's COMMIT makes it
+        # so through before_commit; a record committed on its own needs it first).
+        if self.before_commit is not None and self._full is None and not self._batching:
             with contextlib.suppress(DiskFull):  # (the ledger below meets it too, and says so)
                 self.commit()
-                self.before_commit()  # the result names an object: durable before it is recorded
+                self.before_commit()
         self._ledger(
             "UPDATE calls SET status='completed', result=?, error=NULL, finished_at=? WHERE key=?",
             (dumps(dict(result)), now(), key),
+            durable=False,  # the step settles it before the call's log or object says more
         )
 
     def note_call_job(self, key: str, job: Mapping[str, Any] | None) -> None:
         """Record (None: clear) the remote job of an in-flight call in its meta, durably now:
         a job-queue provider calls this before it waits, so a crash re-attaches to the job."""
-        with contextlib.suppress(DiskFull):  # (met again below, where it is handled)
-            self.commit()
+        if not self._batching:  # (a batch's own writes are seen by the read below)
+            with contextlib.suppress(DiskFull):  # (met again below, where it is handled)
+                self.commit()
         row = self._one("SELECT meta FROM calls WHERE key=?", (key,))
         meta = (loads(row["meta"]) if row else None) or {}
         meta["remote_job"] = dict(job) if job else None

@@ -48,6 +48,9 @@ class MemoryLedger:
         self.entries[key]["attempts"] += 1
         self.entries[key]["submitted_at"] = self.entries[key]["submitted_at"] or time.time()
 
+    async def durable(self, *, stops: bool = True) -> None:
+        return  # every entry is "committed" as it is made
+
     def remote_id(self, key: str, remote_id: str) -> None:
         self.ops.append(("remote_id", key))
         self.entries[key]["remote_id"] = remote_id
