@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import os
 import sys
 import threading
@@ -74,24 +73,18 @@ class _LazyProviders:
 @contextlib.contextmanager
 def item_lock(state: State, plan: Plan, item: str | None) -> Iterator[None]:
     """One active apply per (pipeline, item): a second one is refused, naming the active run."""
-    from filelock import FileLock, Timeout
+    from ..store.itemlock import try_hold
 
-    tag = hashlib.sha256(f"{plan.name}\0{item}".encode()).hexdigest()[:16]
-    lock_dir = state.dir / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_dir / f"{plan.name}-{tag}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        active = state.journal.active_runs(plan.name, item)
-        running = [r for r in active if r["status"] == "running"]
-        ident = f" (run {running[0]['id']})" if running else ""
-        what = f"pipeline '{plan.name}'" + (f" for item '{item}'" if item else "")
-        raise Busy(
-            f"another apply of {what} is running{ident}",
-            hint="wait for it to finish, or cancel it with: runner runs cancel RUN",
-        ) from None
-    try:
+    with try_hold(state.dir, plan.name, item) as held:
+        if not held:
+            active = state.journal.active_runs(plan.name, item)
+            running = [r for r in active if r["status"] == "running"]
+            ident = f" (run {running[0]['id']})" if running else ""
+            what = f"pipeline '{plan.name}'" + (f" for item '{item}'" if item else "")
+            raise Busy(
+                f"another apply of {what} is running{ident}",
+                hint="wait for it to finish, or cancel it with: runner runs cancel RUN",
+            )
         # Runs still marked running while we hold the lock belong to processes that died.
         stale = [
             r["id"] for r in state.journal.active_runs(plan.name, item) if r["status"] == "running"
@@ -99,8 +92,6 @@ def item_lock(state: State, plan: Plan, item: str | None) -> Iterator[None]:
         if stale:
             state.journal.mark_interrupted(stale)
         yield
-    finally:
-        lock.release()
 
 
 def resolve_item(plan: Plan, item: str | None) -> str | None:

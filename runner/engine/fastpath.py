@@ -262,19 +262,14 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     import sqlite3
     import uuid
 
-    from filelock import FileLock, Timeout
-
     from ..errors import Busy
     from ..store.interrupt import mark_interrupted
+    from ..store.itemlock import try_hold
 
     name, item = doc["name"], doc["item"]
-    tag = hashlib.sha256(f"{name}\0{item}".encode()).hexdigest()[:16]
-    lock = FileLock(str(state_dir / "locks" / f"{name}-{tag}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise Busy(f"another apply of pipeline '{name}' is running") from None
-    try:
+    with try_hold(state_dir, name, item) as held:
+        if not held:
+            raise Busy(f"another apply of pipeline '{name}' is running")
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         now = time.time()
         conn = sqlite3.connect(state_dir / "journal.db", timeout=30.0, isolation_level=None)
@@ -366,8 +361,6 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
             conn.execute("COMMIT")
         finally:
             conn.close()
-    finally:
-        lock.release()
     steps = []
     for s in doc["steps"]:
         entry = dict(s)
