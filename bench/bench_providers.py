@@ -30,6 +30,8 @@ Every timed section ends with the apply's final commit and fsyncs.
     /work/venv/bin/python bench/bench_providers.py [--calls 64] [--size 256x256] [--repeat 5]
     /work/venv/bin/python bench/bench_providers.py --only sockets   # section 3 alone
     /work/venv/bin/python bench/bench_providers.py --only overhead  # section 4 alone
+    # before vs after, side by side in one run (DIR: a checkout of the earlier commit):
+    /work/venv/bin/python bench/bench_providers.py --only sockets --before DIR
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Appended, not put first: with --before, PYTHONPATH names the runner tree to measure.
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from bench._common import ENV, compile_tree
 from runner.engine.recorder import JournalLedger
 from runner.providers import ImageRequest, Provider, create
 from runner.steps.base import StepContext, StepEnv, StepResult
@@ -84,6 +89,13 @@ class Servers:
         self.proc.stdin.flush()
         answer: list[list[int]] = self._answer()
         return answer
+
+    def cpu(self) -> float:
+        """CPU seconds the servers' process has used so far (every thread)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("cpu\n")
+        self.proc.stdin.flush()
+        return float(self._answer())
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -178,9 +190,6 @@ def durable_put(root: Path, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-# Bytecode cached for the whole-process runs, as an installed tool has it (this machine sets
-# PYTHONDONTWRITEBYTECODE, which would make every runner process compile its source).
-ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "RUNNER_STATE")}
 
 FAN_OUT = """\
 runner: 1
@@ -218,11 +227,13 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 """
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall, CPU user+sys) seconds of one whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        cmd, cwd=cwd, env={**ENV, **(env or {})}, capture_output=True, text=True, check=False
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -231,13 +242,14 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return wall, cpu
 
 
-def sockets(root: Path, calls: int, repeat: int) -> None:
-    """Section 3: the llm fan-out against plain httpx, and the image step over a pool."""
-    import compileall
-
-    import runner
-
-    compileall.compile_dir(str(Path(runner.__file__).parent), quiet=1)
+def llm_process(root: Path, calls: int, repeat: int, before: Path | None) -> None:
+    """Section 3a: the llm fan-out as a whole process against plain httpx (and, with ``before``,
+    the same apply from another source tree, interleaved in the same runs)."""
+    compile_tree()
+    runners = {"runner": None}
+    if before is not None:
+        compile_tree(before)
+        runners = {"before": before, "runner": None}
     conc, delay = 16, 0.2
     ideal = math.ceil(calls / conc) * delay
     work = root / "fan"
@@ -260,17 +272,18 @@ def sockets(root: Path, calls: int, repeat: int) -> None:
             "utf-8",
         )
         apply = [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"]
-        rows: dict[str, list[tuple[float, float]]] = {"runner": [], "httpx": []}
+        rows: dict[str, list[tuple[float, float]]] = {name: [] for name in [*runners, "httpx"]}
         peaks: dict[str, int] = {}
         for r in range(repeat):
             # new prompts each time: the ledger would answer calls it has seen (never paid twice)
-            items = json.dumps([f"r{r}-e{k}" for k in range(calls)])
-            for name, cmd in (
-                ("runner", [*apply, "-p", f"items={items}"]),
-                ("httpx", [sys.executable, "peer.py", url, str(calls), str(conc)]),
-            ):
+            for name in rows:
+                items = json.dumps([f"r{r}-{name}-e{k}" for k in range(calls)])
+                tree = runners.get(name)
+                cmd = [*apply, "-p", f"items={items}"]
+                if name == "httpx":
+                    cmd = [sys.executable, "peer.py", url, str(calls), str(conc)]
                 server.ask("reset")
-                rows[name].append(timed(cmd, work))
+                rows[name].append(timed(cmd, work, {"PYTHONPATH": str(tree)} if tree else None))
                 [[peak, served]] = server.ask("stats")
                 assert served == calls, (name, served)
                 peaks[name] = max(peaks.get(name, 0), peak)
@@ -282,35 +295,52 @@ def sockets(root: Path, calls: int, repeat: int) -> None:
 
     print(
         f"llm for_each, {calls} calls x {delay * 1000:.0f} ms at concurrency {conc}, whole "
-        f"process, --jobs default ({os.cpu_count()} cores), median of {repeat}:"
+        f"process, --jobs default ({os.cpu_count()} cores), median of {repeat}, load average "
+        f"{os.getloadavg()[0]:.1f}:"
     )
-    for name, label in (("runner", "runner apply"), ("httpx", "plain httpx ")):
+    labels = {"before": f"runner {before}", "runner": "runner (this tree)", "httpx": "plain httpx"}
+    for name in rows:
+        ratio = ""
+        if name != "httpx":
+            ratio = (
+                f"; ratio to httpx wall {med(name, 0) / med('httpx', 0):5.2f}x (target <= "
+                f"1.15x), CPU {med(name, 1) / med('httpx', 1):5.2f}x"
+            )
         print(
-            f"  {label} wall {med(name, 0):6.2f} s, CPU {med(name, 1):5.2f} s "
-            f"({peaks[name]} in flight)"
+            f"  {labels[name]:<24} wall {med(name, 0):6.2f} s, CPU {med(name, 1):5.2f} s "
+            f"({peaks[name]} in flight){ratio}"
         )
-    print(
-        f"  ratio wall {med('runner', 0) / med('httpx', 0):5.2f}x (target <= 1.15x), CPU "
-        f"{med('runner', 1) / med('httpx', 1):5.2f}x; waiting alone is {ideal:.2f} s"
-    )
+    print(f"  waiting alone is {ideal:.2f} s")
 
-    pool = Servers(4, delay)
+
+def pool(root: Path, calls: int, repeat: int) -> None:
+    """Section 3b: the image step over a pool of 4 loopback backends, in process. The servers
+    run in a process of their own; the CPU each side used is shown, since on a loaded machine
+    the servers' share of the cores can set the pace as much as the client's."""
+    conc, delay = 16, 0.2
+    ideal = math.ceil(calls / conc) * delay
+    servers = Servers(4, delay)
     try:
-        settings = {"base_urls": [f"{u}/v1" for u in pool.urls], "max_concurrency": 4}
-        walls = []
+        settings = {"base_urls": [f"{u}/v1" for u in servers.urls], "max_concurrency": 4}
+        timings, server_cpu = [], []
         per = [0, 0, 0, 0]
         for k in range(repeat):
-            pool.ask("reset")
+            servers.ask("reset")
             provider = create("openai", settings)
-            walls.append(run_step(root / f"pool{k}", provider, calls, conc, "16x16", f"p{k}").wall)
-            per = [max(p, s[0]) for p, s in zip(per, pool.ask("stats"), strict=True)]
+            used = servers.cpu()
+            timings.append(run_step(root / f"pool{k}", provider, calls, conc, "16x16", f"p{k}"))
+            server_cpu.append(servers.cpu() - used)
+            per = [max(p, s[0]) for p, s in zip(per, servers.ask("stats"), strict=True)]
     finally:
-        pool.close()
-    wall = statistics.median(walls)
+        servers.close()
+    wall = statistics.median(t.wall for t in timings)
+    cpu = statistics.median(t.cpu for t in timings)
     print(
         f"image step over a pool of 4 backends x max_concurrency 4, {calls} calls x "
-        f"{delay * 1000:.0f} ms, in process, median of {repeat}: {wall:.2f} s, ideal {ideal:.2f} s, "
-        f"ratio {wall / ideal:.2f} (target <= 1.2); most in flight per backend {per}"
+        f"{delay * 1000:.0f} ms, in process, median of {repeat}, load average "
+        f"{os.getloadavg()[0]:.1f}: {wall:.2f} s, ideal {ideal:.2f} s, ratio {wall / ideal:.2f} "
+        f"(target <= 1.2); most in flight per backend {per}; CPU: runner {cpu:.2f} s, the "
+        f"servers {statistics.median(server_cpu):.2f} s"
     )
 
 
@@ -368,6 +398,30 @@ def llm_overhead(root: Path, calls: int, repeat: int) -> None:
     )
 
 
+def compare(section: str, before: Path, opts: argparse.Namespace) -> None:
+    """An in-process section run from ``before`` and from this tree, in turn, twice: each in a
+    process of its own (one interpreter cannot hold both trees)."""
+    for _ in range(2):
+        for label, tree in (("before", before), ("after ", REPO)):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--only",
+                    section,
+                    "--calls",
+                    str(opts.calls),
+                    "--repeat",
+                    str(opts.repeat),
+                ],
+                env={**ENV, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            print(f"{label}: {out.strip()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=64)
@@ -375,19 +429,39 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
-        "--only", choices=["fake", "sockets", "overhead"], help="one part of the bench"
+        "--only",
+        choices=["fake", "sockets", "llm", "pool", "overhead"],
+        help="one part of the bench (sockets: llm and pool)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another source tree of runner (e.g. a git worktree of the commit before) to "
+        "measure side by side with this one",
     )
     opts = parser.parse_args()
-    if opts.only in (None, "overhead"):
+    before = opts.before.resolve() if opts.before else None
+    wanted = {
+        None: {"overhead", "llm", "pool", "fake"},
+        "sockets": {"llm", "pool"},
+    }.get(opts.only, {opts.only})
+    if "overhead" in wanted:
+        if before is not None:
+            compare("overhead", before, opts)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                llm_overhead(Path(tmp), opts.calls, opts.repeat)
+    if "llm" in wanted:
         with tempfile.TemporaryDirectory() as tmp:
-            llm_overhead(Path(tmp), opts.calls, opts.repeat)
-        if opts.only == "overhead":
-            return
-    if opts.only != "fake":
-        with tempfile.TemporaryDirectory() as tmp:
-            sockets(Path(tmp), opts.calls, opts.repeat)
-        if opts.only == "sockets":
-            return
+            llm_process(Path(tmp), opts.calls, opts.repeat, before)
+    if "pool" in wanted:
+        if before is not None:
+            compare("pool", before, opts)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                pool(Path(tmp), opts.calls, opts.repeat)
+    if "fake" not in wanted:
+        return
     w, h = (int(v) for v in opts.size.split("x"))
     runs = iter(range(1_000_000))
     with tempfile.TemporaryDirectory() as tmp:

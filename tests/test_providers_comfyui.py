@@ -407,3 +407,86 @@ def test_a_prompt_interrupted_on_the_server_says_so(tmp_path: Path) -> None:
     assert not info.value.transient and job.known is not None and job.known["state"] == "failed"
     assert entry["status"]["status_str"] == "error" and not entry["status"]["completed"]
     assert [m[0] for m in entry["status"]["messages"]][-1] == "execution_interrupted"
+
+
+def test_a_prompt_deleted_from_the_queue_is_not_submitted_again(tmp_path: Path) -> None:
+    """A user takes the prompt out of ComfyUI's queue (POST /queue delete) while it waits behind
+    another: it never ran and ComfyUI keeps no trace of it. The call fails saying so, rather
+    than silently queuing (and paying for) it again; the next apply submits it anew."""
+    import threading
+    import time
+
+    import httpx
+
+    with ComfyUIServer(render_s=0.6) as server:
+        blocker = httpx.post(f"{server.url}/prompt", json={"prompt": graph_file("sd15_api.json")})
+        assert blocker.status_code == 200
+        p = provider(tmp_path, server)
+        job = RemoteJob("k-del")
+        deleted: list[str] = []
+
+        def delete_ours() -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pid = (job.known or {}).get("prompt_id")
+                with server._wake:
+                    pending = [item[1] for item in server.pending]
+                if pid in pending:
+                    time.sleep(0.05)  # the provider has seen it queued
+                    httpx.post(f"{server.url}/queue", json={"delete": [pid]})
+                    deleted.append(str(pid))
+                    return
+                time.sleep(0.005)
+
+        helper = threading.Thread(target=delete_ours)
+        helper.start()
+        req = ImageRequest(prompt="deleted", seed=1, idempotency_key="k-del", job=job)
+        with pytest.raises(ProviderError) as info:
+            run(p, req)
+        helper.join()
+        server.wait_idle()
+        [pid] = deleted
+        assert server.count("POST", "/prompt") == 2  # the blocker and ours, once
+        assert server.executions[pid] == 0 and pid not in server.history
+        assert not info.value.transient and job.known is not None
+        assert job.known["state"] == "failed"
+        assert f"prompt {pid} was deleted from the queue of {server.url} before it ran" in (
+            info.value.message
+        )
+        assert "apply again to submit it anew" in info.value.message
+        # The next apply (the user asked again): a new submission under a new id, run once.
+        result = run(provider(tmp_path, server), req)
+        assert server.count("POST", "/prompt") == 3
+        assert result.metadata["prompt_id"] != pid and server.executions[pid] == 0
+
+
+def test_an_accepted_prompt_with_node_errors_says_what_will_not_run(tmp_path: Path) -> None:
+    """ComfyUI accepts a prompt whose other outputs fail validation and runs only the valid
+    ones ({prompt_id, number, node_errors}): the user is told which node will not run, and why,
+    in ComfyUI's words."""
+    graph = graph_file("sd15_api.json")
+    graph["10"] = {"class_type": "PreviewImage", "inputs": {}}  # its images input is missing
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "two_outputs.json").write_text(json.dumps(graph))
+    said: list[str] = []
+    with ComfyUIServer() as server:
+        p = create(
+            "comfyui",
+            {
+                "base_url": server.url,
+                "workflow": "flows/two_outputs.json",
+                "substitutions": dict(SD15),
+                "poll_interval": 0.01,
+                "timeout": 5,
+            },
+            base_dir=tmp_path,
+        )
+        job = RemoteJob("k-ne", progress=said.append)
+        result = run(p, ImageRequest(prompt="x", seed=1, idempotency_key="k-ne", job=job))
+        [queued] = [item for item in server.graphs]
+    assert result.image.startswith(b"\x89PNG")
+    dropped = "node 10 (PreviewImage): Required input is missing: images"
+    assert any(
+        line == f"ComfyUI accepted prompt {queued} but will not run: {dropped}" for line in said
+    )
+    assert job.known is not None and job.known["dropped"] == [dropped]

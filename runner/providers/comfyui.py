@@ -288,9 +288,19 @@ class ComfyUIProvider(HttpProvider):
         got = queued.get("prompt_id")
         if not isinstance(got, str) or not got:
             raise self.bad_reply("POST /prompt", "no prompt_id in the reply")
-        job.update(prompt_id=got, state="queued", number=queued.get("number"))
+        # Accepted with node_errors: ComfyUI runs only the outputs that validated and drops the
+        # others (execution.validate_prompt); the user hears which, and why, in its words.
+        dropped = _node_error_lines(queued.get("node_errors"))
+        job.update(
+            prompt_id=got,
+            state="queued",
+            number=queued.get("number"),
+            **({"dropped": dropped} if dropped else {}),
+        )
         if tracker is not None:
             tracker.remote(got)  # an older ComfyUI picks its own id
+        if dropped:
+            job.say(f"ComfyUI accepted prompt {got} but will not run: {'; '.join(dropped)}")
 
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
         if what != "POST /prompt" or resp.status_code != 400:
@@ -350,8 +360,9 @@ class ComfyUIProvider(HttpProvider):
         if socket is not None:
             socket.watch(prompt_id, job.say, backend_of(client))
         url = f"/history/{prompt_id}"
+        where: str | None = None
         while True:
-            where: str | None = None
+            seen, where = where, None
             entry = await self._history(client, prompt_id)
             if entry is not None:
                 found = self._finished(job, entry, url)
@@ -362,6 +373,8 @@ class ComfyUIProvider(HttpProvider):
                 if where is None:
                     # Not queued, not running: finished in between, or forgotten (a restart).
                     if await self._history(client, prompt_id) is None:
+                        if seen is not None and seen.startswith("queued"):
+                            raise self._deleted(job, prompt_id, backend_of(client))
                         return None, None
                     continue
             if entry is None:
@@ -379,6 +392,18 @@ class ComfyUIProvider(HttpProvider):
                 await socket.wait(min(max(interval, SOCKET_POLL), deadline - time.monotonic()))
             else:
                 await asyncio.sleep(interval)
+
+    def _deleted(self, job: RemoteJob, prompt_id: str, backend: str) -> ProviderError:
+        """Queued at the last look, now neither queued, running nor in the history: someone took
+        it out of the queue (POST /queue delete or clear, which leave no trace; a restart takes
+        longer than one look and cuts the connection). It never ran, and it is not paid for
+        again behind the user's back: the call fails, and the next apply submits it anew."""
+        job.update(state="failed")
+        return self.error(
+            f"prompt {prompt_id} was deleted from the queue of {backend} before it ran; it is "
+            "not submitted again in this run (apply again to submit it anew)",
+            transient=False,
+        )
 
     async def _history(self, client: httpx.AsyncClient, prompt_id: str) -> dict[str, Any] | None:
         entry = self.json_of(await self.send(client, "GET", f"/history/{prompt_id}")).get(prompt_id)
@@ -416,7 +441,9 @@ class ComfyUIProvider(HttpProvider):
         if not isinstance(outputs, dict) or not outputs:
             if status.get("completed"):
                 job.update(state="failed")
-                raise self.bad_reply(url, "the workflow finished without an image output")
+                dropped = (job.known or {}).get("dropped") or []
+                why = f" (ComfyUI did not run: {'; '.join(dropped)})" if dropped else ""
+                raise self.bad_reply(url, f"the workflow finished without an image output{why}")
             return None
         wanted = self.settings.get("output_node")
         candidates: list[dict[str, Any]] = []
@@ -482,15 +509,21 @@ def _prompt_refusal(resp: httpx.Response) -> str:
         parts.append(head)
     elif err:
         parts.append(str(err))
-    node_errors = body.get("node_errors")
+    parts.extend(_node_error_lines(body.get("node_errors")))
+    return "; ".join(p for p in parts if p) or backend_message(resp)
+
+
+def _node_error_lines(node_errors: Any) -> list[str]:
+    """ComfyUI's per-node validation errors, one line each: "node ID (class): message: details"."""
+    lines: list[str] = []
     if isinstance(node_errors, dict):
         for node_id, info in sorted(node_errors.items(), key=lambda kv: str(kv[0])):
             if not isinstance(info, dict):
                 continue
             for e in info.get("errors") or []:
                 if isinstance(e, dict):
-                    parts.append(
+                    lines.append(
                         f"node {node_id} ({info.get('class_type')}): "
                         f"{e.get('message')}: {e.get('details')}"
                     )
-    return "; ".join(p for p in parts if p) or backend_message(resp)
+    return lines

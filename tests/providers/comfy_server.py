@@ -9,7 +9,8 @@ What carries over from the real service (facts, not code):
   class_type}); a body without "prompt" with ``no_prompt``. Inputs a node does not declare are
   ignored (a typo in a substitution path is silently dropped by the real server). A client may
   supply its own prompt_id (current ComfyUI does ``str(json_data.get("prompt_id", uuid4()))``).
-  Accepted: ``{prompt_id, number, node_errors}``.
+  Accepted: ``{prompt_id, number, node_errors}``: a prompt with at least one valid output is
+  accepted, only its valid outputs run, and ``node_errors`` names the nodes behind the others.
 - One worker executes queued prompts in order, whether or not any client still waits; a finished
   prompt lands in the history: ``{prompt, outputs: {node: {images: [{filename, subfolder,
   type}]}}, status: {status_str, completed, messages}, meta}``. A failing node gives status_str
@@ -20,6 +21,9 @@ What carries over from the real service (facts, not code):
   GET /view?filename&subfolder&type -> the bytes or 404 (400 for a path that climbs out);
   POST /upload/image (multipart: image, overwrite, type, subfolder) -> {name, subfolder, type}.
 
+- POST /queue {"clear": true} empties the pending queue, {"delete": [prompt_id, ...]} takes
+  those prompts out of it; the running prompt is untouched and a deleted one never reaches
+  the history (it simply is no more).
 - POST /interrupt ({prompt_id}: only if that prompt is the one running; nothing: whatever
   runs) stops the running prompt at its next sampler step: an ``execution_interrupted`` message
   {prompt_id, node_id, node_type, executed} (to its client; to every socket if it has none),
@@ -173,6 +177,7 @@ class ComfyUIServer(ProtocolServer):
         self.route("GET", "/view", self._view)
         self.route("POST", "/upload/image", self._upload)
         self.route("POST", "/interrupt", self._interrupt)
+        self.route("POST", "/queue", self._edit_queue)
         self._interrupted = False
         self.ws = PromptSockets(self._remaining)
         if websocket:
@@ -217,7 +222,10 @@ class ComfyUIServer(ProtocolServer):
 
     # --- validation (execution.validate_prompt) ------------------------------------------------
 
-    def validate(self, prompt: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def validate(
+        self, prompt: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any], list[str]]:
+        """(error, node_errors, the outputs that will run), as execution.validate_prompt."""
         outputs = []
         for nid, node in prompt.items():
             title = node.get("_meta", {}).get("title") if isinstance(node, dict) else None
@@ -234,7 +242,7 @@ class ComfyUIServer(ProtocolServer):
                     class_type=None,
                     node_title=title,
                 )
-                return error, {}
+                return error, {}, []
             cls = node["class_type"]
             if cls not in NODES:
                 name = title or cls
@@ -246,17 +254,20 @@ class ComfyUIServer(ProtocolServer):
                     class_type=cls,
                     node_title=name,
                 )
-                return error, {}
+                return error, {}, []
             if NODES[cls].output_node:
                 outputs.append(nid)
         if not outputs:
-            return _issue("prompt_no_outputs", "Prompt has no outputs", ""), {}
+            return _issue("prompt_no_outputs", "Prompt has no outputs", ""), {}, []
         node_errors: dict[str, Any] = {}
         lines: list[str] = []
+        good: list[str] = []
         for out in outputs:
+            failed = False
             for nid in self._upstream(prompt, out):
                 reasons = self._check_inputs(prompt, nid)
                 if reasons:
+                    failed = True
                     entry = node_errors.setdefault(
                         nid,
                         {
@@ -267,14 +278,18 @@ class ComfyUIServer(ProtocolServer):
                     )
                     entry["dependent_outputs"].append(out)
                     lines.extend(f"{r['message']}: {r['details']}" for r in reasons)
-        if node_errors:
+            if not failed:
+                good.append(out)
+        if not good:
             error = _issue(
                 "prompt_outputs_failed_validation",
                 "Prompt outputs failed validation",
                 "\n".join(dict.fromkeys(lines)),
             )
-            return error, node_errors
-        return None, {}
+            return error, node_errors, []
+        # At least one output is good: the prompt is accepted, only its good outputs run, and
+        # the reply's node_errors name what will not.
+        return None, node_errors, good
 
     @staticmethod
     def _upstream(prompt: dict[str, Any], start: str) -> list[str]:
@@ -361,13 +376,12 @@ class ComfyUIServer(ProtocolServer):
         prompt = data["prompt"]
         pid = str(data.get("prompt_id", uuid.uuid4())) if self.honour_prompt_id else None
         pid = pid or str(uuid.uuid4())
-        error, node_errors = self.validate(prompt)
+        error, node_errors, outputs = self.validate(prompt)
         if error is not None:
             return Reply(400, {"error": error, "node_errors": node_errors})
         extra = dict(data.get("extra_data") or {})
         if "client_id" in data:
             extra["client_id"] = data["client_id"]
-        outputs = [n for n, node in prompt.items() if NODES[node["class_type"]].output_node]
         with self._wake:
             number = self.number
             self.number += 1
@@ -375,7 +389,7 @@ class ComfyUIServer(ProtocolServer):
             self.graphs[pid] = prompt
             self._wake.notify_all()
         self.ws.queue_updated()
-        return Reply(body={"prompt_id": pid, "number": number, "node_errors": {}})
+        return Reply(body={"prompt_id": pid, "number": number, "node_errors": node_errors})
 
     def _interrupt(self, rec: Recorded) -> Reply:
         # server.py: with a prompt_id, only that prompt is interrupted, if it is the one running.
@@ -383,6 +397,21 @@ class ComfyUIServer(ProtocolServer):
         with self._wake:
             if self.running is not None and wanted in (None, self.running[1]):
                 self._interrupted = True
+        return Reply(body=b"", content_type="text/plain")
+
+    def _edit_queue(self, rec: Recorded) -> Reply:
+        # server.py: {"clear": true} empties the pending queue, {"delete": [ids]} takes those
+        # prompts out of it. The running prompt stays; a deleted one never reaches the history.
+        data = rec.json()
+        with self._wake:
+            if data.get("clear"):
+                self.pending.clear()
+            for pid in data.get("delete") or []:
+                for item in list(self.pending):
+                    if item[1] == pid:
+                        self.pending.remove(item)
+                        break
+        self.ws.queue_updated()
         return Reply(body=b"", content_type="text/plain")
 
     def _remaining(self) -> int:

@@ -112,7 +112,9 @@ def serve(count: int, delay: float) -> None:
     """Run ``count`` servers until stdin closes (benchmarks run them apart from the client under
     test, so the two never share an interpreter lock). Their URLs go out as one JSON line; then
     each line in answers with one JSON line: ``stats`` -> [[most in flight, served], ...] per
-    server, counting from the last ``reset``."""
+    server, counting from the last ``reset``; ``cpu`` -> this process's CPU seconds (user +
+    system, every thread) so far."""
+    import resource
     import sys
 
     servers = [LoadServer(delay=delay) for _ in range(count)]
@@ -121,6 +123,10 @@ def serve(count: int, delay: float) -> None:
     try:
         print(json.dumps([s.url for s in servers]), flush=True)
         for line in sys.stdin:
+            if line.strip() == "cpu":
+                used = resource.getrusage(resource.RUSAGE_SELF)
+                print(json.dumps(used.ru_utime + used.ru_stime), flush=True)
+                continue
             if line.strip() == "reset":
                 for s in servers:
                     s.max_in_flight = s.served = 0
