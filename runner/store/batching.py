@@ -147,16 +147,16 @@ class BatchedJournal:
             if self._full is not None:
                 raise self._full
             return
-        if self._settling is None:
-            loop = asyncio.get_running_loop()
-            self._settling = loop.create_future()
-            loop.call_soon(self._settle_now)
-        await asyncio.shield(self._settling)
+        loop = asyncio.get_running_loop()
+        done = self._settling
+        if done is None or done.done() or done.get_loop() is not loop:  # (a loop that ended)
+            done = self._settling = loop.create_future()
+            loop.call_soon(self._settle_now, done)
+        await asyncio.shield(done)
 
-    def _settle_now(self) -> None:
-        done, self._settling = self._settling, None
-        if done is None:
-            return
+    def _settle_now(self, done: asyncio.Future[None]) -> None:
+        if self._settling is done:
+            self._settling = None
         try:
             self.commit()
         except Exception as exc:  # DiskFull: every writer waiting on this commit meets it

@@ -1,0 +1,81 @@
+"""The ledger's group commit (Journal.settle): calls that reach the same point together share one
+COMMIT, each record is committed (seen by another process) when its writer resumes, and a full
+disk met at that commit reaches every writer waiting on it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from runner.engine.recorder import JournalLedger
+from runner.errors import DiskFull
+from runner.store.journal import Journal
+
+
+def _committed(state: Path, key: str) -> str | None:
+    with sqlite3.connect(state / "journal.db") as db:
+        row = db.execute("SELECT status FROM calls WHERE key=?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_calls_beginning_together_share_one_commit(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    journal = Journal.open(state)
+    commits: list[str] = []
+    journal.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    journal.batch_commits()
+    ledger = JournalLedger(journal, "run-1", "gen")
+    seen: dict[str, str | None] = {}
+
+    async def call(key: str) -> None:
+        ledger.begin(key, {"n": key})
+        assert _committed(state, key) is None  # written, in the batch, not yet committed
+        await ledger.durable()
+        seen[key] = _committed(state, key)
+
+    async def together() -> None:
+        await asyncio.gather(*(call(f"k{i}") for i in range(6)))
+
+    try:
+        asyncio.run(together())
+    finally:
+        journal.end_batch()
+        journal.close()
+    assert seen == {f"k{i}": "in_flight" for i in range(6)}
+    assert len(commits) == 1
+
+
+def test_a_full_disk_at_the_group_commit_reaches_every_writer(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "state")
+    journal.batch_commits()
+    ledger = JournalLedger(journal, "run-1", "gen")
+
+    def full() -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    outcomes: list[BaseException | None] = []
+
+    async def call(key: str) -> None:
+        ledger.begin(key, {})
+        try:
+            await ledger.durable()
+        except DiskFull as exc:
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+
+    async def together() -> None:
+        journal.before_commit = full  # the commit itself meets the full disk
+        await asyncio.gather(*(call(f"k{i}") for i in range(3)))
+
+    try:
+        asyncio.run(together())
+        assert len(outcomes) == 3 and all(isinstance(o, DiskFull) for o in outcomes)
+        with pytest.raises(DiskFull):
+            asyncio.run(ledger.durable())
+    finally:
+        journal.before_commit = None
+        journal.close()
