@@ -42,7 +42,7 @@ class CallTracker:
 
     async def settled(self) -> None:
         """Return once what ``sent()`` journaled is committed (with the records of the other
-        requests that went out at the same moment: one commit)."""
+        requests starting at the same moment: one commit)."""
         if self._settle is not None:
             await self._settle()
 
