@@ -16,7 +16,6 @@ Pipelines, `-p` values, cards and data files are all read here, one way:
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Any
 import yaml
 
 from ..errors import InvalidPipeline, Location
+from . import _fastyaml
+from .coreschema import BOOL, FLOAT, INT, NULL, NUMBER, STR, WORDS, core_tag
 
 Path_ = tuple[Hashable, ...]
 
@@ -36,34 +37,10 @@ MAX_INT_DIGITS = 4_300  # Python's own limit for turning an integer into text (a
 MAX_DEPTH = 200
 
 _P = "tag:yaml.org,2002:"
-_STR, _NULL, _BOOL, _INT, _FLOAT = (_P + t for t in ("str", "null", "bool", "int", "float"))
+_STR, _NULL, _BOOL, _INT, _FLOAT = STR, NULL, BOOL, INT, FLOAT
 _SEQ, _MAP = _P + "seq", _P + "map"
 _SCALAR_TAGS = frozenset((_NULL, _BOOL, _INT, _FLOAT))
-
-# Plain scalars that are not strings in the core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution).
-_WORDS = {
-    **dict.fromkeys(("", "~", "null", "Null", "NULL"), _NULL),
-    **dict.fromkeys(("true", "True", "TRUE", "false", "False", "FALSE"), _BOOL),
-    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), _FLOAT),
-    **dict.fromkeys(("-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN"), _FLOAT),
-}
-_NUMBER = re.compile(
-    r"(?P<int>[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)"
-    r"|(?P<float>[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?)"
-)
-_NUMERIC_START = frozenset("0123456789+-.")
-
-
-def _core_tag(value: str) -> str:
-    """The core schema's tag for a plain (unquoted, untagged) scalar."""
-    found = _WORDS.get(value)
-    if found is not None:
-        return found
-    if value[0] in _NUMERIC_START:
-        m = _NUMBER.fullmatch(value)
-        if m is not None:
-            return _INT if m.lastgroup == "int" else _FLOAT
-    return _STR
+_WORDS, _NUMBER, _core_tag = WORDS, NUMBER, core_tag
 
 
 class _CoreResolver(yaml.resolver.BaseResolver):
@@ -106,18 +83,28 @@ else:  # pragma: no cover - libyaml missing
 
 @dataclass
 class Sourced:
-    """A parsed document and where each of its parts came from."""
+    """A parsed document and where each of its parts came from.
+
+    A document the line reader (``_fastyaml``) read has no positions yet: ``text`` holds it
+    until one is asked for, and ``where`` answers with a location that reads them (with the full
+    reader, once for the document) only when its line or column is read, as an error or a
+    warning is shown. A valid pipeline is thus read once, cheaply.
+    """
 
     file: str
     data: Any
     values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    text: str | None = field(default=None, repr=False)  # read again for positions, when asked
+    max_values: int = field(default=MAX_VALUES, repr=False)
 
     def where(self, path: Path_ = (), *, key: bool = False) -> Location:
         """The location of the value (or, with key=True, of the key) at ``path``.
 
         Falls back to the nearest enclosing value we know, so an error is never placeless.
         """
+        if self.text is not None:
+            return _PendingLocation(self, tuple(path), key)
         table = self.keys if key else self.values
         p = tuple(path)
         while True:
@@ -127,6 +114,56 @@ class Sourced:
             if not p:
                 return Location(self.file, 1, 1)
             p = p[:-1]
+
+    def find_positions(self) -> None:
+        """Read the text again with the full reader for its positions (once)."""
+        text = self.text
+        if text is None:
+            return
+        try:
+            full = _parse_full(text, self.file, self.max_values)
+        except InvalidPipeline:  # pragma: no cover - the line reader reads only what it may
+            full = Sourced(self.file, None)
+        self.values, self.keys, self.text = full.values, full.keys, None
+
+
+class _PendingLocation(Location):
+    """``Sourced.where`` of a document read without positions: its line and column are found
+    when first read (an error or warning shown), not when the location is taken."""
+
+    def __init__(self, src: Sourced, path: Path_, key: bool) -> None:
+        object.__setattr__(self, "file", src.file)
+        object.__setattr__(self, "_ask", (src, path, key))
+        object.__setattr__(self, "_found", None)
+
+    def _settled(self) -> Location:
+        found: Location | None = self.__dict__["_found"]
+        if found is None:
+            src, path, key = self.__dict__["_ask"]
+            src.find_positions()
+            found = src.where(path, key=key)
+            object.__setattr__(self, "_found", found)
+            object.__setattr__(self, "_ask", None)
+        return found
+
+    @property
+    def line(self) -> int:
+        return self._settled().line
+
+    @property
+    def column(self) -> int:
+        return self._settled().column
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Location):
+            return NotImplemented
+        return (self.file, self.line, self.column) == (other.file, other.line, other.column)
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.line, self.column))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copied or pickled: a plain Location
+        return (Location, (self.file, self.line, self.column))
 
 
 def _mark(node: yaml.Node) -> tuple[int, int]:
@@ -357,6 +394,15 @@ def _clip(text: str, n: int = 40) -> str:
 
 def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced:
     """Parse YAML text into a Sourced document. Raises InvalidPipeline with a location."""
+    if "\n" in text:  # a one-line text (a -p value) is as quick to read in full
+        fast = _fastyaml.read(text, max_values)
+        if fast is not None:
+            return Sourced(file, fast[0], text=text, max_values=max_values)
+    return _parse_full(text, file, max_values)
+
+
+def _parse_full(text: str, file: str, max_values: int) -> Sourced:
+    """Compose libyaml's node tree and build the values from it, with every position."""
     src = Sourced(file, None)
     try:
         node = yaml.compose(text, Loader=_Composer)  # type: ignore[arg-type]

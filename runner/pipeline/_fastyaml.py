@@ -1,0 +1,253 @@
+"""The common shape of a pipeline file read line by line, without libyaml's node tree.
+
+A pipeline is mostly block mappings and sequences of one-line scalars: ``key: value``,
+``- item``, ``key: ["a", b]``. Reading that shape with one regular expression per line is several
+times cheaper than composing libyaml's node tree (node and mark objects for every value) and
+building values from it. ``read`` answers only for text it is sure of and returns ``None`` for
+anything else (anchors, tags, block scalars, multi-line scalars, escapes it does not know, a
+duplicate key, a value the core schema refuses, any doubt at all): the caller then reads the
+text with libyaml as before, which also finds every error and its position. So this module never
+decides what is an error, and what it returns equals what the full reader builds
+(tests/test_fastyaml.py compares the two on generated documents).
+
+Positions are not kept here: ``source.Sourced`` finds them with the full reader when one is
+asked for (an error, a lint warning).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .coreschema import FLOAT, INT, NULL, NUMBER, STR, core_tag
+
+# Anything libyaml reads differently from a plain line of printable text, or refuses: tabs,
+# carriage returns, a byte order mark, NEL and the Unicode line separators (line breaks to
+# libyaml), control characters and non-characters. The non-ASCII class costs ~5 ms to compile,
+# so only a non-ASCII text compiles it.
+_UNSURE_ASCII = re.compile("[^\n\x20-\x7e]")
+_UNSURE_TEXT = (
+    "[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
+# One content line: indent, an optional "- ", an optional plain key and its ':', the rest.
+_LINE = re.compile(r"( *)(-(?: +|$))?(?:([A-Za-z0-9_][A-Za-z0-9_./-]{0,200}):(?: +|$))?(.*)")
+# The first character of a plain scalar: not an indicator (-, ?, : only before a non-space).
+_PLAIN_START = re.compile(r"[^-?:,\[\]{}#&*!|>'\"%@` ]|[-?:][^ ]")
+_DOUBLE = re.compile(r'"((?:[^"\\]|\\.)*)"( +#.*)? *')
+_SINGLE = re.compile(r"'((?:[^']|'')*)'( +#.*)? *")
+_ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
+_ESCAPE = re.compile(r"\\(.)")
+# A flow sequence item: double-quoted without escapes, single-quoted, or plain without any of
+# the characters flow context gives a meaning (and ':' or '#', whose rules differ by version).
+_FLOW_ITEM = re.compile(
+    r' *(?:"([^"\\]*)"|\'((?:[^\']|\'\')*)\'|([^-?:,\[\]{}#&*!|>\'"%@` ][^,\[\]{}:#\'"]*?)) *'
+    r"(,|\])"
+)
+_MAX_DEPTH = 100  # deeper documents are left to the full reader (it refuses past 200)
+
+
+class _Unsure(Exception):
+    """The text is not in the shape this reader knows: the full reader reads it."""
+
+
+def read(text: str, max_values: int) -> tuple[Any] | None:
+    """``(value,)`` of ``text`` when it has the common block shape, else ``None``."""
+    unsure = _UNSURE_ASCII if text.isascii() else re.compile(_UNSURE_TEXT)
+    if unsure.search(text) is not None:
+        return None
+    try:
+        return (_Reader(max_values).read(text),)
+    except (_Unsure, RecursionError):
+        return None
+
+
+class _Reader:
+    def __init__(self, max_values: int) -> None:
+        self.max_values = max_values
+        self.count = 0
+
+    def read(self, text: str) -> Any:
+        # frames: (indent, container); a list frame only takes "- " lines
+        frames: list[tuple[int, Any]] = []
+        # a key or "-" with nothing after it: (container, key or index, its indent, is a key)
+        pending: tuple[Any, Any, int, bool] | None = None
+        started = False
+        line_match = _LINE.fullmatch
+        for line in text.split("\n"):
+            m = line_match(line)
+            if m is None:  # pragma: no cover - the pattern matches any line without a break
+                raise _Unsure
+            indent_s, dash, key, rest = m.groups()
+            if not dash and key is None and (not rest or rest[0] == "#"):
+                continue  # blank or comment
+            n = len(indent_s)
+            if not started:
+                started = True
+                if n == 0 and not dash and key is None and _document_start(rest):
+                    continue
+            if n == 0 and not dash and (rest[:3] in ("---", "...") or rest[:1] == "%"):
+                raise _Unsure  # markers, directives, more documents
+            if not frames:
+                if pending is not None:  # pragma: no cover - a pending slot has a frame
+                    raise _Unsure
+                frames.append((n, [] if dash else self._new_map(key)))
+            elif pending is not None:
+                holder, slot, p_indent, by_key = pending
+                if dash and (n > p_indent or (n == p_indent and by_key)):
+                    child: Any = []
+                elif key is not None and not dash and n > p_indent:
+                    child = {}
+                elif n > p_indent:
+                    raise _Unsure  # a scalar on the next line
+                else:
+                    child = None
+                holder[slot] = child
+                pending = None
+                if child is not None:
+                    frames.append((n, child))
+                    if len(frames) > _MAX_DEPTH:
+                        raise _Unsure
+            top_indent, top = frames[-1]
+            while n < top_indent or (n == top_indent and not dash and type(top) is list):
+                frames.pop()
+                if not frames:
+                    raise _Unsure
+                top_indent, top = frames[-1]
+            if n != top_indent:
+                raise _Unsure
+            if dash:
+                if type(top) is not list:
+                    raise _Unsure
+                self._count()
+                if key is None:
+                    if not rest or rest[0] == "#":
+                        top.append(None)
+                        pending = (top, len(top) - 1, n, False)
+                        continue
+                    if rest[0] == "-" and (len(rest) == 1 or rest[1] == " "):
+                        raise _Unsure  # "- - x"
+                    top.append(self._value(rest))
+                    continue
+                # "- key: ...": a mapping whose keys sit where this key does
+                mapping: dict[str, Any] = {}
+                top.append(mapping)
+                n += len(dash)
+                frames.append((n, mapping))
+                if len(frames) > _MAX_DEPTH:
+                    raise _Unsure
+                top = mapping
+            elif type(top) is not dict or key is None:
+                raise _Unsure
+            if key in top:
+                raise _Unsure  # a duplicate: the full reader says where
+            if len(key) > 200 or core_tag(key) != STR:
+                raise _Unsure
+            self._count()
+            if not rest or rest[0] == "#":
+                top[key] = None
+                pending = (top, key, n, True)
+            else:
+                top[key] = self._value(rest)
+        if not frames:
+            raise _Unsure  # an empty document: the full reader's answer
+        return frames[0][1]
+
+    def _new_map(self, key: str | None) -> dict[str, Any]:
+        if key is None:
+            raise _Unsure  # a scalar document
+        return {}
+
+    def _count(self) -> None:
+        self.count += 1
+        if self.count > self.max_values:
+            raise _Unsure
+
+    def _value(self, rest: str) -> Any:
+        first = rest[0]
+        if first == '"':
+            m = _DOUBLE.fullmatch(rest)
+            if m is None:
+                raise _Unsure
+            body = m.group(1)
+            return _ESCAPE.sub(_unescape, body) if "\\" in body else body
+        if first == "'":
+            m = _SINGLE.fullmatch(rest)
+            if m is None:
+                raise _Unsure
+            return m.group(1).replace("''", "'")
+        if first == "[":
+            return self._flow(rest)
+        if first == "{":
+            if rest.rstrip(" ") == "{}":
+                return {}
+            raise _Unsure
+        if _PLAIN_START.match(rest) is None:
+            raise _Unsure
+        cut = rest.find(" #")
+        text = (rest if cut < 0 else rest[:cut]).rstrip(" ")
+        if ": " in text or text.endswith(":") or len(text) > 100_000:
+            raise _Unsure
+        return plain(text)
+
+    def _flow(self, rest: str) -> list[Any]:
+        body = rest.rstrip(" ")
+        if body == "[]":
+            return []
+        end = body.find("]")
+        if end != len(body) - 1:
+            raise _Unsure  # nested, or anything after the closing bracket
+        out: list[Any] = []
+        pos = 1
+        match = _FLOW_ITEM.match
+        while True:
+            m = match(body, pos)
+            if m is None:
+                raise _Unsure
+            double, single, bare, sep = m.groups()
+            if double is not None:
+                out.append(double)
+            elif single is not None:
+                out.append(single.replace("''", "'"))
+            else:
+                out.append(plain(bare))
+            self._count()
+            pos = m.end()
+            if sep == "]":
+                if pos != len(body):
+                    raise _Unsure
+                return out
+
+
+def _document_start(rest: str) -> bool:
+    return rest == "---" or (rest.startswith("--- ") and rest[4:].lstrip(" ")[:1] in ("", "#"))
+
+
+def _unescape(m: re.Match[str]) -> str:
+    found = _ESCAPES.get(m.group(1))
+    if found is None:
+        raise _Unsure
+    return found
+
+
+def plain(text: str) -> Any:
+    """A plain scalar's value under the core schema; ``_Unsure`` for the values the full reader
+    refuses (it words the error)."""
+    tag = core_tag(text)
+    if tag == STR:
+        return text
+    if tag == NULL:
+        return None
+    if tag == INT:
+        if len(text) > 100:
+            raise _Unsure
+        if text[:2] in ("0o", "0x"):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text)
+    if tag == FLOAT:
+        if NUMBER.fullmatch(text) is None:
+            raise _Unsure  # .inf, .nan
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise _Unsure
+        return value
+    return text in ("true", "True", "TRUE")
