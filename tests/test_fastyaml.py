@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,8 @@ from hypothesis import strategies as st
 
 from runner.errors import InvalidPipeline, Location
 from runner.pipeline import _fastyaml
-from runner.pipeline.source import MAX_VALUES, _parse_full, parse_file, parse_text
+from runner.pipeline._fullyaml import parse_full
+from runner.pipeline.source import MAX_VALUES, parse_file, parse_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +54,7 @@ def check(text: str) -> bool:
     fast = _fastyaml.read(text, MAX_VALUES)
     if fast is None:
         return False
-    full = _parse_full(text, "f.yaml", MAX_VALUES)  # raises if the line reader read a bad text
+    full = parse_full(text, "f.yaml", MAX_VALUES)  # raises if the line reader read a bad text
     assert same(fast[0], full.data), (text, fast[0], full.data)
     return True
 
@@ -331,7 +334,7 @@ def test_every_yaml_file_of_the_repository_reads_the_same(path: Path) -> None:
     later are the ones the full reader records."""
     text = path.read_bytes().decode("utf-8", "replace")  # not_utf8.yaml: never read as text
     try:
-        full = _parse_full(text, "f.yaml", MAX_VALUES)
+        full = parse_full(text, "f.yaml", MAX_VALUES)
     except InvalidPipeline:
         assert _fastyaml.read(text, MAX_VALUES) is None
         return
@@ -360,3 +363,22 @@ def test_a_position_is_read_only_when_shown(tmp_path: Path) -> None:
 
     assert type(pickle.loads(pickle.dumps(where))) is Location
     assert type(copy.deepcopy(where)) is Location
+
+
+def test_a_pipeline_the_line_reader_reads_needs_no_libyaml(tmp_path: Path) -> None:
+    """`runner validate` of a valid pipeline in the common shape never imports yaml (its import
+    is a noticeable part of a small validate); a position asked for brings it in."""
+    path = tmp_path / "p.yaml"
+    path.write_text("runner: 1\nname: x\nsteps:\n  a:\n    uses: shell\n    with:\n      run: x\n")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from runner.pipeline.compiler import compile_pipeline\n"
+        f"plan = compile_pipeline(Path({str(path)!r}))\n"
+        "assert 'yaml' not in sys.modules, 'yaml imported'\n"
+        "print(plan.steps['a'].where)\n"
+        "assert 'yaml' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{path}:4:3"

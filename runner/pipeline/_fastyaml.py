@@ -29,8 +29,8 @@ _UNSURE_ASCII = re.compile("[^\n\x20-\x7e]")
 _UNSURE_TEXT = (
     "[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
 )
-# One content line: indent, an optional "- ", an optional plain key and its ':', the rest.
-_LINE = re.compile(r"( *)(-(?: +|$))?(?:([A-Za-z0-9_][A-Za-z0-9_./-]{0,200}):(?: +|$))?(.*)")
+# A content line past its indent: an optional "- ", an optional plain key and its ':', the rest.
+_BODY = re.compile(r"(-(?: +|$))?(?:([A-Za-z0-9_][A-Za-z0-9_./-]{0,200}):(?: +|$))?(.*)")
 # The first character of a plain scalar: not an indicator (-, ?, : only before a non-space).
 _PLAIN_START = re.compile(r"[^-?:,\[\]{}#&*!|>'\"%@` ]|[-?:][^ ]")
 _DOUBLE = re.compile(r'"((?:[^"\\]|\\.)*)"( +#.*)? *')
@@ -43,6 +43,7 @@ _FLOW_ITEM = re.compile(
     r' *(?:"([^"\\]*)"|\'((?:[^\']|\'\')*)\'|([^-?:,\[\]{}#&*!|>\'"%@` ][^,\[\]{}:#\'"]*?)) *'
     r"(,|\])"
 )
+_FLOW_PLAIN = re.compile(r"[^-?:,\[\]{}#&*!|>'\"%@` ][^,\[\]{}:#'\"]*")  # one plain item, as above
 _MAX_DEPTH = 100  # deeper documents are left to the full reader (it refuses past 200)
 
 
@@ -65,6 +66,7 @@ class _Reader:
     def __init__(self, max_values: int) -> None:
         self.max_values = max_values
         self.count = 0
+        self.scalars: dict[str, Any] = {}  # a scalar's text -> its value (repeats are common)
 
     def read(self, text: str) -> Any:
         # frames: (indent, container); a list frame only takes "- " lines
@@ -72,61 +74,75 @@ class _Reader:
         # a key or "-" with nothing after it: (container, key or index, its indent, is a key)
         pending: tuple[Any, Any, int, bool] | None = None
         started = False
-        line_match = _LINE.fullmatch
+        body_match = _BODY.fullmatch
+        keys_seen: set[str] = set()  # keys already known to be plain strings
+        scalars = self.scalars
+        count = 0
+        top: Any = None  # frames[-1], kept at hand
+        top_indent = -1
         for line in text.split("\n"):
-            m = line_match(line)
+            content = line.lstrip(" ")
+            if not content or content[0] == "#":
+                continue  # blank or comment
+            n = len(line) - len(content)
+            m = body_match(content)
             if m is None:  # pragma: no cover - the pattern matches any line without a break
                 raise _Unsure
-            indent_s, dash, key, rest = m.groups()
-            if not dash and key is None and (not rest or rest[0] == "#"):
-                continue  # blank or comment
-            n = len(indent_s)
-            if not started:
-                started = True
-                if n == 0 and not dash and key is None and _document_start(rest):
-                    continue
-            if n == 0 and not dash and (rest[:3] in ("---", "...") or rest[:1] == "%"):
-                raise _Unsure  # markers, directives, more documents
-            if not frames:
-                if pending is not None:  # pragma: no cover - a pending slot has a frame
-                    raise _Unsure
-                frames.append((n, [] if dash else self._new_map(key)))
-            elif pending is not None:
-                holder, slot, p_indent, by_key = pending
-                if dash and (n > p_indent or (n == p_indent and by_key)):
-                    child: Any = []
-                elif key is not None and not dash and n > p_indent:
-                    child = {}
-                elif n > p_indent:
-                    raise _Unsure  # a scalar on the next line
-                else:
-                    child = None
-                holder[slot] = child
-                pending = None
-                if child is not None:
-                    frames.append((n, child))
-                    if len(frames) > _MAX_DEPTH:
+            dash, key, rest = m.groups()
+            if pending is not None or n != top_indent or not started:
+                if not started:
+                    started = True
+                    if n == 0 and not dash and key is None and _document_start(rest):
+                        continue
+                if n == 0 and not dash and (rest[:3] in ("---", "...") or rest[:1] == "%"):
+                    raise _Unsure  # markers, directives, more documents
+                if not frames:
+                    frames.append((n, [] if dash else self._new_map(key)))
+                elif pending is not None:
+                    holder, slot, p_indent, by_key = pending
+                    if dash and (n > p_indent or (n == p_indent and by_key)):
+                        child: Any = []
+                    elif key is not None and not dash and n > p_indent:
+                        child = {}
+                    elif n > p_indent:
+                        raise _Unsure  # a scalar on the next line
+                    else:
+                        child = None
+                    holder[slot] = child
+                    pending = None
+                    if child is not None:
+                        frames.append((n, child))
+                        if len(frames) > _MAX_DEPTH:
+                            raise _Unsure
+                top_indent, top = frames[-1]
+                while n < top_indent:
+                    frames.pop()
+                    if not frames:
                         raise _Unsure
-            top_indent, top = frames[-1]
-            while n < top_indent or (n == top_indent and not dash and type(top) is list):
+                    top_indent, top = frames[-1]
+                if n != top_indent:
+                    raise _Unsure
+            if not dash and type(top) is list:  # a key after a list at the same indent
                 frames.pop()
                 if not frames:
                     raise _Unsure
                 top_indent, top = frames[-1]
-            if n != top_indent:
-                raise _Unsure
+                if n != top_indent:
+                    raise _Unsure
+            count += 1
             if dash:
                 if type(top) is not list:
                     raise _Unsure
-                self._count()
                 if key is None:
                     if not rest or rest[0] == "#":
                         top.append(None)
                         pending = (top, len(top) - 1, n, False)
-                        continue
-                    if rest[0] == "-" and (len(rest) == 1 or rest[1] == " "):
+                    elif rest in scalars:
+                        top.append(scalars[rest])
+                    elif rest[0] == "-" and (len(rest) == 1 or rest[1] == " "):
                         raise _Unsure  # "- - x"
-                    top.append(self._value(rest))
+                    else:
+                        top.append(self._value(rest))
                     continue
                 # "- key: ...": a mapping whose keys sit where this key does
                 mapping: dict[str, Any] = {}
@@ -135,21 +151,26 @@ class _Reader:
                 frames.append((n, mapping))
                 if len(frames) > _MAX_DEPTH:
                     raise _Unsure
-                top = mapping
-            elif type(top) is not dict or key is None:
+                top_indent, top = n, mapping
+                count += 1
+            elif key is None:
                 raise _Unsure
             if key in top:
                 raise _Unsure  # a duplicate: the full reader says where
-            if len(key) > 200 or core_tag(key) != STR:
-                raise _Unsure
-            self._count()
+            if key not in keys_seen:
+                if core_tag(key) != STR:
+                    raise _Unsure
+                keys_seen.add(key)
             if not rest or rest[0] == "#":
                 top[key] = None
                 pending = (top, key, n, True)
+            elif rest in scalars:
+                top[key] = scalars[rest]
             else:
                 top[key] = self._value(rest)
-        if not frames:
-            raise _Unsure  # an empty document: the full reader's answer
+        self.count += count
+        if not frames or self.count > self.max_values:
+            raise _Unsure  # an empty document, or one over the bound: the full reader's answer
         return frames[0][1]
 
     def _new_map(self, key: str | None) -> dict[str, Any]:
@@ -157,13 +178,18 @@ class _Reader:
             raise _Unsure  # a scalar document
         return {}
 
-    def _count(self) -> None:
-        self.count += 1
-        if self.count > self.max_values:
-            raise _Unsure
-
     def _value(self, rest: str) -> Any:
         first = rest[0]
+        if first == "[":
+            return self._flow(rest)
+        if first == "{":
+            if rest.rstrip(" ") == "{}":
+                return {}
+            raise _Unsure
+        value = self.scalars[rest] = self._scalar(rest, first)
+        return value
+
+    def _scalar(self, rest: str, first: str) -> Any:
         if first == '"':
             m = _DOUBLE.fullmatch(rest)
             if m is None:
@@ -175,12 +201,6 @@ class _Reader:
             if m is None:
                 raise _Unsure
             return m.group(1).replace("''", "'")
-        if first == "[":
-            return self._flow(rest)
-        if first == "{":
-            if rest.rstrip(" ") == "{}":
-                return {}
-            raise _Unsure
         if _PLAIN_START.match(rest) is None:
             raise _Unsure
         cut = rest.find(" #")
@@ -190,6 +210,15 @@ class _Reader:
         return plain(text)
 
     def _flow(self, rest: str) -> list[Any]:
+        if rest[-1] == "]":  # one item, as most are: no regular expression walk
+            item = rest[1:-1].strip(" ")
+            if "," not in item and "]" not in item and "[" not in item and len(item) > 1:
+                if item[0] == '"' == item[-1] and '"' not in item[1:-1] and "\\" not in item:
+                    self.count += 1
+                    return [item[1:-1]]
+                if _FLOW_PLAIN.fullmatch(item) is not None:
+                    self.count += 1
+                    return [plain(item)]
         body = rest.rstrip(" ")
         if body == "[]":
             return []
@@ -210,7 +239,7 @@ class _Reader:
                 out.append(single.replace("''", "'"))
             else:
                 out.append(plain(bare))
-            self._count()
+            self.count += 1
             pos = m.end()
             if sep == "]":
                 if pos != len(body):

@@ -22,6 +22,19 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
     known = _known.get((root, text))
     if known is not None:
         return known
+    target = Path(_checked(root, text, where))
+    if len(_known) < 65536 and os.path.isabs(root):  # a relative root depends on the cwd
+        _known[(root, text)] = target
+    return target
+
+
+def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None:
+    """``inside`` for a check only (validating a step): the same refusals, no Path built."""
+    if (root, rel) not in _known:
+        _checked(root, rel, where)
+
+
+def _checked(root: Path, text: str, where: Location | None) -> str:
     if not text:
         raise InvalidPipeline("empty path", where=where)
     if "\x00" in text:
@@ -39,15 +52,14 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
         raise InvalidPipeline(
             f"path '{text}' is absolute; pipeline paths are relative to {root}", where=where
         )
-    target = _resolved(os.path.abspath(root), text)  # absolute: the key must not depend on cwd
+    # absolute: the key must not depend on cwd
+    target = _resolved(_absolute(root) if os.path.isabs(root) else os.path.abspath(root), text)
     if target is None:
         raise InvalidPipeline(
             f"path '{text}' escapes the pipeline root {os.path.realpath(root)}",
             where=where,
             hint="declare a wider `root:` in the pipeline if this is intended",
         )
-    if len(_known) < 65536 and os.path.isabs(root):  # a relative root depends on the cwd
-        _known[(root, text)] = target
     return target
 
 
@@ -63,10 +75,11 @@ def forget() -> None:
     _known.clear()
     _resolved.cache_clear()
     _real_dir.cache_clear()
+    _absolute.cache_clear()
 
 
 @lru_cache(maxsize=65536)
-def _resolved(root: str, rel: str) -> Path | None:
+def _resolved(root: str, rel: str) -> str | None:
     """The real path of ``rel`` under ``root``, or None when it lies outside.
 
     Resolving walks every component with lstat: cached until ``forget`` (the plan's root is
@@ -85,7 +98,13 @@ def _resolved(root: str, rel: str) -> Path | None:
             target = os.path.realpath(target)
     if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
         return None
-    return Path(target)
+    return target
+
+
+@lru_cache(maxsize=256)
+def _absolute(root: Path) -> str:
+    """``root`` (absolute) normalised: asked for every path of every step, with one root."""
+    return os.path.abspath(root)
 
 
 @lru_cache(maxsize=4096)

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
-from ..pipeline.paths import inside, inside_now
+from ..pipeline.paths import check_inside, inside, inside_now
 from ..secretenv import command_environment
 from ..shellquote import Unquotable, check_command, render_command
-from ..shellrun import run_shell
 from .base import StepContext, StepResult, StepType, invalid
 
 INLINE_LIMIT = 64 * 1024
@@ -86,7 +85,7 @@ class ShellStep(StepType):
         for field in ("inputs", "outputs"):
             for i, rel in enumerate(args.get(field) or []):
                 if isinstance(rel, str) and "${{" not in rel:
-                    inside(root, rel, where=where)
+                    check_inside(root, rel, where=where)
                 elif not isinstance(rel, str):
                     raise invalid(f"{field}[{i}] must be a path", where)
 
@@ -124,6 +123,8 @@ class ShellStep(StepType):
             pass_env=args.get("pass_env") or (),
             named=ctx.env.secret_names,
         )
+        from ..shellrun import run_shell  # asyncio: not needed to validate a pipeline
+
         done = await run_shell(args["run"], cwd=ctx.root, env=env)
         code, out, err = done.code, done.stdout, done.stderr
         output: dict[str, Any] = {"exit_code": code, "files": {}}
