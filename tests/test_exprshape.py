@@ -12,7 +12,7 @@ from jinja2 import nodes
 from runner import expr as ex
 from runner.errors import ExpressionError
 from runner.expr import compiling, sharing
-from runner.expr.shapes import _KEYWORDS, split
+from runner.expr.shapes import KEYWORDS, split
 
 NAMES = [
     "a",
@@ -92,7 +92,7 @@ token = st.tuples(
 def _source(tokens: list[tuple[str, int, str]], shift: int = 0) -> str:
     out = []
     for kind, pick, space in tokens:
-        if kind == "name" and NAMES[pick % len(NAMES)] not in _KEYWORDS:
+        if kind == "name" and NAMES[pick % len(NAMES)] not in KEYWORDS:
             pick += shift  # another instance of the same shape: other names and constants
         elif kind in ("int", "str"):
             pick += shift
@@ -295,3 +295,68 @@ def test_false_constants_compile_on_their_own() -> None:
     context = {"a": 5}
     assert _outcome(sharing.compile_by_shape("0 and a")[1], context) == ("value", "0")  # type: ignore[index]
     assert _outcome(sharing.compile_by_shape("7 and a")[1], context) == ("value", "5")  # type: ignore[index]
+
+
+# -- dotted lookups: answered from the data, parsed and compiled by Jinja only when needed -----
+
+DICT_NAMES = [*NAMES, "items", "keys", "get", "__class__", "mro"]
+LOOKUP_CONTEXTS = [
+    *CONTEXTS,
+    {"steps": {"a": {"items": 1, "output": {"keys": [1], "get": None}}}, "params": {}},
+    {"steps": {"a": jinja2.StrictUndefined(name="a")}, "range": {"a": 1}, "self": {"a": 2}},
+]
+
+
+def _lookup_outcome(expression: ex.Expression, context: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        value = expression.evaluate(context)
+    except ExpressionError as exc:
+        return "error", exc.message
+    try:
+        return "value", repr(value)
+    except Exception as exc:
+        return "unprintable", type(exc).__name__
+
+
+def _check_lookup(source: str) -> None:
+    try:
+        refs, lazy = compiling.compile_parsed(source)
+    except (jinja2.TemplateSyntaxError, RecursionError) as exc:
+        try:
+            ex.compile_expression(source)
+        except ExpressionError as err:
+            assert getattr(exc, "message", None) is None or exc.message in err.message
+            return
+        raise AssertionError(f"{source!r} compiled, but not in full") from None
+    fast = ex.compile_expression(source)
+    slow = ex.Expression(source, None, refs, lazy)
+    assert fast.refs == refs, source
+    assert _same(fast.tree, slow.tree), source
+    for context in LOOKUP_CONTEXTS:
+        assert _lookup_outcome(fast, context) == _lookup_outcome(slow, context), source
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(DICT_NAMES), min_size=1, max_size=5), st.sampled_from(SPACES))
+def test_dotted_lookups_answer_what_jinja_answers(names: list[str], space: str) -> None:
+    _check_lookup(space + ".".join(names) + space)
+
+
+def test_a_dotted_lookup_is_neither_parsed_nor_compiled_until_needed() -> None:
+    source = "steps.h00042.output.short"
+    expression = ex.compile_expression(source)
+    assert expression.path == ("steps", "h00042", "output", "short")
+    assert expression._fn is None  # no Jinja parse, no code
+    context = {"steps": {"h00042": {"output": {"short": "ab12"}}}}
+    assert expression.evaluate(context) == "ab12"
+    assert expression._fn is None
+    with_error = {"steps": {"h00042": {"output": {}}}}
+    try:
+        expression.evaluate(with_error)
+    except ExpressionError as exc:
+        assert exc.message == f"'{source}' is undefined"  # worded by the compiled expression
+    else:
+        raise AssertionError("a missing key is an error")
+    for source in ["steps.a.output.true", "self.a", "loop.index", "_runner_x.y", "a . b", "a.0"]:
+        assert ex.compile_expression(source).path is None, source
+        _check_lookup(source)

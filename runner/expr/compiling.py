@@ -14,7 +14,7 @@ import jinja2
 from jinja2 import nodes
 
 from ..errors import ExpressionError, Location
-from .parsing import Reference, check_names, clip, parse, refs_of
+from .parsing import Reference, check_names, clip, parse, reference, refs_of
 from .results import NotJSON, as_json
 from .sandbox import (
     BUDGET,
@@ -25,43 +25,73 @@ from .sandbox import (
     SandboxRefused,
     bounded_range,
     check_size,
+    forbidden,
     too_deep,
 )
-from .sharing import CompiledSource, Lazy, compile_by_shape
+from .shapes import KEYWORDS
+from .sharing import SPECIAL_NAMES, CompiledSource, Lazy, compile_by_shape
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _LOOKUP = re.compile(
     rf"^\s*{_NAME}(?:\s*(?:\.{_NAME}|\[\s*(?:\d+|{_NAME}|'[^'\\]*'|\"[^\"\\]*\")\s*\]))*\s*$"
 )
+_DOTTED = re.compile(rf"\s*({_NAME}(?:\.{_NAME})*)\s*", re.ASCII)
+_NO_VALUE: Any = object()
 
 
 @dataclass
 class Expression:
     """A compiled expression; ``refs`` are the names it reads, found at compile time.
 
-    ``tree`` is the parsed Jinja node (read by linters, never evaluated directly).
+    ``tree`` is the parsed Jinja node (read by linters, never evaluated directly). A plain
+    dotted lookup (``steps.read.output.text``, most of what pipelines write) has a ``path``: it
+    is evaluated by looking its names up in the data, and parsed and compiled by Jinja only
+    when something else needs it (its tree, or an evaluation the direct lookup cannot answer).
     """
 
     source: str
     where: Location | None
     refs: frozenset[Reference]
-    _fn: Lazy = field(repr=False)
+    _fn: Lazy | None = field(repr=False)
+    path: tuple[str, ...] | None = None
 
     @property
     def tree(self) -> nodes.Expr | None:
-        return self._fn.expr
+        return self._compiled().expr
+
+    def _compiled(self) -> Lazy:
+        if self._fn is None:
+            self._fn = _compile_source(self.source)[1]
+        return self._fn
 
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
         # into every call (half the cost of a small `when`).
-        template, render = self._fn.render
+        template, render = self._compiled().render
         ctx = template.new_context({"range": bounded_range, **context}, shared=True)
         for _ in render(ctx):
             pass
         return ctx.vars["result"]
 
+    def _looked_up(self, context: Mapping[str, Any]) -> Any:
+        """The value of a dotted lookup when every name is a key of a plain dict, as the
+        sandbox's getattr finds it (a key wins over a dict method); else _NO_VALUE, and the
+        compiled expression answers (and words any error)."""
+        assert self.path is not None
+        name, *attrs = self.path
+        value = context.get(name, _NO_VALUE)
+        for attr in attrs:
+            if type(value) is not dict or attr not in value:
+                return _NO_VALUE
+            value = value[attr]
+        return _NO_VALUE if isinstance(value, jinja2.Undefined) else value
+
     def evaluate(self, context: Mapping[str, Any]) -> Any:
         """Evaluate under a fresh budget. Raises ExpressionError (refused, undefined, bad type)."""
+        if self.path is not None:
+            found = self._looked_up(context)
+            if found is not _NO_VALUE:
+                return found  # a lookup hands over existing data: neither sized nor copied
         token = BUDGET.set(Budget(time.monotonic() + MAX_SECONDS))
         try:
             value = self._run(context)
@@ -117,6 +147,10 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
         raise ExpressionError(
             f"expression refused: nesting deeper than {MAX_NESTING} brackets", where=where
         )
+    path = _dotted(source)
+    if path is not None:
+        refs = frozenset({reference(path[0], path[1] if len(path) > 1 else None)})
+        return Expression(source, where, refs, None, path)
     try:
         refs, fn = _compile_source(source)
     except jinja2.TemplateSyntaxError as exc:
@@ -126,6 +160,20 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
     except RecursionError:
         raise ExpressionError("expression refused: nesting too deep", where=where) from None
     return Expression(source, where, refs, fn)
+
+
+def _dotted(source: str) -> tuple[str, ...] | None:
+    """The names of a plain dotted lookup (``steps.a.output.text``), or None. Each name parses
+    as itself in Jinja (no keyword, such as ``true`` or ``none``), and the first is neither one
+    the sandbox forbids nor one Jinja's code treats specially (``self``, ``loop``): what Jinja's
+    parse and name check would find is then known without them."""
+    m = _DOTTED.fullmatch(source)
+    if m is None:
+        return None
+    path = tuple(m.group(1).split("."))
+    if forbidden(path[0]) or path[0] in SPECIAL_NAMES or any(n in KEYWORDS for n in path):
+        return None
+    return path
 
 
 @functools.lru_cache(maxsize=4096)

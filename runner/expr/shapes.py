@@ -39,7 +39,7 @@ _KEYWORD_TEXT = (
     "in include is macro missing none None not or print raw recursive required scoped set true "
     "True with without"
 )
-_KEYWORDS = frozenset(_KEYWORD_TEXT.split())
+KEYWORDS = frozenset(_KEYWORD_TEXT.split())
 _INT_BASE = 7_000_000_000  # integer placeholders: far above any line number
 _PREFIX = "zq"  # name and string placeholders: zq0, zq1, ... (every user name is replaced)
 
@@ -61,7 +61,7 @@ def split(source: str) -> tuple[str, tuple[Placeholder, ...], tuple[Any, ...]] |
         name, number, string = pieces[i : i + 3]
         pieces[i + 1] = pieces[i + 2] = ""
         if name is not None:
-            if name in _KEYWORDS:
+            if name in KEYWORDS:
                 pieces[i] = name
                 continue
             holder: Placeholder = f"{_PREFIX}{len(values)}"

@@ -155,13 +155,13 @@ def _may_share(values: tuple[Any, ...]) -> bool:
     `0 and x` differently from `7000000000 and x` (a constant's truth value decides jumps),
     so every value must be as true as its placeholder (a non-empty string, a non-zero integer);
     and no name may be one Jinja's code generator treats specially."""
-    return all(v and not (type(v) is str and v in _SPECIAL_NAMES) for v in values)
+    return all(v and not (type(v) is str and v in SPECIAL_NAMES) for v in values)
 
 
 # Names Jinja's code generator treats specially (it declares `self` as a template reference;
 # the rest have meanings inside loops, macros and blocks): an instance naming one is compiled
 # on its own, as its code may differ from the shape's.
-_SPECIAL_NAMES = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
+SPECIAL_NAMES = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
 
 
 class _SharedCode:
