@@ -21,6 +21,7 @@ def test_key_equals_the_digest_of_the_document(args: object, item: object, has_i
     assert parts.key() == digest(parts.as_document())
     summary = parts.summary()
     assert summary["args"] == digest(args) and ("item" in summary) == has_item
+    assert parts.key() == digest(parts.as_document())  # now joined from the summary's parts
 
 
 def test_changed_parts_names_what_changed() -> None:

@@ -130,3 +130,38 @@ def test_a_cancel_asked_from_elsewhere_cancels_the_run(plan: Plan) -> None:
 
     assert asyncio.run(main())
     assert scheduler.cancel_requested
+
+
+def _trace(plan: Plan, answerable: set[str] | None) -> list[str]:
+    """What a run does, in order: each step's run (or answer) and each settle."""
+    scheduler = Scheduler(plan, jobs=2)
+    trace: list[str] = []
+
+    async def run_step(step: CompiledStep) -> StepOutcome:
+        assert set(plan.steps[step.id].deps) <= set(scheduler.outcomes)
+        trace.append(step.id)
+        if answerable is not None and step.id not in answerable:
+            await asyncio.sleep(0.01)  # a body to wait for
+        return StepOutcome(step.id, StepStatus.CACHED)
+
+    def now(step: CompiledStep) -> StepOutcome | None:
+        if answerable is None or step.id not in answerable:
+            return None
+        assert set(plan.steps[step.id].deps) <= set(scheduler.outcomes)
+        trace.append(step.id)
+        return StepOutcome(step.id, StepStatus.CACHED)
+
+    settle = lambda: trace.append("settle")  # noqa: E731
+    asyncio.run(scheduler.run(run_step, stopped=lambda: False, settle=settle, now=now))
+    assert set(scheduler.outcomes) == set(plan.order)
+    return trace
+
+
+def test_steps_answered_at_once_go_as_their_tasks_would(plan: Plan) -> None:
+    # Every step answered without a task: the same steps in the same order, settled in the
+    # same batches, as when each is a task that finishes without waiting.
+    assert _trace(plan, set(plan.order)) == _trace(plan, None)
+    # Some steps wait on a body: every step still runs once, after its dependencies.
+    for waiting in ("a", "b", "c", "d"):
+        trace = _trace(plan, set(plan.order) - {waiting})
+        assert sorted(s for s in trace if s != "settle") == sorted(plan.order)

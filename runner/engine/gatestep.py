@@ -6,15 +6,19 @@ with them: ask a new round, wait on a pending one, or end the step approved or r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..canonical import digest as canonical_digest
 from ..errors import InvalidPipeline
-from ..pipeline.compiler import CompiledStep, Plan
+from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..store.journal import Journal
 from . import gates
 from .events import EventType
 from .outcomes import StepOutcome, StepStatus
 from .recorder import Recorder
+
+if TYPE_CHECKING:
+    from .interpreter import Interpreter
 
 
 def is_gate(step: CompiledStep) -> bool:
@@ -35,6 +39,30 @@ def check_gates(plan: Plan) -> None:
             raise InvalidPipeline(
                 f"step '{step.id}': revise names an unknown step '{revise}'", where=step.where
             )
+
+
+def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
+    """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
+    args, parts = interp._resolve(step, {})
+    # A decision is about this item and these upstream results, not only the text shown.
+    upstream = {
+        d: interp.outcomes[d].key or [e.key for e in interp.outcomes[d].elements or []]
+        for d in step.deps
+    }
+    key = canonical_digest({"args": parts.key(), "item": interp.options.item, "upstream": upstream})
+    hit = interp.cached.get((step.id, key))
+    if (
+        hit is not None
+        and hit.status == "completed"
+        and step.cache is CachePolicy.USE
+        and step.id not in interp.options.force
+        and interp.reuse.usable(hit)
+    ):
+        # Approved before with these very inputs (an earlier run): no need to ask again.
+        interp.recorder.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
+        interp.recorder.reused(step.id, -1, key, hit.output, "approved before with the same inputs")
+        return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
+    return decide(step, key, args, interp.journal, interp.recorder)
 
 
 def revise_target(step: CompiledStep) -> str | None:

@@ -22,7 +22,6 @@ from typing import Any
 from .. import expr as ex
 from .. import overrides
 from ..canonical import CanonicalError
-from ..canonical import digest as canonical_digest
 from ..errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
@@ -32,7 +31,7 @@ from . import attempts, gatestep
 from .events import EventType, NullReporter, Reporter
 from .executors import Executor
 from .files import FileHasher
-from .keys import KeyParts
+from .keys import KeyParts, resolve
 from .options import ApplyOptions
 from .outcomes import (
     ElementOutcome,
@@ -49,6 +48,15 @@ from .recorder import JournalLedger, Progress, Recorder, new_run_id
 from .remote_link import RemoteLink
 from .reuse import Reuse
 from .scheduler import Scheduler
+
+# An execution's (extra context, element index, arguments, key parts, key, contract).
+_Ready = tuple[dict[str, Any], int, dict[str, Any], KeyParts, str, str | None]
+
+
+def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
+    return StepOutcome(
+        step.id, el.status, el.key, el.output, el.reason, check_failure=el.check_failure
+    )
 
 
 class Interpreter:
@@ -94,16 +102,13 @@ class Interpreter:
         self._reads: dict[str, set[str]] = {}
         self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
+        self._prepared: dict[str, _Ready] = {}  # by _step_now, for _step to go on from
         self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
         self.executor: Executor | None = None  # set by apply for --executor dask (else local)
 
     @property
-    def hasher(self) -> FileHasher:
+    def hasher(self) -> FileHasher:  # the planner sets its own, on reuse
         return self.reuse.hasher
-
-    @hasher.setter
-    def hasher(self, hasher: FileHasher) -> None:  # the planner reads through its own
-        self.reuse.hasher = hasher
 
     def emit_warning(self, message: str) -> None:
         """A warning for the user (consoles show it; the run goes on)."""
@@ -161,6 +166,7 @@ class Interpreter:
                 self._step,
                 stopped=lambda: self.abort_reason is not None,
                 settle=self.recorder.flush_deferred,
+                now=self._step_now,
             )
         )
         watcher = asyncio.create_task(
@@ -267,49 +273,41 @@ class Interpreter:
                         StepOutcome(step.id, StepStatus.SKIPPED, reason=reason)
                     )
             if gatestep.is_gate(step):
-                outcome = await self._gate(step)
+                outcome = gatestep.run(self, step)
             elif step.for_each is not None:
                 outcome = await self._for_each(step)
             else:
-                el = await self._execution(step, None, None, has_item=False)
-                outcome = StepOutcome(
-                    step.id, el.status, el.key, el.output, el.reason, check_failure=el.check_failure
-                )
+                outcome = _plain(step, await self._execution(step, None, None, has_item=False))
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
-            reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
-            emit(EventType.STEP_FAILED, step.id, reason=reason)
-            outcome = StepOutcome(step.id, StepStatus.FAILED, reason=reason)
+            outcome = self._failed(step, exc)
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
 
-    async def _gate(self, step: CompiledStep) -> StepOutcome:
-        """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
-        args, parts = self._resolve(step, {})
-        # A decision is about this item and these upstream results, not only the text shown.
-        upstream = {
-            d: self.outcomes[d].key or [e.key for e in self.outcomes[d].elements or []]
-            for d in step.deps
-        }
-        key = canonical_digest(
-            {"args": parts.key(), "item": self.options.item, "upstream": upstream}
-        )
-        hit = self.cached.get((step.id, key))
-        if (
-            hit is not None
-            and hit.status == "completed"
-            and step.cache is CachePolicy.USE
-            and step.id not in self.options.force
-            and self._usable(hit)
-        ):
-            # Approved before with these very inputs (an earlier run): no need to ask again.
-            self.recorder.emit(
-                EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[]
-            )
-            self.recorder.reused(
-                step.id, -1, key, hit.output, "approved before with the same inputs"
-            )
-            return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
-        return gatestep.decide(step, key, args, self.journal, self.recorder)
+    def _failed(self, step: CompiledStep, exc: RunnerError | StepFailure) -> StepOutcome:
+        reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
+        self.recorder.emit(EventType.STEP_FAILED, step.id, reason=reason)
+        return StepOutcome(step.id, StepStatus.FAILED, reason=reason)
+
+    def _step_now(self, step: CompiledStep) -> StepOutcome | None:
+        """A plain step's outcome when it needs no waiting (its key's cached result, a failure
+        of its arguments), else None: the scheduler then runs ``_step``, which goes on from the
+        arguments and key worked out here. A cached step thus costs no task."""
+        if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
+            return None
+        if step.id in self.options.reuse or self.scheduler.blocked(step) is not None:
+            return None
+        self._set_phase(step)
+        started = time.perf_counter()
+        try:
+            ready = self._prepare(step, None, None, has_item=False)
+            if not isinstance(ready, ElementOutcome):
+                self._prepared[step.id] = ready
+                return None
+            outcome = _plain(step, ready)
+        except (RunnerError, StepFailure) as exc:
+            outcome = self._failed(step, exc)
+        outcome.duration_s = time.perf_counter() - started
+        return self._record_outcome(outcome)
 
     def _record_outcome(self, outcome: StepOutcome) -> StepOutcome:
         if outcome.id in self._reads:
@@ -358,28 +356,9 @@ class Interpreter:
         review = self.reviews.get(step.id)
         if review is not None:
             extra = {"feedback": list(review["feedback"]), "review": review, **extra}
-        args = step.type.evaluate(step.args, self._context(**extra))
-        files: dict[str, str] = {}
-        for rel in step.type.reads(args, root=self.plan.root):
-            path = self.plan.root / rel
-            try:
-                files[rel] = self.hasher.hash(path)
-            except FileNotFoundError:
-                raise StepFailure(f"input file {rel} does not exist") from None
-        key_extra = step.type.key_extra(args, self.env)
-        if review is not None:  # a revision is an input: it and its downstream re-run
-            key_extra = {**key_extra, "review": review}
-        parts = KeyParts(
-            step.uses,
-            step.type.version,
-            args,
-            files,
-            key_extra,
-            step.version,
-            extra.get("item"),
-            "item" in extra,
-        )
-        return args, parts
+        context, item = self._context(**extra), extra.get("item")
+        env, has_item = self.env, "item" in extra
+        return resolve(step, context, self.plan.root, self.hasher, env, review, item, has_item)
 
     def _contract(self, step: CompiledStep, extra: dict[str, Any], key: str) -> str | None:
         """What this execution's output is made under (see runner/overrides.py)."""
@@ -391,43 +370,27 @@ class Interpreter:
             return None  # missing or invalid: no edit can hold against it
         return None if value is None else str(value)
 
-    def _usable(self, cached: CachedResult) -> bool:
-        return self.reuse.usable(cached)
-
     async def _execution(
         self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
     ) -> ElementOutcome:
+        prepared = self._prepared.pop(step.id, None) if index is None else None
+        ready = prepared or self._prepare(step, index, item, has_item=has_item)
+        if isinstance(ready, ElementOutcome):
+            return ready
+        extra, el_index, args, parts, key, contract = ready
+        if (
+            step.cache is CachePolicy.USE
+            and step.id not in self.options.force
+            and self.remote is not None
+            and step.type.shareable
+            and not self.options.dry_run
+        ):
+            remote_hit = await self.reuse.remote_hit(
+                self.remote, step, index, el_index, key, parts, contract
+            )
+            if remote_hit is not None:
+                return remote_hit
         emit = self.recorder.emit
-        extra: dict[str, Any] = {"item": item, "index": index} if has_item else {}
-        el_index = -1 if index is None else index
-        try:
-            args, parts = self._resolve(step, extra)
-            self._reads.setdefault(step.id, set()).update(parts.files)
-            key = parts.key()  # arguments JSON cannot carry fail here, at their element
-        except (StepFailure, ExpressionError, CanonicalError) as exc:
-            reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
-            emit(EventType.STEP_FAILED, step.id, index, reason=reason)
-            self.recorder.failure(step.id, el_index, None, reason, 0)
-            return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
-        contract = self._contract(step, extra, key)
-        self._contract_of[(step.id, el_index)] = contract
-        if step.id in self.edited_steps:
-            edited = self.reuse.override(step, index, el_index, key, contract)
-            if edited is not None:
-                return edited
-        forced = step.id in self.options.force
-        if step.cache is CachePolicy.USE and not forced:
-            hit = self.cached.get((step.id, key))
-            # A partial result (some iterations failed, a card drifted) is not a cache hit: the
-            # next apply runs it again, and idempotency keys make the finished parts free.
-            if hit is not None and hit.status == "completed" and self._usable(hit):
-                return self.reuse.cached(step, index, el_index, key, hit, contract)
-            if self.remote is not None and step.type.shareable and not self.options.dry_run:
-                remote_hit = await self.reuse.remote_hit(
-                    self.remote, step, index, el_index, key, parts, contract
-                )
-                if remote_hit is not None:
-                    return remote_hit
         if self.options.remote_only:
             reason = "not in the remote cache"
             emit(EventType.STEP_SKIPPED, step.id, index, reason=reason, key=key)
@@ -444,6 +407,36 @@ class Interpreter:
         self.executions_started += 1
         async with self.scheduler.slot():
             return await self._run_attempts(step, index, el_index, args, parts, key, extra)
+
+    def _prepare(
+        self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
+    ) -> ElementOutcome | _Ready:
+        """An execution's arguments and key, and its answer when one needs no waiting: a
+        failure of its arguments, a user edit, the cached result."""
+        extra: dict[str, Any] = {"item": item, "index": index} if has_item else {}
+        el_index = -1 if index is None else index
+        try:
+            args, parts = self._resolve(step, extra)
+            self._reads.setdefault(step.id, set()).update(parts.files)
+            key = parts.key()  # arguments JSON cannot carry fail here, at their element
+        except (StepFailure, ExpressionError, CanonicalError) as exc:
+            reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
+            self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=reason)
+            self.recorder.failure(step.id, el_index, None, reason, 0)
+            return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
+        contract = self._contract(step, extra, key)
+        self._contract_of[(step.id, el_index)] = contract
+        if step.id in self.edited_steps:
+            edited = self.reuse.override(step, index, el_index, key, contract)
+            if edited is not None:
+                return edited
+        if step.cache is CachePolicy.USE and step.id not in self.options.force:
+            hit = self.cached.get((step.id, key))
+            # A partial result (some iterations failed, a card drifted) is not a cache hit: the
+            # next apply runs it again, and idempotency keys make the finished parts free.
+            if hit is not None and hit.status == "completed" and self.reuse.usable(hit):
+                return self.reuse.cached(step, index, el_index, key, hit, contract)
+        return (extra, el_index, args, parts, key, contract)
 
     async def _run_attempts(
         self,

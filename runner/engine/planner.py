@@ -156,7 +156,7 @@ class _Planner:
         self.journal: Journal = interp.journal
         self.force = force
         self.hasher = _PlanHasher(self.journal)
-        interp.hasher = self.hasher
+        interp.reuse.hasher = self.hasher
         self.cached = self.journal.cached_results(plan.name)
         self.edited = overrides.any_active(self.journal, plan.name)
         self.outcomes: dict[str, StepForecast] = {}
@@ -359,7 +359,7 @@ class _Planner:
         if hit is not None and hit.status == "partial":
             return ElementForecast(index, Action.RUN, ["last result was partial"], key)
         if hit is not None:
-            if not self.interp._usable(hit):
+            if not self.interp.reuse.usable(hit):
                 return ElementForecast(
                     index, Action.RUN, ["an output object is missing from the store"], key
                 )

@@ -8,6 +8,7 @@ a step does (and what is written about it) is the interpreter's and the recorder
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +19,7 @@ from .outcomes import StepOutcome, StepStatus
 from .slots import CpuSlot
 
 CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
+YIELD_S = 0.05  # steps answered at once give the event loop a turn at least this often
 
 
 class Scheduler:
@@ -35,10 +37,17 @@ class Scheduler:
         *,
         stopped: Callable[[], bool],
         settle: Callable[[], None],
+        now: Callable[[CompiledStep], StepOutcome | None] | None = None,
     ) -> None:
         """Run every step through ``run_step`` as soon as its dependencies are done, until
         ``stopped()`` (a run limit); ``settle()`` after each batch of finished steps (the
-        recorder writes what it deferred)."""
+        recorder writes what it deferred). ``now(step)``, when given, answers a step without a
+        task when it can (a cached step: no body to wait for), else None.
+
+        A step is answered at once only while no task is running or was just started: then no
+        other step could have run before it, and the answered steps finish in the batches the
+        tasks would have finished in (each batch's dependents start in plan order).
+        """
         plan = self.plan
         remaining = {sid: set(plan.steps[sid].deps) for sid in plan.order}
         dependents: dict[str, list[str]] = {sid: [] for sid in plan.order}
@@ -50,30 +59,57 @@ class Scheduler:
         # Finished tasks arrive on a queue: asyncio.wait over every running task would hook and
         # unhook a callback on each of them per completion (quadratic in a wide fan-out).
         finished: asyncio.Queue[asyncio.Task[StepOutcome]] = asyncio.Queue()
+        answered: list[str] = []  # steps answered without a task, not yet a finished batch
+        started = False  # a task was started since the last batch
+        yielded = time.monotonic()
 
         def launch(sid: str) -> None:
+            nonlocal started
+            if now is not None and not running and not started:
+                outcome = now(plan.steps[sid])
+                if outcome is not None:
+                    self.outcomes[sid] = outcome
+                    answered.append(sid)
+                    return
             task = asyncio.create_task(run_step(plan.steps[sid]), name=sid)
             task.add_done_callback(finished.put_nowait)
             running[task] = sid
+            started = True
+
+        def finish(batch: list[str]) -> None:
+            for sid in sorted(batch, key=position.__getitem__):
+                for dep in dependents[sid]:
+                    remaining[dep].discard(sid)
+                    if not remaining[dep] and not stopped():
+                        launch(dep)
 
         for sid in plan.order:
             if not remaining[sid]:
                 launch(sid)
         try:
-            while running:
-                done = [await finished.get()]
-                while not finished.empty():
-                    done.append(finished.get_nowait())
-                launched = False
-                for task in sorted(done, key=lambda t: position[running[t]]):
-                    sid = running.pop(task)
-                    self.outcomes[sid] = task.result()
-                    for dep in dependents[sid]:
-                        remaining[dep].discard(sid)
-                        if not remaining[dep] and not stopped():
-                            launch(dep)
-                            launched = True
-                if launched:
+            while running or answered:
+                if answered and not started:  # no task could have finished before them
+                    batch, answered[:] = list(answered), []
+                    if time.monotonic() - yielded > YIELD_S:  # a cancel, a limit, a commit
+                        await asyncio.sleep(0)
+                        yielded = time.monotonic()
+                else:
+                    if answered:  # beside tasks just started: the ones done at once join them
+                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)
+                        done = []
+                    else:
+                        done = [await finished.get()]
+                    while not finished.empty():
+                        done.append(finished.get_nowait())
+                    batch, answered[:] = list(answered), []
+                    for task in done:
+                        sid = running.pop(task)
+                        self.outcomes[sid] = task.result()
+                        batch.append(sid)
+                started = False
+                finish(batch)
+                if started:
                     await asyncio.sleep(0)  # the new steps start (a process spawned) first
                 settle()
         finally:
