@@ -15,6 +15,7 @@ edits, remote cache) and gatestep.py (human gates).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ class Interpreter:
             return report
         except DiskFull as exc:
             # the pending batch and "interrupted" go in on the space the journal kept aside
+            with contextlib.suppress(DiskFull):
+                self.recorder.write_cached()
             self.journal.stop_for_full_disk(exc)
             raise
         finally:

@@ -26,6 +26,15 @@ from .options import ApplyOptions
 from .outcomes import RunStatus, StepOutcome, StepStatus
 
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
+# Cached executions' rows and events are written in groups, at least this often (the journal
+# commits its batch at the same pace, so a reader elsewhere sees them about as soon) and
+# before any other execution row (their ids stay in the order the steps finished).
+GROUP_S = 0.05
+GROUP_ROWS = 500
+_CACHED_COLUMNS = (
+    "run_id", "step_id", "element", "key", "status", "pipeline", "output",
+    "started_at", "finished_at", "attempts", "contract", "why", "report",
+)  # fmt: skip
 
 
 def new_run_id() -> str:
@@ -136,6 +145,8 @@ class Recorder:
         # (see Scheduler.run): the records are not on the path from one process to the next.
         self._deferred: list[Callable[[], None]] = []
         self._progress_written = 0.0
+        self._cached_rows: list[tuple[Any, ...]] = []
+        self._grouped_since = time.monotonic()
 
     # -- events --------------------------------------------------------------------------------
 
@@ -164,12 +175,25 @@ class Recorder:
             batch, self._deferred = self._deferred, []
             for write in batch:
                 write()
-        self.flush_events()
+        if (
+            time.monotonic() - self._grouped_since > GROUP_S
+            or len(self._pending_events) + len(self._cached_rows) > GROUP_ROWS
+        ):
+            self.flush_events()
 
     def flush_events(self) -> None:
+        """Write the cached executions' rows and the events held so far."""
+        self.write_cached()
         if self._pending_events:
             self.journal.add_events(self._pending_events)
             self._pending_events = []
+        self._grouped_since = time.monotonic()
+
+    def write_cached(self) -> None:
+        """Write the cached executions' rows held so far, in one statement."""
+        if self._cached_rows:
+            rows, self._cached_rows = self._cached_rows, []
+            self.journal.add_executions(_CACHED_COLUMNS, rows)
 
     # -- the run's row -------------------------------------------------------------------------
 
@@ -227,6 +251,7 @@ class Recorder:
     ) -> list[StepOutcome]:
         """Each step's outcome in plan order; a step never reached (cancelled, aborted) is
         shown skipped, in the event stream as well."""
+        self.write_cached()  # what settles the run may read them
         steps = []
         for sid in order:
             outcome = outcomes.get(sid)
@@ -272,6 +297,7 @@ class Recorder:
         self, step_id: str, el_index: int, key: str | None, reason: str, attempts: int
     ) -> None:
         """An execution that failed before its body ran (its arguments, a refused restore)."""
+        self.write_cached()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,
@@ -299,23 +325,14 @@ class Recorder:
     ) -> None:
         """An execution answered without running (cache, approval, user edit)."""
         now = time.time()
-        self.journal.start_execution(
-            {
-                **({"report": dumps(report)} if report is not None else {}),
-                "run_id": self.run_id,
-                "step_id": step_id,
-                "element": el_index,
-                "key": key,
-                "status": "cached",
-                "pipeline": self.pipeline,
-                "output": dumps(output),
-                "started_at": now,
-                "finished_at": now,
-                "attempts": 0,
-                "contract": contract,
-                "why": why,
-            }
+        self._cached_rows.append(
+            (
+                *(self.run_id, step_id, el_index, key, "cached", self.pipeline, dumps(output)),
+                *(now, now, 0, contract, why, dumps(report) if report is not None else None),
+            )
         )
+        if len(self._cached_rows) >= GROUP_ROWS:
+            self.write_cached()
 
     def fetched(
         self,
@@ -334,6 +351,7 @@ class Recorder:
         """An execution answered by the remote cache: a completed row, so the next apply finds
         it locally."""
         now = time.time()
+        self.write_cached()
         self.journal.record_artifacts(sizes)
         self.journal.start_execution(
             {
@@ -360,6 +378,7 @@ class Recorder:
         self, step_id: str, el_index: int, key: str, parts: KeyParts, contract: str | None
     ) -> int:
         """The row of an execution about to run its body; returns its id."""
+        self.write_cached()
         return self.journal.start_execution(
             {
                 "run_id": self.run_id,
@@ -439,6 +458,7 @@ class Recorder:
 
     def awaiting(self, step_id: str, key: str, round_: int) -> None:
         """A gate asking for a decision (round ``round_``)."""
+        self.write_cached()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,
@@ -458,6 +478,7 @@ class Recorder:
         self, step_id: str, key: str, *, status: str, output: Any, artifacts: list[str], why: str
     ) -> None:
         """A gate's decision (approved: completed; rejected)."""
+        self.write_cached()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,
