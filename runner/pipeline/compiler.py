@@ -564,10 +564,34 @@ def _static_reads(step: CompiledStep, root: Path) -> list[str]:
 
 
 def _order(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> list[str]:
-    """Topological order, stable by file order; a cycle is an error naming its path."""
+    """Topological order, stable by file order: wave after wave of the steps whose dependencies
+    are all placed, each wave in file order. A cycle is an error naming its path."""
+    waiting = {sid: len(s.deps) for sid, s in steps.items()}
+    dependents: dict[str, list[str]] = {sid: [] for sid in steps}
+    for sid, s in steps.items():
+        for d in s.deps:
+            dependents[d].append(sid)
+    position = {sid: i for i, sid in enumerate(steps)}
+    order: list[str] = []
+    wave = [sid for sid, n in waiting.items() if n == 0]  # in file order already
+    while wave:
+        order.extend(wave)
+        after: list[str] = []
+        for sid in wave:
+            for dep in dependents[sid]:
+                waiting[dep] -= 1
+                if waiting[dep] == 0:
+                    after.append(dep)
+        wave = sorted(after, key=position.__getitem__)
+    if len(order) < len(steps):
+        _raise_cycle(doc, steps)
+    return order
+
+
+def _raise_cycle(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> None:
+    """Raises InvalidPipeline naming a dependency cycle of ``steps`` (graphlib finds it)."""
     from graphlib import CycleError, TopologicalSorter
 
-    position = {sid: i for i, sid in enumerate(steps)}
     ts: TopologicalSorter[str] = TopologicalSorter()
     for sid, s in steps.items():
         ts.add(sid, *s.deps)
@@ -579,12 +603,7 @@ def _order(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> list[str]:
         raise InvalidPipeline(
             f"dependency cycle: {path}", where=doc.where("steps", cycle[0], key=True), step=cycle[0]
         ) from None
-    order: list[str] = []
-    while ts.is_active():
-        ready = sorted(ts.get_ready(), key=position.__getitem__)
-        order.extend(ready)
-        ts.done(*ready)
-    return order
+    raise AssertionError("steps left unordered without a cycle")  # pragma: no cover
 
 
 def resolve_path(plan: Plan, rel: str, where: Location | None = None) -> Path:
