@@ -29,6 +29,7 @@ from .loader import (
     schema_errors,
     surely_valid,
 )
+from .order import step_order
 from .paths import forget as forget_paths
 from .paths import inside
 
@@ -255,7 +256,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
         )
 
     _link_files(compiled, root)
-    order = _order(doc, compiled)
+    order = step_order(doc, compiled)
     limits_raw = data.get("limits") or {}
     limits = Limits(
         wall_clock=parse_duration(limits_raw["wall_clock"]) if "wall_clock" in limits_raw else None,
@@ -561,49 +562,6 @@ def _static_reads(step: CompiledStep, root: Path) -> list[str]:
         return list(step.type.reads(step.args, root=root))
     except Exception:  # a file that does not exist yet: nothing to link by
         return []
-
-
-def _order(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> list[str]:
-    """Topological order, stable by file order: wave after wave of the steps whose dependencies
-    are all placed, each wave in file order. A cycle is an error naming its path."""
-    waiting = {sid: len(s.deps) for sid, s in steps.items()}
-    dependents: dict[str, list[str]] = {sid: [] for sid in steps}
-    for sid, s in steps.items():
-        for d in s.deps:
-            dependents[d].append(sid)
-    position = {sid: i for i, sid in enumerate(steps)}
-    order: list[str] = []
-    wave = [sid for sid, n in waiting.items() if n == 0]  # in file order already
-    while wave:
-        order.extend(wave)
-        after: list[str] = []
-        for sid in wave:
-            for dep in dependents[sid]:
-                waiting[dep] -= 1
-                if waiting[dep] == 0:
-                    after.append(dep)
-        wave = sorted(after, key=position.__getitem__)
-    if len(order) < len(steps):
-        _raise_cycle(doc, steps)
-    return order
-
-
-def _raise_cycle(doc: PipelineDoc, steps: dict[str, CompiledStep]) -> None:
-    """Raises InvalidPipeline naming a dependency cycle of ``steps`` (graphlib finds it)."""
-    from graphlib import CycleError, TopologicalSorter
-
-    ts: TopologicalSorter[str] = TopologicalSorter()
-    for sid, s in steps.items():
-        ts.add(sid, *s.deps)
-    try:
-        ts.prepare()
-    except CycleError as exc:
-        cycle = list(exc.args[1])
-        path = " -> ".join(cycle)
-        raise InvalidPipeline(
-            f"dependency cycle: {path}", where=doc.where("steps", cycle[0], key=True), step=cycle[0]
-        ) from None
-    raise AssertionError("steps left unordered without a cycle")  # pragma: no cover
 
 
 def resolve_path(plan: Plan, rel: str, where: Location | None = None) -> Path:

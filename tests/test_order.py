@@ -1,4 +1,4 @@
-"""The compiler's step order (pipeline/compiler.py): dependencies first, then file order."""
+"""The step order (pipeline/order.py): dependencies first, then file order."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.pipeline.compiler import _order
+from runner.pipeline.order import step_order
 
 
 @given(st.lists(st.lists(st.integers(0, 40), max_size=4), min_size=1, max_size=25), st.randoms())
@@ -33,4 +33,4 @@ def test_steps_are_ordered_wave_by_wave_in_file_order(deps_of: list[list[int]], 
         ready = sorted(ts.get_ready(), key=position.__getitem__)
         expected.extend(ready)
         ts.done(*ready)
-    assert _order(None, in_file) == expected  # type: ignore[arg-type]
+    assert step_order(None, in_file) == expected  # type: ignore[arg-type]
