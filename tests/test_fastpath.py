@@ -7,6 +7,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from .conftest import Project, ran
 from .test_apply import chain
 
@@ -132,6 +134,27 @@ def test_an_edit_the_parser_sees_falls_through(project: Project) -> None:
     (project.root / "pipeline.yaml").write_text(text)
     doc = project.apply()
     assert not fast(doc, project) and ran(doc) == set()
+    assert fast(project.apply(), project)  # its fingerprint, digest included, was recorded
+
+
+def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.engine import fastpath
+    from runner.pipeline import source
+
+    parsed: list[str] = []
+    real = source.document_digest
+
+    def counted(text: str) -> str | None:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(source, "document_digest", counted)
+    monkeypatch.setattr(fastpath, "_DIGESTS", {})
+    one, other = b"runner: 1\nname: a # x\n", b"runner: 1\nname: 'a'\n"
+    first = fastpath._document_digest(one)
+    assert fastpath._document_digest(one) == first and len(parsed) == 1
+    assert fastpath._document_digest(other) != first and len(parsed) == 2
+    assert first == real(one.decode())
 
 
 def test_steps_with_rules_are_never_fingerprinted(project: Project) -> None:

@@ -227,13 +227,25 @@ def check(
     return doc
 
 
+# Document digests by the sha256 of the bytes: an apply whose check parsed the file (an edit the
+# parser sees) records its fingerprint without a second parse.
+_DIGESTS: dict[str, str | None] = {}
+
+
 def _document_digest(data: bytes) -> str | None:
     from ..pipeline.source import document_digest
 
+    sha = hashlib.sha256(data).hexdigest()
+    if sha in _DIGESTS:
+        return _DIGESTS[sha]
     try:
-        return document_digest(data.decode("utf-8"))
+        digest = document_digest(data.decode("utf-8"))
     except UnicodeDecodeError:
-        return None
+        digest = None
+    if len(_DIGESTS) >= 16:
+        _DIGESTS.clear()
+    _DIGESTS[sha] = digest
+    return digest
 
 
 def _same_document(doc: dict[str, Any], data: bytes) -> bool:
