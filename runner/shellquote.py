@@ -283,11 +283,11 @@ def check_command(text: str, *, raw: bool, where: Location | None) -> None:
 
     Raises InvalidPipeline naming the place, and what to do instead.
     """
+    if raw or "${{" not in text:
+        return
     from .errors import InvalidPipeline
     from .expr import Expression, Interpolation, compile_value
 
-    if raw or "${{" not in text:
-        return
     compiled = compile_value(text, lambda _path: where)
     if isinstance(compiled, Expression):
         raise InvalidPipeline(
@@ -311,6 +311,8 @@ def check_command(text: str, *, raw: bool, where: Location | None) -> None:
 def render_command(compiled: Any, context: Mapping[str, Any], *, raw: bool = False) -> str:
     """The command text of a compiled ``run`` with its values quoted where they stand (pasted
     as they are with ``raw``). Raises Unquotable."""
+    if isinstance(compiled, str):  # no ${{ }}: the common case needs no expression machinery
+        return compiled
     from .expr import Expression, Interpolation
 
     if isinstance(compiled, Interpolation):

@@ -45,3 +45,27 @@ def test_a_local_apply_does_not_import_dask(tmp_path: Path) -> None:
     modules = _imported(["apply", "pipeline.yaml", "-q", "--state", ".runner"], tmp_path)
     assert "runner.engine.apply" in modules  # it did run the pipeline here
     assert _dask(modules) == set()
+
+
+def test_a_shell_apply_without_expressions_does_not_import_jinja2(tmp_path: Path) -> None:
+    """jinja2 is the expression language's engine: a pipeline with no ``${{ }}`` never needs it."""
+    (tmp_path / "pipeline.yaml").write_text(
+        "runner: 1\nname: h\nsteps:\n  a:\n    uses: shell\n"
+        "    with: {run: 'echo hi > a.txt', outputs: [a.txt]}\n"
+        "  b:\n    uses: shell\n    needs: [a]\n"
+        "    with: {run: 'cat a.txt > b.txt', inputs: [a.txt], outputs: [b.txt]}\n",
+        encoding="utf-8",
+    )
+    modules = _imported(["apply", "pipeline.yaml", "-q", "--state", ".runner"], tmp_path)
+    assert "runner.engine.apply" in modules
+    assert (tmp_path / "b.txt").read_text() == "hi\n"
+    assert {m for m in modules if m.split(".")[0] in ("jinja2", "markupsafe")} == set()
+    # the same pipeline with a value in its command does load it, and renders it
+    (tmp_path / "pipeline.yaml").write_text(
+        "runner: 1\nname: h\nsteps:\n  a:\n    uses: shell\n"
+        "    with: {run: 'echo ${{ 1 + 1 }} > a.txt', outputs: [a.txt]}\n",
+        encoding="utf-8",
+    )
+    modules = _imported(["apply", "pipeline.yaml", "-q", "--state", ".runner"], tmp_path)
+    assert "jinja2" in modules
+    assert (tmp_path / "a.txt").read_text() == "2\n"

@@ -18,30 +18,72 @@ The package, one concern a file (audit the sandbox by reading ``sandbox``):
 
 from __future__ import annotations
 
-from .compiling import Expression, compile_expression
-from .parsing import Reference
-from .sandbox import (
-    MAX_ELEMENTS,
-    MAX_EXPRESSION_CHARS,
-    MAX_NESTING,
-    MAX_RANGE,
-    MAX_RESULT_CHARS,
-    MAX_SECONDS,
-    MAX_STEPS,
-    MAX_TEMPLATE_CHARS,
-    HardenedEnvironment,
-    SandboxRefused,
-    environment,
-)
-from .templates import render_template, template_environment, template_variables
-from .values import (
-    Compiled,
-    Interpolation,
-    compile_value,
-    evaluate_value,
-    is_static,
-    iter_expressions,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compiling import Expression, compile_expression
+    from .parsing import Reference
+    from .sandbox import (
+        MAX_ELEMENTS,
+        MAX_EXPRESSION_CHARS,
+        MAX_NESTING,
+        MAX_RANGE,
+        MAX_RESULT_CHARS,
+        MAX_SECONDS,
+        MAX_STEPS,
+        MAX_TEMPLATE_CHARS,
+        HardenedEnvironment,
+        SandboxRefused,
+        environment,
+    )
+    from .templates import render_template, template_environment, template_variables
+    from .values import (
+        Compiled,
+        Interpolation,
+        compile_value,
+        evaluate_value,
+        is_static,
+        iter_expressions,
+    )
+
+# Each name is imported from its module on first use (PEP 562): a pipeline of shell steps with no
+# ``${{ }}`` never needs jinja2, and importing it costs ~20-50 ms of every `runner` start-up.
+_HOME = {
+    "Expression": "compiling",
+    "compile_expression": "compiling",
+    "Reference": "parsing",
+    "MAX_ELEMENTS": "sandbox",
+    "MAX_EXPRESSION_CHARS": "sandbox",
+    "MAX_NESTING": "sandbox",
+    "MAX_RANGE": "sandbox",
+    "MAX_RESULT_CHARS": "sandbox",
+    "MAX_SECONDS": "sandbox",
+    "MAX_STEPS": "sandbox",
+    "MAX_TEMPLATE_CHARS": "sandbox",
+    "HardenedEnvironment": "sandbox",
+    "SandboxRefused": "sandbox",
+    "environment": "sandbox",
+    "render_template": "templates",
+    "template_environment": "templates",
+    "template_variables": "templates",
+    "Compiled": "values",
+    "Interpolation": "values",
+    "compile_value": "values",
+    "evaluate_value": "values",
+    "is_static": "values",
+    "iter_expressions": "values",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
 
 __all__ = [
     "MAX_ELEMENTS",

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..errors import ExpressionError, Location
-from .compiling import Expression, compile_expression
-from .parsing import clip
+
+if TYPE_CHECKING:
+    from .compiling import Expression
+
+# jinja2 (behind .compiling) is imported only when a value holds ``${{ }}``: until then no
+# Expression can exist, which is what _is_expression relies on.
+_COMPILING = __name__.rpartition(".")[0] + ".compiling"
+
+
+def _is_expression(value: Any) -> TypeGuard[Expression]:
+    module = sys.modules.get(_COMPILING)
+    return module is not None and isinstance(value, module.Expression)
 
 _REF = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 
@@ -57,6 +68,9 @@ def compile_value(
     if isinstance(value, str):
         if "${{" not in value:
             return value
+        from .compiling import compile_expression
+        from .parsing import clip
+
         where = where_of(path)
         matches = list(_REF.finditer(value))
         if not matches or value.count("${{") != len(matches):
@@ -81,7 +95,7 @@ def compile_value(
 
 
 def evaluate_value(compiled: Compiled, context: Mapping[str, Any]) -> Any:
-    if isinstance(compiled, (Expression, Interpolation)):
+    if isinstance(compiled, Interpolation) or _is_expression(compiled):
         return compiled.evaluate(context)
     if isinstance(compiled, dict):
         return {k: evaluate_value(v, context) for k, v in compiled.items()}
@@ -91,10 +105,10 @@ def evaluate_value(compiled: Compiled, context: Mapping[str, Any]) -> Any:
 
 
 def iter_expressions(compiled: Compiled) -> Iterator[Expression]:
-    if isinstance(compiled, Expression):
+    if _is_expression(compiled):
         yield compiled
     elif isinstance(compiled, Interpolation):
-        yield from (p for p in compiled.parts if isinstance(p, Expression))
+        yield from (p for p in compiled.parts if _is_expression(p))
     elif isinstance(compiled, dict):
         for v in compiled.values():
             yield from iter_expressions(v)
