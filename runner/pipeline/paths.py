@@ -112,11 +112,12 @@ def _real_dir(path: str) -> str:
     return os.path.realpath(path)
 
 
-def inside_now(root: Path, rel: str) -> Path | None:
+def inside_now(root: Path, rel: str, *, real_root: str | None = None) -> Path | None:
     """``rel``'s real path under ``root`` as the disk is now (no remembered resolution), or None
     when it lies outside: for writing or reading a file after earlier steps of the same run may
-    have replaced a directory on its path with a symlink pointing out."""
-    base = os.path.realpath(root)
+    have replaced a directory on its path with a symlink pointing out. ``real_root`` is
+    ``os.path.realpath(root)`` when the caller already has it (one walk for several paths)."""
+    base = os.path.realpath(root) if real_root is None else real_root
     target = os.path.realpath(os.path.join(base, rel))
     if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
         return None

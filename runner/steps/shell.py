@@ -16,10 +16,11 @@ from .base import StepContext, StepResult, StepType, invalid
 INLINE_LIMIT = 64 * 1024
 
 
-def _inside_now(root: Path, rel: str) -> Path:
-    """``rel`` under ``root`` as the disk is now; earlier steps (or this command) may have
-    replaced a directory on its path with a symlink pointing out of the root."""
-    path = inside_now(root, rel)
+def _inside_now(root: Path, real_root: str, rel: str) -> Path:
+    """``rel`` under ``root`` (whose real path is ``real_root``) as the disk is now; earlier
+    steps (or this command) may have replaced a directory on its path with a symlink pointing
+    out of the root."""
+    path = inside_now(root, rel, real_root=real_root)
     if path is None:
         raise StepFailure(
             f"declared output {rel} lies outside the root (a directory on its path is a symlink "
@@ -114,7 +115,10 @@ class ShellStep(StepType):
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         outputs = [str(p) for p in args.get("outputs") or []]
-        targets = {rel: _inside_now(ctx.root, rel) for rel in outputs}
+        # The root's real path is walked once per execution, for the checks before and after
+        # the command; each output's own path is still resolved afresh both times.
+        real_root = os.path.realpath(ctx.root)
+        targets = {rel: _inside_now(ctx.root, real_root, rel) for rel in outputs}
         for path in targets.values():
             if not os.path.isdir(path.parent):  # a stat; mkdir of an existing dir raises
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +147,7 @@ class ShellStep(StepType):
             raise StepFailure(f"command exited with {code}{detail}")
         files: dict[str, str] = {}
         for rel in targets:
-            path = _inside_now(ctx.root, rel)  # the command may have swapped a directory
+            path = _inside_now(ctx.root, real_root, rel)  # the command may swap a directory
             if not os.path.isfile(path):
                 raise StepFailure(f"declared output {rel} was not produced")
             files[rel] = ctx.objects.put_file(path)
