@@ -179,6 +179,12 @@ def test_a_worker_killed_mid_run_costs_only_time(tmp_path: Path) -> None:
     workers = _workers_of(proc.pid)
     assert workers, "no Dask worker process found under the apply"
     victim = max(workers, key=lambda p: p.create_time())  # a worker, not a nanny or the tracker
+    # runner unsets the nanny's MALLOC_TRIM_THRESHOLD_ (executors.local_cluster: it slows
+    # image bodies); the rest of the nanny's environment is left as Dask sets it.
+    environ = victim.environ()
+    assert "MALLOC_TRIM_THRESHOLD_" not in environ and environ.get(
+        "OMP_NUM_THREADS"
+    ) == os.environ.get("OMP_NUM_THREADS", "1")
     victim.send_signal(signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=300)
     doc = json.loads(stdout)

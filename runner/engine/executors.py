@@ -61,17 +61,24 @@ class LocalExecutor:
 async def local_cluster(workers: int, threads: int) -> Any:
     """An asynchronous LocalCluster of ``workers`` processes with ``threads`` threads each
     (no dashboard: nobody looks at it, and it costs start-up time)."""
+    import dask
     from distributed import LocalCluster
 
-    return await LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=workers,
-        threads_per_worker=threads,
-        processes=True,
-        asynchronous=True,
-        # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 unless told:
-        # a free port, so a busy 8787 (another cluster) costs no warning.
-        dashboard_address="127.0.0.1:0",
-    )
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in each worker to hand memory back to the
+    # system sooner: every image a finalize body decodes and frees is then returned and faulted
+    # in again, which nearly doubled a finalize body's CPU (77-83 ms against 44-53 ms per image
+    # unset, bench_dask.py --finalize). Bodies are short and allocate alike, so glibc's own
+    # threshold is the better one. A nanny reads this when it is made: respawned workers too.
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return await LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers,
+            threads_per_worker=threads,
+            processes=True,
+            asynchronous=True,
+            # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 unless
+            # told: a free port, so a busy 8787 (another cluster) costs no warning.
+            dashboard_address="127.0.0.1:0",
+        )
 
 
 @dataclass
