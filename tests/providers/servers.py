@@ -150,6 +150,11 @@ class ProtocolServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The services' own servers send with Nagle off (uvicorn and aiohttp through
+            # asyncio's transports, Go's net/http, nginx's tcp_nodelay): http.server leaves it
+            # on, and a reply written as headers then body then waits ~40 ms for the client's
+            # delayed ACK on every kept-alive connection, a delay no real backend adds.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
