@@ -4,6 +4,13 @@ from __future__ import annotations
 
 
 def main() -> None:
+    """The `runner` console command: runs one command, then leaves without interpreter
+    teardown (see leave.py)."""
     from .app import main as _main
+    from .leave import leave
 
-    _main()
+    try:
+        _main()
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)
