@@ -45,6 +45,11 @@ _FLOW_ITEM = re.compile(
 )
 _FLOW_PLAIN = re.compile(r"[^-?:,\[\]{}#&*!|>'\"%@` ][^,\[\]{}:#'\"]*")  # one plain item, as above
 _MAX_DEPTH = 100  # deeper documents are left to the full reader (it refuses past 200)
+_MAX_FLOW_DEPTH = 20  # nesting inside one line's flow collection
+# A flow mapping's key (plain, as in a block mapping) with its ':' and the spaces after it.
+_FLOW_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,200}): +")
+_FLOW_DOUBLE = re.compile(r'"([^"\\]*)"')  # no escapes: those are the full reader's
+_FLOW_SINGLE = re.compile(r"'((?:[^']|'')*)'")
 
 
 class _Unsure(Exception):
@@ -183,9 +188,11 @@ class _Reader:
         if first == "[":
             return self._flow(rest)
         if first == "{":
-            if rest.rstrip(" ") == "{}":
-                return {}
-            raise _Unsure
+            body = rest.rstrip(" ")
+            value, end = self._flow_map(body, 0, 0)
+            if end != len(body):
+                raise _Unsure  # anything after the closing brace (a comment, more text)
+            return value
         value = self.scalars[rest] = self._scalar(rest, first)
         return value
 
@@ -222,6 +229,11 @@ class _Reader:
         body = rest.rstrip(" ")
         if body == "[]":
             return []
+        if "{" in body or "[" in body[1:]:  # nested collections: the general flow reader
+            value, end = self._flow_seq(body, 0, 0)
+            if end != len(body):
+                raise _Unsure
+            return value
         end = body.find("]")
         if end != len(body) - 1:
             raise _Unsure  # nested, or anything after the closing bracket
@@ -245,6 +257,81 @@ class _Reader:
                 if pos != len(body):
                     raise _Unsure
                 return out
+
+    # One-line flow collections of any nesting (``{type: array, default: []}``,
+    # ``with: {prompt: "say ${{ item }}", n: [1, 2]}``): keys plain and strings under the core
+    # schema, values the quoted strings without escapes and the plain scalars _FLOW_PLAIN
+    # allows, or collections of the same. Anything else is the full reader's.
+
+    def _flow_node(self, body: str, pos: int, depth: int) -> tuple[Any, int]:
+        """The flow value starting at ``pos`` and the position after it."""
+        if depth > _MAX_FLOW_DEPTH:
+            raise _Unsure
+        first = body[pos : pos + 1]
+        if first == "{":
+            return self._flow_map(body, pos, depth + 1)
+        if first == "[":
+            return self._flow_seq(body, pos, depth + 1)
+        m = (_FLOW_DOUBLE if first == '"' else _FLOW_SINGLE if first == "'" else _FLOW_PLAIN).match(
+            body, pos
+        )
+        if m is None:
+            raise _Unsure
+        self.count += 1
+        if first == '"':
+            return m.group(1), m.end()
+        if first == "'":
+            return m.group(1).replace("''", "'"), m.end()
+        return plain(m.group(0).rstrip(" ")), m.end()
+
+    def _flow_map(self, body: str, pos: int, depth: int) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        pos = _skip(body, pos + 1)
+        if body[pos : pos + 1] == "}":
+            return out, pos + 1
+        while True:
+            m = _FLOW_KEY.match(body, pos)
+            if m is None:
+                raise _Unsure
+            key = m.group(1)
+            if key in out or core_tag(key) != STR:
+                raise _Unsure  # a duplicate, or a key the core schema reads as no string
+            value, pos = self._flow_node(body, m.end(), depth)
+            out[key] = value
+            pos = _skip(body, pos)
+            sep = body[pos : pos + 1]
+            if sep == "}":
+                return out, pos + 1
+            if sep != ",":
+                raise _Unsure
+            pos = _skip(body, pos + 1)
+            if body[pos : pos + 1] in ("}", ",", ""):
+                raise _Unsure  # a trailing or doubled comma
+
+    def _flow_seq(self, body: str, pos: int, depth: int) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        pos = _skip(body, pos + 1)
+        if body[pos : pos + 1] == "]":
+            return out, pos + 1
+        while True:
+            value, pos = self._flow_node(body, pos, depth)
+            out.append(value)
+            pos = _skip(body, pos)
+            sep = body[pos : pos + 1]
+            if sep == "]":
+                return out, pos + 1
+            if sep != ",":
+                raise _Unsure
+            pos = _skip(body, pos + 1)
+            if body[pos : pos + 1] in ("]", ",", ""):
+                raise _Unsure
+
+
+def _skip(body: str, pos: int) -> int:
+    """The position of the first character at or after ``pos`` that is not a space."""
+    while body[pos : pos + 1] == " ":
+        pos += 1
+    return pos
 
 
 def _document_start(rest: str) -> bool:
