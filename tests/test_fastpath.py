@@ -157,6 +157,63 @@ def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyP
     assert first == real(one.decode())
 
 
+def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fingerprint that no longer held named the same pipeline bytes: its document digest
+    is the one the new fingerprint records (edit-middle: 1,000 steps parsed for nothing)."""
+    from runner.engine import fastpath
+    from runner.pipeline import source
+
+    chain(project)
+    converge(project)
+    parsed: list[str] = []
+    real = source.document_digest
+    monkeypatch.setattr(source, "document_digest", lambda text: parsed.append(text) or real(text))
+    monkeypatch.setattr(fastpath, "_DIGESTS", {})
+    project.write("in3.txt", "edited\n")
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"s3", "s4"}
+    assert parsed == []
+    age_files(project.root)
+    project.apply()
+    assert fast(project.apply(), project)  # the digest it recorded is the right one
+
+
+def test_real_paths_of_many_files_equal_realpath(tmp_path: Path) -> None:
+    from runner.engine.fastpath import _RealPaths
+
+    (tmp_path / "root/out/sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root/out/a.txt").write_text("a")
+    (tmp_path / "elsewhere/b.txt").write_text("b")
+    (tmp_path / "root/out/link.txt").symlink_to(tmp_path / "elsewhere/b.txt")
+    (tmp_path / "root/out/rel.txt").symlink_to("sub/../a.txt")
+    (tmp_path / "root/swapped").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "root/out/dangling").symlink_to(tmp_path / "nowhere/x")
+    (tmp_path / "root/out/loop").symlink_to("loop")
+    root = str(tmp_path / "root")
+    real = _RealPaths()
+    for rel in [
+        "out/a.txt",
+        "out/link.txt",
+        "out/rel.txt",
+        "swapped/b.txt",
+        "out/dangling",
+        "out/loop",
+        "out/missing.txt",
+        "missing/dir/x.txt",
+        "out/sub/../a.txt",
+        "out/.",
+        "out/..",
+        "out/",
+        "swapped/../out/a.txt",
+    ]:
+        path = f"{root}/{rel}"
+        assert real(path) == os.path.realpath(path), rel
+        assert real(path) == os.path.realpath(path), rel  # the remembered directory too
+
+
 def test_steps_with_rules_are_never_fingerprinted(project: Project) -> None:
     project.write(
         "pipeline.yaml",

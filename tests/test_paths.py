@@ -48,3 +48,33 @@ def test_what_inside_refuses_check_inside_refuses_alike(root: Path, rel: str) ->
         inside(root, rel, where=WHERE)
     assert str(checked.value) == str(resolved.value)
     assert checked.value.where == WHERE
+
+
+def test_real_below_equals_realpath_of_the_joined_path(tmp_path: Path) -> None:
+    """inside_now's walk of only the relative part gives what realpath of the whole path does,
+    whatever lies on the way: links in and out of the root, relative and dangling links, a
+    loop, "..", ".", empty components, missing names, a file used as a directory."""
+    from itertools import product
+
+    from runner.pipeline.paths import real_below
+
+    base = tmp_path / "root"
+    (base / "out/sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (base / "out/a.txt").write_text("a")
+    (base / "out/in").symlink_to(base / "out/sub")
+    (base / "out/rel").symlink_to("sub/../a.txt")
+    (base / "away").symlink_to(tmp_path / "elsewhere")
+    (base / "dangling").symlink_to(tmp_path / "nowhere")
+    (base / "loop").symlink_to("loop")
+    real = os.path.realpath(base)
+    names = ["out", "sub", "a.txt", "in", "rel", "away", "dangling", "loop", "..", ".", "", "x"]
+    checked = 0
+    for n in (1, 2, 3):
+        for parts in product(names, repeat=n):
+            rel = "/".join(parts)
+            assert real_below(real, rel) == os.path.realpath(os.path.join(real, rel)), rel
+            checked += 1
+    assert real_below(real, "/etc") == os.path.realpath("/etc")
+    assert real_below("/", "tmp") == os.path.realpath("/tmp")
+    assert checked == 12 + 144 + 1728

@@ -100,6 +100,7 @@ def record(
     if report.exit_code != 0 or report.status.value != "completed":
         return
     now = time.time_ns()
+    real = _RealPaths()
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
     pipeline_bytes = pipeline.read_bytes()
@@ -124,7 +125,7 @@ def record(
             str(plan.root / rel): [
                 *(_sig(str(plan.root / rel)) or [-1, -1, -1]),
                 digest,
-                os.path.realpath(plan.root / rel),
+                real(str(plan.root / rel)),
             ]
             for rel, digest in sorted(report.workspace.items())
         },
@@ -188,6 +189,9 @@ def check(
         return None
     if doc.get("format") != FORMAT or doc.get("version") != __version__:
         return None
+    # What the parser read of the recorded bytes: a run that follows (an input changed, the
+    # same pipeline) records its fingerprint without parsing the file again.
+    _remember_digest(doc["pipeline"].get("sha256"), doc["pipeline"].get("document"))
     try:
         data = pipeline.read_bytes()
     except OSError:
@@ -204,10 +208,11 @@ def check(
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
             return None
+    real = _RealPaths()
     for p, recorded in doc["workspace"].items():
         # The normal path restores outputs and refuses one reached through a symlink pointing
         # out of the root; a file merely existing there must not vouch for the run.
-        if _sig(p) != recorded[:3] or os.path.realpath(p) != recorded[4]:
+        if _sig(p) != recorded[:3] or real(p) != recorded[4]:
             return None
         if recorded[1] >= racy_before and _sha256(p) != recorded[3]:
             return None
@@ -230,6 +235,32 @@ def check(
 # Document digests by the sha256 of the bytes: an apply whose check parsed the file (an edit the
 # parser sees) records its fingerprint without a second parse.
 _DIGESTS: dict[str, str | None] = {}
+
+
+def _remember_digest(sha: object, digest: object) -> None:
+    if isinstance(sha, str) and isinstance(digest, str):
+        if len(_DIGESTS) >= 16:
+            _DIGESTS.clear()
+        _DIGESTS[sha] = digest
+
+
+class _RealPaths:
+    """os.path.realpath of many files, each directory walked once: realpath(dir/leaf) is
+    realpath(realpath(dir)/leaf) for a plain leaf name, so a file costs one lstat beyond its
+    directory's walk (shared by the thousand outputs of one out/ directory)."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, str] = {}
+
+    def __call__(self, path: str) -> str:
+        head, leaf = os.path.split(path)
+        if leaf in ("", ".", ".."):
+            return os.path.realpath(path)
+        base = self._dirs.get(head)
+        if base is None:
+            base = self._dirs[head] = os.path.realpath(head)
+        target = os.path.join(base, leaf)
+        return os.path.realpath(target) if os.path.islink(target) else target
 
 
 def _document_digest(data: bytes) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -118,10 +119,32 @@ def inside_now(root: Path, rel: str, *, real_root: str | None = None) -> Path | 
     have replaced a directory on its path with a symlink pointing out. ``real_root`` is
     ``os.path.realpath(root)`` when the caller already has it (one walk for several paths)."""
     base = os.path.realpath(root) if real_root is None else real_root
-    target = os.path.realpath(os.path.join(base, rel))
+    target = real_below(base, rel)
     if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
         return None
     return Path(target)
+
+
+def real_below(base: str, rel: str) -> str:
+    """``os.path.realpath(base/rel)`` for a ``base`` that is a real path already: only rel's own
+    components are looked at, an lstat each (realpath would walk base's every component again,
+    for every output of every step). A symlink or ``..`` among them hands the whole path to
+    realpath; a missing component is kept as realpath keeps it."""
+    if rel.startswith("/"):
+        return os.path.realpath(os.path.join(base, rel))  # (join keeps the absolute one)
+    path = base
+    for part in rel.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            return os.path.realpath(os.path.join(base, rel))
+        path = f"{path}/{part}" if path != "/" else f"/{part}"
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return os.path.realpath(os.path.join(base, rel))
+        except OSError:
+            continue  # missing (or unreadable): realpath goes on past it in the same way
+    return path
 
 
 def relative(root: Path, path: Path) -> str:
