@@ -147,14 +147,16 @@ def _fanout(root: Path, n: int, sleep: float) -> None:
 
 
 def _workers_of(pid: int) -> list[psutil.Process]:
-    """The Dask worker processes under an apply (nannies' children)."""
+    """The Dask worker processes under an apply (nannies' children, started by multiprocessing's
+    spawn_main), not multiprocessing's resource tracker, which starts in the same clock tick
+    and so can look as new as a worker."""
     out = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())
         except psutil.Error:
             continue
-        if "multiprocessing" in cmd or "spawn" in cmd:
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
             out.append(child)
     return out
 
