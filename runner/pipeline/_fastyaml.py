@@ -1,7 +1,8 @@
 """The common shape of a pipeline file read line by line, without libyaml's node tree.
 
-A pipeline is mostly block mappings and sequences of one-line scalars: ``key: value``,
-``- item``, ``key: ["a", b]``. Reading that shape with one regular expression per line is several
+A pipeline is mostly block mappings and sequences of one-line scalars and one-line flow
+collections: ``key: value``, ``- item``, ``key: ["a", b]``, ``with: {prompt: "...", n: [1]}``.
+Reading that shape with one regular expression per line is several
 times cheaper than composing libyaml's node tree (node and mark objects for every value) and
 building values from it. ``read`` answers only for text it is sure of and returns ``None`` for
 anything else (anchors, tags, block scalars, multi-line scalars, escapes it does not know, a
