@@ -415,3 +415,26 @@ def test_a_pipeline_the_line_reader_reads_needs_no_libyaml(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{path}:4:3"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: {x: [1, 2], y: {z: [[3], {}]}}\nb: [c, {d: e}]\n",
+        "- {a: 1, b: [2, 3]}\n- [[4, 5], [6]]\n",
+        "k: [a, b, c]\nm: {n: o}\n",
+    ],
+)
+def test_flow_collections_count_values_as_the_full_reader_does(text: str) -> None:
+    """Near the document's bound of values, the line reader declines exactly where the full
+    reader refuses: it counts a flow collection's pairs and items as the full reader does."""
+    accepted_from = None
+    for bound in range(1, 20):
+        try:
+            parse_full(text, "f.yaml", bound)
+        except InvalidPipeline:
+            assert _fastyaml.read(text, bound) is None, bound
+            continue
+        accepted_from = accepted_from or bound
+        assert _fastyaml.read(text, bound) is not None, bound
+    assert accepted_from is not None

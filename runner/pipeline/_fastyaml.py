@@ -278,7 +278,6 @@ class _Reader:
         )
         if m is None:
             raise _Unsure
-        self.count += 1
         if first == '"':
             return m.group(1), m.end()
         if first == "'":
@@ -299,6 +298,7 @@ class _Reader:
                 raise _Unsure  # a duplicate, or a key the core schema reads as no string
             value, pos = self._flow_node(body, m.end(), depth)
             out[key] = value
+            self.count += 1  # a pair, as the full reader counts a mapping's values
             pos = _skip(body, pos)
             sep = body[pos : pos + 1]
             if sep == "}":
@@ -317,6 +317,7 @@ class _Reader:
         while True:
             value, pos = self._flow_node(body, pos, depth)
             out.append(value)
+            self.count += 1
             pos = _skip(body, pos)
             sep = body[pos : pos + 1]
             if sep == "]":
