@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,57 @@ def test_a_full_disk_at_the_group_commit_reaches_every_writer(tmp_path: Path) ->
     finally:
         journal.before_commit = None
         journal.close()
+
+
+FAN_OUT = """\
+runner: 1
+name: fan
+params:
+  items: {type: array, default: []}
+steps:
+  ask:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 16
+    cache: false
+    with: {prompt: "say ${{ item }}"}
+    check:
+      - "${{ output.text | length > 0 }}"
+"""
+
+
+def test_an_llm_fan_out_commits_less_often_than_it_has_elements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each element's call is committed before it is sent and once answered, but the elements
+    of one moment share those commits: the replies' objects are kept in worker threads and the
+    elements resume together, in order (steps/ordered.py). Released one per loop turn they did
+    not, and an apply made two commits per element."""
+    import json
+
+    from runner.engine.apply import apply_file
+    from runner.engine.options import ApplyOptions
+
+    (tmp_path / "pipeline.yaml").write_text(FAN_OUT, "utf-8")
+    (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n', "utf-8")
+    commits: list[str] = []
+    connect = sqlite3.connect
+
+    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = connect(*args, **kwargs)
+        conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", counted)
+    n = 128
+    report = apply_file(
+        tmp_path / "pipeline.yaml",
+        {"items": json.dumps([f"e{k}" for k in range(n)])},
+        state_dir=tmp_path / ".runner",
+        options=ApplyOptions(),
+    )
+    assert report.exit_code == 0, report
+    with sqlite3.connect(tmp_path / ".runner" / "journal.db") as db:
+        (completed,) = db.execute("SELECT COUNT(*) FROM calls WHERE status='completed'").fetchone()
+    assert completed == n
+    assert 0 < len(commits) < n, len(commits)
