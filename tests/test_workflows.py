@@ -119,7 +119,13 @@ SLOW = """\
       who: {type: string, default: a}
     item: "${{ params.who }}"
     steps:
-      wait: {uses: shell, with: {run: "sleep 1.2; echo ${{ params.who }}"}, cache: false}
+      wait:
+        uses: shell
+        cache: false
+        with:
+          # held until the test says go (at most 60 s): both applies are seen running at once
+          # however slowly the machine starts them
+          run: "for i in $(seq 1200); do [ -e go ] && break; sleep 0.05; done; echo ${{ params.who }}"
 """
 
 
@@ -134,7 +140,7 @@ def _spawn(root: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def _wait_running(project: Project, n: int) -> None:
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         res = project.cli("runs", "list", "--status", "running", "--state", ".runner", "--json")
         if res.exit_code == 0 and len(res.json["runs"]) >= n:
@@ -147,9 +153,12 @@ def test_one_apply_per_item_and_different_items_side_by_side(project: Project) -
     project.write("pipeline.yaml", SLOW)
     first = _spawn(project.root, "-p", "who=a")
     other = _spawn(project.root, "-p", "who=b")
-    _wait_running(project, 2)
-    same = project.cli("apply", "pipeline.yaml", "-p", "who=a", "--json")
-    assert same.exit_code == 2 and "for item 'a' is running (run " in same.stderr
-    outs = [json.loads(p.communicate(timeout=30)[0]) for p in (first, other)]
+    try:
+        _wait_running(project, 2)
+        same = project.cli("apply", "pipeline.yaml", "-p", "who=a", "--json")
+        assert same.exit_code == 2 and "for item 'a' is running (run " in same.stderr
+    finally:
+        (project.root / "go").write_text("")
+    outs = [json.loads(p.communicate(timeout=90)[0]) for p in (first, other)]
     assert [o["exit_code"] for o in outs] == [0, 0]
     assert {o["run"]["item"] for o in outs} == {"a", "b"}
