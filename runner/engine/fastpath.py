@@ -191,7 +191,9 @@ def check(
         return None
     # What the parser read of the recorded bytes: a run that follows (an input changed, the
     # same pipeline) records its fingerprint without parsing the file again.
-    _remember_digest(doc["pipeline"].get("sha256"), doc["pipeline"].get("document"))
+    recorded_sha, recorded_doc = doc["pipeline"].get("sha256"), doc["pipeline"].get("document")
+    if isinstance(recorded_sha, str) and isinstance(recorded_doc, str):
+        _remember_digest(recorded_sha, recorded_doc)
     try:
         data = pipeline.read_bytes()
     except OSError:
@@ -237,30 +239,30 @@ def check(
 _DIGESTS: dict[str, str | None] = {}
 
 
-def _remember_digest(sha: object, digest: object) -> None:
-    if isinstance(sha, str) and isinstance(digest, str):
-        if len(_DIGESTS) >= 16:
-            _DIGESTS.clear()
-        _DIGESTS[sha] = digest
+def _remember_digest(sha: str, digest: str | None) -> None:
+    if len(_DIGESTS) >= 16:
+        _DIGESTS.clear()
+    _DIGESTS[sha] = digest
 
 
 class _RealPaths:
-    """os.path.realpath of many files, each directory walked once: realpath(dir/leaf) is
-    realpath(realpath(dir)/leaf) for a plain leaf name, so a file costs one lstat beyond its
-    directory's walk (shared by the thousand outputs of one out/ directory)."""
+    """os.path.realpath of many files, each directory walked once (paths.real_file), as the
+    disk is now: the cache lives for one record or check (the thousand outputs of one out/
+    directory share its walk)."""
 
     def __init__(self) -> None:
         self._dirs: dict[str, str] = {}
 
     def __call__(self, path: str) -> str:
-        head, leaf = os.path.split(path)
-        if leaf in ("", ".", ".."):
-            return os.path.realpath(path)
+        from ..pipeline.paths import real_file
+
+        return real_file(path, self._dir)
+
+    def _dir(self, head: str) -> str:
         base = self._dirs.get(head)
         if base is None:
             base = self._dirs[head] = os.path.realpath(head)
-        target = os.path.join(base, leaf)
-        return os.path.realpath(target) if os.path.islink(target) else target
+        return base
 
 
 def _document_digest(data: bytes) -> str | None:
@@ -273,9 +275,7 @@ def _document_digest(data: bytes) -> str | None:
         digest = document_digest(data.decode("utf-8"))
     except UnicodeDecodeError:
         digest = None
-    if len(_DIGESTS) >= 16:
-        _DIGESTS.clear()
-    _DIGESTS[sha] = digest
+    _remember_digest(sha, digest)
     return digest
 
 

@@ -299,15 +299,9 @@ class _Reader:
             value, pos = self._flow_node(body, m.end(), depth)
             out[key] = value
             self.count += 1  # a pair, as the full reader counts a mapping's values
-            pos = _skip(body, pos)
-            sep = body[pos : pos + 1]
-            if sep == "}":
-                return out, pos + 1
-            if sep != ",":
-                raise _Unsure
-            pos = _skip(body, pos + 1)
-            if body[pos : pos + 1] in ("}", ",", ""):
-                raise _Unsure  # a trailing or doubled comma
+            closed, pos = _after_item(body, pos, "}")
+            if closed:
+                return out, pos
 
     def _flow_seq(self, body: str, pos: int, depth: int) -> tuple[list[Any], int]:
         out: list[Any] = []
@@ -318,15 +312,25 @@ class _Reader:
             value, pos = self._flow_node(body, pos, depth)
             out.append(value)
             self.count += 1
-            pos = _skip(body, pos)
-            sep = body[pos : pos + 1]
-            if sep == "]":
-                return out, pos + 1
-            if sep != ",":
-                raise _Unsure
-            pos = _skip(body, pos + 1)
-            if body[pos : pos + 1] in ("]", ",", ""):
-                raise _Unsure
+            closed, pos = _after_item(body, pos, "]")
+            if closed:
+                return out, pos
+
+
+def _after_item(body: str, pos: int, close: str) -> tuple[bool, int]:
+    """After a flow collection's item: ``(True, the position past close)`` when the collection
+    ends there, else ``(False, the next item's position)``. Anything else (a trailing or
+    doubled comma, a missing one) is the full reader's."""
+    pos = _skip(body, pos)
+    sep = body[pos : pos + 1]
+    if sep == close:
+        return True, pos + 1
+    if sep != ",":
+        raise _Unsure
+    pos = _skip(body, pos + 1)
+    if body[pos : pos + 1] in (close, ",", ""):
+        raise _Unsure
+    return False, pos
 
 
 def _skip(body: str, pos: int) -> int:

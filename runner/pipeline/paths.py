@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -87,19 +88,21 @@ def _resolved(root: str, rel: str) -> str | None:
     absolute, so the key does not depend on the working directory).
     """
     base = _real_dir(root)
-    joined = os.path.join(base, rel)
-    head, leaf = os.path.split(joined)
-    if leaf in ("", ".", ".."):
-        target = os.path.realpath(joined)
-    else:
-        # realpath(head/leaf) == realpath(realpath(head)/leaf) for a plain leaf name: the
-        # directory's walk is shared by every file in it, the leaf costs one lstat.
-        target = os.path.join(_real_dir(head), leaf)
-        if os.path.islink(target):
-            target = os.path.realpath(target)
+    target = real_file(os.path.join(base, rel), _real_dir)
     if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
         return None
     return target
+
+
+def real_file(path: str, real_dir: Callable[[str], str] = os.path.realpath) -> str:
+    """``os.path.realpath(path)``, its directory resolved by ``real_dir`` (a cache of
+    realpath): realpath(head/leaf) == realpath(realpath(head)/leaf) for a plain leaf name, so
+    the directory's walk is shared by every file in it and the leaf costs one lstat."""
+    head, leaf = os.path.split(path)
+    if leaf in ("", ".", ".."):
+        return os.path.realpath(path)
+    target = os.path.join(real_dir(head), leaf)
+    return os.path.realpath(target) if os.path.islink(target) else target
 
 
 @lru_cache(maxsize=256)
