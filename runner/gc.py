@@ -216,6 +216,10 @@ def _collect(
             for d in result.objects_deleted:
                 conn.execute("DELETE FROM artifacts WHERE digest=?", (d,))
     _delete_run_files(state.dir, doomed, {r["id"] for r in runs}, result, dry_run)
+    if not dry_run and (doomed_execs or result.objects_deleted):
+        # A converged run's fingerprint vouches for results and objects that may be gone now:
+        # the next apply and plan take the full path, which sees what is left.
+        shutil.rmtree(state.dir / "converged", ignore_errors=True)
     return result
 
 

@@ -128,13 +128,72 @@ def test_an_edit_the_parser_sees_falls_through(project: Project) -> None:
     doc = project.apply()
     assert not fast(doc, project) and ran(doc) == {"h"}
     converge(project)
-    # an anchor and alias that yield the same values are still another document: full path
+    # quoting, flow or block style and an anchor that yield the same values: the same document
     text = (project.root / "pipeline.yaml").read_text()
-    text = text.replace('value: "1"', 'value: &one "1"')
+    text = text.replace('value: "1"', "value: &one '1'")
     (project.root / "pipeline.yaml").write_text(text)
+    doc = project.apply()
+    assert fast(doc, project) and ran(doc) == set()
+    # a reordering is another digest (only speed is lost): the full path, which reruns nothing
+    lines = (project.root / "pipeline.yaml").read_text().splitlines(keepends=True)
+    (project.root / "pipeline.yaml").write_text("".join([*lines[:3], lines[4], lines[3]]))
     doc = project.apply()
     assert not fast(doc, project) and ran(doc) == set()
     assert fast(project.apply(), project)  # its fingerprint, digest included, was recorded
+
+
+def test_an_edit_made_while_the_run_ran_is_not_vouched_for(project: Project) -> None:
+    """The fingerprint names the bytes the plan was compiled from, not those on disk after the
+    run: a pipeline edited during the apply is checked (and here compiled) again."""
+    from runner.engine import fastpath
+    from runner.pipeline.compiler import compile_pipeline
+
+    chain(project)
+    converge(project)
+    path = project.root / "pipeline.yaml"
+    plan = compile_pipeline(path)
+    path.write_text(path.read_text().replace("cat in1.txt", "cat  in1.txt"))
+    sha, digest = fastpath._compiled_document(plan, path)
+    assert sha != fastpath.hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest != fastpath._document_digest(path.read_bytes())
+
+
+def test_an_output_edit_by_runner_edit_is_used_not_answered_by_the_fingerprint(
+    project: Project,
+) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          h: {uses: hash, with: {value: one}}
+          g: {uses: hash, with: {value: "${{ steps.h.output.short }}"}}
+    """,
+    )
+    first = project.apply()
+    age_files(project.root)
+    project.apply()
+    assert fast(project.apply(), project)
+    project.write("fixed.json", '{"digest": "d", "short": "EDITED"}')
+    res = project.cli("edit", first["run"]["id"], "h", "--from", "fixed.json")
+    assert res.exit_code == 0, res.stderr
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"g"}
+    assert doc["steps"][0]["status"] == "cached"
+    age_files(project.root)
+    assert not fast(project.apply(), project)  # while the edit is active, the engine answers
+
+
+def test_gc_that_deletes_results_forgets_the_fingerprints(project: Project) -> None:
+    chain(project)
+    converge(project)
+    assert fast(project.apply(), project)
+    res = project.cli("gc", "--keep-last", "0", "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+    assert not (project.root / ".runner/converged").exists()
+    doc = project.apply()
+    assert not fast(doc, project)
 
 
 def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,7 +209,7 @@ def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(source, "document_digest", counted)
     monkeypatch.setattr(fastpath, "_DIGESTS", {})
-    one, other = b"runner: 1\nname: a # x\n", b"runner: 1\nname: 'a'\n"
+    one, other = b"runner: 1\nname: a # x\n", b"runner: 1\nname: b\n"
     first = fastpath._document_digest(one)
     assert fastpath._document_digest(one) == first and len(parsed) == 1
     assert fastpath._document_digest(other) != first and len(parsed) == 2

@@ -166,16 +166,21 @@ def test_a_pipeline_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -
     assert info.value.where == Location("huge.yaml", 1, 1)
 
 
-def test_document_digest_ignores_comments_and_layout_only() -> None:
+def test_document_digest_is_of_the_values_read() -> None:
     base = document_digest("a: 1\nb: [x, y]\nc: |\n  # kept\n")
     assert base is not None
     assert document_digest("# top\na: 1   # one\nb:\n  - x\n  - y\nc: |\n  # kept\n") == base
-    # the block scalar's "# kept" is content, not a comment; quoting, tags and anchors count
+    # styles and anchors that give the same values: the same document for the compiler
+    assert document_digest('a: &n 1\nb: [\'x\', "y"]\nc: "# kept\\n"\n') == base
+    # the block scalar's "# kept" is content, not a comment; a tag or quote that changes a
+    # value's type changes it, and so does key order
     different = [
         "a: 1\nb: [x, y]\nc: |\n  # changed\n",
         "a: '1'\nb: [x, y]\nc: |\n  # kept\n",
         "a: !!str 1\nb: [x, y]\nc: |\n  # kept\n",
-        "a: &n 1\nb: [x, y]\nc: |\n  # kept\n",
+        "a: 1.0\nb: [x, y]\nc: |\n  # kept\n",
+        "a: true\nb: [x, y]\nc: |\n  # kept\n",
+        "b: [x, y]\na: 1\nc: |\n  # kept\n",
         "a: 1\nb: [x, y]\n'<<': |\n  # kept\n",
     ]
     for text in different:

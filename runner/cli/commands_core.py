@@ -161,15 +161,15 @@ def apply(
     pipeline_path = file.resolve()
     if not (force or out_dir or events_file or retry_uncertain or max_cost is not None or remote):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
-        if held is not None:
-            doc = fastpath.journal_noop(state_path, pipeline_path, held)
+        noop = None if held is None else fastpath.journal_noop(state_path, pipeline_path, held)
+        if noop is not None:
             if as_json:
-                emit_json(doc)
+                emit_json(noop)
             else:
-                n = doc["summary"]["cached"]
+                n = noop["summary"]["cached"]
                 echo(
                     f"completed: ran 0, cached {n}, skipped 0, failed 0  "
-                    f"(run {doc['run']['id']}; nothing changed)"
+                    f"(run {noop['run']['id']}; nothing changed)"
                 )
             sys.exit(0)
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from .. import __version__
 
-FORMAT = 4  # 3: workspace files carry their real paths; 4: and their signature and digest
+FORMAT = 5  # 3: workspace files carry their real paths; 4: and their signature and digest;
+# 5: the document digest is of the values read (source.data_digest), not of libyaml's events
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (records, gates, collections).
@@ -103,17 +104,18 @@ def record(
     real = _RealPaths()
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
-    pipeline_bytes = pipeline.read_bytes()
+    sha, document = _compiled_document(plan, pipeline)
     outcomes = {o.id: o for o in report.steps}
     doc = {
         "format": FORMAT,
         "version": __version__,
         "pipeline": {
             "path": str(pipeline),
-            "sha256": hashlib.sha256(pipeline_bytes).hexdigest(),
+            # the bytes the plan was compiled from: an edit made while the run ran is not them
+            "sha256": sha,
             "sig": _sig(str(pipeline)),
             # what the parser reads: a comment or layout edit keeps it (see _same_document)
-            "document": _document_digest(pipeline_bytes),
+            "document": document,
         },
         "name": plan.name,
         "item": report.item,
@@ -152,6 +154,19 @@ def record(
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, doc)
+
+
+def _compiled_document(plan: Any, pipeline: Path) -> tuple[str, str | None]:
+    """(sha256 of the bytes, digest of the values) of what the plan was compiled from."""
+    from ..pipeline.source import data_digest
+
+    src = plan.doc.src
+    if src.sha256 is not None:
+        digest = data_digest(plan.doc.data)
+        _remember_digest(src.sha256, digest)
+        return src.sha256, digest
+    data = pipeline.read_bytes()  # a plan compiled from text, not read from its file
+    return hashlib.sha256(data).hexdigest(), _document_digest(data)
 
 
 def _forecast_step(uses: str, outcome: Any) -> dict[str, Any]:
@@ -296,11 +311,14 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
         pass
 
 
-def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    """Journal a fully cached run for a fingerprint that held; returns the --json document.
+def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Journal a fully cached run for a fingerprint that held; returns the --json document, or
+    None when the journal says the full path must answer: an edit of a step's output
+    (`runner edit`) is active, which the engine uses or sets aside (checked in the transaction
+    that journals the run, so an edit stored a moment before is never missed).
 
     Uses the journal's own schema through plain SQL (the journal exists: a fingerprint is only
-    written after a run). Raises Busy-like RuntimeError when the item's lock is held.
+    written after a run). Raises Busy when the item's lock is held.
     """
     import sqlite3
     import uuid
@@ -319,6 +337,11 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
         try:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("BEGIN IMMEDIATE")
+            if conn.execute(
+                "SELECT 1 FROM overrides WHERE pipeline=? AND status='active' LIMIT 1", (name,)
+            ).fetchone():
+                conn.execute("ROLLBACK")
+                return None
             # As a full apply does under the item lock: runs still marked running belong to
             # processes that died.
             mark_interrupted(conn, "pipeline=? AND item IS ?", (name, item))

@@ -20,6 +20,7 @@ every error, and finds a line-read document's positions when one is first shown.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ class Sourced:
     keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     text: str | None = field(default=None, repr=False)  # read again for positions, when asked
     max_values: int = field(default=MAX_VALUES, repr=False)
+    sha256: str | None = field(default=None, repr=False)  # of the bytes read (parse_file)
 
     def where(self, path: Path_ = (), *, key: bool = False) -> Location:
         """The location of the value (or, with key=True, of the key) at ``path``.
@@ -136,37 +138,25 @@ def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced
 
 
 def document_digest(text: str) -> str | None:
-    """A digest of what the parser reads in ``text``: its events (scalars with their tag, how
-    they were written, anchors, aliases, structure), without comments, layout or positions.
-
-    Equal digests mean the same document under any schema, so an edit that touches only comments
-    or layout keeps the digest (the no-op fast path uses it). None when the text is not YAML or
-    is too big to be a pipeline.
+    """A digest of what the readers give for ``text`` (``data_digest``): comments, layout,
+    quoting styles and anchors that yield the same values all keep it, and the compiler, which
+    sees only those values, makes the same plan of them (the no-op fast path relies on this).
+    None when the text is not a valid YAML document of JSON values.
     """
     if len(text) > MAX_FILE_BYTES:
         return None
-    import yaml
-
-    from ._fullyaml import Composer
-
-    h = hashlib.sha256()
     try:
-        for ev in yaml.parse(text, Loader=Composer):  # type: ignore[arg-type]
-            if isinstance(ev, yaml.ScalarEvent):
-                part: tuple[Any, ...] = ("S", ev.anchor, ev.tag, ev.implicit, ev.style, ev.value)
-            elif isinstance(ev, yaml.CollectionStartEvent):
-                part = (type(ev).__name__, ev.anchor, ev.tag, ev.implicit)
-            elif isinstance(ev, yaml.AliasEvent):
-                part = ("A", ev.anchor)
-            elif isinstance(ev, yaml.DocumentStartEvent):
-                part = ("D", ev.version, ev.tags)
-            else:
-                part = (type(ev).__name__,)
-            h.update(repr(part).encode("utf-8", "surrogatepass"))
-            h.update(b"\0")
-    except (yaml.YAMLError, RecursionError):
+        return data_digest(parse_text(text, "<digest>").data)
+    except InvalidPipeline:
         return None
-    return h.hexdigest()
+
+
+def data_digest(data: Any) -> str:
+    """sha256 of ``data`` as JSON, in its own key order (a reordering is another digest, which
+    costs only speed). The readers give JSON values with string keys only, so 1, 1.0, true and
+    "1" all stay apart."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return "data:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def load_data(text: str, file: str) -> Any:
@@ -198,7 +188,9 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
         raise InvalidPipeline(f"no such file: {name}") from None
     except OSError as exc:
         raise InvalidPipeline(f"cannot read {name}: {exc.strerror}") from None
-    return parse_text(decode_utf8(raw, name), name)
+    src = parse_text(decode_utf8(raw, name), name)
+    src.sha256 = hashlib.sha256(raw).hexdigest()
+    return src
 
 
 def decode_utf8(raw: bytes, name: str) -> str:
