@@ -308,6 +308,16 @@ def add_comment(root: Path, n: int) -> None:
         f.write(f"# edit {n}: a comment changes no step's key\n")
 
 
+def add_retries(root: Path, n: int) -> None:
+    """A pipeline edit the parser sees that changes no key: one step's `retries`."""
+    path = root / "pipeline.yaml"
+    text = path.read_text()
+    start = text.index("  h00010: {uses: hash, with: ")
+    end = text.index("\n", start)
+    line = text[start:end].rsplit(", retries:", 1)[0].rstrip("}")
+    path.write_text(text[:start] + f"{line}, retries: {n}}}" + text[end:])
+
+
 class Clock:
     """Wall and CPU seconds (user + system of the child processes) of what runs inside it: on a
     loaded machine the wall time waits for other work, the CPU time much less."""
@@ -323,6 +333,10 @@ class Clock:
 
     def __str__(self) -> str:
         return f"{self.wall:.3f} s (cpu {self.cpu:.3f})"
+
+    def share(self, cold: Clock) -> str:
+        """This clock as a share of a cold run's, wall and CPU."""
+        return f"{self.wall / cold.wall:.0%} of cold (cpu {self.cpu / cold.cpu:.0%})"
 
     def ratio(self, other: Clock) -> str:
         return f"{self.wall / other.wall:.2f}x (cpu {self.cpu / other.cpu:.2f}x)"
@@ -405,22 +419,26 @@ def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
         _, ran = run_runner(root)
     lines.append(
         f"(b) comment edit of {n_hash} hash steps: apply {comment} ran {ran}, cold {cold}: "
-        f"{comment.wall / cold.wall:.0%} of cold (cpu {comment.cpu / cold.cpu:.0%}; "
-        f"target <= 25%)"
+        f"{comment.share(cold)}; target <= 25%"
     )
+    lines.append(f"(b) no-op, nothing edited: {noop}: {noop.share(cold)}")
+    # An edit the parser sees but no key depends on (one step's retries): the pipeline is
+    # compiled (its new values must be valid), no key is evaluated.
+    add_retries(root, 1)
+    with Clock() as neutral:
+        _, ran = run_runner(root)
     lines.append(
-        f"(b) no-op, nothing edited: {noop}: {noop.wall / cold.wall:.0%} of cold "
-        f"(cpu {noop.cpu / cold.cpu:.0%})"
+        f"(b) retries edit of one step (no key changes): apply {neutral} ran {ran}: "
+        f"{neutral.share(cold)}; target <= 25%"
     )
-    # The same edit where no fingerprint can answer (as for a pipeline with llm or image
-    # steps): the full path, compiling and evaluating every step's key, all of them unchanged.
+    # The same edit where no fingerprint can answer (as for a pipeline with image steps or
+    # gates): the full path, compiling and evaluating every step's key, all of them unchanged.
     shutil.rmtree(root / ".runner" / "converged")
     add_comment(root, 2)
     with Clock() as full:
         _, ran = run_runner(root)
     lines.append(
-        f"(b) the same edit on the full path (no fingerprint): {full} ran {ran}: "
-        f"{full.wall / cold.wall:.0%} of cold (cpu {full.cpu / cold.cpu:.0%})"
+        f"(b) the same edit on the full path (no fingerprint): {full} ran {ran}: {full.share(cold)}"
     )
     add_comment(root, 3)
     with Clock() as planned:
@@ -431,8 +449,15 @@ def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
         f"(b) plan after a comment edit: {planned}, validate {validated}: "
         f"{planned.ratio(validated)} validate (target <= 1.2x)"
     )
+    add_retries(root, 2)
+    with Clock() as planned_neutral:
+        timed(runner_cmd("plan", "pipeline.yaml"), root)
+    lines.append(
+        f"(b) plan after a retries edit: {planned_neutral}, validate {validated}: "
+        f"{planned_neutral.ratio(validated)} validate (target <= 1.2x)"
+    )
     # The same plan with no fingerprint to answer it: the planner compiles and evaluates every
-    # step's key, as it does for a pipeline with llm or image steps.
+    # step's key, as it does for a pipeline with image steps or gates.
     shutil.rmtree(root / ".runner" / "converged")
     add_comment(root, 4)
     with Clock() as planned_full:

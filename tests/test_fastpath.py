@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import time
@@ -145,7 +146,7 @@ def test_an_edit_the_parser_sees_falls_through(project: Project) -> None:
 def test_an_edit_made_while_the_run_ran_is_not_vouched_for(project: Project) -> None:
     """The fingerprint names the bytes the plan was compiled from, not those on disk after the
     run: a pipeline edited during the apply is checked (and here compiled) again."""
-    from runner.engine import fastpath
+    from runner.engine import fastdoc
     from runner.pipeline.compiler import compile_pipeline
 
     chain(project)
@@ -153,9 +154,9 @@ def test_an_edit_made_while_the_run_ran_is_not_vouched_for(project: Project) -> 
     path = project.root / "pipeline.yaml"
     plan = compile_pipeline(path)
     path.write_text(path.read_text().replace("cat in1.txt", "cat  in1.txt"))
-    sha, digest = fastpath._compiled_document(plan, path)
-    assert sha != fastpath.hashlib.sha256(path.read_bytes()).hexdigest()
-    assert digest != fastpath._document_digest(path.read_bytes())
+    sha, digests = fastdoc.of_plan(plan)
+    assert sha != hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digests != fastdoc.of_bytes(path.read_bytes())
 
 
 def test_an_output_edit_by_runner_edit_is_used_not_answered_by_the_fingerprint(
@@ -197,23 +198,65 @@ def test_gc_that_deletes_results_forgets_the_fingerprints(project: Project) -> N
 
 
 def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.engine import fastpath
+    from runner.engine import fastdoc
     from runner.pipeline import source
 
     parsed: list[str] = []
-    real = source.document_digest
+    real = source.document_data
 
-    def counted(text: str) -> str | None:
+    def counted(text: str) -> object:
         parsed.append(text)
         return real(text)
 
-    monkeypatch.setattr(source, "document_digest", counted)
-    monkeypatch.setattr(fastpath, "_DIGESTS", {})
+    monkeypatch.setattr(source, "document_data", counted)
+    monkeypatch.setattr(fastdoc, "_KNOWN", {})
     one, other = b"runner: 1\nname: a # x\n", b"runner: 1\nname: b\n"
-    first = fastpath._document_digest(one)
-    assert fastpath._document_digest(one) == first and len(parsed) == 1
-    assert fastpath._document_digest(other) != first and len(parsed) == 2
-    assert first == real(one.decode())
+    first = fastdoc.of_bytes(one)
+    assert fastdoc.of_bytes(one) == first and len(parsed) == 1
+    assert fastdoc.of_bytes(other) != first and len(parsed) == 2
+    assert first[0] == source.document_digest(one.decode())
+
+
+def test_the_keyed_digest_leaves_out_only_what_no_key_depends_on() -> None:
+    from runner.engine import fastdoc
+
+    base = fastdoc.of_bytes(b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}}\n")
+    for neutral in [
+        b"runner: 1\nname: a\ndescription: new\nsteps:\n  h: {uses: hash, with: {value: 1}}\n",
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}, retries: 3}\n",
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}, timeout: 5m}\n",
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}, description: x}\n",
+    ]:
+        digests = fastdoc.of_bytes(neutral)
+        assert digests[0] != base[0] and digests[1] == base[1], neutral
+    for keyed in [
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 2}}\n",
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}, version: b}\n",
+        b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}, cache: false}\n",
+        b"runner: 1\nname: b\nsteps:\n  h: {uses: hash, with: {value: 1}}\n",
+    ]:
+        assert fastdoc.of_bytes(keyed)[1] != base[1], keyed
+
+
+def test_an_edit_of_values_no_key_depends_on_is_compiled_then_answered(project: Project) -> None:
+    """A description or retries edit (issue 17 section 5: an edit that changes no key): the
+    pipeline is compiled, as its new values must be valid, and the run is journaled as cached
+    without evaluating a key; an invalid value is reported as the full path reports it."""
+    chain(project)
+    second = converge(project)
+    path = project.root / "pipeline.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("    needs: [s1]\n", "    needs: [s1]\n    retries: 2\n"))
+    third = project.apply()
+    assert fast(third, project) and ran(third) == set()
+    assert [s["key"] for s in third["steps"]] == [s["key"] for s in second["steps"]]
+    assert fast(project.apply(), project)  # the new bytes were remembered
+    planned = project.cli("plan", "pipeline.yaml", "--json")
+    assert planned.exit_code == 0 and '"would_change": false' in planned.stdout
+    path.write_text(path.read_text().replace("retries: 2", "retries: many"))
+    bad = project.cli("apply", "pipeline.yaml")
+    assert bad.exit_code != 0 and "retries" in bad.stderr
+    assert project.cli("plan", "pipeline.yaml").exit_code == bad.exit_code
 
 
 def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(
@@ -221,15 +264,15 @@ def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(
 ) -> None:
     """The fingerprint that no longer held named the same pipeline bytes: its document digest
     is the one the new fingerprint records (edit-middle: 1,000 steps parsed for nothing)."""
-    from runner.engine import fastpath
+    from runner.engine import fastdoc
     from runner.pipeline import source
 
     chain(project)
     converge(project)
     parsed: list[str] = []
-    real = source.document_digest
-    monkeypatch.setattr(source, "document_digest", lambda text: parsed.append(text) or real(text))
-    monkeypatch.setattr(fastpath, "_DIGESTS", {})
+    real = source.document_data
+    monkeypatch.setattr(source, "document_data", lambda text: parsed.append(text) or real(text))
+    monkeypatch.setattr(fastdoc, "_KNOWN", {})
     project.write("in3.txt", "edited\n")
     doc = project.apply()
     assert not fast(doc, project) and ran(doc) == {"s3", "s4"}
@@ -301,3 +344,67 @@ def test_fast_right_after_a_run_and_racy_rewrites_are_caught(project: Project) -
     doc = project.apply()
     assert not fast(doc, project)
     assert ran(doc) == {"s1", "s2", "s3", "s4"}
+
+
+GLOB_LLM = """\
+runner: 1
+name: p
+params:
+  docs: {type: string, default: "docs/*.md"}
+steps:
+  files: {uses: read, with: {path: "${{ params.docs }}"}}
+  sum:
+    uses: llm
+    for_each: "${{ steps.files.output.files }}"
+    with: {prompt: "Summarise: ${{ item.text }}"}
+    check:
+      - "${{ output.text | length > 0 }}"
+"""
+
+
+def test_an_llm_pipeline_reading_a_glob_takes_the_fast_path(project: Project) -> None:
+    """llm steps (their provider profile comes from runner.toml, which the fingerprint checks),
+    checks (they run only after an execution) and a glob read decided by params (its matches are
+    recorded): a no-op is answered without compiling, and each change falls through."""
+    project.write("pipeline.yaml", GLOB_LLM)
+    project.write("docs/a.md", "alpha\n")
+    project.write("docs/b.md", "beta\n")
+    converge(project)
+    assert fast(project.apply(), project)
+    planned = project.cli("plan", "pipeline.yaml", "--json")
+    assert planned.exit_code == 0 and '"would_change": false' in planned.stdout
+    # a new file the glob matches: a new element runs
+    project.write("docs/c.md", "gamma\n")
+    doc = project.apply()
+    assert not fast(doc, project) and ran(doc) == {"files", "sum"}
+    assert doc["steps"][1]["elements"] == {"total": 3, "ran": 1, "cached": 2}
+    age_files(project.root)
+    project.apply()
+    assert fast(project.apply(), project)
+    # a file gone: the glob's matches differ
+    (project.root / "docs/c.md").unlink()
+    doc = project.apply()
+    assert not fast(doc, project) and doc["steps"][1]["elements"]["total"] == 2
+    age_files(project.root)
+    project.apply()
+    assert fast(project.apply(), project)
+    # the provider's settings: another profile, every call made again
+    project.write("runner.toml", '[providers.fake]\ntype = "fake"\nmodel = "other"\n')
+    doc = project.apply()
+    assert not fast(doc, project) and doc["steps"][1]["elements"] == {"total": 2, "ran": 2}
+
+
+def test_a_read_path_from_another_steps_output_keeps_the_full_path(project: Project) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          name: {uses: hash, with: {value: a}}
+          files: {uses: read, with: {path: "docs/${{ steps.name.output.short }}*.md"}}
+    """,
+    )
+    project.write("docs/x.md", "x\n")
+    converge(project)
+    assert not fast(project.apply(), project)

@@ -21,13 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from . import fastdoc
 
-FORMAT = 5  # 3: workspace files carry their real paths; 4: and their signature and digest;
-# 5: the document digest is of the values read (source.data_digest), not of libyaml's events
+FORMAT = 7  # 3: workspace files carry their real paths; 4: and their signature and digest;
+# 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
+# 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py)
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
-# Step types whose apply has side effects beyond their outputs (records, gates, collections).
-_NOT_FAST = frozenset({"image", "finalize", "human_gate", "ingest", "llm"})
+# Step types whose apply has side effects beyond their outputs (image records, gates,
+# collections), or whose key has a part the fingerprint does not see (finalize: the encoder's
+# version). An llm step's extra part, its provider profile, comes from runner.toml only (a
+# config file the fingerprint checks) and runner's version.
+_NOT_FAST = frozenset({"image", "finalize", "human_gate", "ingest"})
 CONFIG_FILES = ("runner.toml", "prompts.lock")
 
 
@@ -80,13 +85,49 @@ def eligible(plan: Any, options: Any) -> bool:
     for step in plan.steps.values():
         if step.uses in _NOT_FAST or step.cache.value != "use":
             return False
-        if step.uses == "read":
-            path = step.args.get("path") if isinstance(step.args, dict) else None
-            if not isinstance(path, str) or any(c in path for c in "*?["):
-                return False  # a new file matching a glob is invisible to stat checks
-        if step.when is not None or step.checks:
-            return False  # rules may run commands (exec) whose answer can change
+        if step.uses == "read" and read_pattern(step, plan.params) is None:
+            return False
+        # A `when` is decided on every run and may run a command (exec) whose answer changes.
+        # Checks run only after an execution, and a converged run has none to do.
+        if step.when is not None:
+            return False
     return True
+
+
+def read_pattern(step: Any, params: dict[str, Any]) -> str | None:
+    """The path or glob a `read` step reads when the run's params alone decide it, else None
+    (a path from another step's output is known only by running)."""
+    from .. import expr as ex
+
+    path = step.args.get("path") if isinstance(step.args, dict) else None
+    if isinstance(path, str):
+        return path
+    if any(r.root != "params" for e in ex.iter_expressions(path) for r in e.refs):
+        return None
+    try:
+        value = ex.evaluate_value(path, {"params": params})
+    except Exception:  # an error the run reports: nothing to vouch for
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _globs(plan: Any) -> dict[str, list[str]] | None:
+    """Each glob the `read` steps read, with the files it matched; None when one cannot be
+    listed (the run reports why)."""
+    from ..errors import InvalidPipeline
+    from ..pipeline.globs import WILD, matches
+
+    out: dict[str, list[str]] = {}
+    for step in plan.steps.values():
+        if step.uses != "read":
+            continue
+        pattern = read_pattern(step, plan.params)
+        if pattern is not None and any(c in pattern for c in WILD):
+            try:
+                out[pattern] = matches(plan.root, pattern)
+            except (InvalidPipeline, OSError):
+                return None
+    return out
 
 
 def record(
@@ -100,11 +141,14 @@ def record(
     """Write the fingerprint of a converged run (best effort: a failure only costs speed)."""
     if report.exit_code != 0 or report.status.value != "completed":
         return
+    globs = _globs(plan)
+    if globs is None:
+        return
     now = time.time_ns()
     real = _RealPaths()
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
-    sha, document = _compiled_document(plan, pipeline)
+    sha, (document, keyed) = fastdoc.of_plan(plan)
     outcomes = {o.id: o for o in report.steps}
     doc = {
         "format": FORMAT,
@@ -114,13 +158,18 @@ def record(
             # the bytes the plan was compiled from: an edit made while the run ran is not them
             "sha256": sha,
             "sig": _sig(str(pipeline)),
-            # what the parser reads: a comment or layout edit keeps it (see _same_document)
+            # what the parser reads: a comment or layout edit keeps it (engine/fastdoc.py)
             "document": document,
+            # and all of it that keys depend on: a description or retries edit keeps this one
+            "keyed": keyed,
         },
         "name": plan.name,
         "item": report.item,
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
+        # a new file matching a glob is invisible to the inputs' stat checks: the matches are
+        "root": str(plan.root),
+        "globs": globs,
         # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
         # a directory swapped for a symlink changes the real path (see check)
         "workspace": {
@@ -154,19 +203,6 @@ def record(
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, doc)
-
-
-def _compiled_document(plan: Any, pipeline: Path) -> tuple[str, str | None]:
-    """(sha256 of the bytes, digest of the values) of what the plan was compiled from."""
-    from ..pipeline.source import data_digest
-
-    src = plan.doc.src
-    if src.sha256 is not None:
-        digest = data_digest(plan.doc.data)
-        _remember_digest(src.sha256, digest)
-        return src.sha256, digest
-    data = pipeline.read_bytes()  # a plan compiled from text, not read from its file
-    return hashlib.sha256(data).hexdigest(), _document_digest(data)
 
 
 def _forecast_step(uses: str, outcome: Any) -> dict[str, Any]:
@@ -206,9 +242,9 @@ def check(
         return None
     # What the parser read of the recorded bytes: a run that follows (an input changed, the
     # same pipeline) records its fingerprint without parsing the file again.
-    recorded_sha, recorded_doc = doc["pipeline"].get("sha256"), doc["pipeline"].get("document")
-    if isinstance(recorded_sha, str) and isinstance(recorded_doc, str):
-        _remember_digest(recorded_sha, recorded_doc)
+    named = doc["pipeline"]
+    if isinstance(named["sha256"], str) and isinstance(named["document"], str):
+        fastdoc.remember(named["sha256"], (named["document"], named["keyed"]))
     try:
         data = pipeline.read_bytes()
     except OSError:
@@ -225,6 +261,8 @@ def check(
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
             return None
+    if doc["globs"] and not _same_matches(Path(doc["root"]), doc["globs"]):
+        return None
     real = _RealPaths()
     for p, recorded in doc["workspace"].items():
         # The normal path restores outputs and refuses one reached through a symlink pointing
@@ -237,27 +275,48 @@ def check(
     for d, sig in doc["objects"].items():
         if sig is None or _object_sig(f"{objects}/{d[:2]}/{d[2:]}") != sig:
             return None
-    if sha != doc["pipeline"]["sha256"]:
+    if sha != named["sha256"]:
         # Checked last: parsing costs more than the stat calls above.
-        if not _same_document(doc, data):
+        document, keyed = fastdoc.of_bytes(data)
+        if document is not None and document == named["document"]:
+            # Only comments or layout changed: remember these bytes, so the next no-op needs
+            # no parse (best effort, as record is).
+            if remember:
+                named.update(sha256=sha, sig=_sig(str(pipeline)))
+                _write(path, doc)
+        elif keyed is not None and keyed == named["keyed"]:
+            # Only values no key depends on changed: the caller compiles the pipeline (the new
+            # values must be valid), then calls ``validated``.
+            doc["validate"] = {"sha256": sha, "document": document}
+        else:
             return None
-        # The edit touched only comments or layout: remember these bytes, so the next no-op
-        # needs no parse (best effort, as record is).
-        if remember:
-            doc["pipeline"].update(sha256=sha, sig=_sig(str(pipeline)))
-            _write(path, doc)
     return doc
 
 
-# Document digests by the sha256 of the bytes: an apply whose check parsed the file (an edit the
-# parser sees) records its fingerprint without a second parse.
-_DIGESTS: dict[str, str | None] = {}
+def validated(
+    state_dir: Path,
+    pipeline: Path,
+    overrides: dict[str, str],
+    item: str | None,
+    doc: dict[str, Any],
+) -> None:
+    """The pipeline a check asked to compile (``doc["validate"]``) compiled: its bytes are now
+    the fingerprint's, so the next no-op needs neither a parse nor a compile."""
+    new = doc.pop("validate", None)
+    if new is None:
+        return
+    doc["pipeline"].update(sha256=new["sha256"], document=new["document"], sig=_sig(str(pipeline)))
+    _write(_record_path(state_dir, _tag(pipeline, overrides, item)), doc)
 
 
-def _remember_digest(sha: str, digest: str | None) -> None:
-    if len(_DIGESTS) >= 16:
-        _DIGESTS.clear()
-    _DIGESTS[sha] = digest
+def _same_matches(root: Path, globs: dict[str, list[str]]) -> bool:
+    from ..errors import InvalidPipeline
+    from ..pipeline.globs import matches
+
+    try:
+        return all(matches(root, pattern) == found for pattern, found in globs.items())
+    except (InvalidPipeline, OSError):
+        return False
 
 
 class _RealPaths:
@@ -278,28 +337,6 @@ class _RealPaths:
         if base is None:
             base = self._dirs[head] = os.path.realpath(head)
         return base
-
-
-def _document_digest(data: bytes) -> str | None:
-    from ..pipeline.source import document_digest
-
-    sha = hashlib.sha256(data).hexdigest()
-    if sha in _DIGESTS:
-        return _DIGESTS[sha]
-    try:
-        digest = document_digest(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        digest = None
-    _remember_digest(sha, digest)
-    return digest
-
-
-def _same_document(doc: dict[str, Any], data: bytes) -> bool:
-    """Whether ``data`` parses to the document the fingerprint was taken of: then every step's
-    definition, and so every key, is what it was (an error message's line may differ, but a
-    converged run has none)."""
-    recorded = doc["pipeline"].get("document")
-    return recorded is not None and _document_digest(data) == recorded
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:

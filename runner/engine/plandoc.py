@@ -108,6 +108,12 @@ def _from_fingerprint(
     fc = from_fingerprint(held) if held is not None else None
     if held is None or fc is None:
         return None, {}
+    if "validate" in held:
+        # Only values no key depends on changed: the forecast holds if they are valid (an
+        # invalid pipeline is reported as the full path reports it).
+        from ..pipeline.compiler import compile_pipeline
+
+        compile_pipeline(file, overrides)
     with read_state(state_path) as (journal, _objects):
         if edits.any_active(journal, held["name"]):
             return None, {}  # the planner words an edit that holds: let it

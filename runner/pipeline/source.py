@@ -143,10 +143,16 @@ def document_digest(text: str) -> str | None:
     sees only those values, makes the same plan of them (the no-op fast path relies on this).
     None when the text is not a valid YAML document of JSON values.
     """
+    data = document_data(text)
+    return None if data is None else data_digest(data)
+
+
+def document_data(text: str) -> Any:
+    """The values of a pipeline's text, or None when it is not a valid YAML document."""
     if len(text) > MAX_FILE_BYTES:
         return None
     try:
-        return data_digest(parse_text(text, "<digest>").data)
+        return parse_text(text, "<digest>").data
     except InvalidPipeline:
         return None
 

@@ -2,56 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..datafiles import load_json, load_yaml
 from ..errors import InvalidPipeline, Location, StepFailure
+from ..pipeline.globs import WILD, check_pattern, matches
 from ..pipeline.paths import inside
 from ..pipeline.source import decode_utf8
 from .base import StepContext, StepResult, StepType, invalid
-
-_WILD = "*?["
-
-
-def _check_pattern(root: Path, pattern: str, where: Location | None = None) -> None:
-    """A glob stays inside the root: its fixed leading part resolves inside it, and no part
-    after a wildcard climbs with `..`. Raises InvalidPipeline."""
-    if os.path.isabs(pattern):
-        inside(root, pattern, where=where)  # refuses it, worded as for any absolute path
-    parts = PurePosixPath(pattern).parts
-    fixed = 0
-    while fixed < len(parts) and not any(ch in parts[fixed] for ch in _WILD):
-        fixed += 1
-    if ".." in parts[fixed:]:
-        raise InvalidPipeline(
-            f"path '{pattern}' escapes the pipeline root {os.path.realpath(root)}",
-            where=where,
-            hint="a glob may not climb with '..' after a wildcard",
-        )
-    if fixed:
-        prefix = "/".join(parts[:fixed])
-        try:
-            inside(root, prefix, where=where)
-        except InvalidPipeline as exc:  # word it for the pattern the user wrote
-            exc.message = exc.message.replace(f"'{prefix}'", f"'{pattern}'", 1)
-            raise
-
-
-def _matches(root: Path, pattern: str) -> list[str]:
-    if any(ch in pattern for ch in _WILD):
-        _check_pattern(root, pattern)
-        base = root.resolve()
-        found = []
-        for p in sorted(root.glob(pattern)):
-            if p.is_file():
-                inside(root, p.relative_to(root).as_posix())
-                found.append(p.resolve().relative_to(base).as_posix())
-        return found
-    inside(root, pattern)
-    return [pattern]
 
 
 class ReadStep(StepType):
@@ -85,21 +45,21 @@ class ReadStep(StepType):
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         path = args.get("path")
-        if isinstance(path, str) and "${{" not in path and any(c in path for c in _WILD):
-            _check_pattern(root, path, where)
+        if isinstance(path, str) and "${{" not in path and any(c in path for c in WILD):
+            check_pattern(root, path, where)
         elif isinstance(path, str) and "${{" not in path:
             inside(root, path, where=where)
             if not (root / path).is_file():
                 raise invalid(f"file not found: {path}", where)
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
-        return _matches(root, str(args["path"]))
+        return matches(root, str(args["path"]))
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         pattern = str(args["path"])
         mode = args.get("as", "text")
-        is_glob = any(ch in pattern for ch in _WILD)
-        paths = _matches(ctx.root, pattern)
+        is_glob = any(ch in pattern for ch in WILD)
+        paths = matches(ctx.root, pattern)
         if not paths and not is_glob:
             raise StepFailure(f"file not found: {pattern}")
         files = []
