@@ -314,8 +314,9 @@ def add_retries(root: Path, n: int) -> None:
     text = path.read_text()
     start = text.index("  h00010: {uses: hash, with: ")
     end = text.index("\n", start)
-    line = text[start:end].rsplit(", retries:", 1)[0].rstrip("}")
-    path.write_text(text[:start] + f"{line}, retries: {n}}}" + text[end:])
+    line = text[start:end]  # a one-line flow mapping: drop its closing brace (or old retries)
+    head = line.rsplit(", retries:", 1)[0] if ", retries:" in line else line[:-1]
+    path.write_text(text[:start] + f"{head}, retries: {n}}}" + text[end:])
 
 
 class Clock:

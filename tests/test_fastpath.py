@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -240,8 +241,9 @@ def test_the_keyed_digest_leaves_out_only_what_no_key_depends_on() -> None:
 
 def test_an_edit_of_values_no_key_depends_on_is_compiled_then_answered(project: Project) -> None:
     """A description or retries edit (issue 17 section 5: an edit that changes no key): the
-    pipeline is compiled, as its new values must be valid, and the run is journaled as cached
-    without evaluating a key; an invalid value is reported as the full path reports it."""
+    pipeline is checked against the schema, as its new values must be valid, and the run is
+    journaled as cached without compiling or evaluating a key; an invalid value is reported as
+    the full path reports it, at its line."""
     chain(project)
     second = converge(project)
     path = project.root / "pipeline.yaml"
@@ -253,10 +255,11 @@ def test_an_edit_of_values_no_key_depends_on_is_compiled_then_answered(project: 
     assert fast(project.apply(), project)  # the new bytes were remembered
     planned = project.cli("plan", "pipeline.yaml", "--json")
     assert planned.exit_code == 0 and '"would_change": false' in planned.stdout
-    path.write_text(path.read_text().replace("retries: 2", "retries: many"))
-    bad = project.cli("apply", "pipeline.yaml")
-    assert bad.exit_code != 0 and "retries" in bad.stderr
-    assert project.cli("plan", "pipeline.yaml").exit_code == bad.exit_code
+    for invalid, field in [("retries: many", "retries"), ("timeout: soon", "timeout")]:
+        path.write_text(re.sub(r"retries: \w+|timeout: \w+", invalid, path.read_text()))
+        bad = project.cli("apply", "pipeline.yaml")
+        assert bad.exit_code == 2 and "pipeline.yaml:" in bad.stderr and field in bad.stderr
+        assert project.cli("plan", "pipeline.yaml").exit_code == 2
 
 
 def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(

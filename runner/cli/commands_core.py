@@ -159,15 +159,14 @@ def apply(
         finish_plan(doc, fc, as_json=as_json, detailed=False)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
-    compiled = None
     if not (force or out_dir or events_file or retry_uncertain or max_cost is not None or remote):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
         if held is not None and "validate" in held:
             # Only values no key depends on changed (a description, retries): valid values
-            # keep every key, so the run is still fully cached.
-            from ..pipeline.compiler import compile_pipeline
+            # keep every key, so the run is still fully cached. The schema checks all of them.
+            from ..pipeline.loader import load_document
 
-            compiled = compile_pipeline(file, overrides)
+            load_document(file)
             fastpath.validated(state_path, pipeline_path, overrides, item, held)
         noop = None if held is None else fastpath.journal_noop(state_path, pipeline_path, held)
         if noop is not None:
@@ -185,7 +184,7 @@ def apply(
     from ..engine.options import ApplyOptions
     from ..pipeline.compiler import compile_pipeline
 
-    plan = compiled or compile_pipeline(file, overrides)
+    plan = compile_pipeline(file, overrides)
     for f in force:
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")

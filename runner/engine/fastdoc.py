@@ -4,7 +4,8 @@
   anchors keeps it: the compiler, which sees only the values, makes the same plan.
 - ``keyed``: every value but those no key and no fully cached run depends on (a description,
   retries, timeout, concurrency, Dask resources). An edit of those keeps it: every key is what it
-  was, but the new values must still be valid, so the caller compiles before trusting it.
+  was, but the new values must still be valid, so the caller checks the document against the
+  pipeline schema (which checks all of these values fully) before trusting it.
 
 Digests are remembered by the sha256 of the bytes: an apply whose check parsed the file records
 its fingerprint without a second parse.
@@ -38,7 +39,7 @@ def of_values(data: Any) -> Digests:
 
 def of_bytes(data: bytes) -> Digests:
     """The digests of a file's bytes; (None, None) when they are not a YAML document."""
-    from ..pipeline.source import document_data
+    from ..pipeline.source import document_data, keep_parsed
 
     sha = hashlib.sha256(data).hexdigest()
     known = _KNOWN.get(sha)
@@ -48,6 +49,8 @@ def of_bytes(data: bytes) -> Digests:
         parsed = document_data(data.decode("utf-8"))
     except UnicodeDecodeError:
         parsed = None
+    if parsed is not None:
+        keep_parsed(sha, parsed)  # a compile that follows reads these values, not the text
     digests = (None, None) if parsed is None else of_values(parsed)
     remember(sha, digests)
     return digests

@@ -229,7 +229,8 @@ def check(
 ) -> dict[str, Any] | None:
     """The fingerprint when everything it names is unchanged, else None. With ``remember``, a
     pipeline edited only in comments or layout has its new bytes written into the fingerprint
-    (a plan passes False: it writes nothing)."""
+    (a plan passes False: it writes nothing). A pipeline edited only in values no key depends
+    on comes back with ``doc["validate"]``: the caller checks it against the schema first."""
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     journal = _sig(f"{state_dir}/journal.db")
     if journal is None or journal[0] == 0:
@@ -300,8 +301,8 @@ def validated(
     item: str | None,
     doc: dict[str, Any],
 ) -> None:
-    """The pipeline a check asked to compile (``doc["validate"]``) compiled: its bytes are now
-    the fingerprint's, so the next no-op needs neither a parse nor a compile."""
+    """The pipeline a check asked to validate (``doc["validate"]``) is valid: its bytes are now
+    the fingerprint's, so the next no-op needs neither a parse nor a schema check."""
     new = doc.pop("validate", None)
     if new is None:
         return

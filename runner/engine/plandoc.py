@@ -109,11 +109,11 @@ def _from_fingerprint(
     if held is None or fc is None:
         return None, {}
     if "validate" in held:
-        # Only values no key depends on changed: the forecast holds if they are valid (an
-        # invalid pipeline is reported as the full path reports it).
-        from ..pipeline.compiler import compile_pipeline
+        # Only values no key depends on changed: the forecast holds if they are valid, which
+        # the schema checks (an invalid one is reported as the full path reports it).
+        from ..pipeline.loader import load_document
 
-        compile_pipeline(file, overrides)
+        load_document(file)
     with read_state(state_path) as (journal, _objects):
         if edits.any_active(journal, held["name"]):
             return None, {}  # the planner words an edit that holds: let it

@@ -194,9 +194,28 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
         raise InvalidPipeline(f"no such file: {name}") from None
     except OSError as exc:
         raise InvalidPipeline(f"cannot read {name}: {exc.strerror}") from None
-    src = parse_text(decode_utf8(raw, name), name)
-    src.sha256 = hashlib.sha256(raw).hexdigest()
+    sha = hashlib.sha256(raw).hexdigest()
+    text = decode_utf8(raw, name)
+    data = _PARSED.get(sha, _NOTHING)
+    if data is not _NOTHING:  # read a moment ago (the fast path's check): positions on demand
+        src = Sourced(name, data, text=text)
+    else:
+        src = parse_text(text, name)
+    src.sha256 = sha
     return src
+
+
+# Values of files read by sha256 of their bytes, kept by ``keep_parsed`` (the no-op fast path
+# parses a pipeline to compare it, then compiles the same bytes: one read, not two).
+_PARSED: dict[str, Any] = {}
+_NOTHING = object()
+
+
+def keep_parsed(sha: str, data: Any) -> None:
+    """Remember ``data`` as what the bytes with this sha256 parse to (a few files at most).
+    The values are shared, not copied: nothing that reads a pipeline changes them."""
+    _PARSED.clear()
+    _PARSED[sha] = data
 
 
 def decode_utf8(raw: bytes, name: str) -> str:
