@@ -196,11 +196,9 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
         raise InvalidPipeline(f"cannot read {name}: {exc.strerror}") from None
     sha = hashlib.sha256(raw).hexdigest()
     text = decode_utf8(raw, name)
+    # Values read a moment ago (the fast path's check) are not read again: positions on demand.
     data = _PARSED.get(sha, _NOTHING)
-    if data is not _NOTHING:  # read a moment ago (the fast path's check): positions on demand
-        src = Sourced(name, data, text=text)
-    else:
-        src = parse_text(text, name)
+    src = parse_text(text, name) if data is _NOTHING else Sourced(name, data, text=text)
     src.sha256 = sha
     return src
 
