@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from runner.errors import InvalidPipeline, StepFailure
 from runner.providers.fake import FakeProvider
 from runner.steps.base import StepEnv, StepResult
 from runner.steps.llm import FEEDBACK_HEADING, LlmStep, with_feedback
+from tests.conftest import Project, ran
 from tests.providers.ollama_server import OllamaServer
 from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 
@@ -199,3 +202,44 @@ def test_compile_time_validation(tmp_path: Path) -> None:
     with pytest.raises(InvalidPipeline, match="not a valid JSON Schema"):
         step.validate({"prompt": "x", "schema": {"type": 5}}, root=tmp_path, where=None)
     step.validate({"prompt": "${{ steps.a.output.text }}"}, root=tmp_path, where=None)
+
+
+def test_a_lost_reply_object_is_made_again_from_the_ledger_never_paid_again(
+    project: Project,
+) -> None:
+    """An llm reply's object is not fsynced (the ledger holds the text): one a power loss
+    damages or loses is found by the next apply, which runs the step again, answered by the
+    ledger (no second provider call), and the object is whole again."""
+    import os
+    import sqlite3
+
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          ask:
+            uses: llm
+            with: {prompt: "say hello"}
+            check: ["${{ output.text | length > 0 }}"]
+    """,
+    )
+    first = project.apply()
+    assert ran(first) == {"ask"}
+    db = project.root / ".runner/journal.db"
+    with sqlite3.connect(db) as conn:
+        (artifacts,) = conn.execute(
+            "SELECT artifacts FROM executions WHERE step_id='ask' AND status='completed'"
+        ).fetchone()
+    digest = json.loads(artifacts)[0]
+    obj = project.root / ".runner/objects" / digest[:2] / digest[2:]
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"torn")  # what a power loss can leave of a file never fsynced
+    second = project.apply()
+    assert ran(second) == {"ask"}
+    with sqlite3.connect(db) as conn:
+        calls = conn.execute("SELECT status FROM calls").fetchall()
+    assert calls == [("completed",)]  # one call in all: the second apply used the ledger
+    assert hashlib.sha256(obj.read_bytes()).hexdigest() == digest
+    assert ran(project.apply()) == set()

@@ -310,7 +310,9 @@ class LlmStep(StepType):
         def keep() -> None:
             # The object's fsyncs and the call log's one open, off the event loop. After the
             # ledger: a logged response always means a recorded, never-repaid call.
-            ctx.objects.put_bytes(data, durable=True)
+            # Never fsynced: the ledger holds the text (recorded above), so an object a power
+            # loss damages is made again from it by the next apply, and nothing is paid twice.
+            ctx.objects.put_bytes(data, recoverable=True)
             log.write_out(asked, answered)
 
         # Waiting on the disk, not using the CPU: the slot is free meanwhile, so the fsyncs of

@@ -39,7 +39,9 @@ class ObjectBackend(Protocol):
 
     def size(self, digest: str) -> int: ...
 
-    def put_bytes(self, data: bytes, *, durable: bool = False) -> str: ...
+    def put_bytes(
+        self, data: bytes, *, durable: bool = False, recoverable: bool = False
+    ) -> str: ...
 
     def put_file(self, source: Path) -> str: ...
 
@@ -142,7 +144,8 @@ class FsspecObjectStore:
         except OSError as exc:
             raise StoreError(f"cannot reach {self.url}: {exc}") from exc
 
-    def put_bytes(self, data: bytes, *, durable: bool = False) -> str:
+    def put_bytes(self, data: bytes, *, durable: bool = False, recoverable: bool = False) -> str:
+        # One PUT is atomic and, once answered, durable: neither flag changes anything here.
         digest = hashlib.sha256(data).hexdigest()
         target = self._file(digest)
         try:

@@ -143,18 +143,21 @@ class ObjectStore:
         except FileNotFoundError:
             raise StoreError(f"object {digest[:12]} is missing from the store") from None
 
-    def put_bytes(self, data: bytes, *, durable: bool = False) -> str:
+    def put_bytes(self, data: bytes, *, durable: bool = False, recoverable: bool = False) -> str:
         """Store ``data``; returns its digest. With ``durable``, the object is fsynced before this
         returns even while fsyncs are grouped (a worker thread storing what a ledger records at
-        once, so the grouped fsync does not land on the event loop). A damaged object of that
-        name is replaced, never kept because the name exists."""
+        once, so the grouped fsync does not land on the event loop). With ``recoverable``, it is
+        never fsynced: the caller keeps the bytes elsewhere too (the ledger holds an llm reply's
+        text), so an object a power loss damages is found by ``has()`` and made again from
+        there at no cost. A damaged object of that name is replaced, never kept because the
+        name exists."""
         digest = hashlib.sha256(data).hexdigest()
         target = self._file(digest)
         if self._whole(digest, target, len(data)):
-            if durable:
+            if durable and not recoverable:
                 self._settle(Path(target))
             return digest
-        self._write(Path(target), lambda f: f.write(data), durable=durable)
+        self._write(Path(target), lambda f: f.write(data), durable=durable, synced=not recoverable)
         return digest
 
     def put_file(self, source: Path) -> str:
@@ -305,7 +308,12 @@ class ObjectStore:
                 raise StoreError(f"cannot make object {target.name[:10]} durable: {exc}") from exc
 
     def _write(
-        self, target: Path, writer: Callable[[BinaryIO], object], *, durable: bool = False
+        self,
+        target: Path,
+        writer: Callable[[BinaryIO], object],
+        *,
+        durable: bool = False,
+        synced: bool = True,
     ) -> None:
         try:
             try:
@@ -322,11 +330,13 @@ class ObjectStore:
             with os.fdopen(fd, "wb") as out:
                 writer(out)
                 out.flush()
-                if not deferred:
+                if synced and not deferred:
                     os.fsync(out.fileno())
             os.chmod(tmp, 0o444)
             os.replace(tmp, target)
             self._trusted[digest_of(target)] = signature(os.stat(target))
+            if not synced:
+                return
             if deferred:
                 with self._lock:
                     if self._pending is not None:
