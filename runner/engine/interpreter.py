@@ -26,7 +26,7 @@ from ..canonical import CanonicalError
 from ..errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
-from ..store.journal import CachedResult, Journal
+from ..store.journal import CachedResults, Journal
 from ..store.objects import ObjectStore
 from . import attempts, gatestep
 from .events import EventType, NullReporter, Reporter
@@ -97,7 +97,7 @@ class Interpreter:
         self.executions_started = 0
         self.tokens_used = 0
         self.abort_reason: str | None = None
-        self.cached: dict[tuple[str, str], CachedResult] = {}
+        self.cached = CachedResults(None, plan.name)  # the journal's, once the run starts
         self.current_phase: str | None = None
         self.reviews: dict[str, dict[str, Any]] = {}  # revise target step -> review context
         self._reads: dict[str, set[str]] = {}
@@ -144,9 +144,7 @@ class Interpreter:
     async def _apply(self) -> RunReport:
         plan = self.plan
         gatestep.check_gates(plan)
-        # Steps whose outcome is reused (watch) need no cached results: load only the others.
-        needed = [sid for sid in plan.order if sid not in self.options.reuse]
-        self.cached = self.journal.cached_results(plan.name, needed if self.options.reuse else None)
+        self.cached = self.journal.cached_results(plan.name)
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item

@@ -10,7 +10,7 @@ ledger.py.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,48 @@ class CachedResult:
     status: str
     run_id: str
     report: Any
+
+
+_RESULT = (
+    "SELECT output, artifacts, files, status, run_id, report FROM executions "
+    "WHERE pipeline=? AND step_id=? AND key=? AND status IN ('completed','partial') "
+    "ORDER BY id DESC LIMIT 1"
+)
+
+
+class CachedResults:
+    """The latest completed (or partial) execution that answers (step_id, key), looked up when
+    asked (one indexed query, remembered, hit or miss), so an apply costs what its steps cost,
+    not what the pipeline's whole history holds (loading every result up front grew with each
+    run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). ``conn`` None: none known."""
+
+    def __init__(self, conn: sqlite3.Connection | None, pipeline: str) -> None:
+        self._conn, self._pipeline = conn, pipeline
+        self._known: dict[tuple[str, str], CachedResult | None] = {}
+
+    def get(self, where: tuple[str, str]) -> CachedResult | None:
+        if where in self._known:
+            return self._known[where]
+        row = None
+        if self._conn is not None:
+            row = self._conn.execute(_RESULT, (self._pipeline, *where)).fetchone()
+        hit = None
+        if row is not None:
+            output, artifacts, files, status, run_id, report = row
+            hit = CachedResult(
+                where[1],
+                loads(output),
+                loads(artifacts) or [],
+                loads(files) or {},
+                status,
+                run_id,
+                loads(report),
+            )
+        self._known[where] = hit
+        return hit
+
+    def __setitem__(self, where: tuple[str, str], hit: CachedResult) -> None:
+        self._known[where] = hit
 
 
 class Journal(CallLedger):
@@ -188,37 +230,10 @@ class Journal(CallLedger):
         values = [*fields.values(), exec_id]
         self._do(lambda: self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", values))
 
-    def cached_results(
-        self, pipeline: str, step_ids: Iterable[str] | None = None
-    ) -> dict[tuple[str, str], CachedResult]:
-        """Every completed (or partial) execution of a pipeline by (step_id, key): one query.
-
-        With ``step_ids``, only those steps' (selected in SQL when they are few).
-        """
-        wanted = set(step_ids) if step_ids is not None else None
-        sql = (
-            "SELECT step_id, key, output, artifacts, files, status, run_id, report FROM executions "
-            "WHERE pipeline=? AND status IN ('completed','partial')"
-        )
-        args: list[Any] = [pipeline]
-        if wanted is not None and len(wanted) <= 500:
-            sql += f" AND step_id IN ({','.join('?' for _ in wanted)})"
-            args.extend(sorted(wanted))
-        rows = self.conn.execute(sql + " ORDER BY id", args).fetchall()
-        out: dict[tuple[str, str], CachedResult] = {}
-        for step_id, key, output, artifacts, files, status, run_id, report in rows:
-            if wanted is not None and step_id not in wanted:
-                continue
-            out[(step_id, key)] = CachedResult(
-                key,
-                loads(output),
-                loads(artifacts) or [],
-                loads(files) or {},
-                status,
-                run_id,
-                loads(report),
-            )
-        return out
+    def cached_results(self, pipeline: str) -> CachedResults:
+        """The completed (or partial) executions of a pipeline by (step_id, key), looked up as
+        they are asked for."""
+        return CachedResults(self.conn, pipeline)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         return self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
