@@ -11,11 +11,11 @@ from runner.store.journal import CachedResult, Journal
 
 
 def _execution(
-    journal: Journal, pipeline: str, step: str, key: str, status: str, text: str
+    journal: Journal, pipeline: str, step: str, key: str, status: str, text: str, run: str = "r1"
 ) -> None:
     journal.start_execution(
         {
-            "run_id": "r1",
+            "run_id": run,
             "pipeline": pipeline,
             "step_id": step,
             "element": -1,
@@ -51,19 +51,24 @@ def test_the_latest_usable_execution_answers(tmp_path: Path) -> None:
     journal.close()
 
 
-def test_each_answer_is_one_indexed_query_asked_once(tmp_path: Path) -> None:
-    """Nothing is read up front (an apply does not pay for the history), and an answer (a hit or
+def test_the_history_is_not_read_up_front(tmp_path: Path) -> None:
+    """Only the results of the keys the pipeline's latest run named are read at once (most of an
+    unchanged pipeline's); any other is one indexed query when asked, and every answer (a hit or
     a miss) is remembered for the run, as a snapshot taken at its start would be."""
     journal = Journal.open(tmp_path / "state")
+    journal.create_run({"id": "r1", "pipeline": "p", "status": "completed", "created_at": 1.0})
+    journal.create_run({"id": "r2", "pipeline": "p", "status": "completed", "created_at": 2.0})
     for n in range(50):
-        _execution(journal, "p", "s", f"old{n}", "completed", "history")
+        _execution(journal, "p", "s", f"old{n}", "completed", "history", run="r1")
+    _execution(journal, "p", "s", "new", "completed", "latest", run="r2")
+    results = journal.cached_results("p")
+    assert set(results._known) == {("s", "new")}
     statements: list[str] = []
     journal.conn.set_trace_callback(statements.append)
-    results = journal.cached_results("p")
-    assert statements == []
     for _ in range(3):
-        results.get(("s", "old7"))
-        results.get(("s", "never"))
+        assert results.get(("s", "new")) is not None
+        assert results.get(("s", "old7")) is not None
+        assert results.get(("s", "never")) is None
     reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert len(reads) == 2
     plan = sqlite3.connect(journal.path).execute(

@@ -49,15 +49,34 @@ _RESULT = (
 )
 
 
+# The results of the (step, key) pairs a run named, in one statement (latest last).
+_RESULTS_OF_RUN = (
+    "SELECT e.step_id, e.key, e.output, e.artifacts, e.files, e.status, e.run_id, e.report "
+    "FROM executions AS e JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=?) "
+    "AS r ON e.step_id = r.step_id AND e.key = r.key "
+    "WHERE e.pipeline=? AND e.status IN ('completed','partial') ORDER BY e.id"
+)
+
+
 class CachedResults:
     """The latest completed (or partial) execution that answers (step_id, key), looked up when
     asked (one indexed query, remembered, hit or miss), so an apply costs what its steps cost,
     not what the pipeline's whole history holds (loading every result up front grew with each
-    run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). ``conn`` None: none known."""
+    run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). The results of the keys the
+    pipeline's latest run named, most of an unchanged pipeline's, are read at once (a query
+    per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known."""
 
     def __init__(self, conn: sqlite3.Connection | None, pipeline: str) -> None:
         self._conn, self._pipeline = conn, pipeline
         self._known: dict[tuple[str, str], CachedResult | None] = {}
+        if conn is not None:
+            latest = conn.execute(
+                "SELECT id FROM runs WHERE pipeline=? ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                (pipeline,),
+            ).fetchone()
+            if latest is not None:
+                for step_id, key, *rest in conn.execute(_RESULTS_OF_RUN, (latest[0], pipeline)):
+                    self._known[(step_id, key)] = _result(key, *rest)
 
     def get(self, where: tuple[str, str]) -> CachedResult | None:
         if where in self._known:
@@ -65,23 +84,32 @@ class CachedResults:
         row = None
         if self._conn is not None:
             row = self._conn.execute(_RESULT, (self._pipeline, *where)).fetchone()
-        hit = None
-        if row is not None:
-            output, artifacts, files, status, run_id, report = row
-            hit = CachedResult(
-                where[1],
-                loads(output),
-                loads(artifacts) or [],
-                loads(files) or {},
-                status,
-                run_id,
-                loads(report),
-            )
+        hit = None if row is None else _result(where[1], *row)
         self._known[where] = hit
         return hit
 
     def __setitem__(self, where: tuple[str, str], hit: CachedResult) -> None:
         self._known[where] = hit
+
+
+def _result(
+    key: str,
+    output: str | None,
+    artifacts: str | None,
+    files: str | None,
+    status: str,
+    run_id: str,
+    report: str | None,
+) -> CachedResult:
+    return CachedResult(
+        key,
+        loads(output),
+        loads(artifacts) or [],
+        loads(files) or {},
+        status,
+        run_id,
+        loads(report),
+    )
 
 
 class Journal(CallLedger):
