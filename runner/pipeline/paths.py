@@ -31,9 +31,13 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
 
 
 def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None:
-    """``inside`` for a check only (validating a step): the same refusals, no Path built."""
-    if (root, rel) not in _known:
+    """``inside`` for a check only (validating a step): the same refusals, no Path built. A
+    pair that passed is not checked again until ``forget`` (a chain names each file twice: as
+    one step's output and the next one's input)."""
+    pair = (root, rel)
+    if pair not in _known and pair not in _passed:
         _checked(root, rel, where)
+        _passed.add(pair)
 
 
 def _checked(root: Path, text: str, where: Location | None) -> str:
@@ -68,6 +72,7 @@ def _checked(root: Path, text: str, where: Location | None) -> str:
 # (root as given, path as given) -> resolved: the same pair is asked for at compile time and
 # again for every execution of the step, and abspath/realpath walks are the costly part.
 _known: dict[tuple[Path, str], Path] = {}
+_passed: set[tuple[Path, str]] = set()  # pairs check_inside found inside
 
 
 def forget() -> None:
@@ -75,6 +80,7 @@ def forget() -> None:
     a compile begins (every apply compiles first), so a long-lived process (watch, serve) never
     trusts a resolution older than the command it serves."""
     _known.clear()
+    _passed.clear()
     _resolved.cache_clear()
     _real_dir.cache_clear()
     _absolute.cache_clear()
