@@ -167,7 +167,8 @@ def record(
         "item": report.item,
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
-        # a new file matching a glob is invisible to the inputs' stat checks: the matches are
+        # a new file matching a glob is invisible to the inputs' stat checks: each glob's
+        # matches are recorded and listed again (see check)
         "root": str(plan.root),
         "globs": globs,
         # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
