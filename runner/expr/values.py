@@ -105,16 +105,22 @@ def evaluate_value(compiled: Compiled, context: Mapping[str, Any]) -> Any:
 
 
 def iter_expressions(compiled: Compiled) -> Iterator[Expression]:
+    if _COMPILING not in sys.modules:  # no ``${{ }}`` compiled yet: no Expression to find
+        return iter(())
+    return _expressions(compiled)
+
+
+def _expressions(compiled: Compiled) -> Iterator[Expression]:
     if _is_expression(compiled):
         yield compiled
     elif isinstance(compiled, Interpolation):
         yield from (p for p in compiled.parts if _is_expression(p))
     elif isinstance(compiled, dict):
         for v in compiled.values():
-            yield from iter_expressions(v)
+            yield from _expressions(v)
     elif isinstance(compiled, list):
         for v in compiled:
-            yield from iter_expressions(v)
+            yield from _expressions(v)
 
 
 def is_static(compiled: Compiled) -> bool:
