@@ -411,3 +411,41 @@ def test_a_read_path_from_another_steps_output_keeps_the_full_path(project: Proj
     project.write("docs/x.md", "x\n")
     converge(project)
     assert not fast(project.apply(), project)
+
+
+def test_a_no_op_journals_each_element_so_gc_keeps_their_results(project: Project) -> None:
+    """The no-op's rows name every for_each element's key, as the full path's do: `runs show`
+    reads the same, and gc, which keeps a result while a kept run names its key, keeps the
+    elements' results when only no-op runs are kept (it deleted them, and the next apply ran
+    every element again)."""
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        params:
+          items: {type: array, default: [a, b, c]}
+        steps:
+          h: {uses: hash, for_each: "${{ params.items }}", with: {value: "${{ item }}"}}
+          g: {uses: hash, with: {value: "${{ steps.h.output | length }}"}}
+    """,
+    )
+    full = converge(project)
+    noop = project.apply()
+    assert fast(noop, project)
+    db = project.root / ".runner/journal.db"
+
+    def rows(run: str) -> list[tuple[str, int, str]]:
+        with sqlite3.connect(db) as conn:
+            return conn.execute(
+                "SELECT step_id, element, key FROM executions WHERE run_id=? ORDER BY step_id, "
+                "element",
+                (run,),
+            ).fetchall()
+
+    assert rows(noop["run"]["id"]) == rows(full["run"]["id"])
+    assert len(rows(noop["run"]["id"])) == 4
+    assert project.cli("gc", "--keep-last", "1", "--state", ".runner").exit_code == 0
+    planned = project.cli("plan", "pipeline.yaml", "--json")
+    assert '"would_change": false' in planned.stdout
+    assert ran(project.apply()) == set()

@@ -23,9 +23,10 @@ from typing import Any
 from .. import __version__
 from . import fastdoc
 
-FORMAT = 7  # 3: workspace files carry their real paths; 4: and their signature and digest;
+FORMAT = 8  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
-# 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py)
+# 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py); 8: a forecast
+# always (the no-op journals its element keys)
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (image records, gates,
@@ -141,6 +142,9 @@ def record(
     """Write the fingerprint of a converged run (best effort: a failure only costs speed)."""
     if report.exit_code != 0 or report.status.value != "completed":
         return
+    outcomes = {o.id: o for o in report.steps}
+    if set(outcomes) != set(plan.order):
+        return  # the forecast, and the no-op's rows per element, need every step's outcome
     globs = _globs(plan)
     if globs is None:
         return
@@ -149,7 +153,6 @@ def record(
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
     sha, (document, keyed) = fastdoc.of_plan(plan)
-    outcomes = {o.id: o for o in report.steps}
     doc = {
         "format": FORMAT,
         "version": __version__,
@@ -189,21 +192,30 @@ def record(
         },
         "steps": [o.to_json() for o in report.steps],
         # what `runner plan` says while the fingerprint holds: every step and element cached
-        "forecast": (
-            {
-                "steps": [_forecast_step(plan.steps[s].uses, outcomes[s]) for s in plan.order],
-                "max_cost": plan.limits.max_cost,
-                "directory": str(plan.directory),
-                "file": plan.file.name,
-            }
-            if set(outcomes) == set(plan.order)
-            else None
-        ),
+        # (and the keys the no-op journals, element by element, as the full path does)
+        "forecast": {
+            "steps": [_forecast_step(plan.steps[s].uses, outcomes[s]) for s in plan.order],
+            "max_cost": plan.limits.max_cost,
+            "directory": str(plan.directory),
+            "file": plan.file.name,
+        },
         "recorded_at_ns": now,
     }
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, doc)
+
+
+def _cached_rows(doc: dict[str, Any]) -> list[tuple[str, int, str | None]]:
+    """(step, element, key) of each execution a no-op answers: one per for_each element, as
+    the full path journals them (gc keeps a result while a kept run names its key)."""
+    rows: list[tuple[str, int, str | None]] = []
+    for s in doc["forecast"]["steps"]:
+        if s["elements"] is None:
+            rows.append((s["id"], -1, s["key"]))
+        else:
+            rows.extend((s["id"], i, key) for i, key in enumerate(s["elements"]))
+    return rows
 
 
 def _forecast_step(uses: str, outcome: Any) -> dict[str, Any]:
@@ -401,15 +413,16 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     os.getpid(),
                 ),
             )
+            rows = _cached_rows(doc)
             conn.executemany(
                 "INSERT INTO executions (run_id, step_id, element, key, status, pipeline, "
                 "started_at, finished_at, attempts, why) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         run_id,
-                        s["id"],
-                        -1,
-                        s["key"],
+                        sid,
+                        el,
+                        key,
                         "cached",
                         name,
                         now,
@@ -417,10 +430,10 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                         0,
                         "cached (fingerprint unchanged)",
                     )
-                    for s in doc["steps"]
+                    for sid, el, key in rows
                 ],
             )
-            events = [
+            events: list[tuple[str, float, str, str | None, int | None, str]] = [
                 (
                     run_id,
                     now,
@@ -442,11 +455,11 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     run_id,
                     now,
                     "StepSkipped",
-                    s["id"],
-                    None,
-                    json.dumps({"reason": "cached", "key": s["key"]}),
+                    sid,
+                    None if el < 0 else el,
+                    json.dumps({"reason": "cached", "key": key}),
                 )
-                for s in doc["steps"]
+                for sid, el, key in rows
             ]
             events.append(
                 (
