@@ -99,6 +99,7 @@ def execution_for(journal: Journal, run_id: str, step_id: str, element: int) -> 
         what = f"element {element} of " if element != -1 else ""
         raise NotFound(f"run {run['id']} has no finished {what}step '{step_id}'")
     row = rows[0]
+    journal.fill_cached(row)  # a no-op run's row names its result by key
     if row["output"] is None:
         raise UsageError(f"step '{step_id}' of run {run['id']} has no stored output to edit")
     return {"run": run, "execution": row}

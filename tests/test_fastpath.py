@@ -449,3 +449,34 @@ def test_a_no_op_journals_each_element_so_gc_keeps_their_results(project: Projec
     planned = project.cli("plan", "pipeline.yaml", "--json")
     assert '"would_change": false' in planned.stdout
     assert ran(project.apply()) == set()
+
+
+def test_a_no_op_runs_records_read_as_the_full_paths(project: Project) -> None:
+    """`runs show` gives a no-op's cached executions the outputs of the results they stand
+    for, as it does a full-path run's, and `runner edit` takes a no-op run's id (the one the
+    apply printed): it refused, "no stored output to edit"."""
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          h: {uses: hash, with: {value: one}}
+          g: {uses: hash, with: {value: "${{ steps.h.output.short }}"}}
+    """,
+    )
+    full = converge(project)
+    noop = project.apply()
+    assert fast(noop, project)
+
+    def outputs(run: str) -> list[tuple[str, object]]:
+        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
+        return [(e["step_id"], e["output"]) for e in res.json["executions"]]
+
+    assert outputs(noop["run"]["id"]) == outputs(full["run"]["id"])
+    assert all(output is not None for _, output in outputs(noop["run"]["id"]))
+    project.write("fixed.json", '{"digest": "d", "short": "EDITED"}')
+    res = project.cli("edit", noop["run"]["id"], "h", "--from", "fixed.json")
+    assert res.exit_code == 0, res.stderr
+    doc = project.apply()
+    assert ran(doc) == {"g"} and doc["steps"][0]["status"] == "cached"

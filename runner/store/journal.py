@@ -264,7 +264,24 @@ class Journal(CallLedger):
         return CachedResults(self.conn, pipeline)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
-        return self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
+        rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
+        for row in rows:
+            self.fill_cached(row)
+        return rows
+
+    def fill_cached(self, row: dict[str, Any]) -> None:
+        """A cached execution the no-op fast path journaled names its result by key only (its
+        rows are written without reading each result): give it that result's output and
+        contract, as the full path's cached rows carry them."""
+        if row.get("status") != "cached" or row.get("output") is not None or not row.get("key"):
+            return
+        found = self.conn.execute(
+            "SELECT output, contract FROM executions WHERE pipeline=? AND step_id=? AND key=? "
+            "AND status IN ('completed','partial') ORDER BY id DESC LIMIT 1",
+            (row["pipeline"], row["step_id"], row["key"]),
+        ).fetchone()
+        if found is not None:
+            row["output"], row["contract"] = found[0], row.get("contract") or found[1]
 
     def workers(self, run_id: str) -> dict[str, dict[str, int]]:
         """Where each step of a run ran: step -> {worker address: executions}; empty for a run
