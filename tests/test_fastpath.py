@@ -76,6 +76,31 @@ def test_deleted_output_and_object_fall_through(project: Project) -> None:
     assert not fast(doc, project) and len(ran(doc)) >= 1
 
 
+def test_a_no_op_run_records_its_params(project: Project) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        params:
+          word: {type: string, default: a}
+        steps:
+          h: {uses: hash, with: {value: "${{ params.word }}"}}
+    """,
+    )
+    project.apply("-p", "word=b")
+    age_files(project.root)
+    full = project.apply("-p", "word=b")
+    noop = project.apply("-p", "word=b")
+    assert fast(noop, project)
+
+    def params(run: str) -> object:
+        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
+        return res.json["run"]["params"]
+
+    assert params(noop["run"]["id"]) == params(full["run"]["id"]) == {"word": "b"}
+
+
 def test_pipeline_params_and_config_changes_fall_through(project: Project) -> None:
     project.write(
         "pipeline.yaml",

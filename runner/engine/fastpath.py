@@ -23,10 +23,10 @@ from typing import Any
 from .. import __version__
 from . import fastdoc
 
-FORMAT = 8  # 3: workspace files carry their real paths; 4: and their signature and digest;
+FORMAT = 9  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
 # 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py); 8: a forecast
-# always (the no-op journals its element keys)
+# always (the no-op journals its element keys); 9: the run's params
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (image records, gates,
@@ -152,6 +152,8 @@ def record(
     real = _RealPaths()
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
+    from ..store.records import dumps
+
     sha, (document, keyed) = fastdoc.of_plan(plan)
     doc = {
         "format": FORMAT,
@@ -168,6 +170,8 @@ def record(
         },
         "name": plan.name,
         "item": report.item,
+        # the run row's params, as the full path records them
+        "params": dumps(plan.params),
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
         # a new file matching a glob is invisible to the inputs' stat checks: each glob's
@@ -406,7 +410,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     item,
                     "completed",
                     "run",
-                    None,
+                    doc["params"],
                     now,
                     now,
                     0,
