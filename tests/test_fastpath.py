@@ -505,3 +505,29 @@ def test_a_no_op_runs_records_read_as_the_full_paths(project: Project) -> None:
     assert res.exit_code == 0, res.stderr
     doc = project.apply()
     assert ran(doc) == {"g"} and doc["steps"][0]["status"] == "cached"
+
+
+def test_verify_sees_an_element_output_edited_after_a_no_op(project: Project) -> None:
+    """`runner verify` checks the outputs of each pipeline's latest run: after a no-op, that run's
+    element rows carry their keys, so an element's output edited by hand is reported."""
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        params:
+          items: {type: array, default: [a, b]}
+        steps:
+          w:
+            uses: shell
+            for_each: "${{ params.items }}"
+            with: {run: "echo ${{ item }} > out/${{ item }}.txt", outputs: ["out/${{ item }}.txt"]}
+    """,
+    )
+    (project.root / "out").mkdir()
+    converge(project)
+    assert fast(project.apply(), project)
+    assert project.cli("verify", "--state", ".runner").exit_code == 0
+    (project.root / "out/b.txt").write_text("edited by hand\n")
+    res = project.cli("verify", "--state", ".runner")
+    assert res.exit_code != 0 and "out/b.txt" in res.stdout + res.stderr
