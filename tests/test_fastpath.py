@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -99,6 +100,37 @@ def test_a_no_op_run_records_its_params(project: Project) -> None:
         return res.json["run"]["params"]
 
     assert params(noop["run"]["id"]) == params(full["run"]["id"]) == {"word": "b"}
+
+
+def test_a_no_op_run_row_reads_as_a_full_paths(project: Project) -> None:
+    """Params, progress per phase and the last phase: `runs show` gives a no-op run what it
+    gives the fully cached run before it (only ids, times and the pid differ)."""
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        phases: [one, two]
+        steps:
+          h: {uses: hash, phase: one, with: {value: a}}
+          g: {uses: hash, phase: two, with: {value: "${{ steps.h.output.short }}"}}
+          k: {uses: hash, with: {value: b}}
+    """,
+    )
+    converge(project)
+    shutil.rmtree(project.root / ".runner/converged")
+    full = project.apply()  # fully cached, on the full path
+    noop = project.apply()
+    assert fast(noop, project) and not fast(full, project)
+
+    def row(run: str) -> dict[str, object]:
+        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
+        out = dict(res.json["run"])
+        for varies in ("id", "created_at", "finished_at", "pid"):
+            out.pop(varies)
+        return out
+
+    assert row(noop["run"]["id"]) == row(full["run"]["id"])
 
 
 def test_pipeline_params_and_config_changes_fall_through(project: Project) -> None:

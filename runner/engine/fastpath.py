@@ -23,10 +23,10 @@ from typing import Any
 from .. import __version__
 from . import fastdoc
 
-FORMAT = 9  # 3: workspace files carry their real paths; 4: and their signature and digest;
+FORMAT = 10  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
 # 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py); 8: a forecast
-# always (the no-op journals its element keys); 9: the run's params
+# always (the no-op journals its element keys); 9: the run's params; 10: progress, phase
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (image records, gates,
@@ -170,8 +170,12 @@ def record(
         },
         "name": plan.name,
         "item": report.item,
-        # the run row's params, as the full path records them
+        # the run row's params, progress and phase, as the full path records them
         "params": dumps(plan.params),
+        "progress": dumps(_progress(plan)),
+        "phase": next(
+            (plan.steps[s].phase for s in reversed(plan.order) if plan.steps[s].phase), None
+        ),
         "inputs": inputs,
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
         # a new file matching a glob is invisible to the inputs' stat checks: each glob's
@@ -208,6 +212,19 @@ def record(
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, doc)
+
+
+def _progress(plan: Any) -> dict[str, dict[str, int]]:
+    """Per phase, every step done: what a converged run's row holds, and a no-op's."""
+    out: dict[str, dict[str, int]] = {}
+    for sid in plan.order:
+        entry = out.setdefault(
+            plan.steps[sid].phase or "default",
+            {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0},
+        )
+        entry["total"] += 1
+        entry["done"] += 1
+    return out
 
 
 def _cached_rows(doc: dict[str, Any]) -> list[tuple[str, int, str | None]]:
@@ -402,7 +419,8 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
             mark_interrupted(conn, "pipeline=? AND item IS ?", (name, item))
             conn.execute(
                 "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, "
-                "created_at, finished_at, exit_code, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "created_at, finished_at, exit_code, pid, progress, current_phase) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     run_id,
                     name,
@@ -415,6 +433,8 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     now,
                     0,
                     os.getpid(),
+                    doc["progress"],
+                    doc["phase"],
                 ),
             )
             rows = _cached_rows(doc)
