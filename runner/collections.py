@@ -21,6 +21,7 @@ from typing import Any
 
 from .checks import CollectionQuery, Verdict, set_collection_backend
 from .errors import NotFound, StoreError, UsageError
+from .store.wal import wal_mode
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _STATE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
@@ -72,7 +73,7 @@ class Collections:
         self.path = state_dir / "collections.db"
         try:
             self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            wal_mode(self.conn, self.path)
             self.conn.execute("PRAGMA busy_timeout=30000")
             self.conn.execute(
                 "CREATE TABLE IF NOT EXISTS collections (name TEXT PRIMARY KEY, "

@@ -27,6 +27,7 @@ from .records import (
     now,
     orphaned_objects,
 )
+from .wal import wal_mode
 
 
 @dataclass
@@ -139,7 +140,7 @@ class Journal(CallLedger):
             conn = sqlite3.connect(
                 path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            wal_mode(conn, path)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA foreign_keys=ON")
