@@ -13,32 +13,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import ENV, write_hash
+from _common import REPO, apply, compile_tree
+from bench_core import write_hash
 
 MARKS = (0, 10, 30, 60)
-
-
-def apply(root: Path, env: dict[str, str]) -> float:
-    began = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise SystemExit(f"apply failed in {root}:\n{proc.stdout}\n{proc.stderr}")
-    return elapsed
 
 
 def edit_mid(root: Path, env: dict[str, str]) -> float:
@@ -46,24 +29,22 @@ def edit_mid(root: Path, env: dict[str, str]) -> float:
     for _ in range(3):
         with (root / "src/mid.txt").open("a") as f:
             f.write("x\n")
-        best = min(best, apply(root, env))
+        best = min(best, apply(root, env=env)[0])
     return best
 
 
 def series(base: Path, steps: int, tree: Path | None) -> list[float]:
-    env = dict(ENV)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    env = {} if tree is None else {"PYTHONPATH": str(tree)}
     root = base / ("before" if tree else "this")
     root.mkdir()
     write_hash(root, steps)
-    apply(root, env)
+    apply(root, env=env)
     out, runs = [], 0
     for mark in MARKS:
         while runs < mark:
             runs += 1
             (root / "src/in.txt").write_text(f"version {runs}\n")
-            apply(root, env)
+            apply(root, env=env)
             print(f"  {root.name}: {runs} runs of history", file=sys.stderr, end="\r")
         out.append(edit_mid(root, env))
     return out
@@ -74,10 +55,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--before", type=Path, default=None)
     opts = parser.parse_args()
-    import compileall
-
-    for tree in filter(None, [Path(__file__).parent.parent, opts.before]):
-        compileall.compile_dir(str(tree / "runner"), quiet=1)
+    for tree in filter(None, [REPO, opts.before]):
+        compile_tree(tree)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [("this tree", series(Path(tmp), opts.steps, None))]
         if opts.before is not None:

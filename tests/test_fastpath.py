@@ -41,6 +41,13 @@ def fast(doc: dict, project: Project) -> bool:
     return '"fast_path": true' in row[0]
 
 
+def shown(project: Project, run: str) -> dict:
+    """`runs show RUN --json`."""
+    res = project.cli("runs", "show", run, "--json", "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+    return res.json
+
+
 def test_nothing_changed_is_answered_by_the_fingerprint(project: Project) -> None:
     chain(project)
     second = converge(project)
@@ -77,31 +84,6 @@ def test_deleted_output_and_object_fall_through(project: Project) -> None:
     assert not fast(doc, project) and len(ran(doc)) >= 1
 
 
-def test_a_no_op_run_records_its_params(project: Project) -> None:
-    project.write(
-        "pipeline.yaml",
-        """\
-        runner: 1
-        name: p
-        params:
-          word: {type: string, default: a}
-        steps:
-          h: {uses: hash, with: {value: "${{ params.word }}"}}
-    """,
-    )
-    project.apply("-p", "word=b")
-    age_files(project.root)
-    full = project.apply("-p", "word=b")
-    noop = project.apply("-p", "word=b")
-    assert fast(noop, project)
-
-    def params(run: str) -> object:
-        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
-        return res.json["run"]["params"]
-
-    assert params(noop["run"]["id"]) == params(full["run"]["id"]) == {"word": "b"}
-
-
 def test_a_no_op_run_row_reads_as_a_full_paths(project: Project) -> None:
     """Params, progress per phase and the last phase: `runs show` gives a no-op run what it
     gives the fully cached run before it (only ids, times and the pid differ)."""
@@ -111,26 +93,28 @@ def test_a_no_op_run_row_reads_as_a_full_paths(project: Project) -> None:
         runner: 1
         name: p
         phases: [one, two]
+        params:
+          word: {type: string, default: a}
         steps:
-          h: {uses: hash, phase: one, with: {value: a}}
+          h: {uses: hash, phase: one, with: {value: "${{ params.word }}"}}
           g: {uses: hash, phase: two, with: {value: "${{ steps.h.output.short }}"}}
           k: {uses: hash, with: {value: b}}
     """,
     )
-    converge(project)
+    project.apply("-p", "word=b")
     shutil.rmtree(project.root / ".runner/converged")
-    full = project.apply()  # fully cached, on the full path
-    noop = project.apply()
+    full = project.apply("-p", "word=b")  # fully cached, on the full path
+    noop = project.apply("-p", "word=b")
     assert fast(noop, project) and not fast(full, project)
 
     def row(run: str) -> dict[str, object]:
-        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
-        out = dict(res.json["run"])
+        out = dict(shown(project, run)["run"])
         for varies in ("id", "created_at", "finished_at", "pid"):
             out.pop(varies)
         return out
 
     assert row(noop["run"]["id"]) == row(full["run"]["id"])
+    assert row(noop["run"]["id"])["params"] == {"word": "b"}
 
 
 def test_pipeline_params_and_config_changes_fall_through(project: Project) -> None:
@@ -272,7 +256,7 @@ def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyP
     first = fastdoc.of_bytes(one)
     assert fastdoc.of_bytes(one) == first and len(parsed) == 1
     assert fastdoc.of_bytes(other) != first and len(parsed) == 2
-    assert first[0] == source.document_digest(one.decode())
+    assert first[0] == source.data_digest(real(one.decode()))
 
 
 def test_the_keyed_digest_leaves_out_only_what_no_key_depends_on() -> None:
@@ -433,16 +417,18 @@ def test_an_llm_pipeline_reading_a_glob_takes_the_fast_path(project: Project) ->
     assert fast(project.apply(), project)
     planned = project.cli("plan", "pipeline.yaml", "--json")
     assert planned.exit_code == 0 and '"would_change": false' in planned.stdout
-    # a new file the glob matches: a new element runs
-    project.write("docs/c.md", "gamma\n")
+    # a new file the glob matches (a hostile name and text: data, never code): a new element
+    hostile = "docs/c $HOME 'q' `x` <script>.md"
+    project.write(hostile, "gamma ${{ run.id }} $(touch pwned)\n")
     doc = project.apply()
     assert not fast(doc, project) and ran(doc) == {"files", "sum"}
     assert doc["steps"][1]["elements"] == {"total": 3, "ran": 1, "cached": 2}
+    assert not (project.root / "pwned").exists()
     age_files(project.root)
     project.apply()
     assert fast(project.apply(), project)
     # a file gone: the glob's matches differ
-    (project.root / "docs/c.md").unlink()
+    (project.root / hostile).unlink()
     doc = project.apply()
     assert not fast(doc, project) and doc["steps"][1]["elements"]["total"] == 2
     age_files(project.root)
@@ -527,8 +513,7 @@ def test_a_no_op_runs_records_read_as_the_full_paths(project: Project) -> None:
     assert fast(noop, project)
 
     def outputs(run: str) -> list[tuple[str, object]]:
-        res = project.cli("runs", "show", run, "--json", "--state", ".runner")
-        return [(e["step_id"], e["output"]) for e in res.json["executions"]]
+        return [(e["step_id"], e["output"]) for e in shown(project, run)["executions"]]
 
     assert outputs(noop["run"]["id"]) == outputs(full["run"]["id"])
     assert all(output is not None for _, output in outputs(noop["run"]["id"]))
@@ -541,14 +526,17 @@ def test_a_no_op_runs_records_read_as_the_full_paths(project: Project) -> None:
 
 def test_verify_sees_an_element_output_edited_after_a_no_op(project: Project) -> None:
     """`runner verify` checks the outputs of each pipeline's latest run: after a no-op, that run's
-    element rows carry their keys, so an element's output edited by hand is reported."""
+    element rows carry their keys, so an element's output edited by hand is reported. The
+    second element is a hostile value: it reaches the shell, a file name and the journal as
+    data."""
+    hostile = "b'$(touch pwned)`touch pwned2`;\"x"
     project.write(
         "pipeline.yaml",
         """\
         runner: 1
         name: p
         params:
-          items: {type: array, default: [a, b]}
+          items: {type: array, default: [a, "b'$(touch pwned)`touch pwned2`;\\"x"]}
         steps:
           w:
             uses: shell
@@ -560,6 +548,9 @@ def test_verify_sees_an_element_output_edited_after_a_no_op(project: Project) ->
     converge(project)
     assert fast(project.apply(), project)
     assert project.cli("verify", "--state", ".runner").exit_code == 0
-    (project.root / "out/b.txt").write_text("edited by hand\n")
+    output = project.root / "out" / f"{hostile}.txt"
+    assert output.read_text() == f"{hostile}\n"
+    assert not (project.root / "pwned").exists() and not (project.root / "pwned2").exists()
+    output.write_text("edited by hand\n")
     res = project.cli("verify", "--state", ".runner")
-    assert res.exit_code != 0 and "out/b.txt" in res.stdout + res.stderr
+    assert res.exit_code != 0 and "touch pwned2" in res.stdout + res.stderr

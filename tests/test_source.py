@@ -19,7 +19,8 @@ from runner.pipeline.source import (
     MAX_ALIAS_VALUES,
     MAX_FILE_BYTES,
     MAX_VALUES,
-    document_digest,
+    data_digest,
+    document_data,
     load_data,
     parse_file,
     parse_text,
@@ -164,6 +165,11 @@ def test_a_pipeline_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -
     with pytest.raises(InvalidPipeline, match="MB, over the limit of 16 MB") as info:
         parse_file(path, "huge.yaml")
     assert info.value.where == Location("huge.yaml", 1, 1)
+
+
+def document_digest(text: str) -> str | None:
+    data = document_data(text)
+    return None if data is None else data_digest(data)
 
 
 def test_document_digest_is_of_the_values_read() -> None:

@@ -137,18 +137,11 @@ def parse_text(text: str, file: str, *, max_values: int = MAX_VALUES) -> Sourced
     return parse_full(text, file, max_values)
 
 
-def document_digest(text: str) -> str | None:
-    """A digest of what the readers give for ``text`` (``data_digest``): comments, layout,
-    quoting styles and anchors that yield the same values all keep it, and the compiler, which
-    sees only those values, makes the same plan of them (the no-op fast path relies on this).
-    None when the text is not a valid YAML document of JSON values.
-    """
-    data = document_data(text)
-    return None if data is None else data_digest(data)
-
-
 def document_data(text: str) -> Any:
-    """The values of a pipeline's text, or None when it is not a valid YAML document."""
+    """The values of a pipeline's text, or None when it is not a valid YAML document (the no-op
+    fast path compares their ``data_digest``: comments, layout, quoting and anchors that yield
+    the same values give the same digest, and the compiler, which sees only the values, makes the
+    same plan of them)."""
     if len(text) > MAX_FILE_BYTES:
         return None
     try:
