@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -100,3 +102,79 @@ def test_ci_runs_the_readmes_test_command() -> None:
 
 def test_no_stray_binaries_at_the_root() -> None:
     assert not list(ROOT.glob("*.whl"))
+
+
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+
+
+def test_the_references_are_generated_from_the_code() -> None:
+    """docs/reference/*.md are what `python -m runner.docgen` makes of today's code: a changed
+    option, help text or step schema without a regenerated reference fails here."""
+    from runner.docgen import generated
+
+    for path, text in generated().items():
+        assert path.exists(), f"{path} is missing: run python -m runner.docgen"
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path.relative_to(ROOT)} is stale: run python -m runner.docgen and commit it"
+        )
+
+
+def test_docgen_check_reports_a_stale_reference(tmp_path: Path, monkeypatch: Any) -> None:
+    import runner.docgen as docgen
+
+    monkeypatch.setattr(docgen, "DOCS", tmp_path)
+    assert docgen.main([]) == 0  # writes both
+    assert docgen.main(["--check"]) == 0
+    (tmp_path / "cli.md").write_text("old\n")
+    assert docgen.main(["--check"]) == 1
+    assert (tmp_path / "cli.md").read_text() == "old\n"  # --check writes nothing
+
+
+def test_the_readme_is_short_and_maps_every_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 130
+    for page in PAGES:
+        rel = page.relative_to(ROOT).as_posix()
+        if page.name != "README.md":
+            assert f"({rel})" in readme or f"({page.relative_to(DOCS).as_posix()})" in (
+                DOCS / "README.md"
+            ).read_text(), f"{rel} is linked from neither README.md nor docs/README.md"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    # GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens.
+    out = set()
+    for line in page.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return out
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
+def test_every_link_resolves(page: Path) -> None:
+    for target in LINK.findall(page.read_text()):
+        if "://" in target:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        assert dest.exists(), f"{page.relative_to(ROOT)} links to missing {target}"
+        if anchor:
+            assert anchor in _anchors(dest), f"{page.relative_to(ROOT)}: no #{anchor} in {file}"
+
+
+def test_every_command_and_step_type_is_explained() -> None:
+    """The concept pages (not only the generated reference) name every command and step type."""
+    from runner.steps.registry import BUILTINS
+
+    prose = " ".join(p.read_text() for p in PAGES if p.parent.name != "reference")
+    for path in ALL:
+        name = "runner " + " ".join(path)
+        assert name in prose, f"`{name}` is in no docs page"
+    steps_page = (DOCS / "steps.md").read_text()
+    for step in BUILTINS:
+        assert f"`{step}`" in steps_page, f"step type {step} is not in docs/steps.md"
