@@ -15,7 +15,7 @@ from runner.errors import StepFailure
 from runner.providers import ImageRequest, ImageResult, Provider, create
 from runner.providers.fake import FakeProvider
 from runner.steps.base import ResultStatus, StepEnv, StepResult
-from runner.steps.image import ImageStep, idempotency_key
+from runner.steps.image import ImageStep
 from tests.providers.a1111_server import A1111Server
 from tests.providers.openai_server import OpenAIServer
 from tests.providers.servers import Reply, png
@@ -90,31 +90,6 @@ def test_n_iterations_get_distinct_keys_seeds_and_stored_images(tmp_path: Path) 
         assert (env.state_dir / "logs" / "runs" / "run-1" / f"{key}.out").is_file()
         assert not (env.state_dir / "logs" / "runs" / "run-1" / f"{key}.err").exists()
     assert result.status is ResultStatus.OK and result.usage == {"images": 4}
-
-
-def test_the_key_is_built_from_the_documented_parts() -> None:
-    parts = {
-        "template_hash": "t",
-        "provider_profile": "fake@1:abc",
-        "item": "vid",
-        "part": "",
-        "prompt": "p",
-        "seed": 0,
-        "reference_sha256": "",
-    }
-    base = idempotency_key(**parts)  # type: ignore[arg-type]
-    for name, value in [
-        ("template_hash", "t2"),
-        ("provider_profile", "fake@1:abd"),
-        ("item", "vid2"),
-        ("part", "1"),
-        ("prompt", "p2"),
-        ("seed", 1),
-        ("reference_sha256", "ab"),
-    ]:
-        assert idempotency_key(**{**parts, name: value}) != base  # type: ignore[arg-type]
-    assert idempotency_key(**parts, run_id="r1") != base  # type: ignore[arg-type]
-    assert idempotency_key(**parts, ordinal=2) != base  # type: ignore[arg-type]
 
 
 def test_ledger_reuse_never_calls_the_provider_again(tmp_path: Path) -> None:

@@ -102,8 +102,10 @@ def resolve(
     key_extra = step.type.key_extra(args, env)
     if review is not None:  # a revision is an input: it and its downstream re-run
         key_extra = {**key_extra, "review": review}
+    neutral = step.type.key_neutral
+    keyed = {k: v for k, v in args.items() if k not in neutral} if neutral else args
     parts = KeyParts(
-        step.uses, step.type.version, args, files, key_extra, step.version, item, has_item
+        step.uses, step.type.version, keyed, files, key_extra, step.version, item, has_item
     )
     return args, parts
 

@@ -19,6 +19,7 @@ from ..errors import InvalidPipeline, Location, ProviderError
 from .jobs import RemoteJob
 from .limits import Gate, make_gate
 from .redact import MAX_MESSAGE_CHARS, Redactor
+from .requestkey import NOT_KEYED
 from .tracking import CallTracker
 
 # A backend's account (MAX_MESSAGE_CHARS) and what runner says around it.
@@ -75,10 +76,14 @@ class ImageRequest:
     seed: int | None = None
     references: list[bytes] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str = ""
-    timeout: float | None = None  # seconds; None -> the provider's configured timeout
-    job: RemoteJob | None = None  # a job-queue backend's journaled job for this call
-    tracker: CallTracker | None = None  # told when a request goes out and the backend's job id
+    # How the call is made, not what it makes: kept out of the call's key (requestkey.py).
+    idempotency_key: str = field(default="", metadata=NOT_KEYED)
+    # seconds; None -> the provider's configured timeout
+    timeout: float | None = field(default=None, metadata=NOT_KEYED)
+    # a job-queue backend's journaled job for this call
+    job: RemoteJob | None = field(default=None, metadata=NOT_KEYED)
+    # told when a request goes out and the backend's job id
+    tracker: CallTracker | None = field(default=None, metadata=NOT_KEYED)
 
 
 @dataclass
@@ -99,12 +104,13 @@ class TextRequest:
     temperature: float | None = None
     seed: int | None = None
     format: str | None = None  # None or "json"
-    json_schema: dict[str, Any] | None = None
+    # keyed as "schema", the name the llm step's keys have always used
+    json_schema: dict[str, Any] | None = field(default=None, metadata={"key_name": "schema"})
     max_tokens: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str = ""
-    timeout: float | None = None
-    tracker: CallTracker | None = None
+    idempotency_key: str = field(default="", metadata=NOT_KEYED)
+    timeout: float | None = field(default=None, metadata=NOT_KEYED)
+    tracker: CallTracker | None = field(default=None, metadata=NOT_KEYED)
 
 
 @dataclass

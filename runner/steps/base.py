@@ -151,6 +151,10 @@ class StepType:
         and feedback (no provider, journal or gate), so `--executor dask` may run it on a worker.
       shareable: a result may be shared through a remote cache (false for steps whose effect
         is a human decision or state outside the object store).
+      key_neutral: arguments that decide how the step runs, never what it gives (a
+        concurrency cap), each with why: kept out of the step's key and its calls' keys. Every
+        other argument is a key part; tests/test_key_completeness.py holds every registered
+        type to that.
     """
 
     name: ClassVar[str]
@@ -163,6 +167,7 @@ class StepType:
     predictable: ClassVar[bool] = False
     shareable: ClassVar[bool] = True
     runs_anywhere: ClassVar[bool] = False
+    key_neutral: ClassVar[Mapping[str, str]] = {}
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         """Extra compile-time checks beyond the schema (e.g. a template file exists).

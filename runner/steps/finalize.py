@@ -30,6 +30,9 @@ class FinalizeStep(StepType):
     runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
     version = "1"
     description = "Resize, title and encode images to a compliance profile, and check them."
+    key_neutral: ClassVar[Mapping[str, str]] = {
+        "concurrency": "how many images are finalised at once, never what they become",
+    }
     output_doc: ClassVar[dict[str, str]] = {
         "iterations": (
             "list: each image iteration with `final` (object digest), `ext`, `width`, "

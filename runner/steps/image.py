@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..canonical import digest
 from ..errors import Location, ProviderError, StepFailure, StoreError
 from ..pipeline.paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
@@ -34,6 +33,7 @@ from ..providers.calls import (
 )
 from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
+from ..providers.requestkey import request_key
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -66,37 +66,29 @@ def parse_size(value: Any) -> tuple[int, int]:
     raise ValueError(f"size must be 'WIDTHxHEIGHT' or [width, height], got {value!r}")
 
 
-def idempotency_key(
-    *,
-    template_hash: str,
+def call_key(
+    request: ImageRequest,
     provider_profile: str,
-    item: str,
-    part: str,
-    prompt: str,
-    seed: int,
-    reference_sha256: str,
+    *,
+    template_hash: str = "",
+    item: str = "",
+    part: str = "",
     ordinal: int | None = None,
     run_id: str | None = None,
 ) -> str:
-    """The key of one paid image call, built from its named parts (32 hex chars).
+    """The key of one paid image call (32 hex chars): the digest of the canonical request it
+    sends (every keyed field, references by content) and the provider profile, scoped to the
+    thumbnail's template, item and part (design/thumbnail.md).
 
-    ``ordinal`` is folded in only for seedless providers (so n iterations get n keys);
-    ``run_id`` only when calls must not be shared across runs.
+    ``ordinal`` joins only for seedless providers (so n iterations get n keys); ``run_id`` only
+    when calls must not be shared across runs.
     """
-    parts: list[str] = [
-        template_hash,
-        provider_profile,
-        item,
-        part,
-        prompt,
-        str(seed),
-        reference_sha256,
-    ]
+    scope: dict[str, Any] = {"template_hash": template_hash, "item": item, "part": part}
     if ordinal is not None:
-        parts.append(f"ordinal:{ordinal}")
+        scope["ordinal"] = ordinal
     if run_id is not None:
-        parts.append(f"run:{run_id}")
-    return digest(parts)[:32]
+        scope["run"] = run_id
+    return request_key(request, provider_profile, scope)
 
 
 def provider_access(env: StepEnv) -> ProviderAccess:
@@ -152,6 +144,9 @@ class ImageStep(StepType):
     name: ClassVar[str] = "image"
     version: ClassVar[str] = "1"
     description: ClassVar[str] = "generate n images from a prompt with an image provider"
+    key_neutral: ClassVar[Mapping[str, str]] = {
+        "concurrency": "how many calls are in flight at once, never what they make",
+    }
     output_doc: ClassVar[dict[str, str]] = {
         "iterations": (
             "list: one per image, with `ordinal`, `seed`, `idempotency_key`, `raw` (object "
@@ -275,26 +270,22 @@ class ImageStep(StepType):
         item = str(args.get("video_id") or args.get("item") or "")
 
         async def iteration(k: int) -> dict[str, Any]:
-            seed = base_seed + k - 1 if caps.supports_seed else None
-            key = idempotency_key(
-                template_hash=str(args.get("template_hash", "")),
-                provider_profile=profile,
-                item=item,
-                part=str(args.get("part", "")),
-                prompt=prompt,
-                seed=base_seed + k - 1,
-                reference_sha256=ref_sha,
-                ordinal=None if caps.supports_seed else k,
-                run_id=ctx.run_id if args.get("dedupe_run") else None,
-            )
             request = ImageRequest(
                 prompt=prompt,
                 negative_prompt=str(args.get("negative_prompt", "")),
                 size=size,
-                seed=seed,
+                seed=base_seed + k - 1 if caps.supports_seed else None,
                 references=refs if caps.supports_reference_image else [],
                 params=dict(args.get("params") or {}),
-                idempotency_key=key,
+            )
+            request.idempotency_key = call_key(
+                request,
+                profile,
+                template_hash=str(args.get("template_hash", "")),
+                item=item,
+                part=str(args.get("part", "")),
+                ordinal=None if caps.supports_seed else k,
+                run_id=ctx.run_id if args.get("dedupe_run") else None,
             )
             return await self._one(calls, k, request)
 

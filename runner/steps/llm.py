@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..canonical import digest
 from ..datafiles import load_json
 from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
@@ -30,6 +29,7 @@ from ..providers.calls import (
     with_provider_retries,
 )
 from ..providers.limits import waiting
+from ..providers.requestkey import canonical_request, request_key
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
 from .image import load_reference, resolve_provider
 from .ordered import in_order
@@ -175,26 +175,11 @@ class LlmStep(StepType):
         profile = provider.profile()
         messages = with_feedback(self._messages(args), list(ctx.feedback))
         loaded: list[dict[str, Any]] = []
-        keyed: list[dict[str, Any]] = []
         for m in messages:
             images = [load_reference(ctx, ref) for ref in m.get("images", [])]
             loaded.append({**m, "images": images} if images else dict(m))
-            shas = [hashlib.sha256(i).hexdigest() for i in images]
-            keyed.append({**m, "images": shas} if shas else dict(m))
         schema = args.get("schema")
         fmt = "json" if args.get("format") == "json" or schema is not None else None
-        canonical_request = {
-            "messages": keyed,
-            "model": args.get("model"),
-            "temperature": args.get("temperature"),
-            "seed": args.get("seed"),
-            "format": fmt,
-            "schema": schema,
-            "max_tokens": args.get("max_tokens"),
-            "params": args.get("params") or {},
-        }
-        attempt = ctx.attempt if ctx.feedback else None
-        key = digest([canonical_request, profile, attempt])[:32]
         request = TextRequest(
             messages=loaded,
             model=args.get("model"),
@@ -204,9 +189,12 @@ class LlmStep(StepType):
             json_schema=schema,
             max_tokens=args.get("max_tokens"),
             params=dict(args.get("params") or {}),
-            idempotency_key=key,
         )
-        record = await self._call(ctx, provider, request, canonical_request)
+        # A retry with check feedback is a new request; the attempt keeps their keys apart.
+        attempt = ctx.attempt if ctx.feedback else None
+        request.idempotency_key = request_key(request, profile, attempt)
+        canonical = canonical_request(request)
+        record = await self._call(ctx, provider, request, canonical)
         refusal = (record.get("metadata") or {}).get("refusal")
         if refusal:  # the model declined: its words, not a parse error about an empty reply
             raise StepFailure(f"{provider.name}: the model refused: {refusal}", check=True)
@@ -222,7 +210,7 @@ class LlmStep(StepType):
             "model": (record.get("metadata") or {}).get("model") or args.get("model"),
             "provider": provider.name,
             "provider_profile": profile,
-            "idempotency_key": key,
+            "idempotency_key": request.idempotency_key,
             "sha256": record["digest"],
             "reused": bool(record.get("reused")),
         }

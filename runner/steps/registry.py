@@ -108,4 +108,5 @@ def describe(name: str, step_type: StepType) -> dict[str, Any]:
         "requires_check": step_type.requires_check,
         "schema": step_type.schema,
         "output": dict(step_type.output_doc),
+        "key_neutral": dict(step_type.key_neutral),
     }

@@ -1,0 +1,49 @@
+"""A paid call's idempotency key: the digest of the canonical request it sends.
+
+Every field of a request dataclass is keyed unless its field metadata says ``keyed=False`` (how
+the call is made, never what it produces: the key itself, a timeout, a job handle, a tracker).
+So a field added to a request joins its calls' keys by construction; nobody has to remember to
+list it. Bytes are keyed by their sha256, so references count by content, not by path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+from ..canonical import digest
+
+# Field metadata of a request field that does not decide the result.
+NOT_KEYED: dict[str, Any] = {"keyed": False}
+
+
+def keyed_fields(request_type: type) -> list[str]:
+    """The names of a request dataclass's fields that join its calls' keys."""
+    return [f.name for f in dataclasses.fields(request_type) if f.metadata.get("keyed", True)]
+
+
+def canonical_request(request: Any) -> dict[str, Any]:
+    """The request's keyed fields as canonical JSON values (bytes as sha256 hex), each under
+    its field's ``key_name`` when one is given (a name kept from an earlier key format)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(request):
+        if f.metadata.get("keyed", True):
+            out[f.metadata.get("key_name", f.name)] = _by_content(getattr(request, f.name))
+    return out
+
+
+def request_key(request: Any, profile: str, *scope: Any) -> str:
+    """The call's key (32 hex chars): the canonical request, the provider profile, then any
+    ``scope`` parts that narrow sharing (an ordinal for a seedless provider, a run id)."""
+    return digest([canonical_request(request), profile, *scope])[:32]
+
+
+def _by_content(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(value).hexdigest()
+    if isinstance(value, tuple | list):
+        return [_by_content(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _by_content(v) for k, v in value.items()}
+    return value
