@@ -73,7 +73,16 @@ def state_dir_here(override: str | os.PathLike[str] | None = None) -> Path:
     legacy = cwd / "pipelines" / STATE_NAME
     if (legacy / "journal.db").exists():
         return legacy  # an earlier version's layout with no marker at all: use it in place
-    return cwd / STATE_NAME
+    # No project here: a state made now would hold nothing, and "no journal at
+    # <cwd>/.runner/journal.db" would not say why. Say what was looked for and the way out.
+    from ..errors import UsageError
+
+    raise UsageError(
+        f"no runner.toml or .runner/ found in {cwd} or any directory above it: this is not a "
+        "runner project",
+        hint="cd into a project (runner init makes one), or name its state with --state DIR "
+        "(or $RUNNER_STATE)",
+    )
 
 
 def _adopt_legacy(old: Path, new: Path, root: Path) -> None:
