@@ -123,9 +123,35 @@ def runs_show(run_id: str, state_dir: str | None, as_json: bool) -> None:
 @click.option(
     "--yes", is_flag=True, help="With --repair: agree without being asked (needed off a terminal)."
 )
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Run cached executions of the latest runs again in a scratch copy; compare outputs.",
+)
+@click.option(
+    "--sample",
+    type=int,
+    default=10,
+    show_default=True,
+    help="With --rebuild: how many executions, picked at random.",
+)
+@click.option("--all", "every", is_flag=True, help="With --rebuild: every execution.")
+@click.option(
+    "--include-paid", is_flag=True, help="With --rebuild: re-run provider steps too (they pay)."
+)
+@click.option("--run", "run_id", default=None, help="With --rebuild: this run, not the latest.")
 @json_option
 def verify(
-    state_dir: str | None, pipeline_file: Path | None, repair: bool, yes: bool, as_json: bool
+    state_dir: str | None,
+    pipeline_file: Path | None,
+    repair: bool,
+    yes: bool,
+    rebuild: bool,
+    sample: int,
+    every: bool,
+    include_paid: bool,
+    run_id: str | None,
+    as_json: bool,
 ) -> None:
     """Check the journal's integrity, that every referenced object is present and intact, and
     that the outputs of each pipeline's latest completed run still hold what was recorded (an
@@ -137,7 +163,13 @@ def verify(
     lists the paid calls the next apply will make again and asks before changing anything
     (off a terminal, or with --json, only --yes agrees).
 
-    Example: runner verify --state .runner && runner verify --repair --yes --json
+    --rebuild checks instead that cached results are reproducible: it runs a sample (--all:
+    every one) of the cached executions of each pipeline's latest run again, in a scratch copy
+    of the project and a scratch state (the real ones are only read), each against its recorded
+    inputs, and names every execution whose output differs (not deterministic); exit 1 when
+    one does. Provider steps are listed as skipped unless --include-paid.
+
+    Example: runner verify --state .runner && runner verify --rebuild --all --json
     """
     from ..engine.apply import State, state_dir_for
     from ..engine.drift import output_drift
@@ -147,6 +179,21 @@ def verify(
     if pipeline_file is not None and not state_dir:
         state_dir = str(state_dir_for(pipeline_file))
     where = state_dir_here(state_dir)
+    if rebuild:
+        from .rebuildcmd import run_rebuild
+
+        if repair:
+            raise UsageError("--rebuild and --repair are separate checks: give one")
+        run_rebuild(
+            where,
+            sample=sample,
+            every=every,
+            include_paid=include_paid,
+            run_id=run_id,
+            as_json=as_json,
+        )
+    elif every or include_paid or run_id is not None:
+        raise UsageError("--all, --include-paid and --run go with --rebuild")
     plan_doc = None
     if repair:
         plan_doc = _repair(where, yes, as_json)

@@ -1,0 +1,264 @@
+"""`runner verify --rebuild`: cached executions run again in a scratch copy and compared.
+
+Real applies, a real journal and object store, real shell commands; the real state is
+snapshotted before and after each rebuild and must not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.store.migrations import TABLES
+
+from .conftest import REPO, Project, runner_bin
+
+SHIPPED = ("report", "classify-ingest", "scene-detail", "thumbnail")
+PAID_STEPS = {  # each shipped pipeline's provider steps
+    "report": {"draft"},
+    "classify-ingest": {"classify"},
+    "scene-detail": {"detail"},
+    "thumbnail": {"generate"},
+}
+
+
+def snapshot(root: Path) -> dict[str, Any]:
+    """Everything a rebuild must leave alone: every journal row, the objects, the project's
+    files (content and mtime)."""
+    state = root / ".runner"
+    conn = sqlite3.connect(state / "journal.db")
+    try:
+        rows = {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in TABLES}
+    finally:
+        conn.close()
+    objects = sorted(
+        str(p.relative_to(state / "objects"))
+        for p in (state / "objects").rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and ".runner" not in path.relative_to(root).parts:
+            st = path.stat()
+            files[str(path.relative_to(root))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                st.st_mtime_ns,
+            )
+    return {"rows": rows, "objects": objects, "files": files}
+
+
+def rebuild(project: Project, *args: str) -> tuple[int, dict[str, Any]]:
+    res = project.cli("verify", "--rebuild", "--state", ".runner", "--json", *args)
+    assert res.stdout, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == res.exit_code
+    return res.exit_code, doc
+
+
+def verdicts(doc: dict[str, Any]) -> dict[str, str]:
+    """step or step[element] -> verdict."""
+    out = {}
+    for c in doc["checks"]:
+        label = c["step"] + (f"[{c['element']}]" if c["element"] is not None else "")
+        out[label] = c["verdict"]
+    return out
+
+
+@pytest.fixture
+def shipped(project: Project) -> Project:
+    for folder in ("pipelines", "prompts", "examples", "cards"):
+        shutil.copytree(
+            REPO / folder, project.root / folder, ignore=shutil.ignore_patterns(".runner", "out")
+        )
+    for name in ("runner.toml", "prompts.lock"):
+        shutil.copy(REPO / name, project.root / name)
+    return project
+
+
+def apply_to_completion(project: Project, pipeline: str) -> str:
+    """Apply a shipped pipeline; approve its review gate when it has one. The run id."""
+    doc = project.apply("--state", ".runner", file=f"pipelines/{pipeline}.yaml")
+    run_id: str = doc["run"]["id"]
+    if doc["_exit"] == 7:
+        res = project.cli("decide", run_id, "review", "approve", "--state", ".runner")
+        assert res.exit_code == 0, res.stderr
+    else:
+        assert doc["_exit"] == 0, doc
+    return run_id
+
+
+@pytest.mark.parametrize("pipeline", SHIPPED)
+def test_shipped_pipeline_rebuilds_the_same(shipped: Project, pipeline: str) -> None:
+    run_id = apply_to_completion(shipped, pipeline)
+    before = snapshot(shipped.root)
+
+    code, doc = rebuild(shipped, "--all")
+    assert code == 0 and doc["ok"], doc
+    assert [r["id"] for r in doc["runs"]] == [run_id]
+    found = verdicts(doc)
+    same = {k for k, v in found.items() if v == "same"}
+    assert same, doc  # every shipped pipeline has deterministic steps, and they were re-run
+    assert set(found.values()) <= {"same", "skipped"}
+    paid = [c for c in doc["checks"] if c["step"] in PAID_STEPS[pipeline]]
+    assert paid and all(
+        c["verdict"] == "skipped" and "--include-paid" in c["reason"] for c in paid
+    ), paid
+    assert doc["summary"]["not_sampled"] == 0
+    assert snapshot(shipped.root) == before
+
+    # The fake provider is deterministic: re-paid calls agree with the recorded ones.
+    code, doc = rebuild(shipped, "--all", "--include-paid")
+    assert code == 0 and doc["ok"], doc
+    paid = [c for c in doc["checks"] if c["step"] in PAID_STEPS[pipeline]]
+    assert paid and all(c["verdict"] == "same" for c in paid), paid
+    assert snapshot(shipped.root) == before
+
+
+CLOCK = """\
+runner: 1
+name: clock
+steps:
+  stamp:
+    uses: shell
+    with:
+      run: mkdir -p out && date +%s%N > out/stamp.txt
+      outputs: [out/stamp.txt]
+  copy:
+    uses: shell
+    with:
+      run: cp out/stamp.txt out/copy.txt
+      inputs: [out/stamp.txt]
+      outputs: [out/copy.txt]
+  steady:
+    uses: shell
+    with:
+      run: mkdir -p out && echo steady > out/steady.txt
+      outputs: [out/steady.txt]
+  noise:
+    uses: shell
+    for_each: ["a", "b"]
+    with:
+      run: echo ${{ item }} && head -c 8 /dev/urandom | od -An -tx1
+"""
+
+
+def test_a_nondeterministic_shell_step_is_found_and_named(project: Project) -> None:
+    project.write("pipeline.yaml", CLOCK)
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    before = snapshot(project.root)
+
+    code, doc = rebuild(project, "--all")
+    assert code == 1 and not doc["ok"]
+    found = verdicts(doc)
+    # `copy` reads stamp's output: it is given the recorded one, so it rebuilds the same
+    assert found == {
+        "stamp": "differs",
+        "copy": "same",
+        "steady": "same",
+        "noise[0]": "differs",
+        "noise[1]": "differs",
+    }
+    stamp = next(c for c in doc["checks"] if c["step"] == "stamp")
+    (diff,) = stamp["differences"]
+    recorded = (before["files"]["out/stamp.txt"])[0]
+    assert diff["what"] == "file out/stamp.txt" and diff["recorded"] == recorded
+    assert diff["rebuilt"] != recorded and diff["hint"].startswith("-")
+    noise = next(c for c in doc["checks"] if c["step"] == "noise" and c["element"] == 1)
+    assert [d["what"] for d in noise["differences"]] == ["output.stdout"]
+    assert snapshot(project.root) == before
+
+    # Its text form names the step and says what differs, and the exit code says it.
+    res = project.cli("verify", "--rebuild", "--all", "--state", ".runner")
+    assert res.exit_code == 1
+    assert "not deterministic: run " in res.stdout and "step stamp (shell)" in res.stdout
+    assert f"file out/stamp.txt: recorded {recorded[:12]}" in res.stdout
+    assert "step noise[1] (shell)" in res.stdout
+    assert "FAILED: 2 rebuilt the same, 3 differ" in res.stdout
+    assert snapshot(project.root) == before
+
+
+def test_rebuild_in_a_real_process_leaves_no_scratch_behind(project: Project) -> None:
+    project.write("pipeline.yaml", CLOCK)
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    before = snapshot(project.root)
+    tmp = project.root.parent / "scratch-tmp"
+    tmp.mkdir()
+    done = subprocess.run(
+        [*runner_bin(), "verify", "--rebuild", "--all", "--state", ".runner"],
+        cwd=project.root,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "not deterministic" in done.stdout and "step stamp" in done.stdout
+    assert "rebuild 5/5: done" in done.stderr  # progress, on stderr
+    assert list(tmp.iterdir()) == []  # the scratch copy is gone
+    assert snapshot(project.root) == before
+
+
+def test_each_step_is_checked_against_its_recorded_inputs(project: Project) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: chain
+        steps:
+          first:
+            uses: shell
+            with:
+              run: mkdir -p out && cat src.txt > out/a.txt
+              inputs: [src.txt]
+              outputs: [out/a.txt]
+          second:
+            uses: shell
+            with:
+              run: tr a-z A-Z < out/a.txt > out/b.txt
+              inputs: [out/a.txt]
+              outputs: [out/b.txt]
+        """,
+    )
+    project.write("src.txt", "hello\n")
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    # An output edited by hand: the rebuild gives `second` the recorded out/a.txt, and leaves
+    # the edit where it is.
+    (project.root / "out/a.txt").write_text("edited by hand\n")
+    before = snapshot(project.root)
+    code, doc = rebuild(project, "--all")
+    assert code == 0 and verdicts(doc) == {"first": "same", "second": "same"}, doc
+    assert snapshot(project.root) == before
+    assert (project.root / "out/a.txt").read_text() == "edited by hand\n"
+
+    # A source changed since the run: the key is no longer the recorded one, so there is
+    # nothing recorded to compare with; skipped and said why, not reported as a difference.
+    (project.root / "src.txt").write_text("changed\n")
+    code, doc = rebuild(project, "--all")
+    assert code == 0 and verdicts(doc) == {"first": "skipped", "second": "same"}, doc
+    first = next(c for c in doc["checks"] if c["step"] == "first")
+    assert "project changed since the run" in first["reason"]
+
+
+def test_sample_run_and_usage_errors(project: Project) -> None:
+    project.write("pipeline.yaml", CLOCK)
+    run_id = project.apply("--state", ".runner")["run"]["id"]
+    code, doc = rebuild(project, "--sample", "2", "--run", run_id[:10])
+    assert len(doc["checks"]) == 2 and doc["summary"]["not_sampled"] == 3
+    assert code == (1 if "differs" in verdicts(doc).values() else 0)
+
+    res = project.cli("verify", "--rebuild", "--run", "nosuchrun", "--state", ".runner")
+    assert res.exit_code == 3 and "unknown run" in res.stderr
+    res = project.cli("verify", "--rebuild", "--sample", "0", "--state", ".runner")
+    assert res.exit_code == 2 and "--sample" in res.stderr
+    res = project.cli("verify", "--all", "--state", ".runner")
+    assert res.exit_code == 2 and "--rebuild" in res.stderr
+    res = project.cli("verify", "--rebuild", "--repair", "--state", ".runner")
+    assert res.exit_code == 2
