@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import Project
+from .conftest import Project, runner_bin
 
 NO_PROJECT_COMMANDS = [
     ("runs", "list"),
@@ -36,3 +39,60 @@ def test_a_project_that_never_ran_says_so(tmp_path: Path) -> None:
     proj.write("runner.toml", "[general]\ndefault_provider = 'fake'\n")
     res = proj.cli("runs", "list")
     assert "nothing has run here yet" in res.stderr, res.stderr
+
+
+def _project_that_ran(tmp_path: Path) -> Project:
+    proj = Project(tmp_path)
+    proj.write("runner.toml", "[general]\ndefault_provider = 'fake'\n")
+    proj.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: tiny
+        steps:
+          hello:
+            uses: template
+            with: {text: "hi", vars: {}}
+        """,
+    )
+    assert proj.cli("apply", "pipeline.yaml", "-q").exit_code == 0
+    return proj
+
+
+def test_serve_on_a_busy_port_names_a_free_one_and_prints_no_url(tmp_path: Path) -> None:
+    proj = _project_that_ran(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = subprocess.run(
+            [*runner_bin(), "serve", "--port", str(port)],
+            cwd=proj.root, capture_output=True, text=True, timeout=60,
+        )
+    assert res.returncode == 2, res.stderr
+    m = re.fullmatch(rf"error: port {port} is in use; try --port (\d+)\n", res.stderr)
+    assert m, res.stderr
+    assert "http://" not in res.stderr + res.stdout  # no URL for a server that never listened
+    with socket.socket() as probe:  # the suggested port is free
+        probe.bind(("127.0.0.1", int(m.group(1))))
+
+
+def test_serve_prints_its_url_once_listening(tmp_path: Path) -> None:
+    proj = _project_that_ran(tmp_path)
+    proc = subprocess.Popen(
+        [*runner_bin(), "serve", "--port", "0"],
+        cwd=proj.root, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert m, line
+        # The URL is printed after listen(): a connection made at once is accepted.
+        with socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=5):
+            pass
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -67,6 +70,8 @@ def serve(
     state.close()
     token = token or new_token()
     app = create_app(path, token, bind_host=host, export_dirs=[Path(d) for d in export_dirs])
+    sock = _listen(host, port)  # before any URL is printed: a busy port is said plainly
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     shown = "localhost" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{port}/"
     if not is_loopback(host):
@@ -83,4 +88,37 @@ def serve(
 
         threading.Timer(0.5, webbrowser.open, args=(login_url(url, token),)).start()
     log_level = os.environ.get("RUNNER_SERVE_LOG", "warning")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or a UsageError naming a free port to try instead."""
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot listen on {host}: {exc.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not past a live listener
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            free = _free_port(family, addr, port)
+            hint = f"; try --port {free}" if free else ""
+            raise UsageError(f"port {port} is in use{hint}") from None
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def _free_port(family: int, addr: tuple[Any, ...], busy: int) -> int | None:
+    for candidate in range(busy + 1, min(busy + 50, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((addr[0], candidate, *addr[2:]))
+            except OSError:
+                continue
+            return candidate
+    return None
