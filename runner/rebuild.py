@@ -329,21 +329,21 @@ class _Scratch:
         done: int,
         total: int,
     ) -> list[Check]:
-        """Rebuild ``mine`` one after another (one event loop for the run's checks)."""
+        """Rebuild ``mine`` one after another (one event loop for the run's checks), the copy
+        holding the run's recorded files and each step seeing the run's recorded results."""
+        self._put_back(recorded)
+        self.interp.context_steps.update(_context(self.plan, recorded))
         out: list[Check] = []
         for n, rec in enumerate(mine):
             if progress is not None:
                 progress(done + n, total, f"{self.run['pipeline']}: {_label(rec)}")
-            out.append(await self.check(rec, recorded))
+            out.append(await self.check(rec))
         return out
 
-    async def check(self, rec: Recorded, recorded: list[Recorded]) -> Check:
+    async def check(self, rec: Recorded) -> Check:
         step = self.plan.steps[rec.step]
         made = Check(self.run["id"], self.run["pipeline"], rec.step, rec.element, step.uses,
                      Verdict.SAME)  # fmt: skip
-        self._put_back(recorded)
-        self.interp.context_steps.clear()
-        self.interp.context_steps.update(_context(self.plan, recorded))
         for rel in rec.files:  # made again from nothing, as a first apply would
             target = self._inside(rel)
             if target is not None:
@@ -353,6 +353,8 @@ class _Scratch:
         except RunnerError as exc:
             made.verdict, made.reason = Verdict.FAILED, str(exc)
             return made
+        finally:  # the steps checked after this one read what was recorded, not the rebuild
+            self._put_back([rec])
         if isinstance(rebuilt, str):
             stale = rebuilt.startswith("stale: ")
             made.verdict = Verdict.SKIPPED if stale else Verdict.FAILED
@@ -468,3 +470,15 @@ def _copy_tree(src: Path, dst: Path, state_dir: Path) -> None:
         ]
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
+    # An absolute link into the project points into the copy instead: a command writing
+    # through it must reach the copy, not the original.
+    base = os.fspath(src)
+    for folder, dirs, files in os.walk(dst):
+        for name in dirs + files:
+            link = os.path.join(folder, name)
+            if not os.path.islink(link):
+                continue
+            target = os.readlink(link)
+            if os.path.isabs(target) and (target == base or target.startswith(base + os.sep)):
+                os.unlink(link)
+                os.symlink(os.fspath(dst) + target[len(base) :], link)

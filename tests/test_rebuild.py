@@ -229,12 +229,15 @@ def test_each_step_is_checked_against_its_recorded_inputs(project: Project) -> N
     )
     project.write("src.txt", "hello\n")
     assert project.apply("--state", ".runner")["_exit"] == 0
+    noop = project.apply("--state", ".runner")  # the latest run reuses everything
+    assert noop["_exit"] == 0 and noop["summary"]["ran"] == 0
     # An output edited by hand: the rebuild gives `second` the recorded out/a.txt, and leaves
     # the edit where it is.
     (project.root / "out/a.txt").write_text("edited by hand\n")
     before = snapshot(project.root)
     code, doc = rebuild(project, "--all")
     assert code == 0 and verdicts(doc) == {"first": "same", "second": "same"}, doc
+    assert [r["id"] for r in doc["runs"]] == [noop["run"]["id"]]
     assert snapshot(project.root) == before
     assert (project.root / "out/a.txt").read_text() == "edited by hand\n"
 
@@ -262,3 +265,30 @@ def test_sample_run_and_usage_errors(project: Project) -> None:
     assert res.exit_code == 2 and "--rebuild" in res.stderr
     res = project.cli("verify", "--rebuild", "--repair", "--state", ".runner")
     assert res.exit_code == 2
+
+
+def test_a_command_writing_through_an_absolute_link_writes_into_the_copy(
+    project: Project,
+) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: linked
+        steps:
+          log:
+            uses: shell
+            with:
+              run: echo once >> data/log.txt && mkdir -p out && echo ok > out/ok.txt
+              outputs: [out/ok.txt]
+        """,
+    )
+    (project.root / "real").mkdir()
+    (project.root / "data").symlink_to(project.root.resolve() / "real")
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    assert (project.root / "real/log.txt").read_text() == "once\n"
+    before = snapshot(project.root)
+    code, doc = rebuild(project, "--all")
+    assert code == 0 and verdicts(doc) == {"log": "same"}, doc
+    assert (project.root / "real/log.txt").read_text() == "once\n"
+    assert snapshot(project.root) == before
