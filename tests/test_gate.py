@@ -284,3 +284,74 @@ def test_runs_show_lists_decisions(project: Project) -> None:
     assert re.search(r"review\s+1\s+approve\s+ana\s+\d{4}-", text), text
     shown = project.cli("runs", "show", run_id, "--state", ".runner", "--json").json
     assert shown["decisions"][0]["decision"] == "approve" and shown["decisions"][0]["by"] == "ana"
+
+
+# -- a decision is a result of the gate's inputs (issue 28) ------------------------------------
+
+
+def _decide(project: Project, run_id: str, *args: str) -> None:
+    res = project.cli("decide", "--no-resume", run_id, "review", *args, "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+
+
+def test_an_approved_revision_is_given_again_by_the_next_apply(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    _decide(project, run_id, "revise", "--input", "feedback=shorter")
+    assert project.apply()["_exit"] == 7  # round 2 shows the revised draft
+    _decide(project, run_id, "approve")
+    assert project.apply()["_exit"] == 0
+    plan = project.cli("plan", "pipeline.yaml", "--json", "--state", ".runner").json
+    assert plan["would_change"] is False, plan
+    actions = {s["id"]: s["action"] for s in plan["steps"]}
+    assert actions == {"draft": "cached", "other": "cached", "review": "cached", "publish": "cached"}
+    again = project.apply()  # nothing changed: the revision and its approval are given again
+    assert again["_exit"] == 0, again
+    assert again["run"]["id"] != run_id
+    assert statuses(again)["review"] == "cached" and statuses(again)["publish"] == "cached"
+    published = (project.root / "published/draft.txt").read_text()
+    assert published == "draft reviewer feedback: shorter\n"
+    assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+    rows = _decisions(project, again["run"]["id"])
+    assert [(r["round"], r["decision"], r["summary"].get("remembered_from")) for r in rows] == [
+        (1, "revise", run_id)
+    ]
+
+
+def test_a_rejection_is_given_again_until_the_gate_is_reasked(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    _decide(project, run_id, "reject", "--comment", "off brand")
+    assert project.cli("resume", run_id, "--state", ".runner").exit_code == 8
+    plan = project.cli("plan", "pipeline.yaml", "--json", "--state", ".runner").json
+    actions = {s["id"]: s["action"] for s in plan["steps"]}
+    assert actions["review"] == "cached" and actions["publish"] == "skip", plan
+    again = project.apply()
+    assert again["_exit"] == 8, again  # not asked about the same draft again
+    assert again["run"]["status"] == "rejected"
+    assert statuses(again)["review"] == "rejected" and statuses(again)["publish"] == "skipped"
+    review = next(s for s in again["steps"] if s["id"] == "review")
+    assert "rejected before with the same inputs" in review["reason"]
+    assert "--reask review" in review["reason"]
+    assert not (project.root / "published").exists()
+    asked = project.apply("--reask", "review")
+    assert asked["_exit"] == 7 and statuses(asked)["review"] == "awaiting_human"
+    _decide(project, asked["run"]["id"], "approve")
+    done = project.apply()
+    assert done["_exit"] == 0 and (project.root / "published/draft.txt").exists()
+    # the latest decision on these inputs wins: now approved, the next apply is cached
+    latest = project.apply()
+    assert latest["_exit"] == 0 and statuses(latest)["review"] == "cached"
+
+
+def test_a_changed_draft_is_asked_about_though_the_old_one_was_rejected(project: Project) -> None:
+    run_id = _suspended(project)["run"]["id"]
+    _decide(project, run_id, "reject")
+    assert project.cli("resume", run_id, "--state", ".runner").exit_code == 8
+    project.write("pipeline.yaml", GATED.replace("'draft ", "'second "))
+    doc = project.apply()
+    assert doc["_exit"] == 7 and statuses(doc)["review"] == "awaiting_human"
+
+
+def test_reask_names_a_gate(project: Project) -> None:
+    project.write("pipeline.yaml", GATED)
+    res = project.cli("apply", "pipeline.yaml", "--reask", "draft", "--state", ".runner")
+    assert res.exit_code == 2 and "not a human_gate" in res.stderr

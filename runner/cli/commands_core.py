@@ -68,6 +68,13 @@ def _install_sigterm() -> None:
 @param_option
 @jobs_option
 @click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
+@click.option(
+    "--reask",
+    multiple=True,
+    metavar="GATE",
+    help="Ask GATE again, though a decision was made before on the same inputs (an approval, "
+    "a rejection or a revision is otherwise given again).",
+)
 @click.option("--dry-run", is_flag=True, help="The same as `runner plan`: run and write nothing.")
 @click.option("--item", default=None, help="What this run is for (one active run per item).")
 @events_option
@@ -126,6 +133,7 @@ def apply(
     params: tuple[str, ...],
     jobs: int | None,
     force: tuple[str, ...],
+    reask: tuple[str, ...],
     dry_run: bool,
     item: str | None,
     events_file: str | None,
@@ -159,7 +167,8 @@ def apply(
         finish_plan(doc, fc, as_json=as_json, detailed=False)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
-    if not (force or out_dir or events_file or retry_uncertain or max_cost is not None or remote):
+    asked = force or reask or out_dir or events_file or retry_uncertain or remote
+    if not (asked or max_cost is not None):
         held = fastpath.check(state_path, pipeline_path, overrides, item)
         if held is not None and "validate" in held:
             # Only values no key depends on changed (a description, retries): valid values
@@ -188,6 +197,9 @@ def apply(
     for f in force:
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
+    for g in reask:
+        if g not in plan.steps or plan.steps[g].uses != "human_gate":
+            raise UsageError(f"--reask: '{g}' is not a human_gate step of {plan.name}")
     forced = frozenset(plan.downstream(set(force))) if force else frozenset()
     from ..engine.plandoc import check_budget_first
 
@@ -197,6 +209,7 @@ def apply(
     check_out_dir(plan, out_dir)
     options = ApplyOptions(
         force=forced,
+        reask=frozenset(reask),
         item=item,
         retry_uncertain=retry_uncertain,
         remote=remote,

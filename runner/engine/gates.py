@@ -110,6 +110,52 @@ def request_decision(
     )
 
 
+def remembered(
+    journal: Journal, *, pipeline: str, gate: str, key: str, run_id: str
+) -> DecisionRow | None:
+    """The latest decision another run of ``pipeline`` made at ``gate`` on exactly these
+    inputs (``key`` holds the item, the gate's arguments and its upstream keys), or None.
+
+    A decision is a result of what the reviewer was shown, like a step's output of its key:
+    an approval, a rejection and a revision are each given again for the same inputs.
+    """
+    rows = journal.query(
+        "SELECT d.* FROM decisions d JOIN runs r ON r.id = d.run_id "
+        "WHERE d.gate=? AND d.key=? AND d.status=? AND d.run_id<>? AND r.pipeline=? "
+        "ORDER BY d.decided_at DESC, d.id DESC LIMIT 1",
+        (gate, key, RowStatus.DECIDED.value, run_id, pipeline),
+    )
+    return DecisionRow.from_row(rows[0]) if rows else None
+
+
+def adopt(journal: Journal, row: DecisionRow, *, run_id: str, round_: int) -> DecisionRow:
+    """Record ``row`` (a decision of another run on the same inputs) as this run's decision of
+    round ``round_``: who decided, what and when stay the reviewer's; the summary names the run
+    it came from."""
+    summary = {**row.summary, "round": round_, "remembered_from": row.run_id}
+    cur = journal.conn.execute(
+        "INSERT INTO decisions (run_id, gate, status, decision, by, comment, input, summary, "
+        "requested_at, decided_at, artifact, round, key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            run_id,
+            row.gate,
+            RowStatus.DECIDED.value,
+            row.decision.value if row.decision else None,
+            row.by,
+            row.comment,
+            dumps(row.input),
+            dumps(summary),
+            time.time(),
+            row.decided_at,
+            row.artifact,
+            round_,
+            row.key,
+        ),
+    )
+    found = journal.query("SELECT * FROM decisions WHERE id=?", (cur.lastrowid,))
+    return DecisionRow.from_row(found[0])
+
+
 def review_for(rows: list[DecisionRow]) -> dict[str, Any] | None:
     """The revision context of a gate's target step: every `revise` so far, in order.
 

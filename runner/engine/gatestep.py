@@ -6,6 +6,8 @@ with them: ask a new round, wait on a pending one, or end the step approved or r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..canonical import digest as canonical_digest
@@ -41,28 +43,55 @@ def check_gates(plan: Plan) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Recall:
+    """A decision another run made on exactly the inputs the gate has now, and what to do
+    when it was a revision (its target must run again with the review, in this run)."""
+
+    row: gates.DecisionRow
+    revised: Callable[[], None]
+
+
 def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
     """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
     args, parts = interp._resolve(step, {})
-    # A decision is about this item and these upstream results, not only the text shown.
-    upstream = {
-        d: interp.outcomes[d].key or [e.key for e in interp.outcomes[d].elements or []]
-        for d in step.deps
-    }
-    key = canonical_digest({"args": parts.key(), "item": interp.options.item, "upstream": upstream})
+    key = gate_key(interp, step, parts.key())
+    reask = step.id in interp.options.force or step.id in interp.options.reask
+    old = (
+        None
+        if reask
+        else gates.remembered(
+            interp.journal, pipeline=interp.plan.name, gate=step.id, key=key, run_id=interp.run_id
+        )
+    )
     hit = interp.cached.get((step.id, key))
     if (
         hit is not None
         and hit.status == "completed"
         and step.cache is CachePolicy.USE
-        and step.id not in interp.options.force
+        and not reask
+        and (old is None or old.decision is gates.Decision.APPROVE)  # the latest decision wins
         and interp.reuse.usable(hit)
     ):
         # Approved before with these very inputs (an earlier run): no need to ask again.
         interp.recorder.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
         interp.recorder.reused(step.id, -1, key, hit.output, "approved before with the same inputs")
         return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
-    return decide(step, key, args, interp.journal, interp.recorder)
+
+    def revised() -> None:
+        interp.revise_again = True
+
+    recall = Recall(old, revised) if old is not None else None
+    return decide(step, key, args, interp.journal, interp.recorder, recall)
+
+
+def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
+    """What a decision is about: this item, the gate's arguments and its upstream results."""
+    upstream = {
+        d: interp.outcomes[d].key or [e.key for e in interp.outcomes[d].elements or []]
+        for d in step.deps
+    }
+    return canonical_digest({"args": args_key, "item": interp.options.item, "upstream": upstream})
 
 
 def revise_target(step: CompiledStep) -> str | None:
@@ -85,9 +114,15 @@ def load_reviews(plan: Plan, journal: Journal, run_id: str) -> dict[str, dict[st
 
 
 def decide(
-    step: CompiledStep, key: str, args: dict[str, Any], journal: Journal, recorder: Recorder
+    step: CompiledStep,
+    key: str,
+    args: dict[str, Any],
+    journal: Journal,
+    recorder: Recorder,
+    recall: Recall | None = None,
 ) -> StepOutcome:
-    """The gate's outcome from its rows: decided on ``key``, still pending, or asked anew."""
+    """The gate's outcome from its rows: decided on ``key``, still pending, decided before on
+    the same inputs (``recall``), or asked anew."""
     run_id = recorder.run_id
     rows = gates.decisions(journal, run_id, step.id)
     last = rows[-1] if rows else None
@@ -100,8 +135,12 @@ def decide(
         return _decided(step, key, last, recorder)
     if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
         return _awaiting(step, key, last.round, last.summary, recorder, again=True)
-    # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
     round_ = (last.round + 1) if last is not None else 1
+    if recall is not None and (
+        recall.row.decision is not gates.Decision.REVISE or revise_target(step) is not None
+    ):
+        return _recalled(step, key, recall, journal, recorder, round_)
+    # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
     summary = {
         "summary": args.get("summary"),
         "show": args.get("show"),
@@ -114,6 +153,35 @@ def decide(
         journal, run_id=run_id, gate=step.id, round_=round_, key=key, summary=summary
     )
     return _awaiting(step, key, round_, summary, recorder, again=False)
+
+
+def _recalled(
+    step: CompiledStep,
+    key: str,
+    recall: Recall,
+    journal: Journal,
+    recorder: Recorder,
+    round_: int,
+) -> StepOutcome:
+    """This run takes the decision another run made on the same inputs (as a fresh run would
+    be given it again): approve and reject end the gate; a revision sends its target round
+    again with the review, and the gate then sees what it saw after that revision."""
+    old = recall.row
+    row = gates.adopt(journal, old, run_id=recorder.run_id, round_=round_)
+    past = {"approve": "approved", "reject": "rejected"}.get(
+        row.decision.value if row.decision else ""
+    )
+    how = f"{past or 'decided'} before with the same inputs"
+    source = f"by {old.by}, run {old.run_id}"
+    if row.decision is not gates.Decision.REVISE:
+        return _decided(step, key, row, recorder, remembered=f"{how} ({source})")
+    recall.revised()
+    reason = (
+        f"revised before with the same inputs ({source}): '{revise_target(step)}' runs again "
+        "with the review"
+    )
+    recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason, key=key)
+    return StepOutcome(step.id, StepStatus.SKIPPED, key, reason=reason)
 
 
 def _awaiting(
@@ -136,7 +204,12 @@ def _awaiting(
 
 
 def _decided(
-    step: CompiledStep, key: str, row: gates.DecisionRow, recorder: Recorder
+    step: CompiledStep,
+    key: str,
+    row: gates.DecisionRow,
+    recorder: Recorder,
+    *,
+    remembered: str | None = None,
 ) -> StepOutcome:
     assert row.decision is not None
     output = {
@@ -162,11 +235,17 @@ def _decided(
         status="completed" if approved else "rejected",
         output=output,
         artifacts=artifacts,
-        why=f"{row.decision.value} by {row.by} (round {row.round})",
+        why=remembered or f"{row.decision.value} by {row.by} (round {row.round})",
     )
     if approved:
         recorder.emit(EventType.STEP_PASSED, step.id, key=key, duration_s=0.0, attempts=1)
         return StepOutcome(step.id, StepStatus.RAN, key, output)
     reason = f"rejected by {row.by}" + (f": {row.comment}" if row.comment else "")
+    if remembered is not None:
+        reason = (
+            f"{remembered}"
+            + (f": {row.comment}" if row.comment else "")
+            + f"; ask again with --reask {step.id}"
+        )
     recorder.emit(EventType.STEP_FAILED, step.id, reason=reason, rejected=True)
     return StepOutcome(step.id, StepStatus.REJECTED, key, output, reason)

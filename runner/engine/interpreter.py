@@ -60,6 +60,10 @@ def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
     )
 
 
+# A run goes round again for each revision remembered from another run, at most this often.
+MAX_PASSES = 32
+
+
 class Interpreter:
     """Runs one plan against one state directory. Use ``await Interpreter(...).apply()``."""
 
@@ -100,6 +104,9 @@ class Interpreter:
         self.cached = CachedResults(None, plan.name)  # the journal's, once the run starts
         self.current_phase: str | None = None
         self.reviews: dict[str, dict[str, Any]] = {}  # revise target step -> review context
+        # A gate took a revision another run made on the same inputs: its target runs again
+        # with the review, in a second pass of this run (gatestep.py).
+        self.revise_again = False
         self._reads: dict[str, set[str]] = {}
         self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
@@ -161,11 +168,21 @@ class Interpreter:
             EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order)
         )
         self.recorder.flush_events()
-        status = RunStatus.RUNNING
+        for _ in range(MAX_PASSES):
+            stopped = await self._pass(started)
+            if stopped is not None:
+                return stopped
+            if not self.revise_again or self.abort_reason is not None:
+                break
+            self._next_pass()
+        return self._finish(None, started, self.abort_reason)
+
+    async def _pass(self, started: float) -> RunReport | None:
+        """Run the steps once; a report only when the run was cancelled from elsewhere."""
         main = asyncio.create_task(
             self.scheduler.run(
                 self._step,
-                stopped=lambda: self.abort_reason is not None,
+                stopped=lambda: self.abort_reason is not None or self.revise_again,
                 settle=self.recorder.flush_deferred,
                 now=self._step_now,
             )
@@ -174,7 +191,7 @@ class Interpreter:
             self.scheduler.watch_cancel(main, self.recorder.cancel_requested)
         )
         try:
-            wall = self.options.wall_clock or plan.limits.wall_clock
+            wall = self.options.wall_clock or self.plan.limits.wall_clock
             if wall is not None:
                 try:
                     await asyncio.wait_for(main, timeout=wall)
@@ -193,8 +210,20 @@ class Interpreter:
             raise
         finally:
             watcher.cancel()
-        report = self._finish(None, started, self.abort_reason)
-        return report
+        return None
+
+    def _next_pass(self) -> None:
+        """Start the steps again with the reviews this run now holds: what ran or was cached
+        in the first pass is answered from the journal."""
+        self.revise_again = False
+        self.recorder.write_cached()
+        self.reviews = gatestep.load_reviews(self.plan, self.journal, self.run_id)
+        self.scheduler = Scheduler(self.plan, self.options.jobs)
+        self.outcomes = self.scheduler.outcomes
+        self.progress = Progress(self.plan)
+        self.context_steps = {}
+        self._prepared = {}
+        self._reads = {}
 
     def _finish(self, forced: RunStatus | None, started: float, reason: str | None) -> RunReport:
         steps = self.recorder.every_outcome(self.plan.order, self.outcomes, self.progress, reason)

@@ -12,6 +12,8 @@ from .outcomes import StepOutcome
 class ApplyOptions:
     jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
     force: frozenset[str] = frozenset()
+    # Gates that ask again though another run decided on the same inputs (`--reask`).
+    reask: frozenset[str] = frozenset()
     dry_run: bool = False
     item: str | None = None
     kind: str = "run"

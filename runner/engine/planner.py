@@ -31,6 +31,7 @@ from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ..store.journal import CachedResult, Journal
 from ..store.objects import ObjectStore
 from ..store.records import loads
+from . import gates, gatestep
 from .files import FileHasher
 from .forecast import (
     Action,
@@ -43,6 +44,7 @@ from .forecast import (
 from .keys import KeyParts, changed_parts
 
 CALL_STEPS = {"llm": "text", "image": "image"}
+MAX_PASSES = 32  # as the interpreter's: one pass more per remembered revision
 
 
 class _Touched(Exception):
@@ -161,13 +163,28 @@ class _Planner:
         self.edited = overrides.any_active(self.journal, plan.name)
         self.outcomes: dict[str, StepForecast] = {}
         self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output
+        self.again = False  # a remembered revision: forecast again with its review
+        self.rejected: set[str] = set()  # gates a remembered rejection ends
+        self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
 
     def run(self) -> Forecast:
-        steps = []
-        for sid in self.plan.order:
-            sf = self._step(self.plan.steps[sid])
-            self.outcomes[sid] = sf
-            steps.append(sf)
+        # As the apply does: a revision remembered at a gate sends its target round again with
+        # the review (gatestep.py), so the forecast is made again from the start with it.
+        for _ in range(MAX_PASSES):
+            self.again = False
+            steps = []
+            for sid in self.plan.order:
+                sf = self._step(self.plan.steps[sid])
+                self.outcomes[sid] = sf
+                steps.append(sf)
+                if self.again:
+                    break
+            if not self.again:
+                return Forecast(self.plan.name, steps)
+            self.outcomes, self.predicted, self.rejected = {}, {}, set()
+            self.interp.context_steps = {}
+            self.hasher = _PlanHasher(self.journal)
+            self.interp.reuse.hasher = self.hasher
         return Forecast(self.plan.name, steps)
 
     # -- one step ---------------------------------------------------------------------------
@@ -178,6 +195,8 @@ class _Planner:
 
     def _step(self, step: CompiledStep) -> StepForecast:
         for d in step.deps:
+            if d in self.rejected:
+                return self._skip(step, f"rejected at '{d}'")
             up = self.outcomes[d]
             if up.action is Action.SKIP and step.on_skipped != "run":
                 return self._skip(step, f"upstream '{d}' would be skipped")
@@ -452,12 +471,50 @@ class _Planner:
         key = canonical_digest(
             {"args": parts.key(), "item": self.interp.options.item, "upstream": upstream}
         )
+        reask = step.id in self.force or step.id in self.interp.options.reask
+        old = None
+        if not reask:
+            old = gates.remembered(
+                self.journal,
+                pipeline=self.plan.name,
+                gate=step.id,
+                key=key,
+                run_id=self.interp.run_id,
+            )
+        revised = [
+            f"after the revision decided before (run {r.run_id})"
+            for r in self.adopted.get(step.id, [])
+        ]
         hit = self.cached.get((step.id, key))
-        if hit is not None and hit.status == "completed" and step.id not in self.force:
+        approved = old is None or old.decision is gates.Decision.APPROVE
+        if hit is not None and hit.status == "completed" and not reask and approved:
             self.interp.context_steps[step.id] = {"status": "cached", "output": hit.output}
             return StepForecast(
-                step.id, step.uses, Action.CACHED, ["approved before with the same inputs"], key
+                step.id,
+                step.uses,
+                Action.CACHED,
+                ["approved before with the same inputs", *revised[-1:]],
+                key,
             )
+        if old is not None and old.decision is gates.Decision.REJECT:
+            self.rejected.add(step.id)
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = (
+                f"rejected before with the same inputs (by {old.by}, run {old.run_id}); "
+                f"ask again with --reask {step.id}"
+            )
+            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+        target = gatestep.revise_target(step)
+        if old is not None and old.decision is gates.Decision.REVISE and target is not None:
+            taken = self.adopted.setdefault(step.id, [])
+            taken.append(old)
+            own = gates.decisions(self.journal, self.interp.run_id, step.id)
+            review = gates.review_for([*own, *taken])
+            if review is not None:
+                self.interp.reviews[target] = review
+            self.again = True
+            why = f"revised before with the same inputs (run {old.run_id}): '{target}' again"
+            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
         self.interp.context_steps[step.id] = _Unknown(step.id)
         return StepForecast(step.id, step.uses, Action.ASK, ["would ask for a decision"], key)
 
