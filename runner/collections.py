@@ -71,6 +71,7 @@ class Collections:
     def __init__(self, state_dir: Path) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "collections.db"
+        self._named: set[str] = set()  # collections whose index holds document ids
         try:
             self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             wal_mode(self.conn, self.path)
@@ -122,8 +123,7 @@ class Collections:
                 "updated_at REAL NOT NULL)"
             )
             self.conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS c_{name}_fts "
-                "USING fts5(doc_id UNINDEXED, text)"
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS c_{name}_fts USING {_FTS_COLUMNS}"
             )
             self.conn.execute(
                 "INSERT OR IGNORE INTO collections VALUES (?,?,?)", (name, time.time(), description)
@@ -149,6 +149,7 @@ class Collections:
         """Insert new documents, update changed ones, leave identical ones alone (one
         transaction). Raises NotFound for an unknown collection."""
         self.require(name)
+        self._index_names(name)
         result = UpsertResult()
         now = time.time()
         self.conn.execute("BEGIN IMMEDIATE")
@@ -171,8 +172,8 @@ class Collections:
                         (doc.id, *values),
                     )
                     self.conn.execute(
-                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text) VALUES (?,?,?)",
-                        (cur.lastrowid, doc.id, doc.text),
+                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text, name) VALUES (?,?,?,?)",
+                        (cur.lastrowid, doc.id, doc.text, doc.id),
                     )
                     result.inserted.append(doc.id)
                 elif row[1] == doc.sha256:
@@ -185,8 +186,8 @@ class Collections:
                     )
                     self.conn.execute(f"DELETE FROM c_{name}_fts WHERE rowid=?", (row[0],))
                     self.conn.execute(
-                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text) VALUES (?,?,?)",
-                        (row[0], doc.id, doc.text),
+                        f"INSERT INTO c_{name}_fts (rowid, doc_id, text, name) VALUES (?,?,?,?)",
+                        (row[0], doc.id, doc.text, doc.id),
                     )
                     result.updated.append(doc.id)
             self.conn.execute("COMMIT")
@@ -244,23 +245,65 @@ class Collections:
             for r in rows
         ]
 
-    def search(self, name: str, query: str, limit: int = 20) -> list[dict[str, Any]]:
-        """Full-text search (FTS5 syntax), best match first. UsageError for a bad query."""
+    def search(
+        self, name: str, query: str, limit: int = 20, *, syntax: bool = False
+    ) -> list[dict[str, Any]]:
+        """Full-text search in the text and the document's id (its file name), best match
+        first. ``query`` is words, each searched as a word (or a hyphenated phrase), unless
+        ``syntax`` asks for an FTS5 query. UsageError for a bad query."""
         self.require(name)
+        self._index_names(name)
+        match = query if syntax else words_query(query)
         try:
             rows = self.conn.execute(
                 f"SELECT f.doc_id, snippet(c_{name}_fts, 1, '[', ']', '...', 12), "
                 f"bm25(c_{name}_fts), d.metadata FROM c_{name}_fts f "
                 f"JOIN c_{name} d ON d.rowid = f.rowid "
                 f"WHERE c_{name}_fts MATCH ? ORDER BY bm25(c_{name}_fts) LIMIT ?",
-                (query, limit),
+                (match, limit),
             ).fetchall()
         except sqlite3.OperationalError as exc:
-            raise UsageError(f"invalid search query {query!r}: {exc}") from None
+            hint = "without --syntax the words are searched as words" if syntax else None
+            raise UsageError(f"invalid search query {query!r}: {exc}", hint=hint) from None
         return [
             {"id": r[0], "snippet": r[1], "score": round(-r[2], 6), "metadata": json.loads(r[3])}
             for r in rows
         ]
+
+    def _index_names(self, name: str) -> None:
+        """Collections made before ids were searchable get the ``name`` column once: the index
+        is rebuilt from the documents table (which holds everything it mirrors)."""
+        if name in self._named:
+            return
+        cols = {r[1] for r in self.conn.execute(f"PRAGMA table_info(c_{name}_fts)")}
+        if "name" not in cols:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute(f"DROP TABLE IF EXISTS c_{name}_fts")
+                self.conn.execute(f"CREATE VIRTUAL TABLE c_{name}_fts USING {_FTS_COLUMNS}")
+                self.conn.execute(
+                    f"INSERT INTO c_{name}_fts (rowid, doc_id, text, name) "
+                    f"SELECT rowid, doc_id, text, doc_id FROM c_{name}"
+                )
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+        self._named.add(name)
+
+
+# The text and the document's id (a file name: the tokenizer splits it at / - and .).
+_FTS_COLUMNS = "fts5(doc_id UNINDEXED, text, name)"
+
+
+def words_query(text: str) -> str:
+    """A user's words as an FTS5 query: each whitespace-separated word a quoted string (so
+    `acme-invoice` is the phrase acme invoice, and OR, NEAR, *, : and quotes are just text),
+    all of them required."""
+    words = text.split()
+    if not words:
+        raise UsageError("the search query is empty")
+    return " ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 # -- the collection_has check ----------------------------------------------------------------

@@ -96,3 +96,79 @@ def test_serve_prints_its_url_once_listening(tmp_path: Path) -> None:
         proc.wait(30)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+# -- collections search: words are words, file names count, snippets keep their lines ----------
+
+
+def _collection(tmp_path: Path) -> Project:
+    from runner.collections import Collections, Document
+
+    proj = Project(tmp_path)
+    proj.write("runner.toml", "")
+    with Collections(tmp_path / ".runner") as cols:
+        cols.create("documents")
+        cols.upsert(
+            "documents",
+            [
+                Document("docs/acme-invoice-1042.txt", "INVOICE 1042\nAcme Supplies\nTotal: 576"),
+                Document("docs/letter.txt", "Dear Ms Patel,\nthe rent OR the deposit"),
+                Document("docs/uptime.txt", "acme uptime report: no invoice here"),
+            ],
+        )
+    return proj
+
+
+def _hits(proj: Project, *args: str) -> list[str]:
+    res = proj.cli("collections", "search", "documents", *args, "--json")
+    assert res.exit_code == 0, res.stderr
+    return [h["id"] for h in res.json["hits"]]
+
+
+def test_search_takes_a_users_words_as_words(tmp_path: Path) -> None:
+    proj = _collection(tmp_path)
+    # was: no such column: invoice (FTS5 read acme-invoice as column filter syntax)
+    assert _hits(proj, "acme-invoice") == ["docs/acme-invoice-1042.txt"]
+    assert _hits(proj, "rent OR") == ["docs/letter.txt"]  # OR is a word here
+    assert _hits(proj, 'Patel, "rent') == ["docs/letter.txt"]  # quotes and commas too
+    assert set(_hits(proj, "acme")) == {"docs/acme-invoice-1042.txt", "docs/uptime.txt"}
+
+
+def test_search_syntax_reads_fts5(tmp_path: Path) -> None:
+    proj = _collection(tmp_path)
+    assert set(_hits(proj, "Patel OR uptime", "--syntax")) == {"docs/letter.txt", "docs/uptime.txt"}
+    bad = proj.cli("collections", "search", "documents", 'a"b(', "--syntax")
+    assert bad.exit_code == 2 and "invalid search query" in bad.stderr
+
+
+def test_search_finds_file_names(tmp_path: Path) -> None:
+    proj = _collection(tmp_path)
+    assert _hits(proj, "letter") == ["docs/letter.txt"]  # only in its name
+    assert _hits(proj, "1042") == ["docs/acme-invoice-1042.txt"]
+
+
+def test_search_finds_names_in_a_collection_made_before(tmp_path: Path) -> None:
+    """A collection whose index predates searchable names is re-indexed on first search."""
+    import sqlite3
+
+    proj = _collection(tmp_path)
+    db = sqlite3.connect(tmp_path / ".runner" / "collections.db", isolation_level=None)
+    db.execute("DROP TABLE c_documents_fts")
+    db.execute("CREATE VIRTUAL TABLE c_documents_fts USING fts5(doc_id UNINDEXED, text)")
+    db.execute("INSERT INTO c_documents_fts (rowid, doc_id, text) SELECT rowid, doc_id, text FROM c_documents")
+    db.close()
+    assert _hits(proj, "letter") == ["docs/letter.txt"]
+    assert _hits(proj, "Patel") == ["docs/letter.txt"]
+
+
+def test_search_snippets_keep_their_lines(tmp_path: Path) -> None:
+    proj = _collection(tmp_path)
+    res = proj.cli("collections", "search", "documents", "supplies")
+    assert res.exit_code == 0
+    assert "\\n" not in res.stdout
+    assert res.stdout.splitlines() == [
+        "docs/acme-invoice-1042.txt",
+        "    INVOICE 1042",
+        "    Acme [Supplies]",
+        "    Total: 576",
+    ]

@@ -326,26 +326,35 @@ def collections_show(name: str, limit: int, state_dir: str | None, as_json: bool
 @click.argument("name")
 @click.argument("query")
 @click.option("--limit", default=20, show_default=True)
+@click.option(
+    "--syntax",
+    is_flag=True,
+    help="Read QUERY as an SQLite FTS5 query (OR, NEAR, \"phrases\", prefix*) instead of words.",
+)
 @state_option
 @json_option
 def collections_search(
-    name: str, query: str, limit: int, state_dir: str | None, as_json: bool
+    name: str, query: str, limit: int, syntax: bool, state_dir: str | None, as_json: bool
 ) -> None:
-    """Full-text search in a collection (SQLite FTS5 query syntax), best match first.
+    """Full-text search in a collection's texts and document names, best match first.
 
-    Example: runner collections search docs "invoice OR receipt"
+    QUERY is words, each searched as a word (a hyphenated one as a phrase: acme-invoice); every
+    word must match. With --syntax it is an FTS5 query.
+
+    Example: runner collections search docs acme-invoice
     """
     from ..collections import Collections
 
     with Collections(_state_path(state_dir)) as cols:
-        hits = cols.search(name, query, limit)
+        hits = cols.search(name, query, limit, syntax=syntax)
     if as_json:
         emit_json({"collection": name, "query": query, "hits": hits, "exit_code": 0})
         return
     if not hits:
         echo("no matches")
-    for h in hits:
-        echo(f"{h['id']:<32} {h['snippet']}")
+    for h in hits:  # the id, then its snippet's own lines, indented
+        snippet = "\n".join("    " + line for line in h["snippet"].splitlines() if line.strip())
+        echo_block(f"{h['id']}\n{snippet}" if snippet else h["id"])
 
 
 @cli.command()
