@@ -109,3 +109,51 @@ def test_a_discarded_runner_edit_is_said_on_the_console(tmp_path: Path) -> None:
     res = proj.cli("apply", "pipelines/scene-detail.yaml")
     line = next(x for x in res.stderr.splitlines() if x.strip().startswith("edit "))
     assert "detail[1]" in line and "user edit #1 set aside" in line and "contract changed" in line
+
+
+RERUN = """\
+runner: 1
+name: rerun
+params:
+  word: {type: string, default: one}
+steps:
+  make:
+    uses: shell
+    with:
+      run: "mkdir -p out && echo ${{ params.word }} > out/made.txt"
+      outputs: [out/made.txt]
+"""
+
+
+def test_an_edited_output_is_kept_before_its_step_runs_again(project: Project) -> None:
+    """Issue 28: an input changes, the step re-runs and writes its output again; the hand
+    edit is kept in the store first and the console says where, and gc keeps it."""
+    project.write("pipeline.yaml", RERUN)
+    assert project.apply()["_exit"] == 0
+    out = project.root / "out/made.txt"
+    out.write_text("my careful edit\n", encoding="utf-8")
+    res = project.cli("apply", "pipeline.yaml", "-p", "word=two")
+    assert res.exit_code == 0, res.stderr
+    assert out.read_text(encoding="utf-8") == "two\n"
+    line = next(x for x in res.stderr.splitlines() if "edited by hand" in x)
+    assert "make: out/made.txt" in line and "before the step writes it again" in line
+    kept_at = Path(line.split("kept at ")[1].split(" before ")[0])
+    assert kept_at.read_text(encoding="utf-8") == "my careful edit\n"
+    assert project.cli("gc", "--keep-last", "1").exit_code == 0
+    assert kept_at.read_text(encoding="utf-8") == "my careful edit\n"
+    # runner's own bytes are not "edits": running again with another word keeps nothing
+    again = project.cli("apply", "pipeline.yaml", "-p", "word=three")
+    assert again.exit_code == 0 and "edited by hand" not in again.stderr
+
+
+def test_on_edit_fail_refuses_to_write_over_an_edit_when_its_step_runs_again(
+    project: Project,
+) -> None:
+    project.write("pipeline.yaml", RERUN.replace("steps:", "defaults: {on_edit: fail}\nsteps:"))
+    assert project.apply()["_exit"] == 0
+    out = project.root / "out/made.txt"
+    out.write_text("mine\n", encoding="utf-8")
+    res = project.cli("apply", "pipeline.yaml", "-p", "word=two", "--json")
+    assert res.exit_code == 4, res.stdout
+    assert out.read_text(encoding="utf-8") == "mine\n"
+    assert "on_edit: fail" in res.json["steps"][0]["reason"]

@@ -295,6 +295,11 @@ def notice(event: Event) -> str:
     d, el = event.data, f"[{event.element}]" if event.element is not None else ""
     if event.type is EventType.OVERRIDE_SET_ASIDE:
         return f"edit    {event.step_id}{el}: {d.get('reason')}"
+    if d.get("action") == "kept before re-run":
+        return (
+            f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; your version is "
+            f"kept at {d.get('kept_at')} before the step writes it again"
+        )
     if d.get("action") == "kept":
         return (
             f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; "

@@ -108,6 +108,7 @@ class Interpreter:
         # with the review, in a second pass of this run (gatestep.py).
         self.revise_again = False
         self._reads: dict[str, set[str]] = {}
+        self._kept: dict[tuple[str, int], dict[str, str]] = {}  # edits kept before a re-run
         self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
         self._prepared: dict[str, _Ready] = {}  # by _step_now, for _step to go on from
@@ -494,7 +495,15 @@ class Interpreter:
         extra: dict[str, Any],
     ) -> ElementOutcome:
         contract = self._contract_of.get((step.id, el_index))
+        kept, refused = self.reuse.keep_before_rerun(step, index, args)
+        if refused is not None:
+            self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
+            self.recorder.failure(step.id, el_index, key, refused, 0)
+            return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
         exec_id = self.recorder.started(step.id, el_index, key, parts, contract)
+        if kept:  # referenced at once, so no gc collects the kept bytes whatever happens next
+            self._kept[(step.id, el_index)] = kept
+            self.recorder.kept_edits(exec_id, kept)
         # A revision's reviewer input is the first attempt's feedback.
         review = self.reviews.get(step.id)
         review_feedback: list[str] = list(review["feedback"]) if review else []
@@ -565,6 +574,9 @@ class Interpreter:
         attempt: int,
         t0: float,
     ) -> ElementOutcome:
+        kept = self._kept.pop((step.id, el_index), None)
+        if kept:
+            result.report = {**(result.report or {}), "edited_outputs_kept": kept}
         digests = set(result.artifacts) | set(result.files.values())
         self.reuse.objects_used.update(result.artifacts)
         self.reuse.workspace_used.update(result.files)

@@ -394,6 +394,11 @@ class Recorder:
             }
         )
 
+    def kept_edits(self, exec_id: int, kept: Mapping[str, str]) -> None:
+        """Output files edited by hand, kept in the store before the execution writes them
+        again: named in its report (gc keeps what a report names)."""
+        self.journal.finish_execution(exec_id, report=dumps({"edited_outputs_kept": dict(kept)}))
+
     def cancelled(self, exec_id: int, attempts: int) -> None:
         self.journal.finish_execution(
             exec_id,

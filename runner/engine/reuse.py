@@ -14,6 +14,7 @@ from ..pipeline import paths
 from ..pipeline.compiler import CompiledStep, Plan
 from ..store.journal import CachedResult, Journal
 from ..store.objects import ObjectStore
+from . import remote_check
 from .events import EventType
 from .files import FileHasher
 from .keys import KeyParts
@@ -119,9 +120,15 @@ class Reuse:
     ) -> ElementOutcome | None:
         """The step's result from the remote cache, journaled here as a completed execution
         (so the next apply finds it locally), or None."""
-        hit = await remote.lookup(key)
-        if hit is None:
+        record = await remote.lookup(key)
+        if record is None:
             return None
+        # Checked against the local compile before anything of it is used or restored.
+        why = await remote_check.problem(step, parts, key, record, self.objects, self.plan.root)
+        if why is not None:
+            remote.refuse(key, f"step {step.id}: {why}")
+            return None
+        hit = remote.use(record)
         self.objects_used.update(hit.artifacts)
         self.workspace_used.update(hit.files)
         restored, _kept, refused = self.restore_files(step, index, hit.files)
@@ -196,3 +203,40 @@ class Reuse:
                 kept_at=str(self.objects.path(edited)),
             )
         return restored, kept, None
+
+    def keep_before_rerun(
+        self, step: CompiledStep, index: int | None, args: Mapping[str, object]
+    ) -> tuple[dict[str, str], str | None]:
+        """Before ``step`` runs and writes its outputs again: each output file whose bytes are
+        in no stored object (edited by hand, or made outside runner) is kept in the store first,
+        and said where, as a restore keeps it; ``on_edit: fail`` fails the step instead.
+        Returns ({file: object digest of the kept bytes}, the reason to fail or None)."""
+        kept: dict[str, str] = {}
+        for rel in step.type.produces(args):
+            path = paths.inside_now(self.plan.root, rel)
+            if path is None or not path.is_file():
+                continue  # missing (nothing to lose), or refused by the step itself
+            try:
+                now = self.hasher.hash(path)
+            except OSError:
+                continue
+            if self.objects.has(now):
+                continue  # runner's own bytes, or the same as some stored result
+            if step.on_edit == "fail":
+                return kept, (
+                    f"{rel} was edited by hand and the step would write it again; "
+                    "on_edit: fail leaves it for you to resolve"
+                )
+            edited = self.objects.put_file(path)  # the user's bytes are never destroyed
+            kept[rel] = edited
+            self.recorder.emit(
+                EventType.OUTPUT_EDITED,
+                step.id,
+                index,
+                file=rel,
+                action="kept before re-run",
+                edited=edited,
+                kept_at=str(self.objects.path(edited)),
+            )
+        return kept, None
+
