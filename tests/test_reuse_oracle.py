@@ -1,0 +1,491 @@
+"""The differential oracle (issue 28 §2): an incremental apply gives exactly what a from-scratch
+apply of the same project state gives.
+
+A Hypothesis state machine drives one project (tests/oracle_project.py: read, template, hash,
+llm, for_each, image and a human gate on the fake provider; a second pipeline the no-op
+fingerprint answers for) through what users do: edit params, step arguments, source files and
+prompts; apply; plan; a watch cycle; gc with its flags; verify; decide at the gate; hand-edit or
+delete an output; push to a file:// remote cache and start a new clone from it; SIGKILL an apply
+(a real process) and apply again. After every apply it checks:
+
+- the outputs (step keys and outputs, image digests, output files' bytes, exit code) equal those
+  of a from-scratch apply of the same sources in an empty state directory (gate decisions
+  replayed by gate key);
+- ``plan`` just before named what the apply then did per step element (run, cached, restore,
+  ask, skip; ``unknown`` is either run or cached);
+- no provider call whose request had completed was sent again, and no step element whose key
+  had a completed execution ran again;
+- ``verify`` names exactly the outputs edited by hand and not yet restored;
+- after gc keeping K >= 1 runs, every result the latest run of each pipeline/item used is kept.
+
+CI runs a bounded profile; ``RUNNER_ORACLE=soak`` runs a long one (``RUNNER_ORACLE_EXAMPLES``
+sets its size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    precondition,
+    rule,
+)
+
+from runner.providers.fake import FakeProvider
+
+from .oracle_project import (
+    NAMES,
+    NOTES,
+    PIPELINES,
+    SHOTS,
+    TEMPLATES,
+    TOPICS,
+    Observed,
+    Variant,
+    cli,
+    completed_calls,
+    completed_keys,
+    copy_sources,
+    observe,
+    outputs,
+    plan_actions,
+    read_events,
+    write_project,
+)
+
+AFTER_GATE = {"publish"}
+SOAK = os.environ.get("RUNNER_ORACLE") == "soak"
+
+# Members of issue 28's named class the lead is fixing. While a fix has not landed, the oracle
+# does not take the road that trips it (each flag names the case); set a flag when its fix lands.
+IMAGE_KEY_COMPLETE = False  # image size / negative_prompt change the call's key
+GATE_MEMORY = False  # a rejection and a revision are remembered like an approval
+EDIT_KEPT_ON_RERUN = False
+IMAGE_SETTLE = False  # an image step with no iteration (for_each, when: false, a pull) settles  # a hand-edited output overwritten by a re-run is kept in the store
+
+# -- the provider calls actually sent (the fake provider's own entry point) ------------------
+
+_SENT: list[str] = []
+_real_enter = FakeProvider._enter
+
+
+async def _recording_enter(self: FakeProvider, prompt: str, key: str) -> None:
+    _SENT.append(key)
+    await _real_enter(self, prompt, key)
+
+
+@contextmanager
+def recording_calls() -> Iterator[None]:
+    FakeProvider._enter = _recording_enter  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        FakeProvider._enter = _real_enter  # type: ignore[method-assign]
+
+
+def _object_path(state: Path, data: bytes) -> Path:
+    digest = hashlib.sha256(data).hexdigest()
+    return state / "objects" / digest[:2] / digest[2:]
+
+
+class ReuseOracle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="oracle-"))
+        self.root = self.tmp / "project"
+        self.root.mkdir()
+        self.remote_dir = self.tmp / "remote"
+        self.remote_dir.mkdir()
+        self.remote = self.remote_dir.as_uri()
+        self.clones = 0
+        self.state = self.tmp / "state0"
+        self.v = Variant()
+        self.decisions: dict[str, tuple[str, str | None]] = {}  # gate key -> decision, input
+        self.awaiting: dict[str, tuple[str, str]] = {}  # topic -> (run id, gate key)
+        self.edited: dict[str, bytes] = {}  # output path -> bytes written by hand, not restored
+        self.latest: dict[tuple[str, str], Observed] = {}  # (file, item) -> last apply's
+        self.pushed: set[str] = set()  # step keys the remote holds
+        self.watchers: dict[str, Any] = {}
+        self.applies = 0
+        write_project(self.root, self.v, remote=self.remote)
+
+    def teardown(self) -> None:
+        for w in self.watchers.values():
+            if w._state is not None:
+                w._state.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- edits ---------------------------------------------------------------------------------
+
+    def _edit(self, **changes: Any) -> None:
+        self.v = self.v.with_(**changes)
+        write_project(self.root, self.v, remote=self.remote)
+
+    @rule(topic=st.sampled_from(TOPICS), shots=st.sampled_from(SHOTS))
+    def edit_params(self, topic: str, shots: tuple[str, ...]) -> None:
+        self._edit(topic=topic, shots=shots)
+
+    @rule(notes=st.integers(0, len(NOTES) - 1))
+    def edit_source(self, notes: int) -> None:
+        self._edit(notes=notes)
+
+    @rule(template=st.integers(0, len(TEMPLATES) - 1))
+    def edit_prompt(self, template: int) -> None:
+        self._edit(template=template)
+
+    @rule(
+        arg=st.sampled_from(
+            ["llm_seed", "image_seed", "image_suffix", "image_n", "shell_prefix", "hash_extra"]
+            + (["image_size", "image_negative"] if IMAGE_KEY_COMPLETE else [])
+        ),
+        pick=st.integers(0, 1),
+    )
+    def edit_step_argument(self, arg: str, pick: int) -> None:
+        values: dict[str, tuple[Any, Any]] = {
+            "llm_seed": (1, 2),
+            "image_seed": (3, 4),
+            "image_suffix": ("", " at night"),
+            "image_n": (1, 2),
+            "shell_prefix": ("", "# "),
+            "hash_extra": (0, 1),
+            "image_size": ("32x32", "24x16"),
+            "image_negative": ("", "blur"),
+        }
+        self._edit(**{arg: values[arg][pick]})
+
+    @rule(which=st.sampled_from(["retries", "comment"]), value=st.integers(0, 2))
+    def edit_key_neutral(self, which: str, value: int) -> None:
+        self._edit(**{which: value})
+
+    # -- applies -------------------------------------------------------------------------------
+
+    def _plan(self, file: str) -> dict[tuple[str, int | None], str]:
+        res = cli(self.root, "plan", file, "--json", "--state", str(self.state), *self.v.params())
+        assert res.exit_code == 0, res.stderr
+        return plan_actions(res.json())
+
+    def _cli_apply(self, file: str) -> tuple[int, list[dict[str, Any]], str]:
+        events = self.tmp / "events.jsonl"
+        events.unlink(missing_ok=True)
+        res = cli(
+            self.root,
+            "apply",
+            file,
+            "--json",
+            "--events",
+            str(events),
+            "--state",
+            str(self.state),
+            *self.v.params(),
+        )
+        return res.exit_code, read_events(events), res.stderr
+
+    def _checked(self, file: str, run: Any) -> Observed:
+        """Plan, run ``run`` (-> exit code, events, stderr), then check it every way."""
+        self.applies += 1
+        planned = self._plan(file)
+        calls_before = completed_calls(self.state)
+        keys_before = completed_keys(self.state, NAMES[file])
+        edited_before = dict(self.edited)
+        _SENT.clear()
+        code, events, stderr = run()
+        sent = list(_SENT)
+        obs = observe(self.root, self.state, file, self.v.topic, code, events, stderr=stderr)
+        context = f"{file} exit {code}\n{stderr[-3000:]}"
+        assert code in (0, 7, 8), context
+        # plan named what the apply did, element by element
+        asked = obs.actions.get(("review", None)) == "ask"
+        for slot in planned.keys() | obs.actions.keys():
+            want, got = planned.get(slot), obs.actions.get(slot)
+            ok = want == got or (want == "unknown" and got in ("run", "cached"))
+            # plan does not ask the remote cache (its estimate is an upper bound)
+            ok = ok or (got == "remote" and want in ("run", "unknown"))
+            # past a gate that asks, plan says what runs after the decision
+            ok = ok or (asked and slot[0] in AFTER_GATE and got == "skip")
+            assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"
+        # no completed call sent again, no completed step element run again
+        again = set(sent) & calls_before
+        assert not again, f"completed calls sent again: {sorted(again)}\n{context}"
+        rerun = {s for s, a in obs.actions.items() if a == "run" and obs.keys[s] in keys_before}
+        assert not rerun, f"completed elements ran again: {sorted(rerun, key=str)}\n{context}"
+        # what an edit became: restored or overwritten; its bytes are kept in the store
+        for rel in outputs(file, self.v.topic):
+            data = edited_before.get(rel)
+            if data is None:
+                continue
+            restored_or_rerun = (self.root / rel).read_bytes() != data
+            if restored_or_rerun:
+                self.edited.pop(rel, None)
+                ran = any(a == "run" for a in obs.actions.values())
+                if EDIT_KEPT_ON_RERUN or not ran:
+                    kept = _object_path(self.state, data)
+                    assert kept.exists(), f"hand edit of {rel} kept nowhere\n{context}"
+        self._compare_with_scratch(file, obs)
+        self._check_verify()
+        self.latest[(file, self.v.topic)] = obs
+        if file == "pipeline.yaml":
+            self._note_gate(obs)
+        return obs
+
+    def _note_gate(self, obs: Observed) -> None:
+        gate = ("review", None)
+        if obs.exit_code == 7 and obs.actions.get(gate) == "ask":
+            key = obs.keys[gate]
+            assert obs.run_id is not None and key is not None
+            self.awaiting[self.v.topic] = (obs.run_id, key)
+        else:
+            self.awaiting.pop(self.v.topic, None)
+
+    @rule(file=st.sampled_from(PIPELINES))
+    def apply(self, file: str) -> None:
+        with recording_calls():
+            self._checked(file, lambda: self._cli_apply(file))
+
+    # -- the reference: a from-scratch apply of the same sources ---------------------------------
+
+    def _compare_with_scratch(self, file: str, obs: Observed) -> None:
+        scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.tmp))
+        try:
+            copy_sources(self.root, scratch)
+            state = scratch / ".state"
+            ref = self._scratch_apply(scratch, state, file)
+            where = f"{file} {self.v}"
+            assert obs.exit_code == ref.exit_code, (
+                f"exit {obs.exit_code}, from scratch {ref.exit_code}: {where}\n{obs.stderr[-2000:]}"
+            )
+            assert obs.keys == ref.keys, f"keys differ from scratch: {where}"
+            for slot in ref.outputs.keys() | obs.outputs.keys():
+                assert obs.outputs.get(slot) == ref.outputs.get(slot), (
+                    f"{slot} output differs from scratch: {where}\n"
+                    f"incremental: {obs.outputs.get(slot)}\nscratch:     {ref.outputs.get(slot)}"
+                )
+            for rel, data in ref.files.items():
+                assert obs.files.get(rel) == data, f"{rel} differs from scratch: {where}"
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _scratch_apply(self, root: Path, state: Path, file: str) -> Observed:
+        """Apply in an empty state, deciding each gate as it was decided (by gate key)."""
+        for _ in range(6):
+            events = root / "events.jsonl"
+            events.unlink(missing_ok=True)
+            res = cli(
+                root,
+                "apply",
+                file,
+                "--json",
+                "--events",
+                str(events),
+                "--state",
+                str(state),
+                *self.v.params(),
+            )
+            ref = observe(root, state, file, self.v.topic, res.exit_code, read_events(events))
+            gate = ("review", None)
+            key = ref.keys.get(gate)
+            if res.exit_code != 7 or key not in self.decisions:
+                return ref
+            decision, feedback = self.decisions[key]
+            extra = ["--input", f"feedback={feedback}"] if feedback is not None else []
+            assert ref.run_id is not None
+            res = cli(
+                root,
+                "decide",
+                "--no-resume",
+                ref.run_id,
+                "review",
+                decision,
+                *extra,
+                "--state",
+                str(state),
+            )
+            assert res.exit_code == 0, res.stderr
+        raise AssertionError("the scratch apply kept asking at the gate")
+
+    # -- checks between applies ------------------------------------------------------------------
+
+    def _check_verify(self) -> None:
+        if not (self.state / "journal.db").exists():
+            return
+        res = cli(self.root, "verify", "--json", "--state", str(self.state))
+        doc = res.json()
+        problems = doc.get("problems", [])
+        text = "\n".join(str(p) for p in problems)
+        if not self.edited:
+            assert doc["ok"] is True, f"verify not clean:\n{text}"
+            return
+        for rel in self.edited:
+            assert rel in text, f"verify does not name the edited {rel}:\n{text}"
+
+    @rule()
+    def verify(self) -> None:
+        self._check_verify()
+
+    @rule(file=st.sampled_from(PIPELINES))
+    def plan_writes_nothing(self, file: str) -> None:
+        before = _state_files(self.state)
+        self._plan(file)
+        assert _state_files(self.state) == before, "plan wrote to the state"
+
+    # -- the gate --------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.v.topic in self.awaiting)
+    @rule(
+        decision=st.sampled_from(["approve", "reject", "revise"] if GATE_MEMORY else ["approve"]),
+        feedback=st.sampled_from(["shorter", "warmer"]),
+    )
+    def decide(self, decision: str, feedback: str) -> None:
+        run_id, key = self.awaiting.pop(self.v.topic)
+        extra = ["--input", f"feedback={feedback}"] if decision == "revise" else []
+        res = cli(
+            self.root,
+            "decide",
+            "--no-resume",
+            run_id,
+            "review",
+            decision,
+            *extra,
+            "--state",
+            str(self.state),
+        )
+        assert res.exit_code == 0, res.stderr
+        self.decisions[key] = (decision, feedback if decision == "revise" else None)
+
+    # -- outputs touched by hand -----------------------------------------------------------------
+
+    def _existing_outputs(self) -> list[str]:
+        return [rel for rel in self._recorded_outputs() if (self.root / rel).exists()]
+
+    def _recorded_outputs(self) -> list[str]:
+        """Outputs the latest run of the current item recorded, when that run completed."""
+        out = []
+        for file in PIPELINES:
+            obs = self.latest.get((file, self.v.topic))
+            if obs is not None and obs.exit_code == 0:
+                out += [rel for rel, data in obs.files.items() if data is not None]
+        return sorted(out)
+
+    @precondition(lambda self: bool(self._recorded_outputs()))
+    @rule(data=st.data())
+    def hand_edit_output(self, data: st.DataObject) -> None:
+        rel = data.draw(st.sampled_from(self._recorded_outputs()))
+        text = f"edited by hand {len(self.edited)} {self.applies}\n".encode()
+        (self.root / rel).write_bytes(text)
+        self.edited[rel] = text
+        self._check_verify()
+
+    @precondition(lambda self: bool(self._existing_outputs()))
+    @rule(data=st.data())
+    def delete_output(self, data: st.DataObject) -> None:
+        rel = data.draw(st.sampled_from(self._existing_outputs()))
+        (self.root / rel).unlink()
+        self.edited.pop(rel, None)
+
+    # -- gc --------------------------------------------------------------------------------------
+
+    @rule(keep=st.integers(0, 2), dry_run=st.booleans(), older=st.booleans())
+    def gc(self, keep: int, dry_run: bool, older: bool) -> None:
+        args = ["gc", "--keep-last", str(keep), "--json", "--state", str(self.state)]
+        args += ["--dry-run"] if dry_run else []
+        args += ["--older-than", "30d"] if older else []
+        if not (self.state / "journal.db").exists():
+            return
+        res = cli(self.root, *args)
+        assert res.exit_code == 0, res.stderr
+        self._check_verify()
+        if keep >= 1 and not older:
+            # the latest run of each pipeline/item is kept: so is everything it used
+            kept = completed_keys(self.state)
+            for (file, item), obs in self.latest.items():
+                used = {
+                    k
+                    for s, k in obs.keys.items()
+                    if k and obs.actions[s] in ("run", "cached", "restore")
+                }
+                lost = used - kept
+                assert not lost, f"gc --keep-last {keep} lost results {file}/{item} used"
+
+    # -- the remote cache ------------------------------------------------------------------------
+
+    @rule()
+    def push(self) -> None:
+        if not (self.state / "journal.db").exists():
+            return
+        res = cli(self.root, "cache", "push", "--json", "--state", str(self.state))
+        assert res.exit_code == 0, res.stderr
+        self.pushed |= completed_keys(self.state)
+
+    @rule(pull=st.booleans())
+    def new_clone(self, pull: bool) -> None:
+        """A colleague's clone: the same sources, an empty state, the same remote."""
+        self.clones += 1
+        self.state = self.tmp / f"state{self.clones}"
+        self.latest.clear()
+        self.awaiting.clear()
+        self.watchers.clear()
+        if pull:
+            for file in PIPELINES:
+                res = cli(
+                    self.root,
+                    "cache",
+                    "pull",
+                    file,
+                    "--json",
+                    "--state",
+                    str(self.state),
+                    *self.v.params(),
+                )
+                # an image step that pulled nothing ends the pull `failed` (settle_run)
+                ok = (0, 7, 4) if file == "pipeline.yaml" and not IMAGE_SETTLE else (0, 7)
+                assert res.exit_code in ok, res.stdout[-2000:]
+
+
+def _state_files(state: Path) -> dict[str, tuple[int, int]]:
+    if not state.exists():
+        return {}
+    return {
+        str(p.relative_to(state)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in state.rglob("*")
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+PHASES = (
+    [Phase.explicit, Phase.reuse, Phase.generate]
+    if os.environ.get("RUNNER_ORACLE_SHRINK") == "0"
+    else list(Phase)
+)
+
+
+def _profile() -> settings:
+    if SOAK:
+        return settings(
+            max_examples=int(os.environ.get("RUNNER_ORACLE_EXAMPLES", "2000")),
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=False,
+            phases=PHASES,
+        )
+    return settings(
+        max_examples=6,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        phases=PHASES,
+    )
+
+
+ReuseOracle.TestCase.settings = _profile()
+TestReuseOracle = ReuseOracle.TestCase
