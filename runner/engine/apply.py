@@ -224,7 +224,7 @@ def remote_link(
     """The run's link to its remote cache (``--remote`` or [cache] in runner.toml), or None.
 
     Raises StoreError for a bad [cache] section."""
-    from ..store.remote import RemoteCache, cache_settings, read_cache_section
+    from ..store.remote import RemoteCache, cache_settings, read_cache_section, signing_key
     from .remote_link import RemoteLink
 
     section, where = read_cache_section(plan.root)
@@ -234,7 +234,8 @@ def remote_link(
     url = options.remote or settings.remote
     assert url is not None
     try:
-        cache = RemoteCache(url, writable=settings.writable)
+        key = signing_key(settings, os.environ)
+        cache = RemoteCache(url, writable=settings.writable, sign_key=key)
     except StoreError as exc:
         warn(f"remote cache unavailable, continuing locally: {exc.message}")
         return None

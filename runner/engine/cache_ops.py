@@ -6,6 +6,7 @@ ApplyOptions.remote_only.)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,13 @@ from ..errors import StoreError, UsageError
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
 from ..store.records import loads
-from ..store.remote import CacheSettings, RemoteCache, RemoteRecord, cache_settings
+from ..store.remote import (
+    CacheSettings,
+    RemoteCache,
+    RemoteRecord,
+    cache_settings,
+    signing_key,
+)
 from ..store.remote import read_cache_section as read_cache_section
 
 PUSH_BATCH = 200  # results per batch: objects then records, sent concurrently
@@ -55,7 +62,12 @@ def settings_for(start: Path, url: str | None) -> CacheSettings:
             "no remote cache is configured",
             hint='add [cache] remote = "s3://bucket/prefix" to runner.toml, or pass --remote URL',
         )
-    return CacheSettings(remote=remote, writable=settings.writable, push=settings.push)
+    return CacheSettings(
+        remote=remote,
+        writable=settings.writable,
+        push=settings.push,
+        sign_key_env=settings.sign_key_env,
+    )
 
 
 def _shareable_results(journal: Journal) -> dict[str, dict[str, Any]]:
@@ -98,7 +110,8 @@ def push(
     """Push every shareable local result the remote lacks. Raises StoreError (read-only,
     unreachable)."""
     assert settings.remote is not None
-    cache = RemoteCache(settings.remote, writable=settings.writable)
+    sign_key = signing_key(settings, os.environ)  # pushed records are signed when teams sign
+    cache = RemoteCache(settings.remote, writable=settings.writable, sign_key=sign_key)
     if not cache.writable:
         raise StoreError(
             f"the remote cache {settings.remote} is read-only",

@@ -4,10 +4,13 @@ Look-ups made in the same turn of the event loop (the elements of a for_each bec
 together) go to the remote as one batched read of records, then one batched read of their
 objects (concurrent GETs on S3), each object verified, before the step is reported cached
 (remote): objects are fetched at once, not lazily. A record whose objects fail verification is
-reported and ignored, and the step runs. Pushes are queued and sent in batches by one
-background task (objects the remote lacks, then the records) while the run goes on; the apply
-waits for the queue to empty before it ends. A remote that cannot be reached is reported once
-and then left alone for the rest of the run: the apply goes on locally.
+reported and ignored, and the step runs. A record that is malformed, unsigned or mis-signed (when
+the team signs them), or that does not agree with what the local compile says its step is
+(engine/remote_check.py) is refused: never restored, counted, and said in one line per apply.
+Pushes are queued and sent in batches by one background task (objects the remote lacks, then
+the records) while the run goes on; the apply waits for the queue to empty before it ends. A
+remote that cannot be reached is reported once and then left alone for the rest of the run: the
+apply goes on locally.
 
 Human decisions are not cache: gate and ingest steps are not ``shareable`` (steps/base.py),
 and picks are never in a step's output.
@@ -46,6 +49,7 @@ class RemoteLink:
         self.pushed = 0
         self.fetched_objects = 0
         self.damaged: set[str] = set()  # object digests found damaged in the remote
+        self.refused: dict[str, str] = {}  # key -> why its record was refused (first reason)
         self._pending: dict[str, asyncio.Future[RemoteRecord | StoreError | None]] = {}
         self._flush_scheduled = False
         self._queue: list[RemoteRecord] = []
@@ -53,8 +57,10 @@ class RemoteLink:
 
     # -- look-ups -----------------------------------------------------------------------------
 
-    async def lookup(self, key: str) -> CachedResult | None:
-        """A verified remote result for ``key`` with its objects now local, or None."""
+    async def lookup(self, key: str) -> RemoteRecord | None:
+        """The remote record of ``key``, its objects now local and verified, or None. The
+        caller checks it against its step (engine/remote_check.py) before using it, and
+        ``refuse``s it or ``use``s it."""
         if self.down:
             return None
         loop = asyncio.get_running_loop()
@@ -66,18 +72,24 @@ class RemoteLink:
                 self._flush_scheduled = True
                 loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
         found = await asyncio.shield(fut)
-        if not isinstance(found, RemoteRecord):
-            return None
+        return found if isinstance(found, RemoteRecord) else None
+
+    def use(self, record: RemoteRecord) -> CachedResult:
+        """A checked record as the cached result it answers with."""
         self.hits += 1
         return CachedResult(
-            key,
-            found.output,
-            sorted(found.artifacts),
-            dict(found.files),
+            record.key,
+            record.output,
+            sorted(record.artifacts),
+            dict(record.files),
             "completed",
             "",
-            found.report,
+            record.report,
         )
+
+    def refuse(self, key: str, why: str) -> None:
+        """Never use the record of ``key`` (said once, with the others, by ``drain``)."""
+        self.refused.setdefault(key, why)
 
     async def _flush(self) -> None:
         """Answer every look-up asked since the last turn: one batched read of the records,
@@ -91,7 +103,7 @@ class RemoteLink:
             found = await asyncio.to_thread(self.cache.records, list(batch))
             for key, value in list(found.items()):
                 if isinstance(value, StoreError):
-                    self.warn(f"remote cache: ignored the record of {key[:12]}: {value.message}")
+                    self.refuse(key, value.message)
                     del found[key]
             records = [r for r in found.values() if isinstance(r, RemoteRecord)]
             before = sum(1 for r in records for d in r.artifacts if self.objects.has(d))
@@ -170,11 +182,19 @@ class RemoteLink:
             self.damaged -= repair
 
     async def drain(self) -> None:
-        """Wait until every queued result has been pushed (or the remote went down)."""
+        """Wait until every queued result has been pushed (or the remote went down); then
+        say, in one line, how many records were refused."""
         while self._pusher is not None and not self._pusher.done():
             await self._pusher
             if self._queue and not self.down:
                 self._pusher = asyncio.ensure_future(self._push_loop())
+        if self.refused:
+            key, why = next(iter(self.refused.items()))
+            more = f" (and {len(self.refused) - 1} more)" if len(self.refused) > 1 else ""
+            self.warn(
+                f"remote cache: refused {len(self.refused)} record(s), not used: "
+                f"{key[:12]}: {why}{more}"
+            )
 
     def _names_local_path(self, value: Any) -> bool:
         if not self.local_roots:
@@ -193,6 +213,7 @@ class RemoteLink:
             "hits": self.hits,
             "objects_fetched": self.fetched_objects,
             "pushed": self.pushed,
+            "refused": len(self.refused),
             "requests": self.cache.requests,
             "unavailable": self.down,
         }

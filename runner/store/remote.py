@@ -19,11 +19,16 @@ botocore read them):
     writable = true                      # default false: a remote is read-only unless said
     push = "apply"                       # "apply" (after each step), "manual" (runner cache
                                          # push), or "never"
+    sign_key_env = "RUNNER_CACHE_KEY"    # optional: records are signed (HMAC-SHA256) with the
+                                         # team's key read from this variable, and unsigned or
+                                         # mis-signed ones are ignored
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +56,7 @@ class CacheSettings:
     remote: str | None = None
     writable: bool = False
     push: PushPolicy = PushPolicy.APPLY
+    sign_key_env: str | None = None  # the variable holding the team's record-signing key
 
     @property
     def pushes_on_apply(self) -> bool:
@@ -61,12 +67,19 @@ def cache_settings(section: Mapping[str, Any] | None, where: Location | None) ->
     """Parse ``[cache]``. Raises StoreError (a configuration mistake, exit 2) naming the key."""
     if not section:
         return CacheSettings()
-    unknown = sorted(set(section) - {"remote", "writable", "push"})
+    unknown = sorted(set(section) - {"remote", "writable", "push", "sign_key_env"})
     if unknown:
         raise ConfigError(
             f"[cache] has unknown key(s) {', '.join(unknown)}",
             where=where,
-            hint="[cache] accepts remote, writable, push; credentials come from the environment",
+            hint="[cache] accepts remote, writable, push, sign_key_env; credentials and keys "
+            "come from the environment",
+        )
+    sign_env = section.get("sign_key_env")
+    if sign_env is not None and (not isinstance(sign_env, str) or not sign_env.strip()):
+        raise ConfigError(
+            "[cache] sign_key_env must name an environment variable (never the key itself)",
+            where=where,
         )
     remote = section.get("remote")
     if remote is not None and (not isinstance(remote, str) or not remote.strip()):
@@ -80,7 +93,7 @@ def cache_settings(section: Mapping[str, Any] | None, where: Location | None) ->
     except ValueError:
         choices = ", ".join(p.value for p in PushPolicy)
         raise ConfigError(f"[cache] push must be one of {choices}", where=where) from None
-    return CacheSettings(remote=remote, writable=writable, push=policy)
+    return CacheSettings(remote=remote, writable=writable, push=policy, sign_key_env=sign_env)
 
 
 def read_cache_section(start: Path) -> tuple[dict[str, Any], Location | None]:
@@ -108,6 +121,21 @@ class ConfigError(StoreError):
     exit_code = 2
 
 
+def signing_key(settings: CacheSettings, environ: Mapping[str, str]) -> bytes | None:
+    """The team's record-signing key (None when [cache] names none). Raises StoreError when
+    the variable it names is not set: records could then be neither checked nor signed."""
+    if settings.sign_key_env is None:
+        return None
+    value = environ.get(settings.sign_key_env)
+    if not value:
+        raise StoreError(
+            f"[cache] sign_key_env names {settings.sign_key_env}, which is not set: the "
+            "remote's records can be neither checked nor signed",
+            hint=f"set {settings.sign_key_env} to the team's cache key",
+        )
+    return value.encode("utf-8")
+
+
 @dataclass(frozen=True)
 class RemoteRecord:
     """One shared step result. ``artifacts`` maps every digest it names to its size."""
@@ -122,8 +150,9 @@ class RemoteRecord:
     created_at: float = field(default_factory=time.time)
     runner_version: str = ""
 
-    def to_bytes(self) -> bytes:
-        doc = {
+    def to_bytes(self, sign_key: bytes | None = None) -> bytes:
+        """The record's canonical JSON; with ``sign_key``, with its signature in it."""
+        doc: dict[str, Any] = {
             "format": RECORD_FORMAT,
             "key": self.key,
             "step_type": self.step_type,
@@ -135,17 +164,26 @@ class RemoteRecord:
             "created_at": round(self.created_at, 3),
             "runner_version": self.runner_version,
         }
+        if sign_key is not None:
+            doc["signature"] = _signature(doc, sign_key)
         return canonical_json(doc).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, key: str) -> RemoteRecord:
-        """Parse and check a record read from the remote. Raises StoreError on any doubt."""
+    def from_bytes(cls, data: bytes, key: str, sign_key: bytes | None = None) -> RemoteRecord:
+        """Parse and check a record read from the remote; with ``sign_key``, its signature
+        too. Raises StoreError on any doubt."""
         try:
             doc = loads_strict(data)
         except (UnicodeDecodeError, ValueError) as exc:
             raise StoreError(f"record {key[:12]} is not JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
             raise StoreError(f"record {key[:12]} has an unknown format")
+        signature = doc.pop("signature", None)
+        if sign_key is not None:
+            if not isinstance(signature, str):
+                raise StoreError(f"record {key[:12]} is not signed")
+            if not hmac.compare_digest(signature, _signature(doc, sign_key)):
+                raise StoreError(f"record {key[:12]} is not signed with the team's key")
         if doc.get("key") != key:
             raise StoreError(f"record {key[:12]} names another key")
         artifacts = doc.get("artifacts")
@@ -180,6 +218,13 @@ class RemoteRecord:
         )
 
 
+def _signature(doc: Mapping[str, Any], sign_key: bytes) -> str:
+    """HMAC-SHA256 of the record's canonical JSON (without its signature): the key the record
+    is filed under is inside it, so a signed record cannot be moved to another key."""
+    body = canonical_json({k: v for k, v in doc.items() if k != "signature"}).encode("utf-8")
+    return "hmac-sha256:" + hmac.new(sign_key, body, hashlib.sha256).hexdigest()
+
+
 def _inside_project(rel: Any) -> bool:
     if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
         return False
@@ -190,9 +235,10 @@ def _inside_project(rel: Any) -> bool:
 class RemoteCache:
     """Records and objects at one fsspec URL. Every method is blocking (call it in a thread)."""
 
-    def __init__(self, url: str, *, writable: bool = False) -> None:
+    def __init__(self, url: str, *, writable: bool = False, sign_key: bytes | None = None) -> None:
         self.url = url.rstrip("/")
         self.writable = writable
+        self.sign_key = sign_key  # records written are signed, records read must be
         fs, base = filesystem(self.url)
         self.fs = fs
         self.base = base
@@ -230,7 +276,7 @@ class RemoteCache:
                 # refused credentials, a library error). The caller goes on without it.
                 raise StoreError(f"cannot reach the remote cache {self.url}: {data}")
             try:
-                out[key] = RemoteRecord.from_bytes(data, key)
+                out[key] = RemoteRecord.from_bytes(data, key, self.sign_key)
             except StoreError as exc:
                 out[key] = exc
         return out
@@ -295,11 +341,11 @@ class RemoteCache:
                 parent = path.rsplit("/", 1)[0]
                 self.fs.makedirs(parent, exist_ok=True)
                 tmp = f"{parent}/.tmp-{record.key}-{time.time_ns()}"
-                self.fs.pipe_file(tmp, record.to_bytes())
+                self.fs.pipe_file(tmp, record.to_bytes(self.sign_key))
                 self.fs.mv(tmp, path)
             return
         # Object stores: one PUT per record, sent concurrently by async filesystems.
-        self.fs.pipe({self._record_path(r.key): r.to_bytes() for r in records})
+        self.fs.pipe({self._record_path(r.key): r.to_bytes(self.sign_key) for r in records})
 
     def keys(self) -> set[str]:
         """Every key with a record in the remote (one listing)."""
