@@ -36,7 +36,7 @@ from typing import Any
 
 from . import expr as ex
 from .engine.apply import run_async
-from .errors import RunnerError, StoreError, UsageError
+from .errors import RunnerError, UsageError
 from .rebuild_report import Check, RebuildReport, Verdict, compare
 from .store.journal import CachedResults, Journal
 from .store.objects import ObjectStore
@@ -162,10 +162,8 @@ def rebuild(
         mine = [rec for j, rec in chosen if j == i]
         if not mine or plan is None:
             continue
-        with _Scratch.made(state, run, plan) as scratch:
-            report.checks.extend(
-                run_async(scratch.check_all(mine, recorded, progress, done, total))
-            )
+        with _Scratch.made(state, run, plan, recorded) as scratch:
+            report.checks.extend(run_async(scratch.check_all(mine, progress, done, total)))
         done += len(mine)
     if progress is not None and total:
         progress(total, total, "done")
@@ -261,7 +259,9 @@ class _Overlay(ObjectStore):
 class _Scratch:
     """One run's scratch project copy, state and interpreter."""
 
-    def __init__(self, state: Any, run: dict[str, Any], real_plan: Any, tmp: Path) -> None:
+    def __init__(
+        self, state: Any, run: dict[str, Any], real_plan: Any, tmp: Path, recorded: list[Recorded]
+    ) -> None:
         from .engine.apply import _LazyProviders
         from .engine.gatestep import load_reviews
         from .engine.interpreter import Interpreter
@@ -276,9 +276,18 @@ class _Scratch:
             anchors.append(config.resolve().parent)
         base = Path(os.path.commonpath(anchors))
         self.tree = tmp / "project"
-        _copy_tree(base, self.tree, state.dir.resolve())
+        self.real_root = str(real_plan.root.resolve())
+        # The run's outputs are not copied: those the checked steps read are put back from the
+        # store (the project's may have been edited since).
+        outputs = {
+            os.path.normpath(os.path.join(self.real_root, rel))
+            for rec in recorded
+            for rel in rec.files
+        }
+        _copy_tree(base, self.tree, state.dir.resolve(), outputs)
         self.plan = _compile(self.tree / real_file.relative_to(base), run)
-        self.real_root, self.root = str(real_plan.root.resolve()), str(self.plan.root)
+        self.root = str(self.plan.root)
+        self.recorded = recorded
         self.journal = Journal.open(tmp / "state")
         self.objects = _Overlay(tmp / "state" / "objects", state.objects)
         options = ApplyOptions(
@@ -297,11 +306,13 @@ class _Scratch:
 
     @classmethod
     @contextlib.contextmanager
-    def made(cls, state: Any, run: dict[str, Any], real_plan: Any) -> Iterator[_Scratch]:
+    def made(
+        cls, state: Any, run: dict[str, Any], real_plan: Any, recorded: list[Recorded]
+    ) -> Iterator[_Scratch]:
         tmp = Path(tempfile.mkdtemp(prefix="runner-rebuild-"))
         scratch = None
         try:
-            scratch = cls(state, run, real_plan, tmp)
+            scratch = cls(state, run, real_plan, tmp, recorded)
             yield scratch
         finally:
             if scratch is not None:
@@ -309,13 +320,16 @@ class _Scratch:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _put_back(self, recorded: list[Recorded]) -> None:
-        """The recorded output files in the copy, as the run left them."""
+        """The recorded output files in the copy, as the run left them (read from the real
+        store, checked; a lost object leaves its file out)."""
         for rec in recorded:
             for rel, digest in rec.files.items():
                 target = self._inside(rel)
-                if target is not None:
-                    with contextlib.suppress(StoreError):
-                        self.objects.restore(digest, target)
+                data = _read_verified(self.real_objects._file(digest), digest)
+                if target is not None and data is not None:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.unlink(missing_ok=True)  # a link left by the copy is not followed
+                    target.write_bytes(data)
 
     def _inside(self, rel: str) -> Path | None:
         target = Path(os.path.normpath(os.path.join(self.root, rel)))
@@ -324,15 +338,15 @@ class _Scratch:
     async def check_all(
         self,
         mine: list[Recorded],
-        recorded: list[Recorded],
         progress: Progress | None,
         done: int,
         total: int,
     ) -> list[Check]:
         """Rebuild ``mine`` one after another (one event loop for the run's checks), the copy
         holding the run's recorded files and each step seeing the run's recorded results."""
-        self._put_back(recorded)
-        self.interp.context_steps.update(_context(self.plan, recorded))
+        upstream = _upstream(self.plan, {rec.step for rec in mine})
+        self._put_back([rec for rec in self.recorded if rec.step in upstream])
+        self.interp.context_steps.update(_context(self.plan, self.recorded))
         out: list[Check] = []
         for n, rec in enumerate(mine):
             if progress is not None:
@@ -412,6 +426,18 @@ class _Scratch:
         )
 
 
+def _upstream(plan: Any, steps: set[str]) -> set[str]:
+    """The steps ``steps`` depend on, directly or not."""
+    out: set[str] = set()
+    todo = [d for sid in steps for d in plan.steps[sid].deps]
+    while todo:
+        sid = todo.pop()
+        if sid not in out and sid in plan.steps:
+            out.add(sid)
+            todo.extend(plan.steps[sid].deps)
+    return out
+
+
 def _context(plan: Any, recorded: list[Recorded]) -> dict[str, Any]:
     """What ``steps.ID`` holds for each step of the run, from its recorded results (as a run
     that reused them all would see them)."""
@@ -460,14 +486,14 @@ def _relocated(value: Any, scratch: str, real: str) -> Any:
     return value
 
 
-def _copy_tree(src: Path, dst: Path, state_dir: Path) -> None:
+def _copy_tree(src: Path, dst: Path, state_dir: Path, leave_out: set[str]) -> None:
     """A copy of the project: regular files copied (never linked: a command writing into its
-    copy must not reach the original), symlinks kept as links, the state left out."""
+    copy must not reach the original), symlinks kept as links, the state and the absolute paths
+    in ``leave_out`` left out."""
+    left_out = leave_out | {os.fspath(state_dir)}
 
     def ignore(folder: str, names: list[str]) -> list[str]:
-        return [
-            n for n in names if n in SKIPPED_DIRS or os.path.join(folder, n) == os.fspath(state_dir)
-        ]
+        return [n for n in names if n in SKIPPED_DIRS or os.path.join(folder, n) in left_out]
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
     # An absolute link into the project points into the copy instead: a command writing
