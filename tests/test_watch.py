@@ -369,3 +369,29 @@ def test_a_decision_resumes_a_run_awaiting_a_human(workspace: Path) -> None:
         w.quiet(1.0)  # its own journal writes do not start another cycle
     finally:
         w.close()
+
+
+def test_a_watch_run_journals_the_steps_it_reuses_and_gc_keeps_them(
+    watching: WatchProcess,
+) -> None:
+    """Issue 28: a cycle answered steps from the last cycle without journaling them: the run
+    left them out (runs show, the page), and gc --keep-last 1 deleted their results."""
+    root = watching.root
+    (root / "data" / "in.txt").write_text("fast, changed\n", encoding="utf-8")
+    c = watching.cycle()
+    assert c["changed"] == ["data/in.txt"] and sorted(c["ran"]) == ["c", "d"]
+    run_id = c["run"]["id"]
+    assert watching.interrupt() == 0
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "runner", *args], cwd=root, capture_output=True, text=True
+        )
+
+    shown = json.loads(cli("runs", "show", run_id, "--json").stdout)
+    by_step = {e["step_id"]: e for e in shown["executions"]}
+    assert set(by_step) == {"a", "b", "c", "d"}, by_step
+    assert by_step["b"]["output"]["text"] == "B hello 1\n"
+    assert cli("gc", "--keep-last", "1").returncode == 0
+    plan = json.loads(cli("plan", "pipeline.yaml", "--json").stdout)
+    assert {s["id"]: s["action"] for s in plan["steps"]} == dict.fromkeys("abcd", "cached")

@@ -277,7 +277,7 @@ class Interpreter:
         reused = self.options.reuse.get(step.id)
         if reused is not None and not self.scheduler.blocked(step):
             emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True)
-            return self._record_outcome(as_cached(reused))
+            return self._record_outcome(self._journal_reused(as_cached(reused)))
         blocked = self.scheduler.blocked(step)
         if blocked is not None:
             emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
@@ -313,6 +313,19 @@ class Interpreter:
             outcome = self._failed(step, exc)
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
+
+    def _journal_reused(self, outcome: StepOutcome) -> StepOutcome:
+        """A step answered by the caller's earlier outcome (watch's last cycle) is journaled in
+        this run as a cached one is: its rows name each result's key, so the run shows it and
+        gc keeps what it used."""
+        why = "cached (unchanged since the last cycle)"
+        if outcome.elements is not None:
+            for e in outcome.elements:
+                if e.key is not None and e.status is StepStatus.CACHED:
+                    self.recorder.reused(outcome.id, e.index, e.key, e.output, why)
+        elif outcome.key is not None:
+            self.recorder.reused(outcome.id, -1, outcome.key, outcome.output, why)
+        return outcome
 
     def _failed(self, step: CompiledStep, exc: RunnerError | StepFailure) -> StepOutcome:
         reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
