@@ -172,3 +172,85 @@ def test_search_snippets_keep_their_lines(tmp_path: Path) -> None:
         "    Acme [Supplies]",
         "    Total: 576",
     ]
+
+
+# -- plan: a new item never ran; costs carry their currency, or say no price is known ------------
+
+ITEMS = """\
+runner: 1
+name: items
+item: "${{ params.video }}"
+params:
+  video: {type: string, default: a}
+  title: {type: string, default: t}
+steps:
+  prompt:
+    uses: template
+    with: {text: "${{ params.video }} ${{ params.title }}", vars: {}}
+  draft:
+    uses: llm
+    with: {prompt: "${{ steps.prompt.output.text }}"}
+    check: ["${{ output.text | length > 0 }}"]
+  art:
+    uses: image
+    with: {prompt: "${{ steps.prompt.output.text }}", n: 2, size: "1024x1024"}
+"""
+
+
+def _items(tmp_path: Path, toml: str = "[general]\ndefault_provider = 'fake'\n") -> Project:
+    proj = Project(tmp_path)
+    proj.write("runner.toml", toml)
+    proj.write("pipeline.yaml", ITEMS)
+    return proj
+
+
+def test_plan_on_a_new_item_says_never_ran(tmp_path: Path) -> None:
+    proj = _items(tmp_path)
+    assert proj.cli("apply", "pipeline.yaml", "-q").exit_code == 0
+    new = proj.cli("plan", "pipeline.yaml", "-p", "video=b").stdout
+    assert "run      prompt: never ran" in new, new
+    assert "arguments changed" not in new
+    same_item = proj.cli("plan", "pipeline.yaml", "-p", "title=u").stdout
+    assert "run      prompt: arguments changed (" in same_item, same_item
+
+
+def test_plan_on_free_providers_says_free(tmp_path: Path) -> None:
+    out = _items(tmp_path).cli("plan", "pipeline.yaml").stdout
+    assert "calls: 1 text to fake fake-1: free" in out
+    assert "calls: 2 image to fake fake-1: free" in out
+    assert "estimated cost: nothing (every call goes to a free provider)" in out
+    assert "at most 0\n" not in out
+
+
+OPENAI = """\
+[general]
+default_provider = "openai"
+[providers.openai]
+base_url = "http://127.0.0.1:9/v1"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"
+[prices]
+currency = "EUR"
+[prices.openai]
+input_per_1k = 0.5
+output_per_1k = 1.0
+"""
+
+
+def test_plan_costs_carry_the_currency_and_name_what_has_no_price(tmp_path: Path) -> None:
+    proj = _items(tmp_path, OPENAI)
+    env = {"OPENAI_API_KEY": "sk-test"}
+    res = proj.cli("plan", "pipeline.yaml", env=env)
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert re.search(r"calls: 1 text to openai gpt-4o-mini: [0-9.]+ EUR\n", out), out
+    # the image step is priced by the image model, not the text model, and runner.toml has no
+    # image price: said, not counted as 0
+    assert (
+        "calls: 2 image to openai gpt-image-1: no price known "
+        "(runner.toml [prices.openai] has no image price)" in out
+    ), out
+    assert re.search(r"estimated cost: at most [0-9.]+ EUR, plus 2 call\(s\) with no price known", out)
+    doc = proj.cli("plan", "pipeline.yaml", "--json", env=env).json
+    models = {(c["kind"], c["model"]) for c in doc["cost"]["calls"]}
+    assert models == {("text", "gpt-4o-mini"), ("image", "gpt-image-1")}

@@ -249,6 +249,7 @@ def test_cost_estimate_and_budgets_refuse_before_any_call(shipped: Project) -> N
         "calls": 4,
         "cost": 0.24,
         "exact": True,
+        "free": False,  # priced in runner.toml, so not the fake's default of free
     }
     assert doc["cost"]["total"] == pytest.approx(0.24) and doc["budget"] is None
     code, over = plan(shipped, "pipelines/thumbnail.yaml", "--max-cost", "0.1")

@@ -33,24 +33,51 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
     ex = doc["executions"]
     parts = [f"{ex.get(a, 0)} {a}" for a in ("run", "unknown", "restore", "ask", "cached", "skip")]
     echo("plan: " + ", ".join(p for p in parts if not p.startswith("0 ")) or "plan: nothing")
-    cost = doc["cost"]
-    unit = f" {cost['currency']}" if cost["currency"] else ""
-    for line in cost["calls"]:
-        price = "no price in runner.toml" if line["cost"] is None else f"{line['cost']:.4g}{unit}"
-        model = f" {line['model']}" if line["model"] else ""
-        approx = "" if line["exact"] else " (a prompt is not known yet: tokens assumed)"
-        echo(
-            f"calls: {line['calls']} {line['kind']} to {line['provider']}{model}: {price}{approx}"
-        )
-    if cost["calls"]:
-        unpriced = f" (+ {cost['unpriced_calls']} unpriced calls)" if cost["unpriced_calls"] else ""
-        echo(f"estimated cost: at most {cost['total']:.4g}{unit}{unpriced}")
+    for line in cost_lines(doc["cost"]):
+        echo(line)
     budget = doc.get("budget")
     if budget:
         verdict = "OVER" if budget["over"] else "within"
         echo(f"budget: {verdict} {budget['limit']:g} ({budget['source']})")
     if not doc["would_change"]:
         echo("nothing would run: the apply would only confirm the cached results")
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The plan's provider calls and their cost, each with its currency; a call runner.toml
+    has no price for says so rather than counting as 0."""
+    currency = cost["currency"]
+    unit = f" {currency}" if currency else ""
+    out = []
+    for line in cost["calls"]:
+        if line.get("free"):
+            price = "free"
+        elif line["cost"] is None:
+            where = f"runner.toml [prices.{line['provider']}]"
+            price = f"no price known ({where} has no {line['kind']} price)"
+        else:
+            price = f"{line['cost']:.4g}{unit}"
+        model = f" {line['model']}" if line["model"] else ""
+        approx = "" if line["exact"] else " (a prompt is not known yet: tokens assumed)"
+        what = f"{line['calls']} {line['kind']} to {line['provider']}{model}"
+        out.append(f"calls: {what}: {price}{approx}")
+    if not cost["calls"]:
+        return out
+    unpriced = cost["unpriced_calls"]
+    priced = [x for x in cost["calls"] if x["cost"] is not None and not x.get("free")]
+    if not priced and not unpriced:
+        out.append("estimated cost: nothing (every call goes to a free provider)")
+        return out
+    if not priced:
+        out.append(f"estimated cost: no price known for {unpriced} call(s)")
+        return out
+    total = f"at most {cost['total']:.4g}{unit}"
+    if not currency:
+        total += " (no currency: name it with [prices] currency in runner.toml)"
+    if unpriced:
+        total += f", plus {unpriced} call(s) with no price known"
+    out.append(f"estimated cost: {total}")
+    return out
 
 
 def finish_plan(doc: dict[str, Any], fc: Any, *, as_json: bool, detailed: bool) -> None:

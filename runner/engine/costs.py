@@ -123,6 +123,7 @@ class CallLine:
     calls: int
     cost: float | None  # None: no price for it
     exact: bool  # False when some prompt was not known yet (input tokens assumed)
+    free: bool = False  # a provider that costs nothing (fake), not a price of 0 in runner.toml
 
     def to_json(self) -> dict[str, Any]:
         cost = None if self.cost is None else round(self.cost, 6)
@@ -133,6 +134,7 @@ class CallLine:
             "calls": self.calls,
             "cost": cost,
             "exact": self.exact,
+            "free": self.free,
         }
 
 
@@ -168,7 +170,11 @@ def estimate(fc: Forecast, prices: Prices) -> Estimate:
         cost = _cost(call, prices)
         if line is None:
             grouped[k] = CallLine(
-                *k, call.count, cost, call.kind == "image" or call.input_chars is not None
+                *k,
+                call.count,
+                cost,
+                call.kind == "image" or call.input_chars is not None,
+                free=call.provider in FREE_PROVIDERS and prices.row(call.provider, None) is None,
             )
             continue
         line.calls += call.count

@@ -389,7 +389,11 @@ class _Planner:
         return ElementForecast(index, Action.RUN, self._why(step, index, key, parts), key)
 
     def _why(self, step: CompiledStep, index: int, key: str, parts: KeyParts) -> list[str]:
-        last = _last_keyed(self.journal, self.plan.name, step.id, index)
+        # The item's own history: another item's run is not this one's "before" (a new
+        # video's steps never ran, whatever an older video's arguments were).
+        last = _last_keyed(
+            self.journal, self.plan.name, step.id, index, item=self.interp.options.item
+        )
         if last is None:
             return ["never ran"]
         if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
@@ -540,9 +544,15 @@ class _Planner:
             settings = getattr(provider, "settings", {}) or {}
         except Exception:  # a provider that cannot be configured: the apply will say why
             pname, settings = str(name or "default"), {}
-        model = arg.get("model") or settings.get("model")
         params = arg.get("params") or {}
+        model = arg.get("model") or settings.get("model")
         if kind == "image":
+            # As the providers choose: params.model, else the image model of a provider that
+            # has one (OpenAI's gpt-image-1, not its text `model`), else its only model.
+            chosen = params.get("model") if isinstance(params, dict) else None
+            model = chosen or (
+                settings.get("image_model") if "image_model" in settings else settings.get("model")
+            )
             n = arg.get("n")
             size = arg.get("size")
             quality = params.get("quality") if isinstance(params, dict) else None
@@ -591,13 +601,26 @@ class _ArgReader:
         return None if _holds_unknown(value) else value
 
 
-def _last_keyed(journal: Journal, pipeline: str, step_id: str, element: int) -> Any:
-    """The last execution that ran (it carries its key parts), for 'which part changed'."""
-    rows = journal.query(
-        "SELECT * FROM executions WHERE pipeline=? AND step_id=? AND element=? "
-        "AND key_parts IS NOT NULL AND status NOT IN ('running') ORDER BY id DESC LIMIT 1",
-        (pipeline, step_id, element),
+_ANY: Any = object()  # no item given: any item's execution
+
+
+def _last_keyed(
+    journal: Journal, pipeline: str, step_id: str, element: int, *, item: Any = _ANY
+) -> Any:
+    """The last execution that ran (it carries its key parts), for 'which part changed';
+    with ``item``, only among that item's runs."""
+    sql = (
+        "SELECT e.* FROM executions e {join}WHERE e.pipeline=? AND e.step_id=? AND e.element=? "
+        "AND e.key_parts IS NOT NULL AND e.status NOT IN ('running'){mine} ORDER BY e.id DESC "
+        "LIMIT 1"
     )
+    args: tuple[Any, ...] = (pipeline, step_id, element)
+    if item is _ANY:
+        sql = sql.format(join="", mine="")
+    else:
+        sql = sql.format(join="JOIN runs r ON r.id = e.run_id ", mine=" AND r.item IS ?")
+        args = (*args, item)
+    rows = journal.query(sql, args)
     return rows[0] if rows else None
 
 
