@@ -48,9 +48,13 @@ SKIPPED_DIRS = frozenset(
     {".runner", ".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__",
      ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 )  # fmt: skip
-# Output fields that tell how a result was obtained, not what it is (an image answered by the
-# call ledger says ``reused``): not compared.
-BOOKKEEPING_FIELDS = frozenset({"reused"})
+# Output fields that tell how a result was obtained, not what it is: not compared. An llm reply
+# or image answered by the call ledger says ``reused``; an image's ``metadata`` is the backend's
+# account of the job (ComfyUI's prompt id and file name change with every job). The image bytes
+# and the reply text are compared.
+BOOKKEEPING = frozenset(
+    {("reused",), ("iterations", "*", "reused"), ("iterations", "*", "metadata")}
+)
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is being rebuilt)
 
@@ -466,11 +470,16 @@ def _context(plan: Any, recorded: list[Recorded]) -> dict[str, Any]:
     return out
 
 
-def _comparable(output: Any) -> Any:
+def _comparable(output: Any, path: tuple[str, ...] = ()) -> Any:
+    """``output`` without its BOOKKEEPING fields (a list's items are at ``*``)."""
     if isinstance(output, dict):
-        return {k: _comparable(v) for k, v in output.items() if k not in BOOKKEEPING_FIELDS}
+        return {
+            k: _comparable(v, (*path, k))
+            for k, v in output.items()
+            if (*path, k) not in BOOKKEEPING
+        }
     if isinstance(output, list):
-        return [_comparable(v) for v in output]
+        return [_comparable(v, (*path, "*")) for v in output]
     return output
 
 

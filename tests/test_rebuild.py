@@ -292,3 +292,49 @@ def test_a_command_writing_through_an_absolute_link_writes_into_the_copy(
     assert code == 0 and verdicts(doc) == {"log": "same"}, doc
     assert (project.root / "real/log.txt").read_text() == "once\n"
     assert snapshot(project.root) == before
+
+
+def test_an_image_answered_by_the_call_ledger_rebuilds_the_same(shipped: Project) -> None:
+    """`reused` says how an image was obtained (the ledger answered), not what it is."""
+    first = shipped.apply("--state", ".runner", "-p", "n=2", file="pipelines/thumbnail.yaml")
+    assert first["_exit"] == 0, first
+    again = shipped.apply(
+        "--state", ".runner", "-p", "n=2", "--force", "generate", file="pipelines/thumbnail.yaml"
+    )
+    assert again["_exit"] == 0 and "generate" in {s["id"] for s in again["steps"]}
+    conn = sqlite3.connect(shipped.root / ".runner" / "journal.db")
+    (output,) = conn.execute(
+        "SELECT output FROM executions WHERE run_id=? AND step_id='generate'",
+        (again["run"]["id"],),
+    ).fetchone()
+    conn.close()
+    assert all(it["reused"] for it in json.loads(output)["iterations"])
+    code, doc = rebuild(shipped, "--all", "--include-paid")
+    assert code == 0 and verdicts(doc)["generate"] == "same", doc
+
+
+def test_which_step_types_pay() -> None:
+    from runner.rebuild import calls_provider
+    from runner.steps.base import StepType
+    from runner.steps.registry import BUILTINS, default_registry
+
+    registry = default_registry()
+    paid = {name for name in BUILTINS if calls_provider(name, registry.get(name))}
+    assert paid == {"llm", "image"}
+
+    class Plugin(StepType):
+        name = "plugin"
+
+    class LocalPlugin(StepType):
+        name = "local"
+        runs_anywhere = True
+
+    class Declared(StepType):
+        name = "declared"
+        runs_anywhere = True
+        calls_provider = True
+
+    # A third-party type that does not say it needs nothing but its arguments may pay.
+    assert calls_provider("plugin", Plugin())
+    assert not calls_provider("local", LocalPlugin())
+    assert calls_provider("declared", Declared())
