@@ -210,3 +210,38 @@ def test_apply_out_copies_compliant_finals(thumbs: Project) -> None:
         f"{VIDEO}-2.jpg",
     ]
     assert len(doc["out"]) == 2
+
+
+FANNED = """\
+runner: 1
+name: fanned
+params:
+  go: {type: boolean, default: true}
+steps:
+  each:
+    uses: image
+    for_each: ["a red door", "a blue door"]
+    with: {prompt: "${{ item }}", size: "16x16", n: 2}
+  maybe:
+    uses: image
+    when: "${{ params.go == false }}"
+    with: {prompt: "never", size: "16x16"}
+"""
+
+
+def test_image_steps_in_a_for_each_or_skipped_by_when_end_the_run_by_their_statuses(
+    project: Project,
+) -> None:
+    """Issue 28: the run was `failed` (exit 4) though every element completed: the iteration
+    count found none (each element's iterations are its own) and called that a failure."""
+    project.write("runner.toml", '[general]\ndefault_provider = "fake"\n')
+    project.write("pipeline.yaml", FANNED)
+    doc = project.apply()
+    assert doc["_exit"] == 0, doc
+    assert doc["run"]["status"] == "completed"
+    each = next(s for s in doc["steps"] if s["id"] == "each")
+    assert each["status"] == "ran"
+    shown = project.cli("runs", "show", doc["run"]["id"], "--json")
+    assert shown.json["run"]["status"] == "completed"
+    again = project.apply()
+    assert again["_exit"] == 0 and again["run"]["status"] == "completed"

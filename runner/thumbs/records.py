@@ -218,6 +218,10 @@ def settle_run(
             profile = out["provider_profile"]
     if profile is not None:
         journal.update_run(run_id, provider_profile=profile)
+    if not its:
+        # No image step made iterations of its own: each ran per for_each element (its
+        # output is their list) or was skipped by `when:`. The steps' statuses decide.
+        return status, exit_code
     settled, code = run_outcome(its)
     if exit_code in (7, 130) or (code == 0 and exit_code != 0):
         return status, exit_code
