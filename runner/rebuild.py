@@ -145,7 +145,7 @@ def rebuild(
     read only. Raises NotFound for an unknown run."""
     report = RebuildReport()
     runs = latest_runs(state.journal, run_id)
-    plans: list[tuple[dict[str, Any], list[Recorded], Any, list[Check]]] = []
+    plans: list[tuple[dict[str, Any], list[Recorded], Any]] = []
     eligible: list[tuple[int, Recorded]] = []
     for run in runs:
         report.runs.append({"id": run["id"], "pipeline": run["pipeline"], "item": run["item"]})
@@ -156,18 +156,27 @@ def rebuild(
         for rec in recorded:
             if (rec.step, rec.element) not in picked:
                 eligible.append((len(plans), rec))
-        plans.append((run, recorded, plan, []))
+        plans.append((run, recorded, plan))
     chosen = eligible
     if sample is not None and len(eligible) > sample:
         chosen = random.Random(seed).sample(eligible, sample)
         report.not_sampled = len(eligible) - sample
     total, done = len(chosen), 0
-    for i, (run, recorded, plan, _) in enumerate(plans):
+    for i, (run, recorded, plan) in enumerate(plans):
         mine = [rec for j, rec in chosen if j == i]
         if not mine or plan is None:
             continue
-        with _Scratch.made(state, run, plan, recorded) as scratch:
-            report.checks.extend(run_async(scratch.check_all(mine, progress, done, total)))
+        try:
+            with _Scratch.made(state, run, plan, recorded) as scratch:
+                report.checks.extend(run_async(scratch.check_all(mine, progress, done, total)))
+        except (RunnerError, OSError) as exc:  # no scratch copy: these were not checked
+            reason = f"no scratch copy of the project could be made: {exc}"
+            for rec in mine:
+                uses = plan.steps[rec.step].uses
+                report.checks.append(
+                    Check(run["id"], run["pipeline"], rec.step, rec.element, uses,
+                          Verdict.FAILED, reason)
+                )  # fmt: skip
         done += len(mine)
     if progress is not None and total:
         progress(total, total, "done")
@@ -279,6 +288,13 @@ class _Scratch:
         if config is not None:
             anchors.append(config.resolve().parent)
         base = Path(os.path.commonpath(anchors))
+        # One of them holds the others (the project folder), and not a whole home or disk:
+        # the copy is of the project, never of whatever folder happens to hold its parts.
+        if base not in anchors or base == Path(base.anchor) or Path.home().is_relative_to(base):
+            raise UsageError(
+                f"the pipeline file, its root and runner.toml lie in no one project folder "
+                f"(only {base} holds them all): it is not copied"
+            )
         self.tree = tmp / "project"
         self.real_root = str(real_plan.root.resolve())
         # The run's outputs are not copied: those the checked steps read are put back from the

@@ -338,3 +338,31 @@ def test_which_step_types_pay() -> None:
     assert calls_provider("plugin", Plugin())
     assert not calls_provider("local", LocalPlugin())
     assert calls_provider("declared", Declared())
+
+
+def test_parts_of_a_project_in_no_one_folder_are_not_copied(tmp_path: Path) -> None:
+    """The pipeline in one folder, its root in a sibling: their common parent is no project
+    folder (it may be /tmp, or a home), so nothing is copied and the check says why."""
+    project = Project(tmp_path / "pipes")
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: apart
+        root: ../work
+        steps:
+          hello:
+            uses: shell
+            with:
+              run: echo hello > hello.txt
+              outputs: [hello.txt]
+        """,
+    )
+    (tmp_path / "work").mkdir()
+    (tmp_path / "bystander.bin").write_bytes(b"not part of the project")
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    before = snapshot(project.root)
+    code, doc = rebuild(project, "--all")
+    assert code == 1 and verdicts(doc) == {"hello": "failed"}, doc
+    assert "no one project folder" in doc["checks"][0]["reason"]
+    assert snapshot(project.root) == before
