@@ -114,7 +114,7 @@ class RebuildReport:
 
     def lines(self) -> list[str]:
         out: list[str] = []
-        skipped: dict[tuple[str, str, str, str], list[Check]] = {}
+        skipped: dict[tuple[str, str, str, str], list[Check]] = {}  # by pipeline, step, reason
         for c in self.checks:
             where = f"run {c.run_id} step {c.label} ({c.uses})"
             if c.verdict is Verdict.DIFFERS:
@@ -123,10 +123,15 @@ class RebuildReport:
             elif c.verdict is Verdict.FAILED:
                 out.append(f"rebuild failed: {where}: {c.reason}")
             elif c.verdict is Verdict.SKIPPED:  # one line per step and reason, not per element
-                skipped.setdefault((c.run_id, c.step, c.uses, c.reason), []).append(c)
-        for (run_id, step, uses, reason), checks in skipped.items():
-            many = f", {len(checks)} elements" if checks[0].element is not None else ""
-            out.append(f"skipped: run {run_id} step {step} ({uses}{many}): {reason}")
+                skipped.setdefault((c.pipeline, c.step, c.uses, c.reason), []).append(c)
+        for (_, step, uses, reason), checks in skipped.items():
+            runs = sorted({c.run_id for c in checks})
+            where = (
+                f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs of {checks[0].pipeline}"
+            )
+            elements = [c for c in checks if c.element is not None]
+            many = f", {len(elements)} elements" if elements else ""
+            out.append(f"skipped: {where} step {step} ({uses}{many}): {reason}")
         s = self.summary()
         tail = f", {s['not_sampled']} not in the sample (--all checks every one)"
         out.append(
