@@ -20,6 +20,10 @@ def call_json(row: dict[str, Any]) -> dict[str, Any]:
         found = (loads(row["meta"]) or {}).get("remote_job")
         job = found if isinstance(found, dict) else {}
     submitted_at = row.get("submitted_at") or job.get("submitted_at")
+    attempts = row.get("attempts") or 0
+    if row["status"] == "completed":  # it reached the backend (rows of earlier versions
+        submitted_at = submitted_at or row.get("started_at")  # did not say so for
+        attempts = max(attempts, 1)  # providers without an HTTP layer)
     return {
         "key": row["key"],
         "step_id": row["step_id"],
@@ -27,7 +31,7 @@ def call_json(row: dict[str, Any]) -> dict[str, Any]:
         "submitted_at": submitted_at,
         "remote_id": row.get("remote_id") or job.get("prompt_id"),
         "outcome": row["status"],  # completed, failed, maybe_executed (or in_flight)
-        "attempts": row.get("attempts") or 0,
+        "attempts": attempts,
         "error": row.get("error"),
     }
 

@@ -254,3 +254,32 @@ def test_plan_costs_carry_the_currency_and_name_what_has_no_price(tmp_path: Path
     doc = proj.cli("plan", "pipeline.yaml", "--json", env=env).json
     models = {(c["kind"], c["model"]) for c in doc["cost"]["calls"]}
     assert models == {("text", "gpt-4o-mini"), ("image", "gpt-image-1")}
+
+
+# -- the Provider calls table ----------------------------------------------------------------
+
+
+def _last_run(proj: Project) -> str:
+    runs = proj.cli("runs", "list", "--json").json["runs"]
+    return str(runs[0]["id"])
+
+
+def test_completed_calls_show_as_sent_once(tmp_path: Path) -> None:
+    import sqlite3
+
+    proj = _items(tmp_path)
+    assert proj.cli("apply", "pipeline.yaml", "-q").exit_code == 0
+    run = _last_run(proj)
+    calls = proj.cli("runs", "show", run, "--json").json["calls"]
+    assert len(calls) == 3  # one llm call, two images
+    assert all(c["outcome"] == "completed" for c in calls)
+    assert all(c["submitted"] and c["attempts"] == 1 for c in calls), calls
+    text = proj.cli("runs", "show", run).stdout
+    rows = [line for line in text.splitlines() if " completed " in line and "tries" not in line]
+    assert rows and not any(re.search(r"completed\s+no\s+0", r) for r in rows), text
+    # rows an earlier version wrote (attempts 0, never marked sent) read the same
+    db = sqlite3.connect(tmp_path / ".runner" / "journal.db", isolation_level=None)
+    db.execute("UPDATE calls SET attempts=0, submitted_at=NULL")
+    db.close()
+    again = proj.cli("runs", "show", run, "--json").json["calls"]
+    assert all(c["submitted"] and c["attempts"] == 1 for c in again), again

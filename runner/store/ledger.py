@@ -118,7 +118,11 @@ class CallLedger(BatchedJournal):
                 self.commit()
                 self.before_commit()
         self._ledger(
-            "UPDATE calls SET status='completed', result=?, error=NULL, finished_at=? WHERE key=?",
+            # A provider with no HTTP layer (fake, a plugin) never reports call_sent: a call
+            # that completed reached its backend at least once all the same.
+            "UPDATE calls SET status='completed', result=?, error=NULL, finished_at=?, "
+            "attempts=MAX(COALESCE(attempts, 0), 1), "
+            "submitted_at=COALESCE(submitted_at, started_at) WHERE key=?",
             (dumps(dict(result)), now(), key),
             durable=False,  # the step settles it before the call's log or object says more
         )
