@@ -262,9 +262,15 @@ def test_a_job_the_backend_forgot_is_submitted_again(tmp_path: Path) -> None:
             run(p, req)
         server.wait_idle()
         server.restart()  # history gone: the backend no longer knows the job
+        said: list[str] = []
+        again = RemoteJob("k4", known=job.known, progress=said.append)
+        req = ImageRequest(prompt="x", seed=1, idempotency_key="k4", job=again)
         result = run(provider(tmp_path, server), req)
         assert server.count("POST", "/prompt") == 2
-    assert result.metadata["reattached"] is True  # asked first, submitted only when unknown
+    # Asked first, submitted only when unknown: a new submission, never called re-attached.
+    assert result.metadata["reattached"] is False
+    assert any("no longer knows prompt" in line and "submitting it again" in line for line in said)
+    assert not any("re-attached" in line for line in said), said
 
 
 def test_an_older_comfyui_that_picks_its_own_id_gets_that_id_journaled(tmp_path: Path) -> None:
@@ -490,3 +496,38 @@ def test_an_accepted_prompt_with_node_errors_says_what_will_not_run(tmp_path: Pa
         line == f"ComfyUI accepted prompt {queued} but will not run: {dropped}" for line in said
     )
     assert job.known is not None and job.known["dropped"] == [dropped]
+
+
+def test_a_workflow_that_makes_a_batch_per_job_is_refused(tmp_path: Path) -> None:
+    """Issue 28: batch_size 3 kept the first image of each job and dropped two silently."""
+    graph = json.loads((DATA / "sd15_api.json").read_text(encoding="utf-8"))
+    latent = next(n for n in graph.values() if "batch_size" in n.get("inputs", {}))
+    latent["inputs"]["batch_size"] = 3
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server)
+        (tmp_path / "flows" / "sd15_api.json").write_text(json.dumps(graph), encoding="utf-8")
+        with pytest.raises(ProviderConfigError, match="batch_size 3 images per job") as info:
+            p.check(references=0)
+        assert "n: 3" in (info.value.hint or "")
+        assert server.count("POST", "/prompt") == 0
+
+
+def test_a_job_that_saved_several_images_fails_rather_than_dropping_them(tmp_path: Path) -> None:
+    """The same when the batch is not a literal the check can read: the reply is refused."""
+    with ComfyUIServer() as server:
+        p = provider(tmp_path, server)
+        job = RemoteJob("k9", known={"prompt_id": "p1"})
+        entry = {
+            "status": {"status_str": "success", "completed": True, "messages": []},
+            "outputs": {
+                "9": {
+                    "images": [
+                        {"filename": f"ComfyUI_0000{i}_.png", "subfolder": "", "type": "output"}
+                        for i in range(1, 4)
+                    ]
+                }
+            },
+        }
+        with pytest.raises(ProviderError, match="saved 3 images for one call") as info:
+            p._finished(job, entry, "/history/p1")
+        assert not info.value.transient and job.known and job.known["state"] == "failed"

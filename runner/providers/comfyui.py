@@ -176,7 +176,13 @@ class ComfyUIProvider(HttpProvider):
                                 transient=False,
                             )
                         client_id = client_id or self._client_id(job.key)
+                        if reattached:  # the server forgot the journaled prompt (a restart)
+                            job.say(
+                                f"{backend_of(client)} no longer knows prompt "
+                                f"{known.get('prompt_id')}; submitting it again"
+                            )
                         await self._submit(client, flow, values, request, job, client_id)
+                        reattached = False  # what answers now is the new submission
                         resubmits += 1
                     ref, state = await self._wait(client, job, deadline, timeout, socket)
                     if ref is not None:
@@ -451,7 +457,17 @@ class ComfyUIProvider(HttpProvider):
             if wanted is not None and str(wanted) != node_id:
                 continue
             images = outputs[node_id].get("images") if isinstance(outputs[node_id], dict) else None
-            candidates.extend(i for i in images or [] if isinstance(i, dict) and "filename" in i)
+            found = [i for i in images or [] if isinstance(i, dict) and "filename" in i]
+            saved = [i for i in found if i.get("type", "output") == "output"]
+            if len(saved) > 1:  # a batch the workflow check could not see (a linked batch size)
+                job.update(state="failed")
+                raise self.bad_reply(
+                    url,
+                    f"node {node_id} saved {len(saved)} images for one call; runner takes one "
+                    "image per call and drops none silently: make the workflow's batch 1 and "
+                    "ask the image step for n",
+                )
+            candidates.extend(found)
         # Saved outputs beat previews (type "temp").
         candidates.sort(key=lambda i: i.get("type") != "output")
         if candidates:

@@ -195,6 +195,31 @@ def _target(
     return Target(node_id, name)
 
 
+# Inputs that make a job produce several images (ComfyUI's EmptyLatentImage, EmptyImage and the
+# like take batch_size; RepeatLatentBatch and RepeatImageBatch take amount).
+_BATCH_INPUTS = ("batch_size", "amount")
+
+
+def _check_one_image(graph: dict[str, Any], provider: str, where: Location | None) -> None:
+    """One call is one image (its own key, seed and ledger row): a workflow whose job makes a
+    batch would have all but one image dropped, so it is refused with the way to get them."""
+    for node_id in sorted(graph, key=str):
+        node = graph[node_id]
+        inputs = node.get("inputs") if isinstance(node, dict) else None
+        if not isinstance(inputs, dict):
+            continue
+        for name in _BATCH_INPUTS:
+            value = inputs.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                _fail(
+                    provider,
+                    f"{_describe(node_id, node)} makes {name} {value} images per job, and "
+                    "runner takes one image per call (the others would be dropped)",
+                    where,
+                    hint=f"set {name} to 1 in the workflow and ask the image step for n: {value}",
+                )
+
+
 def check_workflow(
     graph: dict[str, Any],
     substitutions: Any,
@@ -215,6 +240,7 @@ def check_workflow(
         )
     if "prompt" not in substitutions:
         _fail(provider, "substitutions must name where 'prompt' goes", where)
+    _check_one_image(graph, provider, where)
     targets: dict[str, tuple[Target, ...]] = {}
     for field_name, paths in substitutions.items():
         listed = paths if isinstance(paths, list) else [paths]
