@@ -200,7 +200,7 @@ def test_rebuild_in_a_real_process_leaves_no_scratch_behind(project: Project) ->
         timeout=120,
     )
     assert done.returncode == 1, done.stderr
-    assert "not deterministic" in done.stdout and "step stamp" in done.stdout
+    assert "not deterministic" in done.stdout and "step stamp" in done.stdout, done
     assert "rebuild 5/5: done" in done.stderr  # progress, on stderr
     assert list(tmp.iterdir()) == []  # the scratch copy is gone
     assert snapshot(project.root) == before
