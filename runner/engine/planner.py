@@ -368,8 +368,19 @@ class _Planner:
     ) -> ElementForecast:
         if step.id in self.edited:
             edited = self._override(step, index, extra, key)
-            if edited is not None:
+            if isinstance(edited, ElementForecast):
                 return edited
+            if edited is not None:
+                # the apply sets the edit aside, then answers as for any element (gatestep's
+                # sibling, reuse.override): from the cache when the new key has a result
+                fc = self._decide_unedited(step, index, extra, key, parts)
+                fc.reasons = [edited, *fc.reasons]
+                return fc
+        return self._decide_unedited(step, index, extra, key, parts)
+
+    def _decide_unedited(
+        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, parts: KeyParts
+    ) -> ElementForecast:
         if step.id in self.force:
             return ElementForecast(index, Action.RUN, ["forced (--force)"], key)
         if step.cache is CachePolicy.ALWAYS_RUN:
@@ -423,7 +434,9 @@ class _Planner:
 
     def _override(
         self, step: CompiledStep, index: int, extra: dict[str, Any], key: str
-    ) -> ElementForecast | None:
+    ) -> ElementForecast | str | None:
+        """The forecast of an element a user edit answers; the reason it is set aside (a str);
+        or None without an active edit."""
         ov = overrides.active(self.journal, self.plan.name, step.id, index)
         if ov is None:
             return None
@@ -441,9 +454,7 @@ class _Planner:
                 key, ov.output, [], {}, "completed", "", None
             )
             return ElementForecast(index, Action.CACHED, [f"user edit #{ov.id} holds"], key)
-        return ElementForecast(
-            index, Action.RUN, [f"user edit #{ov.id} would be set aside: its contract changed"], key
-        )
+        return f"user edit #{ov.id} would be set aside: its contract changed"
 
     def _pending(self, step: CompiledStep, index: int, args: Mapping[str, Any] | None) -> None:
         """Files this execution would write are not known until it runs."""
@@ -500,6 +511,9 @@ class _Planner:
                 ["approved before with the same inputs", *revised[-1:]],
                 key,
             )
+        here = self._decided_here(step, key)
+        if here is not None:
+            return here
         if old is not None and old.decision is gates.Decision.REJECT:
             self.rejected.add(step.id)
             self.interp.context_steps[step.id] = _Unknown(step.id)
@@ -521,6 +535,24 @@ class _Planner:
             return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
         self.interp.context_steps[step.id] = _Unknown(step.id)
         return StepForecast(step.id, step.uses, Action.ASK, ["would ask for a decision"], key)
+
+    def _decided_here(self, step: CompiledStep, key: str) -> StepForecast | None:
+        """A decision recorded in the run the apply continues (`decide --no-resume`) on exactly
+        these inputs: the apply takes it (gatestep.decide) rather than asking."""
+        rows = gates.decisions(self.journal, self.interp.run_id, step.id)
+        last = rows[-1] if rows else None
+        if last is None or last.status is not gates.RowStatus.DECIDED or last.key != key:
+            return None
+        if last.decision is gates.Decision.APPROVE:
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"approved by {last.by} (round {last.round}): would go on past the gate"
+            return StepForecast(step.id, step.uses, Action.RUN, [why], key)
+        if last.decision is gates.Decision.REJECT:
+            self.rejected.add(step.id)
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"rejected by {last.by} (round {last.round})"
+            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+        return None
 
     def _upstream_key(self, sid: str) -> Any:
         up = self.outcomes[sid]

@@ -1,0 +1,84 @@
+"""Plain regression tests of what the differential oracle (test_reuse_oracle.py) found: each
+sequence it failed on, as the few commands that show it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .conftest import Project
+
+GATED = """\
+    runner: 1
+    name: g
+    steps:
+      draft:
+        uses: template
+        with: {text: "a draft"}
+      review:
+        uses: human_gate
+        with: {summary: "ok?", show: {draft: "${{ steps.draft.output.text }}"}}
+      publish:
+        uses: shell
+        needs: [review]
+        with: {run: "mkdir -p out && echo done > out/p.txt", outputs: [out/p.txt]}
+"""
+
+EDITED = """\
+    runner: 1
+    name: e
+    params:
+      shots: {type: array, default: [a, b]}
+    steps:
+      shot:
+        uses: template
+        for_each: "${{ params.shots }}"
+        with: {text: "shot {{ s }}", vars: {s: "${{ item }}"}}
+"""
+
+
+def _actions(project: Project, *params: str) -> dict[tuple[str, int | None], tuple[str, Any]]:
+    doc = project.cli("plan", "pipeline.yaml", "--json", *params).json
+    out: dict[tuple[str, int | None], tuple[str, Any]] = {}
+    for s in doc["steps"]:
+        for el in s.get("elements") or []:
+            out[(s["id"], el["index"])] = (el["action"], el["reasons"])
+        if not s.get("elements"):
+            out[(s["id"], None)] = (s["action"], s["reasons"])
+    return out
+
+
+def test_plan_sees_a_decision_recorded_without_resuming(project: Project) -> None:
+    """`decide --no-resume` records the decision; the next apply takes it and goes on past the
+    gate. plan said `ask` ("would ask for a decision") for that apply."""
+    project.write("pipeline.yaml", GATED)
+    run_id = project.apply()["run"]["id"]
+    assert project.cli("decide", "--no-resume", run_id, "review", "approve").exit_code == 0
+    review, _ = _actions(project)[("review", None)]
+    assert review == "run"
+    doc = project.apply()
+    assert doc["_exit"] == 0 and {s["id"]: s["status"] for s in doc["steps"]}["review"] == "ran"
+
+
+def test_plan_sees_a_rejection_recorded_without_resuming(project: Project) -> None:
+    project.write("pipeline.yaml", GATED)
+    run_id = project.apply()["run"]["id"]
+    assert project.cli("decide", "--no-resume", run_id, "review", "reject").exit_code == 0
+    review, why = _actions(project)[("review", None)]
+    assert review == "cached" and "rejected" in why[0]
+    assert project.apply()["_exit"] == 8
+
+
+def test_plan_of_an_edit_set_aside_answers_from_the_cache(project: Project) -> None:
+    """A `runner edit` of element 0 is set aside when that element's key changes; the apply then
+    answers it from the cache when the new key has a result. plan said `run`."""
+    project.write("pipeline.yaml", EDITED)
+    assert project.apply("-p", 'shots=["b"]')["_exit"] == 0  # "shot b" is now cached
+    run_id = project.apply()["run"]["id"]
+    fixed = project.write("fixed.txt", "my shot")
+    res = project.cli("edit", run_id, "shot", "--element", "0", "--from", str(fixed))
+    assert res.exit_code == 0, res.stderr
+    action, why = _actions(project, "-p", 'shots=["b"]')[("shot", 0)]
+    assert action == "cached", why
+    assert "set aside" in why[0]
+    doc = project.apply("-p", 'shots=["b"]')
+    assert doc["_exit"] == 0 and doc["summary"]["ran"] == 0, doc
