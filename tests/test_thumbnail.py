@@ -245,3 +245,44 @@ def test_image_steps_in_a_for_each_or_skipped_by_when_end_the_run_by_their_statu
     assert shown.json["run"]["status"] == "completed"
     again = project.apply()
     assert again["_exit"] == 0 and again["run"]["status"] == "completed"
+
+
+SIZED = """\
+runner: 1
+name: sized
+params:
+  size: {type: string, default: 96x48}
+  negative: {type: string, default: ""}
+steps:
+  gen:
+    uses: image
+    with: {prompt: "a lighthouse", size: "${{ params.size }}", negative_prompt: "${{ params.negative }}"}
+"""
+
+
+def _first_iteration(project: Project, doc: dict) -> dict:
+    shown = project.cli("runs", "show", doc["run"]["id"], "--json").json
+    gen = next(e for e in shown["executions"] if e["step_id"] == "gen")
+    first: dict = gen["output"]["iterations"][0]
+    return first
+
+
+def _image_size(project: Project, doc: dict) -> tuple[int, int]:
+    digest = _first_iteration(project, doc)["raw"]
+    path = project.root / ".runner" / "objects" / digest[:2] / digest[2:]
+    with Image.open(path) as img:
+        return img.size
+
+
+def test_a_changed_size_or_negative_prompt_makes_a_new_image(project: Project) -> None:
+    """Issue 28: the call's key left size, negative_prompt and params out, so the ledger
+    answered a 32x32 request with the 96x48 image (0 requests sent)."""
+    project.write("runner.toml", '[general]\ndefault_provider = "fake"\n')
+    project.write("pipeline.yaml", SIZED)
+    first = project.apply()
+    assert first["_exit"] == 0 and _image_size(project, first) == (96, 48)
+    second = project.apply("-p", "size=32x32")
+    assert second["_exit"] == 0 and _image_size(project, second) == (32, 32)
+    assert _first_iteration(project, second)["reused"] is False
+    third = project.apply("-p", "size=32x32", "-p", "negative=fog")
+    assert third["_exit"] == 0 and _first_iteration(project, third)["reused"] is False
