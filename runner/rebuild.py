@@ -166,6 +166,8 @@ def rebuild(
         mine = [rec for j, rec in chosen if j == i]
         if not mine or plan is None:
             continue
+        if progress is not None:  # a big project takes a while to copy
+            progress(done, total, f"{run['pipeline']}: copying the project")
         try:
             with _Scratch.made(state, run, plan, recorded) as scratch:
                 report.checks.extend(run_async(scratch.check_all(mine, progress, done, total)))
