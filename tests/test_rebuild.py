@@ -31,8 +31,8 @@ PAID_STEPS = {  # each shipped pipeline's provider steps
 
 
 def snapshot(root: Path) -> dict[str, Any]:
-    """Everything a rebuild must leave alone: every journal row, the objects, the project's
-    files (content and mtime)."""
+    """Everything a rebuild must leave alone: every journal row, the objects, every file of
+    the project and its state (content and mtime)."""
     state = root / ".runner"
     conn = sqlite3.connect(state / "journal.db")
     try:
@@ -46,7 +46,9 @@ def snapshot(root: Path) -> dict[str, Any]:
     )
     files = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file() and ".runner" not in path.relative_to(root).parts:
+        # Every file, the state's too (fingerprints, run folders, logs, locks), but SQLite's
+        # own files, compared above by their rows.
+        if path.is_file() and not path.name.startswith("journal.db"):
             st = path.stat()
             files[str(path.relative_to(root))] = (
                 hashlib.sha256(path.read_bytes()).hexdigest(),
