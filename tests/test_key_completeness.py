@@ -271,3 +271,23 @@ def test_a_reference_counts_by_content_not_by_name(tmp_path: Path) -> None:
     before = call_keys(tmp_path, "image", args)
     Image.new("RGB", (8, 8), "green").save(tmp_path / "ref.png")
     assert call_keys(tmp_path, "image", args) != before
+
+
+@pytest.mark.parametrize(
+    ("step", "args"),
+    [
+        ("image", {"prompt": "p", "size": "32x32", "references": ["swap.png"]}),
+        ("llm", {"messages": [{"role": "user", "content": "what?", "images": ["swap.png"]}]}),
+    ],
+)
+def test_a_reference_image_swapped_under_its_name_changes_the_step_key(
+    keyed_project: Project, step: str, args: dict[str, Any]
+) -> None:
+    """A reference given as a workspace path is read by content: the step runs again when the
+    file changes (it was answered from the cache with the image made from the old file)."""
+    from PIL import Image
+
+    Image.new("RGB", (8, 8), "red").save(keyed_project.root / "swap.png")
+    before = step_key(keyed_project, step, args)
+    Image.new("RGB", (8, 8), "blue").save(keyed_project.root / "swap.png")
+    assert step_key(keyed_project, step, args) != before

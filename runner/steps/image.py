@@ -129,6 +129,17 @@ def check_provider(args: Mapping[str, Any], root: Path, where: Location | None) 
     provider.check(references=count, where=where)
 
 
+def reference_files(refs: Any, root: Path) -> list[str]:
+    """The workspace paths among ``refs`` (object digests are content already): their
+    content is part of the step's key, so an image swapped under the same name is seen."""
+    out: list[str] = []
+    for ref in refs or []:
+        if isinstance(ref, str) and not _DIGEST.match(ref):
+            inside(root, ref, where=Location(ref))
+            out.append(ref)
+    return out
+
+
 def load_reference(ctx: StepContext, ref: str) -> bytes:
     """An object digest from the store, or a workspace path inside the pipeline root."""
     if _DIGEST.match(ref) and ctx.objects.has(ref):
@@ -230,6 +241,9 @@ class ImageStep(StepType):
             except ValueError as exc:
                 raise invalid(str(exc), where) from None
         check_provider(args, root, where)
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        return reference_files(args.get("references"), root)
 
     def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
         provider = resolve_provider(env, args.get("provider"), "image", None)

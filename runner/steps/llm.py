@@ -31,7 +31,7 @@ from ..providers.calls import (
 from ..providers.limits import waiting
 from ..providers.requestkey import canonical_request, request_key
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
-from .image import load_reference, resolve_provider
+from .image import load_reference, reference_files, resolve_provider
 from .ordered import in_order
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
@@ -152,6 +152,11 @@ class LlmStep(StepType):
                 raise invalid(
                     f"`schema` is not a valid JSON Schema: {exc.message}", where
                 ) from None
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        messages = args.get("messages") or []
+        images = [i for m in messages if isinstance(m, dict) for i in m.get("images") or []]
+        return reference_files(images, root)
 
     def key_extra(self, args: Mapping[str, Any], env: StepEnv) -> dict[str, Any]:
         provider = resolve_provider(env, args.get("provider"), "text", None)
