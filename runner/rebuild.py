@@ -312,6 +312,7 @@ class _Scratch:
         self.recorded = recorded
         self.journal = Journal.open(tmp / "state")
         self.objects = _Overlay(tmp / "state" / "objects", state.objects)
+        self.providers = _LazyProviders(self.plan.root)
         options = ApplyOptions(
             jobs=1, item=run["item"], run_id=run["id"], force=frozenset(self.plan.steps)
         )
@@ -321,7 +322,7 @@ class _Scratch:
             objects=self.objects,
             state_dir=tmp / "state",
             options=options,
-            providers=_LazyProviders(self.plan.root),
+            providers=self.providers,
         )
         # A revision's reviewer input is part of the revised step's key and arguments.
         self.interp.reviews.update(load_reviews(real_plan, state.journal, run["id"]))
@@ -370,10 +371,13 @@ class _Scratch:
         self._put_back([rec for rec in self.recorded if rec.step in upstream])
         self.interp.context_steps.update(_context(self.plan, self.recorded))
         out: list[Check] = []
-        for n, rec in enumerate(mine):
-            if progress is not None:
-                progress(done + n, total, f"{self.run['pipeline']}: {_label(rec)}")
-            out.append(await self.check(rec))
+        try:
+            for n, rec in enumerate(mine):
+                if progress is not None:
+                    progress(done + n, total, f"{self.run['pipeline']}: {_label(rec)}")
+                out.append(await self.check(rec))
+        finally:
+            await self.providers.aclose()  # their connections, kept open for the checks
         return out
 
     async def check(self, rec: Recorded) -> Check:

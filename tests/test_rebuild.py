@@ -6,9 +6,12 @@ snapshotted before and after each rebuild and must not change.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import json
 import os
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -16,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from runner.store.migrations import TABLES
 
 from .conftest import REPO, Project, runner_bin
+from .providers.openai_server import OpenAIServer
+from .providers.servers import Recorded, Reply, b64, png
 
 SHIPPED = ("report", "classify-ingest", "scene-detail", "thumbnail")
 PAID_STEPS = {  # each shipped pipeline's provider steps
@@ -367,4 +373,64 @@ def test_parts_of_a_project_in_no_one_folder_are_not_copied(tmp_path: Path) -> N
     code, doc = rebuild(project, "--all")
     assert code == 1 and verdicts(doc) == {"hello": "failed"}, doc
     assert "no one project folder" in doc["checks"][0]["reason"]
+    assert snapshot(project.root) == before
+
+
+class SeedlessServer(OpenAIServer):
+    """An image backend that ignores what it is asked for beyond the size: each call gives a
+    new random colour."""
+
+    def _generate(self, rec: Recorded) -> Reply:
+        reply = super()._generate(rec)
+        with Image.open(io.BytesIO(base64.b64decode(reply.body["data"][0]["b64_json"]))) as im:
+            size = im.size
+        colour = tuple(secrets.token_bytes(3))
+        reply.body["data"][0]["b64_json"] = b64(png(colour, size))  # type: ignore[arg-type]
+        return reply
+
+
+def test_a_provider_that_ignores_its_seed_is_found_when_paid_for(project: Project) -> None:
+    shutil.copytree(REPO / "prompts" / "thumbnail", project.root / "prompts" / "thumbnail")
+    shutil.copy(REPO / "pipelines" / "thumbnail.yaml", project.root / "pipeline.yaml")
+    project.write("pipeline.yaml", (project.root / "pipeline.yaml").read_text().replace(
+        "root: ..", "root: ."
+    ))  # fmt: skip
+    small = ("-p", "n=2", "-p", "concurrency=1", "-p", "size=640x360")
+    with SeedlessServer() as server:
+        project.write(
+            "runner.toml",
+            f"""\
+            [general]
+            default_provider = "openai"
+
+            [providers.openai]
+            base_url = "{server.url}/v1"
+            timeout = 10
+            """,
+        )
+        with_env = {"OPENAI_API_KEY": "sk-test"}
+        res = project.cli(
+            "apply", "pipeline.yaml", "--state", ".runner", "-q", *small, env=with_env
+        )
+        assert res.exit_code == 0, res.stderr
+        before = snapshot(project.root)
+        res = project.cli("verify", "--rebuild", "--all", "--state", ".runner", "--json")
+        assert res.exit_code == 0 and verdicts(json.loads(res.stdout))["generate"] == "skipped"
+        paid_before = len(server.requests)
+        res = project.cli(
+            "verify", "--rebuild", "--all", "--include-paid", "--state", ".runner", "--json",
+            env=with_env,
+        )  # fmt: skip
+        doc = json.loads(res.stdout)
+        assert len(server.requests) == paid_before + 2  # it did pay: two images again
+    assert res.exit_code == 1 and verdicts(doc) == {
+        "prompt": "same",
+        "generate": "differs",
+        "final": "same",  # finalised from the recorded images
+    }, doc
+    generate = next(c for c in doc["checks"] if c["step"] == "generate")
+    assert {d["what"] for d in generate["differences"]} == {
+        "output.iterations[0].raw",
+        "output.iterations[1].raw",
+    }
     assert snapshot(project.root) == before
