@@ -6,12 +6,15 @@ objects and files are compared with the recorded ones. A difference means the st
 deterministic (a command that reads the clock, a provider that ignores its seed).
 
 Nothing of the real state changes. Each run is rebuilt in a temporary directory holding a copy
-of the project tree (the state directory, VCS and virtualenv folders left out) and a state of
-its own (an empty journal; an object store that reads missing objects from the real one,
-hash-checked, and writes only to itself). Every recorded output file of the run is put in the
-copy first, and each execution gets the recorded outputs of the steps before it: it is checked
-alone, against its recorded inputs. Its key is worked out again in the copy; when it is not the
-recorded one (the project changed since), the execution is skipped, not compared.
+of the project folder (the one holding the pipeline file, its root and runner.toml; the state,
+VCS and virtualenv folders and the run's own output files left out) and a state of its own (an
+empty journal; an object store that reads missing objects from the real one, hash-checked, and
+writes only to itself). The recorded output files of the steps upstream of the checked ones are
+put in the copy from the store, and each execution sees the recorded outputs of the steps before
+it: it is checked alone, against its recorded inputs (the interpreter's own preparation and
+attempts run it, forced past the cache). Its key is worked out again in the copy; when it is not
+the recorded one (the project changed since), the execution is skipped, not compared. Checks run
+one after another.
 
 Provider steps are not re-paid unless asked (``include_paid``): a step type calls providers when
 it is one the planner prices (``planner.CALL_STEPS``) or declares ``calls_provider = True``; a
