@@ -1,0 +1,265 @@
+"""Differential fuzzing of the shell scanner (runner/_shellscan.py) against real shells.
+
+Hypothesis builds shell commands from a grammar (quotes, $( ), "$( )", case arms, subshells,
+groups, functions, loops, arithmetic, (( )), [[ ]], here-documents, here-strings, comments,
+escapes, pipelines) holding ``${{ v }}`` values in places both safe and unsafe. For every command
+the scanner accepts, it is rendered twice, with a plain value and with a hostile one, and run by
+bash and by dash (/bin/sh on Debian). What the command prints (``printf '%s\\0'`` into a file)
+with the hostile value must be what it printed with the plain one, the plain value replaced by
+the hostile one byte for byte, and no file may appear (the payloads ``touch`` one). A command the
+scanner refuses is fine: refusing is its answer for what it cannot prove.
+
+CI runs a bounded number of examples; RUNNER_FUZZ=soak runs many more (locally).
+Every failure found becomes a plain case in test_shell_regressions.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runner.expr import compile_value
+from runner.shellquote import Unquotable, render_command
+
+SHELLS = [s for s in (shutil.which("bash"), shutil.which("dash"), "/bin/sh") if s]
+SOAK = os.environ.get("RUNNER_FUZZ") == "soak"
+V = "${{ v }}"
+PLAIN = "PlainValue42"
+
+HOSTILE = [
+    "a; touch PWNED_1",
+    "a'b\"c$(touch PWNED_2)",
+    "`touch PWNED_3`",
+    "x\ntouch PWNED_4\n",
+    "';touch PWNED_5;'",
+    '";touch PWNED_6;"',
+    "$(touch PWNED_7)",
+    ")touch PWNED_8;(",
+    ";; esac; touch PWNED_9; case x in x)",
+    "a) touch PWNED_10;; esac #",
+    "\\'; touch PWNED_11 #",
+    "*?[]{}~#!&|<>\\ \t",
+    "esac",
+    "a=b",
+    "}; touch PWNED_12; {",
+    "]] && touch PWNED_13 [[",
+    "1 )) ; touch PWNED_14 ((",
+    "EOF\ntouch PWNED_15\nEOF",
+    "",
+    "-n",
+]
+# Metacharacter-heavy text; no NUL (no command line carries one), no surrogates.
+META = st.text(
+    alphabet=st.sampled_from(list("ab'\"$()`;|&<>*?[]{}~#!\\ \t\n=,-"))
+    | st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")
+)
+
+# Words holding the value, each printed as one word.
+HOLDERS = [
+    V,
+    f"'{V}'",
+    f'"{V}"',
+    f"pre'{V}'post",
+    f'"a {V} b"',
+    f"x\"{V}\"'y'",
+    f"a{V}",
+    f"{V}b",
+    f"'{V}'\"{V}\"",
+    f'"$HOME_UNSET{V}"',
+    f"$HOME_UNSET{V}",
+    f"~{V}",
+    f"{{{V}",
+]
+# Places the scanner must refuse or keep safe (run for side effects only).
+RISKY = [
+    f": $(( {V} ))",
+    f"(( {V} ))",
+    f"# {V}",
+    f"cat <<EOF >/dev/null\n{V}\nEOF",
+    f": `echo {V}`",
+    f': "${{x:-{V}}}"',
+    f"sh -c 'echo {V}'",
+    f'eval "echo {V}"',
+    f"echo {V} | sh",
+    f"case {V} in x) :;; esac",
+    f"case x in {V}) :;; esac",
+    f": \\{V}",
+    f": ${V}",
+    f": <<{V}",
+    f": $'{V}'",
+    f"[[ {V} ]]",
+    f"for i in {V}; do :; done",
+    f"{V}",
+    f'bash -c "echo {V}"',
+    f"x={V}; echo $x",
+    f": $[{V}]",
+    f': "$(( {V} ))"',
+]
+FILLERS = [
+    ":",
+    ": ')'",
+    ': "("',
+    ": \\)",
+    "# ) ' \" $( `\n:",
+    ": $((1+(2*3)))",
+    "((1))",
+    "(( (1) ))",
+    "[[ a == a ]]",
+    ": <<< x",
+    "cat <<EOF >/dev/null\n) ' \" $( `\nEOF",
+    "cat <<'EOF' >/dev/null\n) $(\nEOF",
+    "cat <<-EOF >/dev/null\n\t) (\n\tEOF",
+    "case x in x) : ')' ;; esac",
+    "echo \"$(echo ')' )\" >/dev/null",
+    "x=$(case y in y) echo a;; esac)",
+    ": `echo )`",
+    ": $'a\\tb'",
+    ': "${x:-)}"',
+    ": ${#x} $# $?",
+    "x=1",
+    ": 2>/dev/null",
+    "true |\n cat >/dev/null",
+    "f() { :; }",
+    "case x in (x) :;; (y) :;; esac",
+    ': "$( (echo a) )"',
+    ": $( case x in x) echo ')';; esac )",
+    "if true; then :; fi",
+    "{ :; }",
+    "for i in 1 2; do :; done",
+    ": $(echo a # )\n)",
+    ": \\\n  x",
+    ': "a\\"b"',
+    ": 'a'\\''b'",
+    "x=$((1))$(echo b)",
+    "case x in\n x)\n  :\n  ;;\nesac",
+    "[[ a =~ b ]] || :",
+    "! :",
+    ": >/dev/null <&0",
+]
+
+
+def _print(word: str) -> str:
+    return f"printf '%s\\0' {word} >>o"
+
+
+@st.composite
+def statement(draw: st.DrawFn, depth: int = 0) -> str:
+    """A statement that prints a word holding the value, somewhere inside wrappers."""
+    if depth >= 3 or draw(st.integers(0, 3)) == 0:
+        return _print(draw(st.sampled_from(HOLDERS)))
+    inner = draw(statement(depth + 1))
+    wrappers = [
+        "( {} )",
+        "{{ {}; }}",
+        "if true; then {}; fi",
+        "if false; then :; else {}; fi",
+        "case x in x) {};; esac",
+        "case x in (x) {};; esac",
+        "case y in x) :;; *) {};; esac",
+        "case x in x|y) {};; esac",
+        "case x in\n x)\n  {}\n  ;;\nesac",
+        "case x in x) {}\nesac",
+        "for i in 1; do {}; done",
+        "while :; do {}; break; done",
+        "true && {}",
+        "false || {}",
+        ': "$({})"',
+        ": $({})",
+        "x=$({})",
+        'x="$( {} )"',
+        'echo "$(case x in x) {};; esac)"',
+        "f() {{ {}; }}; f",
+        ': "${{x:-$({})}}"',
+        "{} | cat",
+        "true | {}",
+        ': "$(\n{}\n)"',
+        "( ( {} ) )",
+        ": $( ( {} ) )",
+        ': "$(case x in x) ( {} );; esac)"',
+    ]
+    return draw(st.sampled_from(wrappers)).format(inner)
+
+
+@st.composite
+def program(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(st.sampled_from(FILLERS), max_size=3))
+    holders = [draw(statement())]
+    if draw(st.integers(0, 3)) == 0:
+        holders.append(draw(st.sampled_from(RISKY)))
+    if draw(st.booleans()):
+        holders.append(draw(statement()))
+    items = parts + holders
+    order = draw(st.permutations(items))
+    seps = [draw(st.sampled_from(["; ", "\n", " && ", " || ", ";\n"])) for _ in order[1:]]
+    return order[0] + "".join(s + item for s, item in zip(seps, order[1:], strict=True))
+
+
+def _render(template: str, value: str) -> str | None:
+    try:
+        return render_command(compile_value(template, lambda _p: None), {"v": value})
+    except Unquotable:
+        return None
+
+
+def _run(shell: str, command: str, cwd: Path) -> tuple[bytes, list[str]]:
+    for leftover in cwd.iterdir():
+        leftover.unlink()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
+    subprocess.run(
+        [shell, "-c", command], cwd=cwd, env=env, capture_output=True, timeout=20, check=False
+    )
+    out = (cwd / "o").read_bytes() if (cwd / "o").exists() else b""
+    return out, sorted(p.name for p in cwd.iterdir() if p.name != "o")
+
+
+def check_program(template: str, hostile: str, cwd: Path) -> None:
+    """The differential property for one command and one hostile value (see the module doc)."""
+    plain_cmd = _render(template, PLAIN)
+    hostile_cmd = _render(template, hostile)
+    if plain_cmd is None or hostile_cmd is None:
+        assert plain_cmd is None and hostile_cmd is None, template  # refusal is per place
+        return
+    for shell in SHELLS:
+        plain, made = _run(shell, plain_cmd, cwd)
+        assert made == [], (shell, template)
+        got, made = _run(shell, hostile_cmd, cwd)
+        assert made == [], (shell, hostile_cmd)
+        expect = plain.replace(PLAIN.encode(), hostile.encode())
+        assert got == expect, (shell, hostile_cmd)
+
+
+@settings(
+    max_examples=4000 if SOAK else 150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(template=program(), hostile=st.sampled_from(HOSTILE) | META)
+def test_accepted_commands_keep_values_data_in_real_shells(
+    template: str, hostile: str, tmp_path: Path
+) -> None:
+    check_program(template, hostile, tmp_path)
+
+
+def test_the_grammar_is_mostly_accepted() -> None:
+    """A scanner refusing everything would pass the fuzzer: the safe grammar must be accepted."""
+    safe = [
+        f"{w.format(_print(h))}"
+        for w in ("{}", "( {} )", "case x in x) {};; esac")
+        for h in HOLDERS
+    ]
+    safe += [f"{f}; {_print(V)}" for f in FILLERS]
+    refused = [t for t in safe if _render(t, PLAIN) is None]
+    # $'...', [[ =~ ]], ... may be refused after; most fillers must not be.
+    assert len(refused) <= 4, refused
+
+
+@pytest.mark.parametrize("risky", RISKY)
+def test_risky_places_are_refused_or_harmless(risky: str, tmp_path: Path) -> None:
+    for hostile in HOSTILE:
+        check_program(risky, hostile, tmp_path)
