@@ -355,3 +355,28 @@ def test_reask_names_a_gate(project: Project) -> None:
     project.write("pipeline.yaml", GATED)
     res = project.cli("apply", "pipeline.yaml", "--reask", "draft", "--state", ".runner")
     assert res.exit_code == 2 and "not a human_gate" in res.stderr
+
+
+def test_an_image_swapped_under_its_name_is_asked_about_again(project: Project) -> None:
+    """A decision is about what the reviewer saw: an approval of shot.png does not carry over
+    to another picture saved under the same name."""
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: shots
+        steps:
+          review:
+            uses: human_gate
+            with: {summary: "Use this shot?", images: [shot.png]}
+        """,
+    )
+    (project.root / "shot.png").write_bytes(b"first picture")
+    first = project.apply()
+    assert first["_exit"] == 7
+    _decide(project, first["run"]["id"], "approve")
+    assert project.apply()["_exit"] == 0
+    assert project.apply()["_exit"] == 0  # the same picture: approved before
+    (project.root / "shot.png").write_bytes(b"another picture")
+    again = project.apply()
+    assert again["_exit"] == 7 and statuses(again)["review"] == "awaiting_human"

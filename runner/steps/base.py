@@ -9,6 +9,7 @@ another process.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -215,6 +216,25 @@ class StepType:
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         raise NotImplementedError
+
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def reference_files(refs: Any, root: Path, *, existing: bool = False) -> list[str]:
+    """The workspace paths among ``refs`` (object digests are content already), for a step's
+    ``reads``: their content is part of its key, so an image swapped under the same name is
+    seen. ``existing``: only files there now (one that appears later then changes the key).
+    Raises InvalidPipeline for a path outside the root."""
+    from ..pipeline.paths import inside
+
+    out: list[str] = []
+    for ref in [refs] if isinstance(refs, str) else refs or []:
+        if isinstance(ref, str) and not _DIGEST.match(ref):
+            path = inside(root, ref, where=Location(ref))
+            if not existing or path.is_file():
+                out.append(ref)
+    return out
 
 
 def invalid(message: str, where: Location | None, hint: str | None = None) -> InvalidPipeline:

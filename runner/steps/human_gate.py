@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location
-from .base import StepContext, StepResult, StepType, invalid
+from .base import StepContext, StepResult, StepType, invalid, reference_files
 
 
 class HumanGateStep(StepType):
@@ -60,6 +60,10 @@ class HumanGateStep(StepType):
         revise = args.get("revise")
         if isinstance(revise, str) and "${{" in revise:
             raise invalid("human_gate: `revise` is a step id, not an expression", where)
+
+    def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
+        # A decision is about what was shown: an image swapped under its name is asked again.
+        return reference_files(args.get("images"), root, existing=True)
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         raise RuntimeError("human_gate steps are decided by the engine, never run")

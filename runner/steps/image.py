@@ -42,6 +42,7 @@ from .base import (
     StepResult,
     StepType,
     invalid,
+    reference_files,
 )
 
 DEFAULT_SIZE = "1536x1024"
@@ -127,17 +128,6 @@ def check_provider(args: Mapping[str, Any], root: Path, where: Location | None) 
     refs = args.get("references")
     count = len(refs) if isinstance(refs, list) else (0 if refs is None else None)
     provider.check(references=count, where=where)
-
-
-def reference_files(refs: Any, root: Path) -> list[str]:
-    """The workspace paths among ``refs`` (object digests are content already): their
-    content is part of the step's key, so an image swapped under the same name is seen."""
-    out: list[str] = []
-    for ref in refs or []:
-        if isinstance(ref, str) and not _DIGEST.match(ref):
-            inside(root, ref, where=Location(ref))
-            out.append(ref)
-    return out
 
 
 def load_reference(ctx: StepContext, ref: str) -> bytes:

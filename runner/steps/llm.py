@@ -30,8 +30,8 @@ from ..providers.calls import (
 )
 from ..providers.limits import waiting
 from ..providers.requestkey import canonical_request, request_key
-from .base import StepContext, StepEnv, StepResult, StepType, invalid
-from .image import load_reference, reference_files, resolve_provider
+from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
+from .image import load_reference, resolve_provider
 from .ordered import in_order
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
