@@ -434,3 +434,31 @@ def test_a_provider_that_ignores_its_seed_is_found_when_paid_for(project: Projec
         "output.iterations[1].raw",
     }
     assert snapshot(project.root) == before
+
+
+def test_a_revised_draft_is_rebuilt_with_its_reviewer_input(shipped: Project) -> None:
+    """A revision's feedback is part of the draft's key and prompt: the rebuild gives it back,
+    so the revised draft is checked (not skipped as changed) and agrees."""
+    doc = shipped.apply("--state", ".runner", file="pipelines/report.yaml")
+    run_id = doc["run"]["id"]
+    res = shipped.cli(
+        "decide",
+        run_id,
+        "review",
+        "revise",
+        "--input",
+        "feedback=churn first",
+        "--state",
+        ".runner",
+    )
+    assert res.exit_code == 7, res.stderr
+    res = shipped.cli("decide", run_id, "review", "approve", "--state", ".runner")
+    assert res.exit_code == 0, res.stderr
+    code, doc = rebuild(shipped, "--all", "--include-paid")
+    assert code == 0 and verdicts(doc) == {
+        "gather": "same",
+        "prompt": "same",
+        "draft": "same",
+        "review": "skipped",
+        "publish": "same",
+    }, doc
