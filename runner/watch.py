@@ -115,7 +115,7 @@ def work_counts(report: RunReport) -> str:
         return f"ran {ran}, cached {cached}"
     text = f"ran {ran_el} of {total_el} elements"
     if plain:
-        text += f" and {ran} of {plain} steps"
+        text += f" and {ran} of {plain} step{'' if plain == 1 else 's'}"
     return text + f", cached {cached_el + cached}"
 
 

@@ -283,3 +283,87 @@ def test_completed_calls_show_as_sent_once(tmp_path: Path) -> None:
     db.close()
     again = proj.cli("runs", "show", run, "--json").json["calls"]
     assert all(c["submitted"] and c["attempts"] == 1 for c in again), again
+
+
+# -- skip lines: a reason in parentheses once ----------------------------------------------------
+
+SHELL_PIPE = """\
+runner: 1
+name: shared
+steps:
+  make:
+    uses: shell
+    with:
+      run: "mkdir -p out && echo made > out/made.txt"
+      outputs: [out/made.txt]
+"""
+
+
+def test_remote_and_fingerprint_hits_say_why_once(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    remote = (tmp_path / "remote").as_uri()
+    toml = f'[cache]\nremote = "{remote}"\nwritable = true\npush = "apply"\n'
+    first, second = Project(tmp_path / "a"), Project(tmp_path / "b")
+    for proj in (first, second):
+        proj.write("runner.toml", toml)
+        proj.write("pipeline.yaml", SHELL_PIPE)
+    assert first.cli("apply", "pipeline.yaml").exit_code == 0
+    hit = second.cli("apply", "pipeline.yaml")
+    assert hit.exit_code == 0, hit.stderr
+    out = hit.stdout + hit.stderr
+    assert "cached  make (remote)" in out, out
+    assert "(cached (" not in out
+    again = second.cli("apply", "pipeline.yaml")
+    out = again.stdout + again.stderr
+    assert "(cached (" not in out, out
+
+
+def test_one_step_is_singular(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    proj.write("runner.toml", "")
+    proj.write("pipeline.yaml", SHELL_PIPE)
+    ran = proj.cli("apply", "pipeline.yaml")
+    assert "shared (1 step)" in ran.stdout + ran.stderr
+    assert "1 steps" not in ran.stdout + ran.stderr
+    assert "(1 step)" in proj.cli("validate", "pipeline.yaml").stdout
+
+
+# -- printed paths open from where the user stands -------------------------------------------------
+
+
+def _thumbnail_project(tmp_path: Path) -> Project:
+    import shutil
+
+    from .conftest import REPO
+
+    for folder in ("pipelines", "prompts", "examples"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns(".runner"))
+    shutil.copy(REPO / "runner.toml", tmp_path / "runner.toml")
+    return Project(tmp_path)
+
+
+PATH_LINE = re.compile(r"(?:Files\s+|Contact sheet: |#\d+ \S+\s+)(\S+)$")
+
+
+def test_printed_paths_open_from_the_working_directory(tmp_path: Path) -> None:
+    proj = _thumbnail_project(tmp_path)
+    res = proj.cli("apply", "pipelines/thumbnail.yaml", "-p", "n=2")
+    assert res.exit_code == 0, res.stderr
+    run = _last_run(proj)
+    sub = Project(tmp_path / "pipelines")  # the same project, from a subdirectory
+    for where, out in ((proj, res.stdout), (sub, sub.cli("show", run).stdout)):
+        named = [m.group(1) for line in out.splitlines() if (m := PATH_LINE.search(line))]
+        assert len(named) == 4, out  # Files, two finals, the contact sheet
+        for name in named:
+            assert (where.root / name).exists(), (where.root, name, out)
+
+
+def test_a_path_far_away_is_shown_absolute(tmp_path: Path) -> None:
+    from runner.thumbs.view import shown_path
+
+    deep = tmp_path / "a" / "b" / "c" / "d" / "e"
+    deep.mkdir(parents=True)
+    far = Path("/usr/bin")
+    assert shown_path(far, deep) == "/usr/bin"  # shorter than ../../../../../../..
+    near = tmp_path / "a" / "x.png"
+    assert shown_path(near, deep) == "../../../../x.png"

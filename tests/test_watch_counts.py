@@ -27,6 +27,6 @@ def test_work_counts_by_element(project: Project) -> None:
     path = project.write("pipeline.yaml", PIPELINE)
     state = project.root / ".runner"
     first = apply_file(path, state_dir=state)
-    assert work_counts(first) == "ran 3 of 3 elements and 1 of 1 steps, cached 0"
+    assert work_counts(first) == "ran 3 of 3 elements and 1 of 1 step, cached 0"
     again = apply_file(path, {"names": '["ada", "bob", "dee"]'}, state_dir=state)
-    assert work_counts(again) == "ran 1 of 3 elements and 0 of 1 steps, cached 3"
+    assert work_counts(again) == "ran 1 of 3 elements and 0 of 1 step, cached 3"

@@ -285,7 +285,8 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
     else:
-        echo(f"{file}: valid ({len(plan.order)} steps)")
+        n = len(plan.order)
+        echo(f"{file}: valid ({n} step{'' if n == 1 else 's'})")
 
 
 @cli.command()

@@ -143,7 +143,9 @@ class PlainReporter:
         el = f"[{event.element}]" if event.element is not None else ""
         d = {k: safe(v) if isinstance(v, str) else v for k, v in event.data.items()}
         if t is EventType.RUN_STARTED:
-            self._line(f"run {safe(event.run_id)}: {d.get('pipeline')} ({d.get('steps')} steps)")
+            n = d.get("steps")
+            steps = f"{n} step{'' if n == 1 else 's'}"
+            self._line(f"run {safe(event.run_id)}: {d.get('pipeline')} ({steps})")
         elif t is EventType.PHASE_ENTERED:
             self.phase = f"== phase {d.get('phase')}"  # no header for a phase all cached
         elif t is EventType.STEP_PASSED:
@@ -151,7 +153,7 @@ class PlainReporter:
         elif t is EventType.STEP_SKIPPED:
             reason = str(d.get("reason") or "")
             word = "cached " if reason.startswith("cached") else "skipped"
-            extra = "" if reason == "cached" else f" ({reason})"
+            extra = f" {skip_detail(reason)}" if skip_detail(reason) else ""
             if self.verbose or word == "skipped" or reason != "cached":
                 self._line(f"  {word} {sid}{el}{extra}")
         elif t is EventType.STEP_RETRYING:
@@ -309,3 +311,13 @@ def notice(event: Event) -> str:
         f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; your version is kept at "
         f"{d.get('kept_at')} and the recorded output was restored"
     )
+
+
+def skip_detail(reason: str) -> str:
+    """What a skip's line adds after its word, in parentheses once: "cached (remote)" is
+    `cached  STEP (remote)`, never `(cached (remote))`."""
+    if reason.startswith("cached"):
+        reason = reason[len("cached") :].strip()
+    if not reason:
+        return ""
+    return reason if reason.startswith("(") and reason.endswith(")") else f"({reason})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -79,12 +80,14 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
 
 
 def shown_path(path: Path, cwd: Path | None = None) -> str:
-    """``path`` relative to where the user stands when it is below it, else as is."""
-    base = (cwd or Path.cwd()).resolve()
+    """``path`` as the user can open it from where they stand: relative to the working
+    directory (``../`` included), or absolute when that is shorter."""
+    absolute = str(path.resolve()) if path.is_absolute() or path.exists() else str(path)
     try:
-        return str(path.resolve().relative_to(base))
+        relative = os.path.relpath(absolute, (cwd or Path.cwd()).resolve())
     except (ValueError, OSError):
-        return str(path)
+        return absolute
+    return relative if len(relative) <= len(absolute) else absolute
 
 
 def files_dir(state: Any, its: list[Iteration]) -> Path | None:
@@ -110,13 +113,9 @@ def table_lines(state: Any, its: list[Iteration]) -> list[str]:
     return lines
 
 
-def _named(path: Path | None, folder: Path | None) -> Path:
-    """How a file is named in the preview: within the Files folder, or relative to the cwd."""
-    if path is None:
-        return Path("-")
-    if folder is not None and path.parent == folder:
-        return Path(path.name)
-    return Path(shown_path(path))
+def _named(path: Path | None) -> Path:
+    """How a file is named in the preview: so that it opens from the working directory."""
+    return Path("-") if path is None else Path(shown_path(path))
 
 
 def preview(
@@ -125,7 +124,6 @@ def preview(
     """The terminal preview (grid or numbered table) and the contact sheet path, if written."""
     from ..imaging.preview import Tile, render_preview, render_table, supports_color
 
-    folder = files_dir(state, its)
     tiles = [
         Tile.for_iteration(
             final_path(state, it) or Path("-"),
@@ -141,8 +139,8 @@ def preview(
     out = stream or sys.stdout
     if supports_color(out):
         text = render_preview(tiles, out)
-    else:  # the numbered table, each file named once: within the Files folder
-        named = [replace(t, source=Path(safe(_named(t.source, folder)))) for t in tiles]  # type: ignore[arg-type]
+    else:  # the numbered table, each file named as it opens from here
+        named = [replace(t, source=Path(safe(_named(t.source)))) for t in tiles]  # type: ignore[arg-type]
         text = render_table(named)
     sheet = None
     if sheet_dir is not None:
@@ -183,8 +181,7 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
         if text:  # runner's own colour codes; its file names were made inert in the tiles
             out += "\n" + text + ("" if text.endswith("\n") else "\n")
         if sheet:
-            named = sheet.name if folder is not None and sheet.parent == folder else None
-            out += f"Contact sheet: {safe(named or shown_path(sheet))}\n"
+            out += f"Contact sheet: {safe(shown_path(sheet))}\n"
     if any(it.status == "completed" for it in its):
         first = next(it for it in its if it.status == "completed")
         run_id = safe(view.run["id"])
