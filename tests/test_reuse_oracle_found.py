@@ -82,3 +82,32 @@ def test_plan_of_an_edit_set_aside_answers_from_the_cache(project: Project) -> N
     assert "set aside" in why[0]
     doc = project.apply("-p", 'shots=["b"]')
     assert doc["_exit"] == 0 and doc["summary"]["ran"] == 0, doc
+
+
+REVISED = """\
+    runner: 1
+    name: r
+    steps:
+      draft:
+        uses: llm
+        with: {prompt: "write a draft"}
+        check: ["${{ output.text | length > 0 }}"]
+      review:
+        uses: human_gate
+        with: {summary: "ok?", show: {draft: "${{ steps.draft.output.text }}"}, revise: draft}
+"""
+
+
+def test_plan_sees_a_revision_recorded_without_resuming(project: Project) -> None:
+    """`decide --no-resume ... revise` records the revision; the next apply continues that run
+    and drafts again with the review. plan said the draft was `cached`."""
+    project.write("pipeline.yaml", REVISED)
+    run_id = project.apply()["run"]["id"]
+    res = project.cli(
+        "decide", "--no-resume", run_id, "review", "revise", "--input", "feedback=shorter"
+    )
+    assert res.exit_code == 0, res.stderr
+    draft, _ = _actions(project)[("draft", None)]
+    assert draft == "run"
+    doc = project.apply()
+    assert {s["id"]: s["status"] for s in doc["steps"]}["draft"] == "ran", doc

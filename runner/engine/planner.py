@@ -148,6 +148,10 @@ def forecast(
         ),
         providers=_LazyProviders(plan.root),
     )
+    if waiting:
+        # as the resumed apply does: a revision recorded in that run (decide --no-resume)
+        # sends its target again with the review
+        interp.reviews.update(gatestep.load_reviews(plan, journal, waiting[0]))
     return _Planner(plan, interp, force).run()
 
 
