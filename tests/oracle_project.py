@@ -127,7 +127,7 @@ def _shell(step: str, out: str, v: Variant, needs: str = "") -> str:
 
 
 def pipeline_text(v: Variant) -> str:
-    neg = f", negative_prompt: {json.dumps(v.image_negative)}" if v.image_negative else ""
+    neg = f"\n      negative_prompt: {json.dumps(v.image_negative)}" if v.image_negative else ""
     image = f"""\
   pic:
     uses: image
@@ -235,7 +235,7 @@ def _action(event: dict[str, Any]) -> str | None:
     if kind == "StepPassed":
         return "run"
     if kind == "StepFailed":
-        return "failed"
+        return "rejected" if event.get("rejected") else "failed"
     if kind == "GateAwaiting":
         return "ask"
     if kind == "StepSkipped":
@@ -243,6 +243,8 @@ def _action(event: dict[str, Any]) -> str | None:
             return "remote"
         if event.get("reason") == "cached":
             return "restore" if event.get("restored") else "cached"
+        if event.get("reason") == "edited":
+            return "edited"
         return "skip"
     return None
 
@@ -294,6 +296,34 @@ def output_of(db: sqlite3.Connection, key: str) -> Any:
     return _strip(json.loads(row[0])) if row and row[0] is not None else None
 
 
+def edit_of(db: sqlite3.Connection, pipeline: str, slot: Slot) -> Any:
+    """The active ``runner edit`` of a step element: what the apply used instead of its run."""
+    row = db.execute(
+        "SELECT output FROM overrides WHERE pipeline=? AND step_id=? AND element=?"
+        " AND status='active' ORDER BY id DESC LIMIT 1",
+        (pipeline, slot[0], -1 if slot[1] is None else slot[1]),
+    ).fetchone()
+    return _strip(json.loads(row[0])) if row else None
+
+
+def _expand_steps(db: sqlite3.Connection, obs: Observed) -> None:
+    """A watch cycle answers a for_each step its change does not reach with one event for the
+    whole step: its elements (and their keys) are the run's journaled rows of that step."""
+    for slot in [s for s in obs.actions if s[1] is None and obs.keys[s] is None]:
+        rows = db.execute(
+            "SELECT element, key FROM executions WHERE run_id=? AND step_id=?"
+            " AND element >= 0 ORDER BY id",
+            (obs.run_id, slot[0]),
+        ).fetchall()
+        if not rows:
+            continue
+        action = obs.actions.pop(slot)
+        del obs.keys[slot]
+        for element, key in rows:
+            obs.actions[(slot[0], element)] = action
+            obs.keys[(slot[0], element)] = key
+
+
 def observe(
     root: Path,
     state: Path,
@@ -310,8 +340,11 @@ def observe(
     if (state / "journal.db").exists():
         db = journal(state)
         try:
+            _expand_steps(db, obs)
             for slot, key in obs.keys.items():
-                if key and obs.actions[slot] in ("run", "cached", "restore", "remote"):
+                if obs.actions[slot] == "edited":
+                    obs.outputs[slot] = edit_of(db, NAMES[file], slot)
+                elif key and obs.actions[slot] in ("run", "cached", "restore", "remote"):
                     obs.outputs[slot] = output_of(db, key)
         finally:
             db.close()

@@ -24,9 +24,14 @@ sets its size).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,12 +71,12 @@ from .oracle_project import (
 AFTER_GATE = {"publish"}
 SOAK = os.environ.get("RUNNER_ORACLE") == "soak"
 
-# Members of issue 28's named class the lead is fixing. While a fix has not landed, the oracle
-# does not take the road that trips it (each flag names the case); set a flag when its fix lands.
-IMAGE_KEY_COMPLETE = False  # image size / negative_prompt change the call's key
-GATE_MEMORY = False  # a rejection and a revision are remembered like an approval
-EDIT_KEPT_ON_RERUN = False
-IMAGE_SETTLE = False  # an image step with no iteration (for_each, when: false, a pull) settles  # a hand-edited output overwritten by a re-run is kept in the store
+# Members of issue 28's named class (fixed by the lead): while a fix had not landed, the oracle
+# kept off the road that trips it. Each flag names its case; all are on now.
+IMAGE_KEY_COMPLETE = True  # image size / negative_prompt change the call's key
+GATE_MEMORY = True  # a rejection and a revision are remembered like an approval
+EDIT_KEPT_ON_RERUN = True  # a hand-edited output overwritten by a re-run is kept in the store
+IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a pull) settles
 
 # -- the provider calls actually sent (the fake provider's own entry point) ------------------
 
@@ -116,6 +121,8 @@ class ReuseOracle(RuleBasedStateMachine):
         self.latest: dict[tuple[str, str], Observed] = {}  # (file, item) -> last apply's
         self.pushed: set[str] = set()  # step keys the remote holds
         self.watchers: dict[str, Any] = {}
+        # (file, step, element) -> (the step key the edit is bound to, its text)
+        self.user_edits: dict[tuple[str, str, int | None], tuple[str, str]] = {}
         self.applies = 0
         write_project(self.root, self.v, remote=self.remote)
 
@@ -212,6 +219,8 @@ class ReuseOracle(RuleBasedStateMachine):
             ok = ok or (got == "remote" and want in ("run", "unknown"))
             # past a gate that asks, plan says what runs after the decision
             ok = ok or (asked and slot[0] in AFTER_GATE and got == "skip")
+            # a gate's remembered rejection, a `runner edit` that holds: plan says cached
+            ok = ok or (want == "cached" and got in ("rejected", "edited"))
             assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"
         # no completed call sent again, no completed step element run again
         again = set(sent) & calls_before
@@ -291,6 +300,8 @@ class ReuseOracle(RuleBasedStateMachine):
                 *self.v.params(),
             )
             ref = observe(root, state, file, self.v.topic, res.exit_code, read_events(events))
+            if self._replay_edits(root, state, file, ref):
+                continue
             gate = ("review", None)
             key = ref.keys.get(gate)
             if res.exit_code != 7 or key not in self.decisions:
@@ -311,6 +322,24 @@ class ReuseOracle(RuleBasedStateMachine):
             )
             assert res.exit_code == 0, res.stderr
         raise AssertionError("the scratch apply kept asking at the gate")
+
+    def _replay_edits(self, root: Path, state: Path, file: str, ref: Observed) -> bool:
+        """Make in ``state`` each `runner edit` the user made whose key the scratch run has."""
+        made = False
+        for (f, step, element), (key, text) in self.user_edits.items():
+            slot = (step, element)
+            if f != file or ref.keys.get(slot) != key or ref.actions.get(slot) == "edited":
+                continue
+            src = root / "edit.txt"
+            src.write_text(text, encoding="utf-8")
+            extra = [] if element is None else ["--element", str(element)]
+            assert ref.run_id is not None
+            res = cli(
+                root, "edit", ref.run_id, step, *extra, "--from", str(src), "--state", str(state)
+            )
+            assert res.exit_code == 0, res.stderr
+            made = True
+        return made
 
     # -- checks between applies ------------------------------------------------------------------
 
@@ -391,6 +420,135 @@ class ReuseOracle(RuleBasedStateMachine):
         (self.root / rel).unlink()
         self.edited.pop(rel, None)
 
+    # -- runner edit --------------------------------------------------------------------------
+
+    def _editable(self) -> list[tuple[str, str, int | None]]:
+        out = []
+        for file in PIPELINES:
+            obs = self.latest.get((file, self.v.topic))
+            if obs is None or obs.run_id is None:
+                continue
+            for step, element in obs.keys:
+                if step in ("draft", "shot") and obs.actions[(step, element)] != "skip":
+                    out.append((file, step, element))
+        return sorted(out, key=str)
+
+    @precondition(lambda self: bool(self._editable()))
+    @rule(data=st.data(), text=st.sampled_from(["my draft\n", "a better shot"]))
+    def runner_edit(self, data: st.DataObject, text: str) -> None:
+        file, step, element = data.draw(st.sampled_from(self._editable()))
+        obs = self.latest[(file, self.v.topic)]
+        src = self.tmp / "edit.txt"
+        src.write_text(text, encoding="utf-8")
+        extra = [] if element is None else ["--element", str(element)]
+        assert obs.run_id is not None
+        res = cli(
+            self.root,
+            "edit",
+            obs.run_id,
+            step,
+            *extra,
+            "--from",
+            str(src),
+            "--state",
+            str(self.state),
+        )
+        assert res.exit_code == 0, res.stderr
+        key = obs.keys[(step, element)]
+        assert key is not None
+        self.user_edits[(file, step, element)] = (key, text)
+
+    # -- a watch cycle ----------------------------------------------------------------------
+
+    @rule(file=st.sampled_from(PIPELINES))
+    def watch_cycle(self, file: str) -> None:
+        """What `runner watch` does when it sees a change: one cycle of its loop (its first
+        run when no watcher runs for these params)."""
+        from runner.engine.apply import State
+        from runner.watch import Watcher, WatchOptions
+        from runner.watchset import WatchSet, sha256_or_none
+
+        params = {"topic": self.v.topic, "shots": json.dumps(list(self.v.shots))}
+        w = self.watchers.get(file)
+        if w is not None and dict(w.options.overrides) != params:
+            w._state.close()
+            w = None
+        collected = ListReporter()
+        cycles: list[Any] = []
+        if w is None:
+            w = Watcher(
+                self.root / file,
+                WatchOptions(overrides=params, state_dir=self.state),
+                on_cycle=cycles.append,
+                reporter=collected,
+            )
+            self.state.mkdir(parents=True, exist_ok=True)
+            w._state = State.open(self.state)
+            w.watch_set = WatchSet(
+                root=w.file.parent, files=frozenset({w.file}), state_dir=self.state.resolve()
+            )
+            w.hashes = {w.file: sha256_or_none(w.file)}
+            self.watchers[file] = w
+            changed: list[str] = []
+        else:
+            w.on_cycle = cycles.append
+            w.reporter = collected
+            seen = set(w.watch_set.files) | set(w.watch_set.journal_paths())
+            changed = w._content_changes(seen)
+            if w._decided(seen):
+                changed.append("journal.db")
+            if not changed:
+                return  # nothing the watcher sees changed: it runs nothing
+
+        async def cycle() -> None:
+            task = w._start(changed)
+            if task is not None:
+                w._finished(await task)
+
+        def run() -> tuple[int, list[dict[str, Any]], str]:
+            asyncio.run(cycle())
+            assert len(cycles) == 1 and cycles[0].error is None, cycles
+            return cycles[0].exit_code, collected.events, ""
+
+        with recording_calls():
+            self._checked(file, run)
+
+    # -- SIGKILL during an apply ----------------------------------------------------------
+
+    @rule(file=st.sampled_from(PIPELINES), after=st.floats(0.05, 1.0))
+    def kill_apply(self, file: str, after: float) -> None:
+        """A real `runner apply` process killed with -9 at a random moment (the fake provider
+        answers slowly meanwhile); the next apply resumes it."""
+        write_project(self.root, self.v, remote=self.remote, delay_ms=150)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "apply",
+                file,
+                "--json",
+                "--quiet",
+                "--state",
+                str(self.state),
+                *self.v.params(),
+            ],
+            cwd=self.root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            proc.wait(timeout=after)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        write_project(self.root, self.v, remote=self.remote)
+        self.awaiting.pop(self.v.topic, None)
+        self.latest.pop((file, self.v.topic), None)
+        w = self.watchers.pop(file, None)
+        if w is not None:
+            w._state.close()
+
     # -- gc --------------------------------------------------------------------------------------
 
     @rule(keep=st.integers(0, 2), dry_run=st.booleans(), older=st.booleans())
@@ -402,6 +560,13 @@ class ReuseOracle(RuleBasedStateMachine):
             return
         res = cli(self.root, *args)
         assert res.exit_code == 0, res.stderr
+        deleted = set() if dry_run else set(res.json()["runs_deleted"])
+        for (file, item), obs in list(self.latest.items()):
+            if obs.run_id in deleted:
+                # its records are gone: verify knows its outputs no more
+                del self.latest[(file, item)]
+                for rel in outputs(file, item):
+                    self.edited.pop(rel, None)
         self._check_verify()
         if keep >= 1 and not older:
             # the latest run of each pipeline/item is kept: so is everything it used
@@ -410,7 +575,7 @@ class ReuseOracle(RuleBasedStateMachine):
                 used = {
                     k
                     for s, k in obs.keys.items()
-                    if k and obs.actions[s] in ("run", "cached", "restore")
+                    if k and obs.actions[s] in ("run", "cached", "restore", "remote")
                 }
                 lost = used - kept
                 assert not lost, f"gc --keep-last {keep} lost results {file}/{item} used"
@@ -430,9 +595,13 @@ class ReuseOracle(RuleBasedStateMachine):
         """A colleague's clone: the same sources, an empty state, the same remote."""
         self.clones += 1
         self.state = self.tmp / f"state{self.clones}"
-        self.latest.clear()
-        self.awaiting.clear()
-        self.watchers.clear()
+        # decisions and `runner edit`s are never shared; the hand edits are of the old state's
+        # records (the new one has none)
+        for w in self.watchers.values():
+            w._state.close()
+        for mine in (self.latest, self.awaiting, self.watchers, self.decisions, self.user_edits):
+            mine.clear()
+        self.edited.clear()
         if pull:
             for file in PIPELINES:
                 res = cli(
@@ -448,6 +617,19 @@ class ReuseOracle(RuleBasedStateMachine):
                 # an image step that pulled nothing ends the pull `failed` (settle_run)
                 ok = (0, 7, 4) if file == "pipeline.yaml" and not IMAGE_SETTLE else (0, 7)
                 assert res.exit_code in ok, res.stdout[-2000:]
+
+
+class ListReporter:
+    """The engine's events, as the JSON lines `--events` writes."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def event(self, event: Any) -> None:
+        self.events.append(json.loads(json.dumps(event.to_json(), default=str)))
+
+    def close(self) -> None:
+        pass
 
 
 def _state_files(state: Path) -> dict[str, tuple[int, int]]:
@@ -475,6 +657,7 @@ def _profile() -> settings:
             deadline=None,
             suppress_health_check=list(HealthCheck),
             derandomize=False,
+            database=None,
             phases=PHASES,
         )
     return settings(
