@@ -291,3 +291,37 @@ def test_a_reference_image_swapped_under_its_name_changes_the_step_key(
     before = step_key(keyed_project, step, args)
     Image.new("RGB", (8, 8), "blue").save(keyed_project.root / "swap.png")
     assert step_key(keyed_project, step, args) != before
+
+
+CHECKED = """\
+runner: 1
+name: checked
+patterns:
+  word: "^[a-z]+$"
+steps:
+  s:
+    uses: shell
+    with: {run: "echo hello"}
+    check:
+      - "${{ steps.s.output.stdout | length > LIMIT }}"
+      - matches: {value: "${{ steps.s.output.stdout | trim }}", pattern_name: word}
+"""
+
+
+def test_a_changed_check_runs_its_step_again(project: Project) -> None:
+    """A result that passed other checks is not what running the step now gives: the checks
+    (and the named patterns they use) are part of the key."""
+    project.write("pipeline.yaml", CHECKED.replace("LIMIT", "0"))
+    assert project.apply()["_exit"] == 0
+    project.write("pipeline.yaml", CHECKED.replace("LIMIT", "100"))
+    plan = project.cli("plan", "pipeline.yaml", "--json").json
+    assert plan["steps"][0]["action"] == "run"
+    assert any("checks changed" in r for r in plan["steps"][0]["reasons"]), plan
+    failed = project.apply()
+    # as a fresh run: the output fails the new check
+    assert failed["_exit"] != 0 and failed["run"]["status"] == "failed"
+    project.write("pipeline.yaml", CHECKED.replace("LIMIT", "0"))
+    assert project.apply()["_exit"] == 0
+    project.write("pipeline.yaml", CHECKED.replace("LIMIT", "0").replace("a-z", "0-9"))
+    again = project.apply()  # the named pattern changed under the same name
+    assert again["_exit"] != 0 and again["run"]["status"] == "failed"

@@ -107,6 +107,22 @@ class Rule:
     def describe(self) -> str:
         return f"{self.kind}: {show(self.raw, 80)}"
 
+    def fingerprint(self) -> list[Any]:
+        """What decides this rule's verdicts, as JSON: its kind, its source, what it was
+        compiled from beyond that (a named pattern's regex, a schema file's schema) and its
+        children's (a named rule's definition). A step's checks join its key by it: a result
+        that passed other checks is not what running the step now would give."""
+        return [
+            self.kind,
+            self.raw,
+            self.compiled_from(),
+            [c.fingerprint() for c in self.children()],
+        ]
+
+    def compiled_from(self) -> Any:
+        """What the rule holds beyond its source text (None when nothing)."""
+        return None
+
     # -- evaluation --------------------------------------------------------------------------
 
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:

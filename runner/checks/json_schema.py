@@ -39,6 +39,9 @@ class JsonSchemaRule(Rule):
         self.validator = validator
         self.parse = parse
 
+    def compiled_from(self) -> Any:
+        return self.validator.schema  # a schema_file's content, not only its name
+
     def own_values(self) -> Iterable[Compiled]:
         return (self.value,)
 

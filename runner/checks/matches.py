@@ -43,6 +43,9 @@ class MatchesRule(Rule):
     def own_values(self) -> Iterable[Compiled]:
         return (self.value,)
 
+    def compiled_from(self) -> Any:
+        return self.regex.pattern
+
     @cached_property
     def patterns_used(self) -> frozenset[str]:
         return frozenset({self.pattern_name}) if self.pattern_name else frozenset()

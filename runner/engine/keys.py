@@ -69,12 +69,18 @@ class KeyParts:
     def summary(self) -> dict[str, Any]:
         """Per-part digests, journaled so `explain` can say which part changed."""
         parts = self._canonical_parts()
+        # The checks apart from the other extra parts, so `explain` can say which changed.
+        checks = self.extra.get("checks") if isinstance(self.extra, dict) else None
+        extra = parts["extra"]
+        if checks is not None:
+            extra = canonical_json({k: v for k, v in self.extra.items() if k != "checks"})
         return {
             "type": f"{self.step_type}@{self.type_version}",
             "args": sha256_hex(utf8(parts["args"])),
             "files": dict(self.files),
-            "extra": sha256_hex(utf8(parts["extra"])),
+            "extra": sha256_hex(utf8(extra)),
             "version": self.version,
+            **({"checks": sha256_hex(utf8(canonical_json(checks)))} if checks is not None else {}),
             **({"item": sha256_hex(utf8(parts["item"]))} if self.has_item else {}),
         }
 
@@ -100,6 +106,8 @@ def resolve(
         except FileNotFoundError:
             raise StepFailure(f"input file {rel} does not exist") from None
     key_extra = step.type.key_extra(args, env)
+    if step.checks:  # a result that passed other checks is not what a run now would give
+        key_extra = {**key_extra, "checks": [rule.fingerprint() for rule in step.checks]}
     if review is not None:  # a revision is an input: it and its downstream re-run
         key_extra = {**key_extra, "review": review}
     neutral = step.type.key_neutral
@@ -134,6 +142,8 @@ def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         out.append(
             f"provider profile or settings changed{_digests(old.get('extra'), new.get('extra'))}"
         )
+    if old.get("checks") != new.get("checks"):
+        out.append(f"checks changed{_digests(old.get('checks'), new.get('checks'))}")
     if old.get("item") != new.get("item"):
         out.append(f"element changed{_digests(old.get('item'), new.get('item'))}")
     return out
