@@ -367,3 +367,22 @@ def test_a_path_far_away_is_shown_absolute(tmp_path: Path) -> None:
     assert shown_path(far, deep) == "/usr/bin"  # shorter than ../../../../../../..
     near = tmp_path / "a" / "x.png"
     assert shown_path(near, deep) == "../../../../x.png"
+
+
+def test_iterate_shows_the_prompt_with_vars_and_append(tmp_path: Path) -> None:
+    proj = _thumbnail_project(tmp_path)
+    assert proj.cli("apply", "pipelines/thumbnail.yaml", "-p", "n=1", "-q").exit_code == 0
+    run = _last_run(proj)
+    assert proj.cli("pick", run, "1").exit_code == 0
+    args = ["iterate", run, "--n", "1", "--var", "subject=a cat", "--var", "mood=calm"]
+    res = proj.cli(*args, "--prompt-append", "warmer colours", "-q")
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout.splitlines()
+    assert "  Main subject: a cat." in out  # the --var, in the prompt it changed
+    at = out.index("  warmer colours")
+    assert out[at - 1] == "" and out[at - 2].startswith("  Leave the lower third")  # after a blank line
+    assert "--prompt-append: warmer colours" in out
+    assert "  not read by the template (they change nothing): mood" in out
+    doc = proj.cli(*args, "--prompt-append", "warmer colours", "--json").json["iterate"]
+    assert doc["prompt"].endswith("Main subject: a cat.\nStyle: bold colours, high contrast, one clear focal point, cinematic light.\nLeave the lower third calm enough for a title overlay. No text, no logos, no watermarks.\n\nwarmer colours")
+    assert doc["unread_vars"] == ["mood"]

@@ -44,9 +44,9 @@ def test_iterate_says_which_vars_it_used(thumbs: Project) -> None:
     assert lines[0] == f"iterating on #2 of run {run_id}"
     assert lines[1] == 'vars used (only --var): style="pastel"'
     assert lines[2].startswith('parent vars not used: subject="a red fox"')
-    assert (
-        lines[3] == 'prompt: A striking YouTube thumbnail for the video "Never Gonna Give You Up".'
-    )
+    assert lines[3] == "prompt (as sent, with the reference image):"  # the whole of it
+    assert lines[4] == '  A striking YouTube thumbnail for the video "Never Gonna Give You Up".'
+    assert lines[5] == "  Style: pastel."
     doc = cli(thumbs, "iterate", run_id, "--n", "1", "--json", "-q").json
     assert doc["iterate"]["vars"] == {} and doc["iterate"]["not_inherited"] == ["style", "subject"]
     assert doc["iterate"]["parent_vars"] == {"subject": "a red fox", "style": "noir"}

@@ -368,7 +368,11 @@ def test_iterate_form_takes_vars_and_the_child_says_which_it_used(
     assert note.find_element(By.CLASS_NAME, "vars-used").text.startswith('style="pastel"')
     assert cli[2].startswith('parent vars not used: subject="a red fox"')
     assert note.find_element(By.CLASS_NAME, "vars-left").text.startswith('subject="a red fox"')
-    assert cli[3] == "prompt: " + note.find_element(By.CLASS_NAME, "prompt-line").text
+    # the whole prompt as sent (issue 30: the first line alone hid --var and --prompt-append)
+    assert cli[3] == "prompt (as sent, with the reference image):"
+    sent = note.find_element(By.CLASS_NAME, "prompt-sent").text.splitlines()
+    assert [x.strip() for x in cli[4 : 4 + len(sent)]] == [x.strip() for x in sent]
+    assert "Style: pastel." in sent
     assert parent in note.text
     shown = run_doc(site, child)["run"]
     assert shown["params"]["vars"] == {"style": "pastel"} and shown["parent_run_id"] == parent

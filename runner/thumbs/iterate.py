@@ -80,24 +80,45 @@ def prerender(plan: Any) -> None:
 
 def explain_child(parent: dict[str, Any], plan: Any) -> dict[str, Any]:
     """What the child's prompt is made of: only ``--var`` values are used (nothing is inherited
-    from the parent), so the parent's variables that were left out are named, with the first
-    line of the prompt the child will send."""
+    from the parent), so the parent's variables that were left out are named; the prompt the
+    child will send (its template with the vars, then --prompt-append after a blank line), and
+    the --var values that template does not read (they change nothing)."""
     parent_vars = (json.loads(parent["params"] or "{}") or {}).get("vars") or {}
     child_vars = plan.params.get("vars") or {}
-    first = ""
+    text: str | None = None
+    unread: list[str] = []
     for sid in plan.order:
         step = plan.steps[sid]
         if step.uses == "template":
             text = _render_known(plan, step)
             if text is not None:
-                first = next((line for line in text.splitlines() if line.strip()), "")
+                unread = [k for k in child_vars if _render_without(plan, step, k) == text]
                 break
+    append = str(plan.params.get("prompt_append") or "")
+    prompt = (text or "").strip("\n")
+    if append:
+        prompt = f"{prompt}\n\n{append}" if prompt else append
+    first = next((line for line in (text or "").splitlines() if line.strip()), "")
     return {
         "vars": child_vars,
         "parent_vars": parent_vars,
         "not_inherited": sorted(k for k in parent_vars if k not in child_vars),
+        "unread_vars": unread,
+        "prompt_append": append,
+        "prompt": prompt if text is not None or append else None,
         "prompt_first_line": first,
     }
+
+
+def _render_without(plan: Any, step: Any, var: str) -> str | None:
+    """The step's text with ``var`` left out of params.vars (equal text: the template does not
+    read it); None when it cannot be rendered that way."""
+    vars_ = {k: v for k, v in (plan.params.get("vars") or {}).items() if k != var}
+    shadow = type("Shadow", (), {"params": {**plan.params, "vars": vars_}, "root": plan.root})
+    try:
+        return _render_known(shadow, step)
+    except Exception:  # a var the template needs: it is read
+        return None
 
 
 def _render_known(plan: Any, step: Any) -> str | None:
@@ -125,11 +146,19 @@ def explain_lines(info: dict[str, Any]) -> list[str]:
     """The explanation as text (printed before the child runs)."""
     flat = flat_vars
     lines = [f"vars used (only --var): {flat(info['vars']) or 'none'}"]
+    if info.get("unread_vars"):
+        lines.append(
+            "  not read by the template (they change nothing): "
+            + ", ".join(info["unread_vars"])
+        )
     if info["not_inherited"]:
         left = {k: info["parent_vars"][k] for k in info["not_inherited"]}
         lines.append(f"parent vars not used: {flat(left)}  (pass them with --var to keep them)")
-    if info["prompt_first_line"]:
-        lines.append(f"prompt: {info['prompt_first_line']}")
+    if info.get("prompt_append"):
+        lines.append(f"--prompt-append: {info['prompt_append']}")
+    if info.get("prompt"):
+        lines.append("prompt (as sent, with the reference image):")
+        lines.extend(f"  {line}" if line else "" for line in info["prompt"].splitlines())
     return lines
 
 
