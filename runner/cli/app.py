@@ -308,6 +308,16 @@ def _register() -> None:
 
 
 def main() -> None:
+    from .. import secretmask
+
+    # The secrets of the project here (and credential-looking variables) are masked in all
+    # runner prints, and wiped from /proc/PID/environ; an apply learns its pipeline's too.
+    try:
+        here: Path | None = Path.cwd()
+    except OSError:  # a deleted directory: the command says so (_cwd_exists)
+        here = None
+    secretmask.learn_project(here)
+    secretmask.mask_streams()
     try:
         cli.main(prog_name="runner", standalone_mode=True)
     except KeyboardInterrupt:

@@ -398,6 +398,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     from ..errors import Busy
     from ..store.interrupt import mark_interrupted
     from ..store.itemlock import try_hold
+    from ..store.masked import MaskedConnection
 
     name, item = doc["name"], doc["item"]
     with try_hold(state_dir, name, item) as held:
@@ -405,7 +406,12 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
             raise Busy(f"another apply of pipeline '{name}' is running")
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         now = time.time()
-        conn = sqlite3.connect(state_dir / "journal.db", timeout=30.0, isolation_level=None)
+        conn = sqlite3.connect(
+            state_dir / "journal.db",
+            timeout=30.0,
+            isolation_level=None,
+            factory=MaskedConnection,  # a no-op run's params: known secrets masked
+        )
         try:
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("BEGIN IMMEDIATE")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import expr as ex
-from .. import overrides
+from .. import overrides, secretmask
 from ..canonical import CanonicalError
 from ..errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
@@ -83,6 +83,9 @@ class Interpreter:
         self.objects = objects
         self.state_dir = state_dir
         self.options = options or ApplyOptions()
+        # The project's secrets, masked in all the run records and gone from /proc/PID/environ
+        # before any step can read it.
+        secretmask.learn_project(plan.root)
         self.env = StepEnv(
             root=plan.root,
             state_dir=state_dir,

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import secretmask
 from ..errors import DiskFull
 from ..pipeline.compiler import Plan
 from ..providers.limits import waiting
@@ -153,6 +154,8 @@ class Recorder:
     def emit(
         self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
     ) -> None:
+        if secretmask.active():  # every reporter (console, --events file, live page) too
+            data = secretmask.mask_json(data)
         ev = Event(type_, self.run_id, step, element, data)
         self.reporter.event(ev)
         if type_ is not EventType.LOG:

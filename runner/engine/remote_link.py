@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .. import __version__
+from .. import __version__, secretmask
 from ..errors import StoreError
 from ..store.backends import ObjectBackend
 from ..store.journal import CachedResult
@@ -149,6 +149,9 @@ class RemoteLink:
             return
         if self._names_local_path(output) or self._names_local_path(report):
             self.warn(f"remote cache: not pushing {key[:12]}: its output names a local path")
+            return
+        if secretmask.holds_secret(output) or secretmask.holds_secret(report):
+            self.warn(f"remote cache: not pushing {key[:12]}: its output holds a secret")
             return
         profile = output.get("provider_profile") if isinstance(output, dict) else None
         self._queue.append(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import CallStatus, DiskFull, ProviderError
+from ..secretmask import mask
 from .base import Provider
 from .limits import gated_call, waiting
 from .redact import Redactor
@@ -63,7 +64,8 @@ class CallLog:
             "event": event.name,
             **self.redactor.redact_json(dict(event.data)),
         }
-        return self.redactor.redact(json.dumps(record, sort_keys=True, default=str))
+        # The provider's own secrets, then every other one runner knows (runner/secretmask.py)
+        return mask(self.redactor.redact(json.dumps(record, sort_keys=True, default=str)))
 
     def _append(self, path: Path, events: tuple[Event, ...]) -> None:
         text = "".join(f"{self.line(event)}\n" for event in events)

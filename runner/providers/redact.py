@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 MASK = "***"
-# Shorter values would mask ordinary words; real API keys are far longer.
-MIN_SECRET_CHARS = 4
+# Shorter values would mask ordinary words and numbers everywhere (a 1-7 character value:
+# "1", "true", "admin"); real API keys and tokens are far longer. Documented in providers.md.
+MIN_SECRET_CHARS = 8
 # A piece of a secret this long at either end of a text is masked too: the text may have been
 # cut (by a limit outside runner, or an old caller) right through a key.
 MIN_FRAGMENT_CHARS = 6
@@ -32,20 +33,25 @@ _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 class Redactor:
     """Replaces the given secret values (and credential-looking headers) with ``***``."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), *, headers: bool = True) -> None:
         found = {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
         # Longest first so a secret containing another is masked whole.
         self.secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
+        # Credential-looking headers and keys too (a backend's messages); off for data a
+        # step made (runner/secretmask.py), where only known values are secrets.
+        self.headers = headers
 
     def with_secrets(self, secrets: Iterable[str]) -> Redactor:
-        return Redactor((*self.secrets, *secrets))
+        return Redactor((*self.secrets, *secrets), headers=self.headers)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret and credential header value masked."""
         for secret in self.secrets:
-            text = text.replace(secret, MASK)
-        text = _HEADER.sub(lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}{MASK}", text)
-        text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
+            if secret in text:
+                text = text.replace(secret, MASK)
+        if self.headers:
+            text = _HEADER.sub(lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}{MASK}", text)
+            text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
         return self._edges(self._pieces(text)) if self.secrets else text
 
     def clip(self, text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -97,7 +103,9 @@ class Redactor:
             return self.redact(value)
         if isinstance(value, dict):
             return {
-                k: MASK if isinstance(k, str) and _SENSITIVE_KEYS.match(k) else self.redact_json(v)
+                k: MASK
+                if self.headers and isinstance(k, str) and _SENSITIVE_KEYS.match(k)
+                else self.redact_json(v)
                 for k, v in value.items()
             }
         if isinstance(value, (list, tuple)):

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import NotFound, StoreError
 from .ledger import CallLedger
+from .masked import MaskedConnection
 from .migrations import TABLES, migrate
 from .records import (
     REPAIR_HINT,
@@ -138,7 +139,11 @@ class Journal(CallLedger):
         state_dir.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(
-                path, timeout=30.0, isolation_level=None, check_same_thread=False
+                path,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=MaskedConnection,  # known secrets never enter the journal
             )
             wal_mode(conn, path)
             conn.execute("PRAGMA synchronous=NORMAL")

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 from ..errors import NotFound, RunnerError, UsageError
 from . import api, pages
 from .adapters import Jobs
+from .masking import MaskMiddleware
 from .responses import error_response
 from .security import Guard, GuardMiddleware
 from .service import Conflict
@@ -92,5 +93,6 @@ def create_app(
             *(Path(d).resolve() for d in export_dirs),
         ),
     )
+    app.add_middleware(MaskMiddleware)  # inside the guard: what an answer shows is masked
     app.add_middleware(GuardMiddleware, guard=guard)
     return app
