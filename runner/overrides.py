@@ -137,3 +137,52 @@ def list_overrides(journal: Journal, pipeline: str | None = None) -> list[Overri
     if pipeline is not None:
         sql, args = sql + " WHERE pipeline=?", (pipeline,)
     return [Override.from_row(r) for r in journal.query(sql + " ORDER BY id", args)]
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else "object"
+
+
+def check_shape(step_id: str, old: Any, new: Any) -> None:
+    """An edit keeps the output's shape: the same fields, each of the same JSON kind (a null
+    may become anything). Later steps read those fields; `{"bogus": 1}` in place of a card
+    would reach them as a missing field, or worse as a wrong one."""
+    if not isinstance(old, dict):
+        if _kind(old) not in ("null", _kind(new)):
+            raise UsageError(
+                f"the edited output of '{step_id}' must stay a {_kind(old)} (got a {_kind(new)})"
+            )
+        return
+    if not isinstance(new, dict):
+        raise UsageError(
+            f"the edited output of '{step_id}' must stay an object with the fields "
+            f"{', '.join(old)} (got a {_kind(new)})"
+        )
+    unknown = [k for k in new if k not in old]
+    missing = [k for k in old if k not in new]
+    wrong = [
+        f"{k} ({_kind(old[k])}, got {_kind(new[k])})"
+        for k in old
+        if k in new and old[k] is not None and _kind(old[k]) != _kind(new[k])
+    ]
+    problems = []
+    if unknown:
+        problems.append("unknown field(s) " + ", ".join(unknown))
+    if missing:
+        problems.append("missing field(s) " + ", ".join(missing))
+    if wrong:
+        problems.append("field(s) of another kind: " + ", ".join(wrong))
+    if problems:
+        raise UsageError(
+            f"the edited output of '{step_id}' does not keep the step's output: "
+            + "; ".join(problems),
+            hint=f"edit the values of {', '.join(old)}; nothing was stored",
+        )

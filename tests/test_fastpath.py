@@ -218,7 +218,7 @@ def test_an_output_edit_by_runner_edit_is_used_not_answered_by_the_fingerprint(
     age_files(project.root)
     project.apply()
     assert fast(project.apply(), project)
-    project.write("fixed.json", '{"digest": "d", "short": "EDITED"}')
+    project.write("fixed.json", '{"canonical": "one", "sha256": "d", "short": "EDITED"}')  # the output's fields
     res = project.cli("edit", first["run"]["id"], "h", "--from", "fixed.json")
     assert res.exit_code == 0, res.stderr
     doc = project.apply()
@@ -517,7 +517,7 @@ def test_a_no_op_runs_records_read_as_the_full_paths(project: Project) -> None:
 
     assert outputs(noop["run"]["id"]) == outputs(full["run"]["id"])
     assert all(output is not None for _, output in outputs(noop["run"]["id"]))
-    project.write("fixed.json", '{"digest": "d", "short": "EDITED"}')
+    project.write("fixed.json", '{"canonical": "one", "sha256": "d", "short": "EDITED"}')  # the output's fields
     res = project.cli("edit", noop["run"]["id"], "h", "--from", "fixed.json")
     assert res.exit_code == 0, res.stderr
     doc = project.apply()

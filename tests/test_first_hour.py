@@ -386,3 +386,45 @@ def test_iterate_shows_the_prompt_with_vars_and_append(tmp_path: Path) -> None:
     doc = proj.cli(*args, "--prompt-append", "warmer colours", "--json").json["iterate"]
     assert doc["prompt"].endswith("Main subject: a cat.\nStyle: bold colours, high contrast, one clear focal point, cinematic light.\nLeave the lower third calm enough for a title overlay. No text, no logos, no watermarks.\n\nwarmer colours")
     assert doc["unread_vars"] == ["mood"]
+
+
+# -- runner edit keeps the output's shape and says what binds the edit ---------------------------
+
+HASHES = """\
+runner: 1
+name: hashes
+steps:
+  h:
+    uses: hash
+    with: {value: one}
+  n:
+    uses: hash
+    with: {value: "${{ steps.h.output.short }}"}
+    contract: "${{ steps.h.output.short }}"
+"""
+
+
+def test_edit_refuses_an_output_of_another_shape(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    proj.write("runner.toml", "")
+    proj.write("pipeline.yaml", HASHES)
+    assert proj.cli("apply", "pipeline.yaml", "-q").exit_code == 0
+    run = _last_run(proj)
+    proj.write("bogus.json", '{"bogus": 1}')
+    res = proj.cli("edit", run, "h", "--from", "bogus.json")
+    assert res.exit_code == 2, res.stdout
+    assert "unknown field(s) bogus; missing field(s) canonical, sha256, short" in res.stderr
+    assert "nothing was stored" in res.stderr
+    proj.write("kind.json", '{"canonical": "x", "sha256": "y", "short": 5}')
+    res = proj.cli("edit", run, "h", "--from", "kind.json")
+    assert res.exit_code == 2 and "short (string, got number)" in res.stderr
+    listed = proj.cli("runs", "show", run, "--json").json  # nothing stored: h is as it ran
+    assert listed["executions"][0]["output"]["short"] != 5
+    # an edit that keeps the shape is stored; a step with no contract: says its key binds it
+    proj.write("fine.json", '{"canonical": "x", "sha256": "y", "short": "EDITED"}')
+    ok = proj.cli("edit", run, "h", "--from", "fine.json")
+    assert ok.exit_code == 0, ok.stderr
+    assert "while the step's inputs are unchanged (it has no `contract:`" in ok.stdout
+    assert "contract holds" not in ok.stdout
+    with_contract = proj.cli("edit", run, "n", "--from", "fine.json")
+    assert "while its contract holds" in with_contract.stdout

@@ -105,6 +105,8 @@ def edit_output(
             state.journal, run_id, step, -1 if element is None else element
         )
         execution = found["execution"]
+        # A step with no `contract:` records its key as the contract (runner/overrides.py).
+        bound_to_contract = execution["contract"] not in (None, execution["key"])
         output = json.loads(execution["output"])
         textual = isinstance(output, dict) and isinstance(output.get("text"), str)
         current = output["text"] if textual else json.dumps(output, indent=2, ensure_ascii=False)
@@ -137,6 +139,7 @@ def edit_output(
                     new_output = loads_strict(new_text)
                 except ValueError as exc:
                     raise UsageError(f"the edited output is not JSON: {exc}") from None
+            overrides.check_shape(step, output, new_output)
             ov = overrides.record(
                 state.journal,
                 pipeline=found["run"]["pipeline"],
@@ -154,7 +157,12 @@ def edit_output(
         echo(
             f"stored edit #{ov.id} of {step}"
             + (f"[{element}]" if element is not None else "")
-            + "; the next apply reuses it while its contract holds"
+            + (
+                "; the next apply reuses it while its contract holds"
+                if bound_to_contract
+                else "; the next apply reuses it while the step's inputs are unchanged (it has"
+                " no `contract:`, so its key binds the edit)"
+            )
         )
     else:
         echo("no change; nothing stored")
