@@ -428,3 +428,37 @@ def test_edit_refuses_an_output_of_another_shape(tmp_path: Path) -> None:
     assert "contract holds" not in ok.stdout
     with_contract = proj.cli("edit", run, "n", "--from", "fine.json")
     assert "while its contract holds" in with_contract.stdout
+
+
+# -- a closed output pipe does not strand the run ---------------------------------------------------
+
+SLOW = """\
+runner: 1
+name: slow
+phases: [one, two, three]
+steps:
+  a: {uses: shell, phase: one, with: {run: "sleep 0.3"}}
+  b: {uses: shell, phase: two, needs: [a], with: {run: "sleep 0.3"}}
+  c: {uses: shell, phase: three, needs: [b], with: {run: "sleep 0.3"}}
+"""
+
+
+def test_a_run_whose_reader_left_still_completes(tmp_path: Path) -> None:
+    """`runner apply ... 2>&1 | head -1`: the progress lines after the first meet a closed pipe;
+    the run goes on and ends completed (it stayed `running` until the next apply)."""
+    proj = Project(tmp_path)
+    proj.write("runner.toml", "")
+    proj.write("pipeline.yaml", SLOW)
+    proc = subprocess.Popen(
+        [*runner_bin(), "apply", "pipeline.yaml"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("run "), first
+    proc.stderr.close()  # the reader leaves
+    assert proc.wait(60) == 0
+    runs = proj.cli("runs", "list", "--json").json["runs"]
+    assert [r["status"] for r in runs] == ["completed"], runs
+    shown = proj.cli("runs", "show", runs[0]["id"], "--json").json
+    assert sorted(e["step_id"] for e in shown["executions"] if e["status"] == "completed") == ["a", "b", "c"]

@@ -117,6 +117,7 @@ class PlainReporter:
         self.order = PhaseOrder.of(plan)
         self.phase: str | None = None  # a phase header waits until a step of it prints
         self.step: str | None = None  # the step the event being printed is about
+        self.gone = False  # the stream's reader closed it
 
     def _line(self, text: str) -> None:
         if self.order is not None:
@@ -128,9 +129,15 @@ class PlainReporter:
         self._write([text])
 
     def _write(self, lines: list[str]) -> None:
-        if lines:
-            self.stream.write("".join(line + "\n" for line in lines))
-            self.stream.flush()
+        if lines and not self.gone:
+            try:
+                self.stream.write("".join(line + "\n" for line in lines))
+                self.stream.flush()
+            except BrokenPipeError:
+                # The reader left (`runner apply ... 2>&1 | head`): progress is not the run.
+                # The run goes on and is recorded; nothing more is written there.
+                self.gone = True
+                _silence(self.stream)
 
     def event(self, event: Event) -> None:
         self.step = event.step_id
@@ -321,3 +328,19 @@ def skip_detail(reason: str) -> str:
     if not reason:
         return ""
     return reason if reason.startswith("(") and reason.endswith(")") else f"({reason})"
+
+
+def _silence(stream: IO[str]) -> None:
+    """Point a stream whose reader left at /dev/null, so that its unwritten buffer and later
+    writes (the interpreter's own flush at exit included) fail no more."""
+    import os
+
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
