@@ -66,7 +66,7 @@ def load_json(text: str, name: str) -> Any:
 
 
 # Tokens outside strings: to find the one a hook refused (hooks are not told where they are).
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|NaN|-?Infinity|[-+0-9.eE]+', re.DOTALL)
+_TOKENS = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|NaN|-?Infinity|[-+0-9.eE]+', re.DOTALL)
 
 
 def _locate(text: str, name: str, token: str) -> Location:

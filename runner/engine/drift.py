@@ -50,12 +50,13 @@ class Drift:
 
 def _root_of(pipeline_file: str) -> Path | None:
     """The directory a pipeline's output paths are relative to (its ``root:``), or None."""
-    import yaml
+    from ..errors import InvalidPipeline
+    from ..pipeline.source import parse_file
 
     path = Path(pipeline_file)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    try:  # read as the compiler reads it (YAML 1.2, bounded size and aliases), not safe_load
+        data = parse_file(path).data
+    except InvalidPipeline:
         return None
     root = data.get("root", ".") if isinstance(data, dict) else "."
     return (path.parent / str(root)).resolve()

@@ -13,7 +13,7 @@ import yaml
 
 from ..errors import InvalidPipeline, Location
 from .coreschema import BOOL, FLOAT, INT, NULL, NUMBER, STR, WORDS, core_tag
-from .source import MAX_ALIAS_VALUES, MAX_DEPTH, MAX_INT_DIGITS, Path_, Sourced
+from .source import MAX_ALIAS_CHARS, MAX_ALIAS_VALUES, MAX_DEPTH, MAX_INT_DIGITS, Path_, Sourced
 
 _P = "tag:yaml.org,2002:"
 _STR, _NULL, _BOOL, _INT, _FLOAT = STR, NULL, BOOL, INT, FLOAT
@@ -76,8 +76,10 @@ class _Builder:
         self.max_values = max_values
         self.values = 0  # values of the collections met so far (counted a collection at a time)
         self.seen: set[int] = set()  # collection nodes built once: meeting one again is an alias
-        self.sizes: dict[int, int] = {}  # values a collection node stands for, aliases expanded
+        # (values, characters of scalars) a node stands for, aliases expanded
+        self.sizes: dict[int, tuple[int, int]] = {}
         self.repeated = 0  # values the aliases met so far repeat
+        self.repeated_chars = 0  # characters of the scalars they repeat
         self.expanding = False  # building what an alias repeats
 
     def at(self, node: yaml.Node) -> Location:
@@ -209,39 +211,56 @@ class _Builder:
 
     def check_aliases(self, root: yaml.Node) -> None:
         """Walk the node tree in document order without building anything, counting what each
-        alias repeats; refuse at the first alias past the bound (held by the key at ``at``)."""
+        alias repeats (values, and characters of text: a long string aliased many times is as
+        large as many values); refuse at the first alias past a bound (held by the key at
+        ``at``)."""
         seen: set[int] = set()
         stack: list[tuple[yaml.Node, tuple[int, int] | None]] = [(root, None)]
         while stack:
             node, at = stack.pop()
-            if type(node) is yaml.ScalarNode:
-                continue
             if id(node) in seen:
                 self._repeat(node, Location(self.src.file, *(at or _mark(node))))
                 continue
             seen.add(id(node))
+            if type(node) is yaml.ScalarNode:
+                continue
             if isinstance(node, yaml.MappingNode):
                 for key, value in reversed(node.value):
                     stack.append((value, _mark(key)))
                     stack.append((key, _mark(key)))
             else:
                 stack.extend((item, at) for item in reversed(node.value))
-        self.repeated = 0  # counted again, without refusing, as the values are built
+        self.repeated = self.repeated_chars = 0  # counted again as the values are built
 
     def _repeat(self, node: yaml.Node, where: Location | None) -> None:
-        """An alias met: count the values it repeats, refusing past the document's bound."""
-        self.repeated += self._size(node)
-        if self.repeated > MAX_ALIAS_VALUES and where is not None:
+        """An alias met: count the values and characters it repeats, refusing past the
+        document's bounds."""
+        values, chars = self._size(node)
+        self.repeated += values
+        self.repeated_chars += chars
+        if where is None:
+            return
+        if self.repeated > MAX_ALIAS_VALUES:
             raise InvalidPipeline(
                 f"aliases (*name) repeat over {MAX_ALIAS_VALUES} values in this document",
                 where=where,
                 hint="a document that expands this much is refused (an alias bomb?)",
             )
+        if self.repeated_chars > MAX_ALIAS_CHARS:
+            raise InvalidPipeline(
+                f"aliases (*name) repeat over {MAX_ALIAS_CHARS:,} characters of text in this "
+                "document",
+                where=where,
+                hint="a document that expands this much is refused (an alias bomb?); write a "
+                "long text once, or keep it in a file the pipeline reads",
+            )
 
-    def _size(self, root: yaml.Node) -> int:
-        """Values ``root`` stands for once its aliases are expanded (each node measured once;
-        stops early past the bound)."""
+    def _size(self, root: yaml.Node) -> tuple[int, int]:
+        """(values, characters of scalars) ``root`` stands for once its aliases are expanded
+        (each node measured once; stops early past the bounds)."""
         sizes = self.sizes
+        if type(root) is yaml.ScalarNode:
+            return 1, len(root.value)
         stack: list[tuple[yaml.Node, bool]] = [(root, False)]
         open_: set[int] = set()
         while stack:
@@ -251,8 +270,17 @@ class _Builder:
             children = _children(node)
             if done:
                 open_.discard(id(node))
-                total = 1 + sum(sizes.get(id(c), 1) for c in children)
-                sizes[id(node)] = min(total, MAX_ALIAS_VALUES + 1)
+                total, chars = 1, 0
+                for c in children:
+                    if type(c) is yaml.ScalarNode:
+                        total, chars = total + 1, chars + len(c.value)
+                    else:
+                        values, text = sizes[id(c)]
+                        total, chars = total + values, chars + text
+                sizes[id(node)] = (
+                    min(total, MAX_ALIAS_VALUES + 1),
+                    min(chars, MAX_ALIAS_CHARS + 1),
+                )
                 continue
             if id(node) in open_:
                 raise InvalidPipeline(

@@ -435,7 +435,25 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
         if problem:
             raise InvalidPipeline(problem, where=doc.where("params", key, "default"))
         values[key] = decl["default"]
+    _check_params_size(doc, values)
     return values
+
+
+MAX_PARAMS_CHARS = 100_000_000  # a run's params as JSON: the journal stores them in one record
+
+
+def _check_params_size(doc: PipelineDoc, values: dict[str, Any]) -> None:
+    """Refuse params too large to store with the run (SQLite takes at most 1 GB a value)."""
+    if sum(len(v) if isinstance(v, str) else 0 for v in values.values()) < 1_000_000:
+        return  # the common case: no JSON text to build
+    size = len(json.dumps(values, ensure_ascii=False))
+    if size > MAX_PARAMS_CHARS:
+        raise UsageError(
+            f"the params are {size / 1e6:.0f} million characters as JSON, over the limit of "
+            f"{MAX_PARAMS_CHARS / 1e6:.0f} million a run stores",
+            where=doc.where("params", key=True),
+            hint="keep large data in a file the pipeline reads (`uses: read`)",
+        )
 
 
 def read_override(key: str, raw: str, kind: str) -> Any:
@@ -502,7 +520,7 @@ def _fully_quoted(raw: str) -> str | None:
 _NOT_PRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 # One single-quoted YAML scalar: no escapes, '' is a quote. Read directly (byte for byte: YAML
 # would fold its line breaks and refuse control characters it cannot escape).
-_SINGLE = re.compile(r"\s*'((?:[^']|'')*)'\s*", re.DOTALL)
+_SINGLE = re.compile(r"\s*'([^']*+(?:''[^']*+)*+)'\s*", re.DOTALL)  # possessive: no state a char
 # A UTF-16 surrogate pair written as two \u escapes (what json.dumps writes for an emoji): JSON
 # reads it as one character; libyaml refuses it, so it becomes YAML's \U escape. An escape
 # preceded by an odd number of backslashes is not one (the backslash itself was escaped).

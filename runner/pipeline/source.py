@@ -8,8 +8,9 @@ Pipelines, `-p` values, cards and data files are all read here, one way:
 - Only what JSON can carry: a value tagged anything but str, int, float, bool, null, seq or map
   (``!!binary``, ``!!timestamp``, ``!!set``, ``!!python/...``, ``!local``), ``.nan``/``.inf``,
   an integer too long to print and a non-string mapping key are errors at their position.
-- Aliases may repeat at most ``MAX_ALIAS_VALUES`` values in all, measured before any is
-  expanded: a billion-laughs document is refused in microseconds instead of filling memory.
+- Aliases may repeat at most ``MAX_ALIAS_VALUES`` values and ``MAX_ALIAS_CHARS`` characters of
+  text in all, measured on the node tree before any value is built: a billion-laughs document,
+  or a long string aliased many times, is refused in microseconds instead of filling memory.
 - Duplicate keys are errors (PyYAML silently keeps the last), merge keys (``<<``) too.
 
 Two readers, one answer: ``_fastyaml`` reads the common block shape line by line and declines
@@ -32,6 +33,7 @@ from . import _fastyaml
 Path_ = tuple[Hashable, ...]
 
 MAX_ALIAS_VALUES = 100_000  # values all aliases of a document may repeat, together
+MAX_ALIAS_CHARS = 16_000_000  # characters of text all aliases of a document may repeat
 MAX_VALUES = 1_000_000  # values in a pipeline (as many as one value of an expression may hold)
 MAX_DATA_VALUES = 10_000_000  # values in a data document (a `-p` value, a file read at run time)
 MAX_FILE_BYTES = 16_000_000  # a pipeline or card file: larger data belongs in a file it reads

@@ -31,9 +31,22 @@ def dumps(value: Any) -> str:
     every value runner records was checked before (expressions, data files, provider replies),
     so this is the last guard, not the place that explains."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except ValueError as exc:
         raise CanonicalError(f"a value cannot be recorded as JSON: {exc}") from None
+    # SQLite refuses a text over 1e9 bytes with DataError: say so first, in words
+    if (
+        len(text) > MAX_RECORD_BYTES // 4
+        and len(text.encode("utf-8", "replace")) > MAX_RECORD_BYTES
+    ):
+        raise CanonicalError(
+            f"a value of {len(text):,} characters is over the {MAX_RECORD_BYTES:,} bytes "
+            "the journal stores in one record"
+        )
+    return text
+
+
+MAX_RECORD_BYTES = 1_000_000_000 - 1_000_000  # SQLite's SQLITE_MAX_LENGTH, less a margin
 
 
 # Columns holding JSON documents (verify checks them with SQLite's json_valid).
