@@ -73,6 +73,13 @@ def learn_project(root: Path | None, environ: Mapping[str, str] | None = None) -
     learn(names, env)
 
 
+def held_environ() -> dict[str, str]:
+    """The learnt variables and their values (runner's own copy): what a process runner starts
+    and trusts (a local Dask worker) is given explicitly, since the environment it would
+    inherit has them wiped."""
+    return {n: os.environ[n] for n in sorted(_learnt) if n in os.environ}
+
+
 def active() -> bool:
     """Whether any secret is known (else masking costs nothing)."""
     return bool(_known)

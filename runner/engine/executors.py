@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import secretmask
 from ..errors import UsageError
 from ..steps.base import StepContext, StepResult, StepType
 from .dask_worker import Job, job_for, run_batch
@@ -78,6 +79,9 @@ async def local_cluster(workers: int, threads: int) -> Any:
             # The scheduler serves HTTP (/metrics) even without a dashboard, on 8787 unless
             # told: a free port, so a busy 8787 (another cluster) costs no warning.
             dashboard_address="127.0.0.1:0",
+            # Secrets are wiped from the environment workers inherit (runner/secretmask.py):
+            # a worker sets them in its own, after start, for a body's pass_env.
+            env=secretmask.held_environ(),
         )
 
 

@@ -263,3 +263,31 @@ def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
     from runner.secretenv import wipe_initial_environ
 
     assert wipe_initial_environ([]) == 0
+
+
+ON_DASK = """\
+runner: 1
+name: worker
+steps:
+  peek:
+    uses: shell
+    with:
+      run: |
+        tr '\\0' '\\n' < /proc/$PPID/environ | grep -a -c -e "$LLM_CRED_VAR" || true
+        [ "$LLM_CRED_VAR" = "$EXPECTED" ] && echo "pass_env arrived"
+      pass_env: [LLM_CRED_VAR]
+      env: {EXPECTED: "unused"}
+"""
+
+
+def test_on_local_dask_workers_pass_env_arrives_and_proc_holds_no_secret(tmp_path: Path) -> None:
+    """A local cluster's worker inherits runner's wiped environment: it is given the secrets
+    itself (not in its /proc/PID/environ), so a body's pass_env still gets the value."""
+    pytest.importorskip("distributed")
+    root = _project(tmp_path / "p", ON_DASK.replace('"unused"', json.dumps(KEY)))
+    res = _runner(root, "apply", "p.yaml", "--json", "--executor", "dask", "--workers", "1")
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 0, res.stderr
+    shown = _runner(root, "runs", "show", doc["run"]["id"], "--json")
+    stdout = json.loads(shown.stdout)["executions"][0]["output"]["stdout"]
+    assert stdout.split("\n")[:2] == ["0", "pass_env arrived"], stdout
