@@ -21,6 +21,7 @@ from typing import Any
 
 from .checks import CollectionQuery, Verdict, set_collection_backend
 from .errors import NotFound, StoreError, UsageError
+from .store.masked import MaskedConnection
 from .store.wal import wal_mode
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -73,7 +74,12 @@ class Collections:
         self.path = state_dir / "collections.db"
         self._named: set[str] = set()  # collections whose index holds document ids
         try:
-            self.conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self.conn = sqlite3.connect(
+                self.path,
+                timeout=30.0,
+                isolation_level=None,
+                factory=MaskedConnection,  # documents ingested hold no known secret
+            )
             wal_mode(self.conn, self.path)
             self.conn.execute("PRAGMA busy_timeout=30000")
             self.conn.execute(

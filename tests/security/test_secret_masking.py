@@ -291,3 +291,30 @@ def test_on_local_dask_workers_pass_env_arrives_and_proc_holds_no_secret(tmp_pat
     shown = _runner(root, "runs", "show", doc["run"]["id"], "--json")
     stdout = json.loads(shown.stdout)["executions"][0]["output"]["stdout"]
     assert stdout.split("\n")[:2] == ["0", "pass_env arrived"], stdout
+
+
+INGEST = """\
+runner: 1
+name: keep
+steps:
+  say:
+    uses: shell
+    with:
+      run: 'echo "note: the key is $LLM_CRED_VAR"'
+      pass_env: [LLM_CRED_VAR]
+  keep:
+    uses: ingest
+    with:
+      collection: notes
+      create: true
+      documents: [{id: "1", text: "${{ steps.say.output.stdout }}"}]
+"""
+
+
+def test_a_document_ingested_with_a_secret_is_stored_masked(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", INGEST)
+    res = _runner(root, "apply", "p.yaml", "--json")
+    assert json.loads(res.stdout)["exit_code"] == 0, res.stderr
+    stored = b"".join(p.read_bytes() for p in (root / ".runner").glob("collections.db*"))
+    assert b"note: the key is ***" in stored
+    _no_secret(stored, "collections.db")
