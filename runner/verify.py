@@ -59,6 +59,28 @@ def referenced(conn: sqlite3.Connection) -> dict[str, str]:
     return refs
 
 
+def _run_folders(state: Any) -> list[str]:
+    """Finals in a run's folder edited by hand (they are read-only views of the store)."""
+    from .thumbs.folder import edited
+    from .thumbs.view import shown_path
+
+    runs_dir = state.dir / "runs"
+    if not runs_dir.is_dir():
+        return []
+    out = []
+    ids = {r[0] for r in state.journal.conn.execute("SELECT DISTINCT run_id FROM iterations")}
+    for run_id in sorted(ids):
+        if not (runs_dir / run_id).is_dir():
+            continue
+        for path in edited(state, run_id):
+            out.append(
+                f"{shown_path(path)} was edited by hand: it no longer holds the final the run "
+                "recorded (the store keeps the original; export and show use it; delete the "
+                f"file and `runner show {run_id}` puts the original back)"
+            )
+    return out
+
+
 def verify_state(state: Any) -> tuple[list[str], int]:
     """Return (problems, number of objects checked)."""
     problems: list[str] = []
@@ -79,6 +101,7 @@ def verify_state(state: Any) -> tuple[list[str], int]:
             problems.append(f"object {digest[:12]} ({label}) is missing from the store")
         elif not state.objects.verify(digest):
             problems.append(f"object {digest[:12]} ({label}) is corrupt (hash mismatch)")
+    problems += _run_folders(state)
     for run_id, pid in conn.execute("SELECT id, pid FROM runs WHERE status='running'"):
         if not process_alive(pid):
             problems.append(

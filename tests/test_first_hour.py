@@ -462,3 +462,71 @@ def test_a_run_whose_reader_left_still_completes(tmp_path: Path) -> None:
     assert [r["status"] for r in runs] == ["completed"], runs
     shown = proj.cli("runs", "show", runs[0]["id"], "--json").json
     assert sorted(e["step_id"] for e in shown["executions"] if e["status"] == "completed") == ["a", "b", "c"]
+
+
+# -- the run folder: read-only views of the store, the pick carried, edits noticed ---------------
+
+
+def _tree_bytes(root: Path) -> int:
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for p in root.rglob("*"):
+        st = p.lstat()
+        if (st.st_dev, st.st_ino) in seen or not p.is_file():
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        total += st.st_size
+    return total
+
+
+def test_an_unchanged_reapply_links_the_finals_and_shows_the_pick(tmp_path: Path) -> None:
+    proj = _thumbnail_project(tmp_path)
+    args = ("apply", "pipelines/thumbnail.yaml", "-p", "n=4", "-q")
+    assert proj.cli(*args).exit_code == 0
+    first = _last_run(proj)
+    assert proj.cli("pick", first, "2").exit_code == 0
+    assert proj.cli(*args).exit_code == 0  # its contact sheet is new: it shows the pick
+    before = _tree_bytes(tmp_path / ".runner")
+    assert proj.cli(*args).exit_code == 0
+    second = _last_run(proj)
+    assert second != first
+    added = _tree_bytes(tmp_path / ".runner") - before
+    assert added < 100_000, added  # was ~600 KB: four finals and a contact sheet copied
+    folder = tmp_path / ".runner" / "runs" / second
+    doc = proj.cli("show", second, "--json").json
+    for it in doc["iterations"]:
+        view = folder / f"final-{it['ordinal']}.jpg"
+        obj = tmp_path / ".runner" / "objects" / it["assets"]["final"][:2] / it["assets"]["final"][2:]
+        assert view.stat().st_ino == obj.stat().st_ino  # a link to the object, not a copy
+        assert view.stat().st_mode & 0o222 == 0  # read-only
+    assert (folder / "contact-sheet.png").stat().st_mode & 0o222 == 0
+    # the newest run reuses the picked iteration: it shows the pick too
+    assert [it["ordinal"] for it in doc["iterations"] if it["picked"]] == [2]
+    shown = proj.cli("show", second).stdout
+    assert re.search(r"^\s+2\s+completed .*★$", shown, re.M), shown
+    assert proj.cli("export", second, "--to", "out", "--picked").exit_code == 0
+
+
+def test_a_final_edited_in_the_run_folder_is_noticed(tmp_path: Path) -> None:
+    proj = _thumbnail_project(tmp_path)
+    assert proj.cli("apply", "pipelines/thumbnail.yaml", "-p", "n=2", "-q").exit_code == 0
+    run = _last_run(proj)
+    assert proj.cli("verify").exit_code == 0
+    view = tmp_path / ".runner" / "runs" / run / "final-1.jpg"
+    original = view.read_bytes()
+    view.unlink()  # an editor that saves a new file under the name
+    view.write_bytes(original[:-10] + b"0123456789")
+    checked = proj.cli("verify")
+    assert checked.exit_code == 1
+    assert f".runner/runs/{run}/final-1.jpg was edited by hand" in checked.stdout, checked.stdout
+    shown = proj.cli("show", run).stdout
+    assert f"Edited     .runner/runs/{run}/final-1.jpg was changed by hand" in shown
+    exported = proj.cli("export", run, "--to", "out")
+    assert exported.exit_code == 0
+    assert "final-1.jpg was edited by hand; the recorded final was exported" in exported.stderr
+    assert (tmp_path / "out" / "dQw4w9WgXcQ-1.jpg").read_bytes() == original
+    # deleted, the view comes back from the store with `runner show`
+    view.unlink()
+    assert proj.cli("show", run).exit_code == 0
+    assert view.read_bytes() == original and view.stat().st_mode & 0o222 == 0
+    assert proj.cli("verify").exit_code == 0

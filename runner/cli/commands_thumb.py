@@ -48,11 +48,13 @@ def show(target: str, state_dir: str | None, as_json: bool) -> None:
 
     Example: runner show 20261202-101500-ab12cd
     """
+    from ..thumbs.folder import refresh
     from ..thumbs.view import render_run, run_json
 
     state = open_state(state_dir, readonly=True)
     try:
         run = state.journal.get_run(target)
+        refresh(state, run["id"])  # a deleted view comes back; an edited one is named
         if as_json:
             emit_json({**run_json(state, run["id"]), "exit_code": 0})
         else:
@@ -169,3 +171,9 @@ def export(
     else:
         for f in doc["files"]:
             echo(f"wrote {shown_path(Path(f))}")
+        for f in doc["edited_in_run_folder"]:
+            echo(
+                f"note: {shown_path(Path(f))} was edited by hand; the recorded final was "
+                "exported (the store keeps it)",
+                err=True,
+            )

@@ -23,13 +23,11 @@ def after_apply(
     its = iterations_of(state.journal, report.run_id)
     status, code = report.status.value, report.exit_code
     profile = state.journal.get_run(report.run_id).get("provider_profile")
-    run_dir = state.dir / "runs" / report.run_id
-    for it in its:
-        if it.final:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            target = run_dir / f"final-{it.ordinal}.{it.ext or 'jpg'}"
-            if not target.exists():
-                state.objects.copy_to(it.final, target)  # hashed: never a damaged copy
+    from .folder import refresh
+
+    refresh(state, report.run_id)  # read-only views of the store: no copies
+    if carry_pick(state, report.run_id, plan.name, report.item):
+        its = iterations_of(state.journal, report.run_id)
     files = []
     if out_dir:
         files = copy_finals(state, its, Path(out_dir), report.item or plan.name)
@@ -55,6 +53,35 @@ def after_apply(
     if out_dir:
         extra["out"] = [str(f) for f in files]
     return extra
+
+
+def carry_pick(state: Any, run_id: str, pipeline: str, item: str | None) -> bool:
+    """A run that reuses the iteration picked last for its item (an unchanged re-apply makes
+    the same call, answered from the journal) shows that pick too. True when one was carried."""
+    from .records import pick
+
+    its = iterations_of(state.journal, run_id)
+    if any(it.picked for it in its):
+        return False
+    rows = state.journal.query(
+        "SELECT i.idempotency_key, i.raw FROM iterations i JOIN runs r ON r.id = i.run_id "
+        "WHERE r.pipeline=? AND r.item IS ? AND i.picked=1 AND i.run_id != ? "
+        "ORDER BY r.created_at DESC, r.id DESC LIMIT 1",
+        (pipeline, item, run_id),
+    )
+    if not rows:
+        return False
+    same = [
+        it
+        for it in its
+        if it.status == "completed"
+        and it.idempotency_key == rows[0]["idempotency_key"]
+        and it.raw == rows[0]["raw"]
+    ]
+    if not same:
+        return False
+    pick(state.journal, run_id, str(same[0].ordinal))
+    return True
 
 
 def copy_finals(
@@ -152,6 +179,7 @@ def export_run(
     document.
     """
     from ..errors import UsageError
+    from .folder import edited
     from .records import iterations_of, resolve_target
 
     run, it = resolve_target(state.journal, target)
@@ -178,5 +206,7 @@ def export_run(
         "raw": raw,
         "picked": picked,
         "files": [str(f) for f in files],
+        # run-folder finals edited by hand: what was exported is the recorded final
+        "edited_in_run_folder": [] if raw else [str(p) for p in edited(state, run["id"])],
         "exit_code": 0,
     }

@@ -35,12 +35,22 @@ def final_path(state: Any, it: Iteration, raw: bool = False) -> Path | None:
         return None
     if not raw:
         named: Path = state.dir / "runs" / it.run_id / f"final-{it.ordinal}.{it.ext or 'jpg'}"
-        if named.is_file():
-            return named
+        if _is_view(named, state.objects.path(digest)):
+            return named  # the run folder's read-only view of the object (not an edited file)
     if not state.objects.has(digest):  # missing, or damaged (then set aside): nothing to show
         return None
     path: Path = state.objects.path(digest)
     return path
+
+
+def _is_view(named: Path, obj: Path) -> bool:
+    try:
+        a, b = named.stat(), obj.stat()
+    except OSError:
+        return named.is_file() and not obj.exists()  # a folder copied without its store
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) or (
+        a.st_size == b.st_size and a.st_mode & 0o222 == 0  # a read-only copy (no hard links)
+    )
 
 
 def run_json(state: Any, run_id: str) -> dict[str, Any]:
@@ -145,8 +155,13 @@ def preview(
     sheet = None
     if sheet_dir is not None:
         from ..imaging.contact_sheet import make_contact_sheet
+        from .folder import place_file
 
-        sheet = make_contact_sheet(tiles, sheet_dir / "contact-sheet.png")
+        # made beside, then stored and shown as a read-only view (no copy per re-apply)
+        sheet_dir.mkdir(parents=True, exist_ok=True)
+        made = make_contact_sheet(tiles, sheet_dir / ".contact-sheet.new.png")
+        sheet = sheet_dir / "contact-sheet.png"
+        place_file(state, made, sheet)
     return text, sheet
 
 
@@ -164,6 +179,13 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
     folder = files_dir(state, its)
     if folder is not None:
         lines.append(f"Files      {shown_path(folder)}/")
+    from .folder import edited
+
+    for path in edited(state, view.run["id"]):
+        lines.append(
+            f"Edited     {shown_path(path)} was changed by hand; shown and exported from the "
+            "store (runner verify lists it)"
+        )
     lines.append("")
     if its:
         lines.extend(table_lines(state, its))
