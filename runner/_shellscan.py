@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 class Place(enum.Enum):
     BARE = "bare"
+    QUOTED = "quoted"  # bare, but always in quotes: inside [[ ]], where -n or -f is an operator
     SINGLE = "single"
     DOUBLE = "double"
 
@@ -83,6 +84,9 @@ class _Frame:
     pattern_start: bool = False
     dbracket: bool = False
     after_pipe: bool = False
+    piped: bool = False  # this simple command reads a pipe
+    redirect: str = ""  # the operator whose target is the next word
+    stdin_holds: bool = False  # a value is this command's input (<<< value)
     after_andor: bool = False
     pipe_holds: bool = False  # a value went into this pipeline
     depth: int = 0  # ARITH: open ( inside; CMD: 1 inside `(( ))`
@@ -137,12 +141,19 @@ class Scanner:
             if reason:
                 raise Unquotable(f"{where} {reason}")
             frame.pipe_holds = True
-        return {_Kind.CMD: Place.BARE, _Kind.SINGLE: Place.SINGLE}.get(top.kind, Place.DOUBLE)
+        if cmd.target and cmd.redirect == "<<<":
+            cmd.stdin_holds = True
+        if top.kind is _Kind.CMD:
+            return Place.QUOTED if top.dbracket else Place.BARE
+        return Place.SINGLE if top.kind is _Kind.SINGLE else Place.DOUBLE
 
     def finish(self) -> None:
         top = self.stack[-1]
         if top.kind is _Kind.CMD and not top.depth and not self.comment and not self.pending:
             self._end_word()  # the last word: `... | sh` at the very end
+        for frame in self.stack:
+            if frame.kind is _Kind.CMD:
+                self._command_end(frame)
         if self.late:
             raise Unquotable(self.late[0])
 
@@ -405,20 +416,28 @@ class Scanner:
             top.prefix = True  # an assignment: the command name is still to come
             return
         if word is not None:
-            if top.after_pipe and top.pipe_holds and not top.words:
-                name = word.text.rsplit("/", 1)[-1]
-                if word.literal and (name in _SHELLS or name in _RUNS_ARGS):
-                    self.late.append(f"a ${{{{ }}}} value is piped into `{name}`, which runs it")
             top.after_pipe = False
             top.words.append(word)
         top.cmd_start = False
 
     def _separator(self, *, pipe: bool = False) -> None:
         top = self.stack[-1]
-        top.cmd_start, top.prefix, top.words = True, False, []
-        top.after_pipe = pipe
+        self._command_end(top)
+        top.cmd_start, top.prefix, top.words, top.stdin_holds = True, False, [], False
+        top.after_pipe = top.piped = pipe
         if not pipe:
             top.pipe_holds = False
+
+    def _command_end(self, frame: _Frame) -> None:
+        """A simple command ends: refuse it if it runs as shell code a value it reads on its
+        input (``echo value | sh``, ``sh <<< value``, ``| xargs sh -c``)."""
+        names = [w.text.rsplit("/", 1)[-1] if w.literal else "" for w in frame.words]
+        if not names or not (frame.stdin_holds or (frame.piped and frame.pipe_holds)):
+            return
+        runs = names[0] in _SHELLS or names[0] in _RUNS_ARGS
+        if runs or (names[0] in ("xargs", "parallel") and any(n in _SHELLS for n in names[1:])):
+            how = "given on the input of" if frame.stdin_holds else "piped into"
+            self.late.append(f"a ${{{{ }}}} value is {how} `{names[0]}`, which runs it as code")
 
     def _operator(self, text: str, i: int) -> int:
         top = self.stack[-1]
@@ -472,7 +491,7 @@ class Scanner:
             return self._heredoc_op(text, i)
         op = re.match(r"<<<|<>|<&|>&|>>|>\||[<>]", text[i:])
         assert op is not None
-        top.target = True
+        top.target, top.redirect = True, op.group()
         if top.cmd_start:
             top.prefix = True
         return i + op.end()
@@ -521,6 +540,7 @@ class Scanner:
         if top.closer == ")" and not top.cases and not top.dbracket:
             if self.heredocs:
                 self._lose("a here-document still open at ')'")
+            self._command_end(top)
             self.stack.pop()
             outer = self.stack[-1]
             if outer.kind is _Kind.CMD and outer.word is None:  # ( ): a compound command ends

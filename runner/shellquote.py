@@ -44,8 +44,8 @@ _NAME_AT_END = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def quote(value: str, place: Place) -> str:
     """``value`` quoted to stand at ``place``; the shell reads it back byte for byte."""
-    if place is Place.BARE:
-        if _SAFE_BARE.fullmatch(value) and value not in RESERVED:
+    if place is Place.BARE or place is Place.QUOTED:
+        if place is Place.BARE and _SAFE_BARE.fullmatch(value) and value not in RESERVED:
             return value
         return "'" + value.replace("'", "'\\''") + "'"
     if place is Place.SINGLE:

@@ -71,6 +71,8 @@ ACCEPTED = {
     "tilde-glued": f"printf '%s\\0' ~{V} >>o",
     "brace-glued": f"printf '%s\\0' {{{V} >>o",
     "sh-c-argument": f'sh -c \'printf "%s\\0" "$1" >>o\' sh {V}',
+    "sh-after-the-pipeline": f"printf '%s\\0' {V} | cat >>o; sh -c :",
+    "dbracket-operator-value": f"[[ {V} ]] || :; printf '%s\\0' {V} >>o",
     "pipe-into-cat": f"printf '%s\\0' {V} | cat >>o",
 }
 
@@ -110,6 +112,9 @@ REFUSED = {
     "trap": f"trap 'echo {V}' EXIT",
     "pipe-into-sh": f"printf '%s' {V} | sh",
     "pipe-into-bash-later": f"echo {V} | tr a b | bash",
+    "herestring-into-bash": f"bash <<< {V}",
+    "pipe-into-xargs-sh": f"echo {V} | xargs -I{{}} sh -c 'echo {{}}'",
+    "pipe-into-sh-inside-subst": f"x=$(echo {V} | sh); echo ok",
     "subst-into-sh-c": f'sh -c "$(printf %s {V})"',
     "arith": f"echo $(( {V} + 1 ))",
     "arith-command": f"(( {V} ))",
