@@ -41,6 +41,7 @@ MIN_SECRET_CHARS = 8
 _known: set[str] = set()  # the process's secrets: one run, one command, one server
 _learnt: set[str] = set()  # variable names already looked at
 _redactor = Redactor(headers=False)
+_blocks: list[str] = []  # see _blocks_of
 
 __all__ = ["MASK", "MIN_SECRET_CHARS", "active", "holds_secret", "learn", "mask", "mask_json"]
 
@@ -61,6 +62,19 @@ def learn(names: Iterable[str], environ: Mapping[str, str] | None = None) -> Non
     if values - _known:
         _known.update(values)
         _redactor = Redactor(_known, headers=False)
+        _blocks[:] = sorted({b for v in _redactor.secrets for b in _blocks_of(v)})
+
+
+def _blocks_of(secret: str) -> set[str]:
+    """The 4-character blocks of ``secret`` at offsets 0, 4, 8, ... and its last 4: every
+    piece the redactor masks (the whole, any 8 characters of it, a head or a tail of 6 or
+    more) contains one, so a text holding none needs no masking (most rows: a few ``in``)."""
+    return {secret[i : i + 4] for i in range(0, len(secret) - 3, 4)} | {secret[-4:]}
+
+
+def may_hold(text: str) -> bool:
+    """False when ``text`` surely holds no known secret nor a piece the redactor masks."""
+    return any(b in text for b in _blocks)
 
 
 def learn_project(root: Path | None, environ: Mapping[str, str] | None = None) -> None:
@@ -86,12 +100,20 @@ def active() -> bool:
 
 
 def mask(text: str) -> str:
-    return _redactor.redact(text) if _known else text
+    return _redactor.redact(text) if _known and may_hold(text) else text
 
 
 def mask_json(value: Any) -> Any:
     """A copy of a JSON-like value with every known secret masked in its strings."""
-    return _redactor.redact_json(value) if _known else value
+    if not _known:
+        return value
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {k: mask_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_json(v) for v in value]
+    return value
 
 
 def holds_secret(value: Any) -> bool:
@@ -163,4 +185,5 @@ def forget() -> None:
     global _redactor
     _known.clear()
     _learnt.clear()
+    _blocks.clear()
     _redactor = Redactor(headers=False)

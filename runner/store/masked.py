@@ -8,7 +8,7 @@ is written as ``***`` (runner/secretmask.py). Reads and other statements pass un
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import secretmask
@@ -36,10 +36,17 @@ def _writes(sql: str) -> bool:
 
 def _masked(parameters: Any) -> Any:
     if isinstance(parameters, Mapping):
+        texts = [v for v in parameters.values() if isinstance(v, str)]
+    elif isinstance(parameters, (list, tuple)):
+        texts = [v for v in parameters if isinstance(v, str)]
+    else:
+        return parameters
+    # One look at the row's text first: most rows hold nothing to mask.
+    if not secretmask.may_hold("\0".join(texts)):
+        return parameters
+    if isinstance(parameters, Mapping):
         return {k: _value(v) for k, v in parameters.items()}
-    if isinstance(parameters, Sequence) and not isinstance(parameters, (str, bytes)):
-        return tuple(_value(v) for v in parameters)
-    return parameters
+    return tuple(_value(v) for v in parameters)
 
 
 def _value(value: Any) -> Any:

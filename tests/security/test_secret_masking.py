@@ -318,3 +318,28 @@ def test_a_document_ingested_with_a_secret_is_stored_masked(tmp_path: Path) -> N
     stored = b"".join(p.read_bytes() for p in (root / ".runner").glob("collections.db*"))
     assert b"note: the key is ***" in stored
     _no_secret(stored, "collections.db")
+
+
+def test_the_quick_look_never_skips_a_text_the_redactor_would_mask() -> None:
+    """Rows are masked only when a 4-character block of a secret is in them (most rows hold
+    none): every text holding the key, any 8 characters of it, or a head or tail of 6 or more
+    is masked exactly as the full redactor masks it."""
+    import random
+    import string
+
+    from runner import secretmask
+    from runner.providers.redact import Redactor
+
+    secretmask.learn(["A_VAR", "B_VAR"], {"A_VAR": KEY, "B_VAR": TOKEN_VALUE})
+    full = Redactor([KEY, TOKEN_VALUE], headers=False)
+    rng = random.Random(33)
+    letters = string.ascii_letters + string.digits + " -_"
+    for _ in range(5000):
+        secret = rng.choice([KEY, TOKEN_VALUE])
+        a = rng.randrange(len(secret))
+        b = rng.randrange(a, len(secret) + 1)
+        noise = ["".join(rng.choice(letters) for _ in range(rng.randrange(12))) for _ in "ab"]
+        text = noise[0] + secret[a:b] + noise[1]
+        assert secretmask.mask(text) == full.redact(text), text
+    assert secretmask.mask(f"x {KEY} y") == "x *** y"
+    assert not secretmask.may_hold("an ordinary row with no key in it")
