@@ -32,8 +32,13 @@ class MaskMiddleware:
                 masking = ctype.startswith(_TEXT)
                 if not masking:
                     await send(message)
-                    return
-                held = message
+                elif ctype.startswith(b"text/event-stream"):  # live: headers go out at once
+                    headers = [
+                        (k, v) for k, v in message.get("headers", []) if k != b"content-length"
+                    ]
+                    await send({**message, "headers": headers})
+                else:
+                    held = message
                 return
             if message["type"] != "http.response.body" or not masking:
                 await send(message)

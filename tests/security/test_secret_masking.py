@@ -225,6 +225,10 @@ def test_rows_older_than_masking_are_masked_when_served(
     run_id = json.loads(res.stdout)["run"]["id"]
     with sqlite3.connect(root / ".runner" / "journal.db") as conn:  # as an old runner wrote it
         conn.execute("UPDATE executions SET error=? WHERE run_id=?", (f"old {KEY}", run_id))
+        conn.execute(
+            "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)",
+            (run_id, time.time(), "log", "call", None, json.dumps({"line": f"old {KEY}"})),
+        )
     from runner import secretmask
 
     monkeypatch.setenv("LLM_CRED_VAR", KEY)
@@ -237,6 +241,10 @@ def test_rows_older_than_masking_are_masked_when_served(
         assert int(api.headers["content-length"]) == len(api.content)
         _no_secret(api.text, "the web API")
         _no_secret(client.get(f"/runs/{run_id}").text, "the run's page")
+        for stream in (False, True):
+            events = client.get(f"/api/runs/{run_id}/events", params={"stream": int(stream)})
+            assert events.status_code == 200 and "old ***" in events.text, events.text
+            _no_secret(events.text, f"the events (stream={stream})")
 
 
 def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
