@@ -29,9 +29,14 @@ NAMES = {"pipeline.yaml": "oracle", "lite.yaml": "oracle-lite"}
 
 def outputs(file: str, topic: str) -> tuple[str, ...]:
     """The output files ``file`` declares for the item ``topic``."""
+    return tuple(writers(file, topic))
+
+
+def writers(file: str, topic: str) -> dict[str, str]:
+    """Output file -> the step that declares it."""
     if file == "lite.yaml":
-        return ("out/lite.md",)
-    return (f"out/{topic}/draft.md", f"out/{topic}/final.md")
+        return {"out/lite.md": "keep"}
+    return {f"out/{topic}/draft.md": "write", f"out/{topic}/final.md": "publish"}
 
 
 NOTES = ("alpha notes\n", "alpha notes\nbeta\n", "", "gamma ünïcode ✓\n")
@@ -348,7 +353,10 @@ def observe(
                     obs.outputs[slot] = output_of(db, key)
         finally:
             db.close()
-    for rel in outputs(file, topic):
+    for rel, step in writers(file, topic).items():
+        # an output of a step this apply did not complete is whatever an older run left
+        if obs.actions.get((step, None)) not in ("run", "cached", "restore", "remote"):
+            continue
         path = root / rel
         obs.files[rel] = path.read_bytes() if path.exists() else None
     return obs
