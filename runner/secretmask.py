@@ -65,6 +65,17 @@ def learn(names: Iterable[str], environ: Mapping[str, str] | None = None) -> Non
         _blocks[:] = sorted({b for v in _redactor.secrets for b in _blocks_of(v)})
 
 
+def shown_on_purpose(value: str) -> None:
+    """Mask ``value`` no more: a secret a command exists to show its user (`runner serve`'s
+    session token, in the URL it prints and the pages it serves)."""
+    global _redactor
+    if value not in _known:
+        return
+    _known.discard(value)
+    _redactor = Redactor(_known, headers=False)
+    _blocks[:] = sorted({b for v in _redactor.secrets for b in _blocks_of(v)})
+
+
 def _blocks_of(secret: str) -> set[str]:
     """The 4-character blocks of ``secret`` at offsets 0, 4, 8, ... and its last 4: every
     piece the redactor masks (the whole, any 8 characters of it, a head or a tail of 6 or

@@ -69,6 +69,9 @@ def serve(
     path = state.dir
     state.close()
     token = token or new_token()
+    from .. import secretmask
+
+    secretmask.shown_on_purpose(token)  # the login URL must carry it (RUNNER_SERVE_TOKEN)
     app = create_app(path, token, bind_host=host, export_dirs=[Path(d) for d in export_dirs])
     sock = _listen(host, port)  # before any URL is printed: a busy port is said plainly
     port = sock.getsockname()[1]  # --port 0: the one the system chose
