@@ -10,7 +10,11 @@ As CI systems mask registered secrets, runner masks the values of
 
 Values shorter than ``MIN_SECRET_CHARS`` (8) are not masked: a 1-7 character value (``1``,
 ``true``, ``admin``) would mask ordinary words and numbers everywhere; real keys and tokens
-are far longer.
+are far longer. Nor are values naming an existing file or directory (a credentials file's
+path, a HOME passed with pass_env): the file holds the secret, and masking its path would mask
+every path under it. A whole value is masked, and a head of one cut at the end of a text or a
+tail at its start (6 characters or more); unlike provider messages (providers/redact.py), not
+any 8 characters of it, which in a step's data can be ordinary text.
 
 Masked where data enters storage or output, one place each: the journal (every row written,
 store/masked.py), the events of a run (engine/recorder.py: the console, --events files, live
@@ -40,7 +44,7 @@ MIN_SECRET_CHARS = 8
 
 _known: set[str] = set()  # the process's secrets: one run, one command, one server
 _learnt: set[str] = set()  # variable names already looked at
-_redactor = Redactor(headers=False)
+_redactor = Redactor(headers=False, pieces=False)
 _blocks: list[str] = []  # see _blocks_of
 
 __all__ = ["MASK", "MIN_SECRET_CHARS", "active", "holds_secret", "learn", "mask", "mask_json"]
@@ -55,13 +59,13 @@ def learn(names: Iterable[str], environ: Mapping[str, str] | None = None) -> Non
     if not fresh:
         return
     _learnt.update(fresh)
-    values = {env[n] for n in fresh if len(env.get(n) or "") >= MIN_SECRET_CHARS}
+    values = {env[n] for n in fresh if _is_secret_value(env.get(n) or "")}
     # As JSON writes them too (a quote, a backslash, a non-ASCII letter): rows hold JSON text.
     values |= {json.dumps(v, ensure_ascii=a)[1:-1] for v in values for a in (True, False)}
     wipe_initial_environ(fresh)
     if values - _known:
         _known.update(values)
-        _redactor = Redactor(_known, headers=False)
+        _redactor = Redactor(_known, headers=False, pieces=False)
         _blocks[:] = sorted({b for v in _redactor.secrets for b in _blocks_of(v)})
 
 
@@ -72,20 +76,34 @@ def shown_on_purpose(value: str) -> None:
     if value not in _known:
         return
     _known.discard(value)
-    _redactor = Redactor(_known, headers=False)
+    _redactor = Redactor(_known, headers=False, pieces=False)
     _blocks[:] = sorted({b for v in _redactor.secrets for b in _blocks_of(v)})
 
 
 def _blocks_of(secret: str) -> set[str]:
-    """The 4-character blocks of ``secret`` at offsets 0, 4, 8, ... and its last 4: every
-    piece the redactor masks (the whole, any 8 characters of it, a head or a tail of 6 or
-    more) contains one, so a text holding none needs no masking (most rows: a few ``in``)."""
-    return {secret[i : i + 4] for i in range(0, len(secret) - 3, 4)} | {secret[-4:]}
+    """The first and last 4 characters of ``secret``: everything the redactor masks (the
+    whole, a head cut at a text's end, a tail at its start, 6 characters or more) holds one,
+    so a text holding neither needs no masking (most rows: a few ``in`` tests)."""
+    return {secret[:4], secret[-4:]}
 
 
 def may_hold(text: str) -> bool:
     """False when ``text`` surely holds no known secret nor a piece the redactor masks."""
     return any(b in text for b in _blocks)
+
+
+def _is_secret_value(value: str) -> bool:
+    """Long enough, and not the name of a file or directory (GOOGLE_APPLICATION_CREDENTIALS,
+    a HOME in pass_env): what such a value names holds the secret, and masking the name would
+    mask every path under it, in the journal's own records too."""
+    if len(value) < MIN_SECRET_CHARS:
+        return False
+    if os.sep in value or value.startswith("~"):
+        try:
+            return not os.path.exists(os.path.expanduser(value))
+        except (OSError, ValueError):
+            return True
+    return True
 
 
 def learn_project(root: Path | None, environ: Mapping[str, str] | None = None) -> None:
@@ -197,4 +215,4 @@ def forget() -> None:
     _known.clear()
     _learnt.clear()
     _blocks.clear()
-    _redactor = Redactor(headers=False)
+    _redactor = Redactor(headers=False, pieces=False)

@@ -33,16 +33,21 @@ _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 class Redactor:
     """Replaces the given secret values (and credential-looking headers) with ``***``."""
 
-    def __init__(self, secrets: Iterable[str] = (), *, headers: bool = True) -> None:
+    def __init__(
+        self, secrets: Iterable[str] = (), *, headers: bool = True, pieces: bool = True
+    ) -> None:
         found = {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
         # Longest first so a secret containing another is masked whole.
         self.secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
         # Credential-looking headers and keys too (a backend's messages); off for data a
         # step made (runner/secretmask.py), where only known values are secrets.
         self.headers = headers
+        # Any 8 characters of a secret too (a backend quoting part of a key); off for data a
+        # step made, where a value's pieces can be ordinary text.
+        self.pieces = pieces
 
     def with_secrets(self, secrets: Iterable[str]) -> Redactor:
-        return Redactor((*self.secrets, *secrets), headers=self.headers)
+        return Redactor((*self.secrets, *secrets), headers=self.headers, pieces=self.pieces)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret and credential header value masked."""
@@ -52,7 +57,9 @@ class Redactor:
         if self.headers:
             text = _HEADER.sub(lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}{MASK}", text)
             text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", text)
-        return self._edges(self._pieces(text)) if self.secrets else text
+        if not self.secrets:
+            return text
+        return self._edges(self._pieces(text) if self.pieces else text)
 
     def clip(self, text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
         """``text`` redacted, then cut to ``limit`` characters: never the other way round,

@@ -208,6 +208,14 @@ def test_a_short_secret_masks_nothing(tmp_path: Path) -> None:
     assert doc["exit_code"] == 0, res.stderr
     shown = _runner(root, "runs", "show", doc["run"]["id"], "--json", **short)
     assert "request refused for key abc / 1234567" in shown.stdout, shown.stdout
+    # A value naming a file is not masked either: every path under it would be.
+    creds = root / "creds.json"
+    creds.write_text("{}", encoding="utf-8")
+    res = _runner(root, "apply", "p.yaml", "--json", "--force", "call", APP_CREDENTIALS=str(root))
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 0, res.stderr
+    shown = _runner(root, "runs", "show", doc["run"]["id"], "--json", APP_CREDENTIALS=str(root))
+    assert json.loads(shown.stdout)["run"]["pipeline_file"] == str(root / "p.yaml")
     from runner.secretmask import MIN_SECRET_CHARS
 
     assert len(KEY) >= MIN_SECRET_CHARS > len("1234567")
@@ -329,9 +337,9 @@ def test_a_document_ingested_with_a_secret_is_stored_masked(tmp_path: Path) -> N
 
 
 def test_the_quick_look_never_skips_a_text_the_redactor_would_mask() -> None:
-    """Rows are masked only when a 4-character block of a secret is in them (most rows hold
-    none): every text holding the key, any 8 characters of it, or a head or tail of 6 or more
-    is masked exactly as the full redactor masks it."""
+    """Rows are masked only when a secret's first or last 4 characters are in them (most rows
+    hold neither): every text holding a key, or a head or tail of one of 6 or more, is masked
+    exactly as the full redactor (without pieces) masks it."""
     import random
     import string
 
@@ -339,7 +347,7 @@ def test_the_quick_look_never_skips_a_text_the_redactor_would_mask() -> None:
     from runner.providers.redact import Redactor
 
     secretmask.learn(["A_VAR", "B_VAR"], {"A_VAR": KEY, "B_VAR": TOKEN_VALUE})
-    full = Redactor([KEY, TOKEN_VALUE], headers=False)
+    full = Redactor([KEY, TOKEN_VALUE], headers=False, pieces=False)
     rng = random.Random(33)
     letters = string.ascii_letters + string.digits + " -_"
     for _ in range(5000):
