@@ -146,7 +146,8 @@ def test_element_browsing_on_scene_detail(site: ReviewSite, served: Any, browser
     first = elements[0]
     titles = [h.text for h in first.find_elements(By.CSS_SELECTOR, "section.block h4")]
     assert titles[:4] == ["INPUT", "SYSTEM PROMPT", "RENDERED PROMPT", "MODEL REPLY"], titles
-    prompt = first.find_elements(By.CSS_SELECTOR, "section.block pre")[2].text
+    blocks = {b.find_element(By.TAG_NAME, "h4").text: b for b in first.find_elements(By.CSS_SELECTOR, "section.block")}
+    prompt = blocks["RENDERED PROMPT"].find_element(By.TAG_NAME, "pre").text
     assert prompt.startswith("[RenderPromptCard v1]")
     assert "attempt 1: passed" in first.find_element(By.CSS_SELECTOR, ".verdicts").text
     # another element opens on click
@@ -338,7 +339,7 @@ def test_a_graph_of_many_edges_is_drawn_whole(site: ReviewSite, served: Any, bro
     svg = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg.edges"))[0]
     assert svg.get_attribute("data-edges") == str(len(want))
     curves = browser.execute_script(
-        "return [...arguments[0].querySelectorAll('path')].map(p => p.getAttribute('d')).join(' ')",
+        "return [...arguments[0].querySelectorAll('path.edge')].map(p => p.getAttribute('d')).join(' ')",
         svg,
     )
     assert curves.count("M") == len(want)

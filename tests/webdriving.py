@@ -130,8 +130,10 @@ def start_iterate(
     tile.find_element(By.CSS_SELECTOR, "details.iterate > summary").click()
     if prompt_append:
         tile.find_element(By.CLASS_NAME, "prompt-append").send_keys(prompt_append)
-    if template_vars:
-        tile.find_element(By.CLASS_NAME, "iterate-vars").send_keys(template_vars)
+    if template_vars:  # in place of the run's own vars the form starts from
+        box = tile.find_element(By.CLASS_NAME, "iterate-vars")
+        box.clear()
+        box.send_keys(template_vars)
     box = tile.find_element(By.CLASS_NAME, "iterate-n")
     box.clear()
     box.send_keys(str(n))

@@ -45,6 +45,22 @@ def _vars(values: Any) -> str:
     return flat_vars(values) if isinstance(values, dict) else ""
 
 
+def _var_lines(params: Any) -> str:
+    """A run's template vars as the iterate form takes them: KEY=VALUE lines when every value
+    is one line of text, else one JSON object (the form reads both)."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params or "{}")
+        except ValueError:
+            return ""
+    values = params.get("vars") if isinstance(params, dict) else None
+    if not isinstance(values, dict) or not values:
+        return ""
+    if all(isinstance(v, str) and "\n" not in v and not v.startswith("{") for v in values.values()):
+        return "\n".join(f"{k}={v}" for k, v in values.items())
+    return json.dumps(values, ensure_ascii=False)
+
+
 def _tab(request: Request) -> str:
     """Which top tab the page belongs to: the highlighted one follows the page."""
     path = request.url.path
@@ -63,7 +79,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml, vars=_vars)
+    env.filters.update(
+        when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml, vars=_vars, var_lines=_var_lines
+    )
     return env
 
 

@@ -225,6 +225,133 @@ function block(title, value) {
   return sec;
 }
 
+// A value as a person reads it: text as text (markdown rendered into elements, never parsed as
+// HTML), images as images, objects and lists folded below their first level. The copy button
+// copies the value itself (text, or JSON).
+function readable(title, value) {
+  const sec = el("section", "block readable");
+  sec.append(el("h4", null, title));
+  const box = el("div", "copyable");
+  const btn = el("button", "copy", "copy");
+  btn.type = "button";
+  const raw = el("pre", "raw-value", asText(value));
+  raw.hidden = true;  // what the copy button copies
+  box.append(btn, raw, view(value, null, 0));
+  sec.append(box);
+  return sec;
+}
+
+const DIGEST = /^[0-9a-f]{64}$/;
+const IMAGE_KEYS = new Set(["raw", "final", "image", "reference", "references"]);
+
+function view(value, key, depth) {
+  if (typeof value === "string") {
+    if (key !== null && IMAGE_KEYS.has(key) && DIGEST.test(value)) return picture(value);
+    return value.includes("\n") || value.length > 80 ? markdown(value) : el("span", "text-value", value);
+  }
+  if (value === null || typeof value !== "object") return el("code", "scalar", JSON.stringify(value));
+  const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v]) : Object.entries(value);
+  if (Array.isArray(value) && value.length && value.every((v) => typeof v === "string" && DIGEST.test(v)) &&
+      IMAGE_KEYS.has(key)) {
+    const row = el("div", "pictures");
+    row.append(...value.map(picture));
+    return row;
+  }
+  const list = el("dl", "fields");
+  for (const [k, v] of entries) {
+    const inner = view(v, Array.isArray(value) ? key : k, depth + 1);
+    const nested = v !== null && typeof v === "object" && !inner.classList.contains("pictures");
+    list.append(el("dt", null, k));
+    const dd = el("dd");
+    if (nested && !hasPictures(v)) {
+      const fold = el("details", "fold");
+      const n = Array.isArray(v) ? v.length + (v.length === 1 ? " item" : " items")
+                                 : Object.keys(v).length + (Object.keys(v).length === 1 ? " field" : " fields");
+      fold.append(el("summary", "hint", Array.isArray(v) ? "[" + n + "]" : "{" + n + "}"), inner);
+      dd.append(fold);
+    } else {
+      dd.append(inner);
+    }
+    list.append(dd);
+  }
+  return list;
+}
+
+function hasPictures(v) {
+  if (v === null || typeof v !== "object") return false;
+  return Object.entries(v).some(([k, x]) =>
+    (IMAGE_KEYS.has(k) && typeof x === "string" && DIGEST.test(x)) || (Array.isArray(v) && hasPictures(x)));
+}
+
+function picture(digest) {
+  const img = el("img", "zoom picture");
+  img.src = "/api/objects/" + encodeURIComponent(digest);
+  img.alt = "image " + digest.slice(0, 12);
+  img.loading = "lazy";
+  img.title = digest.slice(0, 12) + ": click for full size";
+  return img;
+}
+
+// Markdown for reading, built from elements that hold text: headings, lists, fenced code,
+// paragraphs, **bold**, *emphasis* and `code`. A tag in the text stays text.
+function markdown(text) {
+  const root = el("div", "md");
+  const lines = text.split("\n");
+  let para = [];
+  let list = null;
+  const flush = () => {
+    if (para.length) { const p = el("p"); inline(p, para.join("\n")); root.append(p); }
+    para = [];
+  };
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (/^\s*```/.test(line)) {
+      flush(); list = null;
+      const code = [];
+      for (i++; i < lines.length && !/^\s*```/.test(lines[i]); i++) code.push(lines[i]);
+      root.append(el("pre", "md-code", code.join("\n")));
+      continue;
+    }
+    const h = /^(#{1,6})\s+(.*)$/.exec(line);
+    if (h) {
+      flush(); list = null;
+      const node = el("h" + Math.min(6, h[1].length + 3), "md-h");
+      inline(node, h[2]);
+      root.append(node);
+      continue;
+    }
+    const li = /^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/.exec(line);
+    if (li) {
+      flush();
+      const tag = li[1] ? "OL" : "UL";
+      if (!list || list.tagName !== tag) { list = el(tag.toLowerCase()); root.append(list); }
+      const item = el("li");
+      inline(item, li[2]);
+      list.append(item);
+      continue;
+    }
+    if (!line.trim()) { flush(); list = null; continue; }
+    list = null;
+    para.push(line);
+  }
+  flush();
+  return root;
+}
+
+function inline(node, text) {
+  const re = /(\*\*[^*\n]+\*\*|`[^`\n]+`|\*[^*\s][^*\n]*\*)/g;
+  let last = 0;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    node.append(text.slice(last, m.index));
+    const t = m[0];
+    if (t.startsWith("**")) node.append(el("strong", null, t.slice(2, -2)));
+    else if (t.startsWith("`")) node.append(el("code", null, t.slice(1, -1)));
+    else node.append(el("em", null, t.slice(1, -1)));
+    last = m.index + t.length;
+  }
+  node.append(text.slice(last));
+}
+
 function cardBlock(card) {
   const sec = el("section", "block card-view");
   sec.append(el("h4", null, "Card"));
@@ -266,19 +393,19 @@ function elementView(doc, e, open) {
              " ", el("small", "hint", "attempts " + (e.attempts || 0)));
   if (e.worker) sum.append(" ", el("small", "hint where", "on " + e.worker));
   box.append(sum);
-  if (e.input !== undefined) box.append(block("Input", e.input));
+  if (e.input !== undefined) box.append(readable("Input", e.input));
   if (e.card) box.append(cardBlock(e.card));
   const args = e.arguments || {};
   if (doc.uses === "llm") {
     if (args.system) box.append(block("System prompt", args.system));
     if (args.prompt !== undefined) box.append(block("Rendered prompt", args.prompt));
   } else if (e.arguments !== undefined && !e.card) {
-    box.append(block("Arguments", e.arguments));
+    box.append(readable("Arguments", e.arguments));
   }
   if (e.arguments_error) box.append(el("p", "hint", "arguments: " + e.arguments_error));
   if (e.output !== null && e.output !== undefined && !e.card) {
     const reply = typeof e.output.text === "string" ? e.output.text : e.output;
-    box.append(block(doc.uses === "llm" ? "Model reply" : "Output", reply));
+    box.append(readable(doc.uses === "llm" ? "Model reply" : "Output", reply));
   }
   if (e.verdicts && e.verdicts.length) {
     const sec = el("section", "block verdicts");
@@ -291,7 +418,7 @@ function elementView(doc, e, open) {
     sec.append(list);
     box.append(sec);
   }
-  if (e.report) box.append(block("Report", e.report));
+  if (e.report) box.append(readable("Report", e.report));
   if (e.error) box.append(el("p", "error", e.error));
   return box;
 }
@@ -411,7 +538,12 @@ async function drawGraph(runId) {
       const node = el("div", "node status-" + (doc.statuses[s.id] || "pending").split(" ")[0]);
       node.id = "node-" + s.id;
       node.title = (doc.statuses[s.id] || "pending");
-      node.append(el("strong", null, s.id), " ", el("small", null, s.uses + (s.for_each ? " ×" : "")));
+      node.append(el("strong", null, s.id), " ", el("small", null, s.uses));
+      if (s.for_each) {
+        const badge = el("span", "fe-badge", "for each");
+        badge.title = "runs once per element of its for_each list";
+        node.append(" ", badge);
+      }
       node.append(el("span", "node-status", doc.statuses[s.id] || "pending"));
       col.append(node);
     }
@@ -429,10 +561,22 @@ function drawEdges(box, edges) {
   const base = box.getBoundingClientRect();
   const rects = new Map();
   for (const node of box.querySelectorAll(".node")) rects.set(node.id.slice(5), node.getBoundingClientRect());
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
   svg.classList.add("edges");
   svg.setAttribute("width", String(box.scrollWidth));
   svg.setAttribute("height", String(box.scrollHeight));
+  // an arrowhead at each edge's end: the direction data flows
+  const defs = document.createElementNS(NS, "defs");
+  const marker = document.createElementNS(NS, "marker");
+  for (const [k, v] of Object.entries({id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5",
+    markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse"})) marker.setAttribute(k, v);
+  const head = document.createElementNS(NS, "path");
+  head.setAttribute("d", "M0,0 L10,5 L0,10 z");
+  head.classList.add("arrowhead");
+  marker.append(head);
+  defs.append(marker);
+  svg.append(defs);
   const curves = [];
   for (const [from, to] of edges) {
     const ra = rects.get(from), rb = rects.get(to);
@@ -444,14 +588,17 @@ function drawEdges(box, edges) {
   }
   const paths = curves.length > EACH_EDGE ? [curves.join(" ")] : curves;
   for (const d of paths) {
-    const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+    const path = document.createElementNS(NS, "path");
     path.setAttribute("d", d);
+    path.classList.add("edge");
+    if (paths.length === curves.length) path.setAttribute("marker-end", "url(#arrow)");
     svg.append(path);
   }
   svg.dataset.edges = String(curves.length);
-  box.prepend(svg);
-  box.append(el("p", "hint edge-count", curves.length + " edges" +
-    (curves.length > EACH_EDGE ? " (drawn as one layer)" : "")));
+  box.append(svg);  // after the boxes, above them (CSS z-index): an edge is never hidden
+  box.append(el("p", "hint edge-count", curves.length + (curves.length === 1 ? " edge" : " edges") +
+    (curves.length > EACH_EDGE ? " (drawn as one layer), without arrowheads: each runs from its" +
+      " left end, a step, to its right end, a step that reads it" : "")));
 }
 
 // -- full-size images and the keyboard ------------------------------------------------------
