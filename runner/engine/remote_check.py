@@ -45,6 +45,20 @@ async def problem(
     """Why ``record`` cannot answer ``step`` (whose key is ``key``, made from ``parts``) in the
     pipeline at ``root``, or None. Every object the record lists is already in ``objects``
     (fetched and verified)."""
+    try:
+        return await _problem(step, parts, key, record, objects, root)
+    except RecursionError:  # parsed in a worker thread's fresh stack, walked on a deeper one
+        return "its output is nested too deeply"
+
+
+async def _problem(
+    step: CompiledStep,
+    parts: KeyParts,
+    key: str,
+    record: RemoteRecord,
+    objects: ObjectStore,
+    root: Path,
+) -> str | None:
     if record.key != key:
         return "it is filed under another key"
     tag = f"{parts.step_type}@{parts.type_version}"

@@ -293,3 +293,20 @@ def test_with_a_team_key_unsigned_records_are_refused(tmp_path: Path, remote: Re
     doc = _apply(c, remote)
     assert set(_statuses(doc).values()) == {"ran"}
     assert KEY_VAR in doc["_stderr"] and "not set" in doc["_stderr"]
+
+
+def test_a_record_nested_too_deeply_is_refused_not_a_crash(tmp_path: Path, remote: Remote) -> None:
+    _honest(tmp_path, remote)
+    ask = remote.record_of("llm@1", lambda r: "hello" in r["output"]["text"].lower())
+    deep = "[" * 985 + "]" * 985
+
+    def nest(doc: dict[str, Any]) -> None:
+        doc["output"]["json"] = "DEEP"
+
+    remote.edit(ask, nest)
+    path_text = remote.get(ask).decode().replace('"DEEP"', deep)
+    remote.put(ask, path_text.encode())
+    b = _clone(tmp_path / "b", remote, writable=False)
+    doc = _apply(b, remote)
+    assert doc["exit_code"] == 0, doc
+    assert _statuses(doc)["ask"] == "ran" and doc["remote"]["refused"] == 1
