@@ -521,10 +521,16 @@ def test_a_final_edited_in_the_run_folder_is_noticed(tmp_path: Path) -> None:
     assert f".runner/runs/{run}/final-1.jpg was edited by hand" in checked.stdout, checked.stdout
     shown = proj.cli("show", run).stdout
     assert f"Edited     .runner/runs/{run}/final-1.jpg was changed by hand" in shown
+    planned = proj.cli("plan", "pipelines/thumbnail.yaml", "-p", "n=2")
+    assert f"note: .runner/runs/{run}/final-1.jpg was edited by hand" in planned.stdout, planned.stdout
+    doc = proj.cli("plan", "pipelines/thumbnail.yaml", "-p", "n=2", "--json").json
+    assert doc["run_folder_edits"] == [str(view)]
     exported = proj.cli("export", run, "--to", "out")
     assert exported.exit_code == 0
     assert "final-1.jpg was edited by hand; the recorded final was exported" in exported.stderr
     assert (tmp_path / "out" / "dQw4w9WgXcQ-1.jpg").read_bytes() == original
+    again = proj.cli("apply", "pipelines/thumbnail.yaml", "-p", "n=2")
+    assert f"note: .runner/runs/{run}/final-1.jpg (an earlier run's final) was edited by hand" in again.stderr
     # deleted, the view comes back from the store with `runner show`
     view.unlink()
     assert proj.cli("show", run).exit_code == 0

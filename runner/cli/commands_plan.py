@@ -41,6 +41,13 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
         echo(f"budget: {verdict} {budget['limit']:g} ({budget['source']})")
     if not doc["would_change"]:
         echo("nothing would run: the apply would only confirm the cached results")
+    for path in doc.get("run_folder_edits") or []:
+        from ..thumbs.view import shown_path
+
+        echo(
+            f"note: {shown_path(Path(path))} was edited by hand; the store keeps the recorded "
+            "final (runner verify lists it; delete the file to take the original back)"
+        )
 
 
 def cost_lines(cost: dict[str, Any]) -> list[str]:

@@ -71,7 +71,25 @@ def plan_document(
         ),
         "exit_code": 0,
     }
+    if plan is not None:
+        doc["run_folder_edits"] = _run_folder_edits(state_path, plan, item)
     return doc, fc
+
+
+def _run_folder_edits(state_path: Path, plan: Any, item: str | None) -> list[str]:
+    """Finals edited by hand in the folder of the item's last image run (runner/thumbs/folder)."""
+    from types import SimpleNamespace
+
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        return []
+    if not (state_path / "journal.db").exists():
+        return []
+    from ..thumbs.folder import last_run_edits
+    from .apply import resolve_item
+
+    with read_state(state_path) as (journal, objects):
+        state = SimpleNamespace(dir=state_path, journal=journal, objects=objects)
+        return [str(p) for p in last_run_edits(state, plan.name, resolve_item(plan, item))]
 
 
 def _forecast(

@@ -102,3 +102,15 @@ def refresh(state: Any, run_id: str) -> list[Path]:
         except StoreError:
             continue  # a missing object: the view shows what is left
     return changed
+
+
+def last_run_edits(state: Any, pipeline: str, item: str | None, *, before: str = "") -> list[Path]:
+    """The hand edits in the folder of the newest run of (pipeline, item) that has iterations
+    (other than ``before``): what `plan` and the next apply name."""
+    rows = state.journal.query(
+        "SELECT r.id FROM runs r WHERE r.pipeline=? AND r.item IS ? AND r.id != ? AND EXISTS "
+        "(SELECT 1 FROM iterations i WHERE i.run_id = r.id) ORDER BY r.created_at DESC, r.id DESC "
+        "LIMIT 1",
+        (pipeline, item, before),
+    )
+    return edited(state, rows[0]["id"]) if rows else []

@@ -23,9 +23,20 @@ def after_apply(
     its = iterations_of(state.journal, report.run_id)
     status, code = report.status.value, report.exit_code
     profile = state.journal.get_run(report.run_id).get("provider_profile")
-    from .folder import refresh
+    from .folder import last_run_edits, refresh
 
     refresh(state, report.run_id)  # read-only views of the store: no copies
+    for path in last_run_edits(state, plan.name, report.item, before=report.run_id):
+        from ..termtext import safe  # a file name is data
+        from .view import shown_path
+
+        click.echo(
+            safe(
+                f"note: {shown_path(path)} (an earlier run's final) was edited by hand; this "
+                "run uses the recorded final (runner verify lists it)"
+            ),
+            err=True,
+        )
     if carry_pick(state, report.run_id, plan.name, report.item):
         its = iterations_of(state.journal, report.run_id)
     files = []
