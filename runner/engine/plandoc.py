@@ -71,8 +71,8 @@ def plan_document(
         ),
         "exit_code": 0,
     }
-    if plan is not None:
-        doc["run_folder_edits"] = _run_folder_edits(state_path, plan, item)
+    # (the fingerprint's path: no image step, so no run folder to look at)
+    doc["run_folder_edits"] = [] if plan is None else _run_folder_edits(state_path, plan, item)
     return doc, fc
 
 
