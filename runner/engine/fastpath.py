@@ -377,7 +377,9 @@ class _RealPaths:
 def _write(path: Path, doc: dict[str, Any]) -> None:
     try:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        from .. import secretmask  # a run's params are recorded here too
+
+        tmp.write_text(json.dumps(secretmask.mask_json(doc)), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass

@@ -176,6 +176,7 @@ runner: 1
 name: readit
 params:
   where: {type: string}
+  note: {type: string, default: ""}
 steps:
   get:
     uses: read
@@ -190,6 +191,16 @@ def test_a_secret_in_an_error_message_is_masked(tmp_path: Path) -> None:
     assert res.returncode != 0
     assert "notes-***" in res.stdout, res.stdout
     _no_secret(res.stdout + res.stderr, "apply's error")
+    for path in (root / ".runner").rglob("*"):
+        if path.is_file():
+            _no_secret(path.read_bytes(), str(path))
+    # A run that succeeds with it in its params records them masked (journal, fingerprint).
+    (root / "notes.txt").write_text("fine", encoding="utf-8")
+    for _ in range(2):  # the second is a no-op, written from the fingerprint
+        res = _runner(
+            root, "apply", "p.yaml", "-p", "where=notes.txt", "-p", f"note={KEY}", "--json"
+        )
+        assert json.loads(res.stdout)["exit_code"] == 0, res.stderr
     for path in (root / ".runner").rglob("*"):
         if path.is_file():
             _no_secret(path.read_bytes(), str(path))
