@@ -95,6 +95,12 @@ def steps_markdown() -> str:
                     f"| `{arg}` | {_cell(_type_of(sub))} | {'yes' if arg in required else ''} "
                     f"| {_cell(f'`{default}`' if default else '')} | {_cell(meaning)} |\n"
                 )
+            alternatives = [
+                alt["required"] for alt in schema.get("oneOf", []) if "required" in alt
+            ]
+            if alternatives:
+                choices = " or ".join(", ".join(f"`{a}`" for a in alt) for alt in alternatives)
+                out.append(f"\nGive exactly one of: {choices}.\n")
             if schema.get("additionalProperties") is False:
                 out.append("\nNo other argument is accepted.\n")
         else:
