@@ -52,7 +52,13 @@ _SHELLS = frozenset(
     {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "busybox", "fish", "csh"}
     | {"tcsh", "rbash", "lksh", "oksh", "pdksh"}
 )
-_RUNS_ARGS = frozenset({"eval", "trap", "ssh", "watch", "parallel"})
+_RUNS_ARGS = frozenset({"eval", "trap", "ssh", "watch", "parallel", "alias"})
+# bash builtins that take a word as a variable name (a subscript in it is arithmetic, which runs
+# $( )), or evaluate it as arithmetic, or, with -a/-A/-i, evaluate an assigned value.
+_NAMES_VARIABLE = frozenset({"read", "mapfile", "readarray", "getopts", "let"})
+_DECLARES = frozenset({"declare", "typeset", "local", "readonly", "export"})
+_TEST_ARITH = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v"})
+_SUBSCRIPT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*\Z")
 _RUNS_OPTION = frozenset({"su", "runuser", "flock", "script", "sudo", "doas"})
 _RUNS_FLAGS = frozenset({"-c", "--command", "-s", "--shell", "-i", "--login"})
 _ARITH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ \t")
@@ -91,6 +97,7 @@ class _Frame:
     pipe_holds: bool = False  # a value went into this pipeline
     depth: int = 0  # ARITH: open ( inside; CMD: 1 inside `(( ))`
     in_double: bool = False  # PARAM: inside "..."
+    last_operand: tuple[str, bool] = ("", False)  # in [[ ]]: the last word, and if it holds a value
 
 
 class Scanner:
@@ -186,6 +193,8 @@ class Scanner:
         if kind is _Kind.SINGLE:
             if c == "'":
                 self.stack.pop()
+            else:
+                self._quoted_text(c)
             return i + 1
         if kind is _Kind.ANSI:
             if c == "\\":
@@ -216,6 +225,8 @@ class Scanner:
         if kind is _Kind.DOUBLE:
             if c == '"':
                 self.stack.pop()
+            else:
+                self._quoted_text(c)
             return i + 1
         if kind is _Kind.PARAM:
             return self._param_char(c, i)
@@ -308,6 +319,12 @@ class Scanner:
 
     # -- a command ------------------------------------------------------------------------
 
+    def _quoted_text(self, c: str) -> None:
+        """A quoted character: part of its word's text (`'sh' -c`, `"X=1"`), never a keyword."""
+        under = self.stack[-2]
+        if under.kind is _Kind.CMD and under.word is not None:
+            under.word.text += c
+
     def _word(self, *, plain: bool = True, literal: bool = True, char: str = "") -> None:
         top = self._cmd()
         if top.word is None:
@@ -388,6 +405,8 @@ class Scanner:
             elif top.after_andor and text in RESERVED:
                 self._lose("a reserved word after && or || inside [[ ]]")
             top.after_andor = False
+            if word is not None:
+                self._dbracket_operand(top, word, text)
             return
         if top.cmd_start and text is not None and text in RESERVED:
             if top.prefix:
@@ -401,6 +420,7 @@ class Scanner:
             elif text == "[[":
                 top.dbracket = True
                 top.cmd_start = False
+                top.last_operand = ("", False)
             elif text in _KEEP_START:
                 top.cmd_start = True
             elif text in _END_WORDS:
@@ -419,6 +439,17 @@ class Scanner:
             top.after_pipe = False
             top.words.append(word)
         top.cmd_start = False
+
+    def _dbracket_operand(self, top: _Frame, word: _Word, text: str | None) -> None:
+        """bash evaluates the operands of [[ -eq ]] (-lt, ...) and [[ -v ]] as arithmetic, so a
+        subscript in a value would run its $( ): a value beside one is refused."""
+        before, before_holds = top.last_operand
+        if (word.holds and before in _TEST_ARITH) or (text in _TEST_ARITH and before_holds):
+            self.late.append(
+                f"a ${{{{ }}}} value is an operand of `[[ ... {before or text} ... ]]`, which "
+                "bash evaluates as arithmetic (running any $( ) in a subscript)"
+            )
+        top.last_operand = (text or "", word.holds)
 
     def _separator(self, *, pipe: bool = False) -> None:
         top = self.stack[-1]
@@ -582,9 +613,19 @@ def _reparse(words: list[_Word]) -> str | None:
     or None. ``sh -c 'script' name args``: the script is; the args are not."""
     names = [w.text.rsplit("/", 1)[-1] if w.literal else None for w in words]
     last = len(words) - 1
+    if _SUBSCRIPT.match(words[-1].text):
+        return "is inside an array subscript, which bash evaluates as arithmetic (running $( ))"
     for i, name in enumerate(names[:last]):
         if name in _RUNS_ARGS:
             return f"is an argument of `{name}`, which runs its arguments as shell code"
+        if name in _NAMES_VARIABLE or (name == "printf" and names[last - 1] == "-v"):
+            return f"is an argument of `{name}`, which bash evaluates (a subscript runs $( ))"
+        if name in ("test", "[") and names[last - 1] == "-v":
+            return f"is the operand of `{name} -v`, which bash evaluates (a subscript runs $( ))"
+        if name in _DECLARES:
+            flags = "".join(n[1:] for n in names[i + 1 : last] if n and n[:1] in "-+")
+            if set(flags) & set("aAi") or "=" not in words[-1].text:
+                return f"is an argument of `{name}`, which bash may evaluate as code or arithmetic"
         if name in _RUNS_OPTION and any(n in _RUNS_FLAGS for n in names[i + 1 : last]):
             return f"is an argument of `{name}` with a command to run as shell code"
         if name in _SHELLS:

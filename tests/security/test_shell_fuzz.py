@@ -212,7 +212,6 @@ def statement(draw: st.DrawFn, depth: int = 0) -> str:
         "case x in x) case y in y) {};; esac;; esac",
         ': "$(case x in x) case y in y) {};; esac;; esac)"',
         "! {}",
-        "time {}",
         "{} 2>&1",
         ': "${{x:-"$({})"}}"',
         ": $(: $({}))",
