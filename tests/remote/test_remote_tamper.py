@@ -115,10 +115,12 @@ def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Remote]:
     )
 
 
-def _clone(root: Path, remote: Remote, *, writable: bool, signed: bool = False) -> Path:
+def _clone(
+    root: Path, remote: Remote, *, writable: bool, signed: bool = False, push: str = "apply"
+) -> Path:
     root.mkdir(parents=True)
     (root / "p.yaml").write_text(PIPELINE, encoding="utf-8")
-    sign = f'sign_key_env = "{KEY_VAR}"\n' if signed else ""
+    sign = f'sign_key_env = "{KEY_VAR}"\npush = "{push}"\n' if signed else ""
     (root / "runner.toml").write_text(
         f'[cache]\nremote = "{remote.url}"\nwritable = {str(writable).lower()}\n{sign}',
         encoding="utf-8",
@@ -126,11 +128,11 @@ def _clone(root: Path, remote: Remote, *, writable: bool, signed: bool = False) 
     return root
 
 
-def _apply(root: Path, remote: Remote, **env: str) -> dict[str, Any]:
+def _apply(root: Path, remote: Remote, *args: str, **env: str) -> dict[str, Any]:
     full = {k: v for k, v in os.environ.items() if k not in ("RUNNER_STATE", KEY_VAR)}
     full.update(remote.env, NO_COLOR="1", **env)
     res = subprocess.run(
-        [*runner_bin(), "apply", "p.yaml", "--json", "-q"],
+        [*runner_bin(), *(args or ("apply", "p.yaml", "-q")), "--json"],
         cwd=root,
         env=full,
         capture_output=True,
@@ -310,3 +312,17 @@ def test_a_record_nested_too_deeply_is_refused_not_a_crash(tmp_path: Path, remot
     doc = _apply(b, remote)
     assert doc["exit_code"] == 0, doc
     assert _statuses(doc)["ask"] == "ran" and doc["remote"]["refused"] == 1
+
+
+def test_runner_cache_push_signs_with_the_team_key(tmp_path: Path, remote: Remote) -> None:
+    key = {KEY_VAR: "team-cache-key-0123456789"}
+    w = _clone(tmp_path / "w", remote, writable=True, signed=True, push="manual")
+    assert _apply(w, remote, **key)["exit_code"] == 0
+    assert remote.records() == {}
+    refused = _apply(w, remote, "cache", "push")  # the key's variable unset: nothing is pushed
+    assert refused["exit_code"] != 0 and KEY_VAR in refused["error"]["message"], refused
+    pushed = _apply(w, remote, "cache", "push", **key)
+    assert pushed["pushed"] == 5, pushed
+    assert all(r["signature"].startswith("hmac-sha256:") for r in remote.records().values())
+    b = _clone(tmp_path / "b", remote, writable=False, signed=True)
+    assert set(_statuses(_apply(b, remote, **key)).values()) == {"cached"}
