@@ -63,6 +63,8 @@ _RUNS_OPTION = frozenset({"su", "runuser", "flock", "script", "sudo", "doas"})
 _RUNS_FLAGS = frozenset({"-c", "--command", "-s", "--shell", "-i", "--login"})
 _ARITH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ \t")
 _ARITH_OPS = frozenset("+-*/%<>=!&|^~?:,[]")
+_DOUBLE_RUN = re.compile(r'[^"\\$`]+')  # text inside "..." with no meaning to the shell
+_WORD_RUN = re.compile(r"[^ \t\n'\"\\`$;&|<>()]+")  # the rest of a word, up to a special
 _SPECIAL_PARAMS = frozenset("#?$!@*-0123456789")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEREDOC_OP = re.compile(r"<<(-?)[ \t]*")
@@ -181,21 +183,29 @@ class Scanner:
 
     def _step(self, text: str, i: int) -> int:
         c = text[i]
-        if self.in_heredoc is not None:
-            return self._heredoc_char(c, i)
-        if self.comment:
-            if c == "\n":
-                self.comment = False
-                return self._newline(i)
-            return i + 1
+        if self.in_heredoc is not None or self.comment:  # a line at a time
+            end = text.find("\n", i)
+            if self.in_heredoc is not None:
+                self.line += text[i:] if end < 0 else text[i:end]
+                return len(text) if end < 0 else self._heredoc_char("\n", end)
+            if end < 0:
+                return len(text)
+            self.comment = False
+            return self._newline(end)
         top = self.stack[-1]
         kind = top.kind
-        if kind is _Kind.SINGLE:
-            if c == "'":
-                self.stack.pop()
-            else:
-                self._quoted_text(c)
-            return i + 1
+        if kind is _Kind.SINGLE:  # up to the closing quote at once
+            end = text.find("'", i)
+            self._quoted_text(text[i:] if end < 0 else text[i:end])
+            if end < 0:
+                return len(text)
+            self.stack.pop()
+            return end + 1
+        if kind is _Kind.DOUBLE and c not in '"\\$`':
+            run = _DOUBLE_RUN.match(text, i)
+            assert run is not None
+            self._quoted_text(run.group())
+            return run.end()
         if kind is _Kind.ANSI:
             if c == "\\":
                 if text[i + 1 : i + 2] == "'":
@@ -365,8 +375,10 @@ class Scanner:
         if c == ")":
             self._end_word()
             return self._close_paren(i)
-        self._word(char=c)
-        return i + 1
+        run = _WORD_RUN.match(text, i)
+        assert run is not None
+        self._word(char=run.group())
+        return run.end()
 
     def _end_word(self) -> None:
         top = self.stack[-1]

@@ -332,6 +332,8 @@ TOKENS = [
     *("case", "in", "esac", ";;", ";&", "x)", "(x)", "if", "then", "fi", "for", "do", "done"),
     *("[[", "]]", "((", "))", "$((", "$(", "${", "<<EOF", "<<'EOF'", "EOF", "<<<", ">/dev/null"),
     *("2>&1", "x", "y", "1", "=", "==", "!", "$'", "$x", "true", "false", "echo", "cat", "-n", V),
+    *("-eq", "-v", "a[", "]", "read", "let", "declare", "-a", "export", "alias", "printf", "sh"),
+    *("-c", "eval", "bash", "test", "|&", "&>", "$[", "\\\n"),  # no <( ): not waited for
 ]
 PAYLOAD = "'; touch PWNED_Z #\")\n`touch PWNED_Y`$(touch PWNED_X)"
 
