@@ -45,7 +45,9 @@ steps:
     uses: human_gate
     phase: review
     needs: [words]
-    with: {summary: "Keep these notes?"}
+    with:
+      summary: "Keep these notes?"
+      show: {notes: "${{ steps.words.output[0].text }}"}
 """
 
 
@@ -69,6 +71,12 @@ def test_an_awaiting_run_says_it_waits_and_its_graph_reads(
     _open(browser, f"{served.url}/runs/{doc['run']['id']}")
     header = browser.find_element(By.CSS_SELECTOR, "dl.header").text
     assert "waiting for a decision since" in header and "finished" not in header, header
+    # the gate's text to review reads as markdown, its tags as text
+    notes = browser.find_element(By.CSS_SELECTOR, "#gate-review dl.show .md")
+    assert notes.find_element(By.CSS_SELECTOR, ".md-h").text == "Heading one"
+    assert "<script>window.pwned = 1</script>" in notes.text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#gate-review script, #gate-review b")
+    assert browser.execute_script("return window.pwned === undefined")
     summaries = [s.text for s in browser.find_elements(By.CSS_SELECTOR, "details.phase-group > summary")]
     assert summaries == ["WRITE 1 step", "REVIEW 1 step"], summaries
     browser.find_element(By.CSS_SELECTOR, "#graph-box > summary").click()

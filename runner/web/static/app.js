@@ -705,6 +705,12 @@ document.addEventListener("keydown", onKey);
 const runsTable = document.getElementById("runs");
 if (runsTable && runsTable.dataset.query !== undefined) followRuns(runsTable);
 
+// A gate's text to review (a draft) reads as rendered markdown; the copy button keeps the text.
+for (const pre of document.querySelectorAll("pre.md-source")) {
+  pre.hidden = true;
+  pre.after(markdown(pre.textContent));
+}
+
 if (page) {
   const runId = page.dataset.run;
   follow(runId, page.dataset.lastEvent || "0", page.dataset.status === "running");
