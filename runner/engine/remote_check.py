@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical import canonical_json
-from ..errors import RunnerError, StoreError
+from ..errors import StoreError
 from ..pipeline.compiler import CompiledStep
 from ..store.objects import ObjectStore
 from ..store.remote import RemoteRecord
@@ -67,7 +67,8 @@ async def _problem(
     declared = set(step.type.produces(parts.args))
     extra = sorted(set(record.files) - declared)
     if extra:
-        return f"it names file(s) the step does not declare: {', '.join(map(repr, extra[:3]))}"
+        names = ", ".join(repr(name[:80]) for name in extra[:3])
+        return f"it names file(s) the step does not declare: {names}"
     missing = sorted(declared - set(record.files))
     if missing:
         return f"it lacks declared output(s): {', '.join(missing[:3])}"
@@ -113,8 +114,8 @@ async def _recomputed(
     ctx = StepContext(env=env, run_id="remote-check", step_id=step.id)
     try:
         mine = await step.type.run(ctx, dict(parts.args))
-    except (RunnerError, OSError, ValueError) as exc:
-        return f"the step cannot be computed here to compare: {exc}"
+    except Exception as exc:  # whatever stops it here refuses the record; the step then runs
+        return f"the step cannot be computed here to compare: {type(exc).__name__}: {exc}"
     if mine.status is not ResultStatus.OK or canonical_json(mine.output) != canonical_json(output):
         return "its output differs from the step's own (computed here)"
     return None
