@@ -51,13 +51,21 @@ def prompts_check(root: Path, as_json: bool) -> None:
 
     Example: runner prompts check
     """
-    from ..prompt_lock import enforce
+    from ..prompt_lock import LOCK_NAME, enforce
 
+    lock = root.resolve() / LOCK_NAME
+    if not lock.is_file():  # nothing is locked here: say so, not "they match"
+        if as_json:
+            emit_json({"ok": True, "locked": False, "exit_code": 0})
+        else:
+            echo(f"no {LOCK_NAME} in {lock.parent}: no prompt version is locked (runner prompts "
+                 "lock makes one)")
+        return
     enforce(root.resolve())
     if as_json:
-        emit_json({"ok": True, "exit_code": 0})
+        emit_json({"ok": True, "locked": True, "exit_code": 0})
     else:
-        echo("prompt versions match prompts.lock")
+        echo(f"prompt versions match {LOCK_NAME}")
 
 
 @cli.command("edit")
