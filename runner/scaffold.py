@@ -30,7 +30,8 @@ tests:
 
 CONFIG = """\
 # runner.toml marks this directory as the project root: its state is .runner/ here, found from
-# any subdirectory (like git). Providers and prices are configured here; see the README.
+# any subdirectory (like git). Providers and prices are configured here: see runner's
+# docs/providers.md and docs/state.md ("Plan before you pay").
 [general]
 default_provider = "fake"
 """

@@ -27,7 +27,7 @@ def toml_location(
     """The line of ``key = ...`` inside ``[table]`` (the column of its value, or of the key
     with ``at_value=False``), else of the table's header.
 
-    A plain scan of the text: right for the ``[table]`` + ``key = value`` form the README shows;
+    A plain scan of the text: right for the ``[table]`` + ``key = value`` form the docs show;
     other spellings (inline tables, dotted keys) are placed at the header, or at the file."""
     header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?$")
     any_header = re.compile(r"^\s*\[")

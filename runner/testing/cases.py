@@ -12,7 +12,7 @@ import pytest
 from ..errors import RunnerError, UsageError
 
 # A case lands at <this>/<pipeline path from rootdir, without .yaml>/<fixture>/<step>.txt: the
-# default puts pipelines/report.yaml in tests/__snapshots__/pipelines/report/, as the README says.
+# default puts pipelines/report.yaml in tests/__snapshots__/pipelines/report/ (docs/snapshots.md).
 DEFAULT_SNAPSHOT_DIR = "tests/__snapshots__"
 _PIPELINE_MARK = re.compile(r"^runner:\s*1\s*(#.*)?$", re.MULTILINE)
 _SKIP_DIRS = frozenset(
