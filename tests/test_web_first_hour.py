@@ -166,3 +166,16 @@ def test_screenshots_were_saved() -> None:
 
     for name in ("graph", "markdown", "images", "iterate-form"):
         assert Path(SCREENS / f"first-hour-{name}.png").stat().st_size > 5000
+
+
+def test_folded_json_opens_on_a_click(site: ReviewSite, served: Any, browser: Any) -> None:
+    doc = site.apply("thumbnail", "video_id=fold", "n=1")
+    _open(browser, f"{served.url}/runs/{doc['run']['id']}")
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-step="generate"] button.browse').click()
+    out = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#browser section.readable"))[-1]
+    fold = out.find_element(By.CSS_SELECTOR, "details.fold")  # an iteration's metadata
+    assert fold.find_element(By.TAG_NAME, "summary").text.endswith("fields}")
+    assert not fold.find_elements(By.CSS_SELECTOR, "dl.fields")  # not built while folded
+    fold.find_element(By.TAG_NAME, "summary").click()
+    inner = wait(browser, lambda d: fold.find_elements(By.CSS_SELECTOR, "dl.fields"))[0]
+    assert "model" in inner.text

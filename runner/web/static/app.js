@@ -259,18 +259,21 @@ function view(value, key, depth) {
   }
   const list = el("dl", "fields");
   for (const [k, v] of entries) {
-    const inner = view(v, Array.isArray(value) ? key : k, depth + 1);
-    const nested = v !== null && typeof v === "object" && !inner.classList.contains("pictures");
+    const sub = Array.isArray(value) ? key : k;
     list.append(el("dt", null, k));
     const dd = el("dd");
-    if (nested && !hasPictures(v)) {
+    if (v !== null && typeof v === "object" && !hasPictures(v) && !(IMAGE_KEYS.has(sub) && Array.isArray(v) && v.length)) {
+      // folded; what is inside is built when first opened (a large output stays light)
       const fold = el("details", "fold");
       const n = Array.isArray(v) ? v.length + (v.length === 1 ? " item" : " items")
                                  : Object.keys(v).length + (Object.keys(v).length === 1 ? " field" : " fields");
-      fold.append(el("summary", "hint", Array.isArray(v) ? "[" + n + "]" : "{" + n + "}"), inner);
+      fold.append(el("summary", "hint", Array.isArray(v) ? "[" + n + "]" : "{" + n + "}"));
+      fold.addEventListener("toggle", () => {
+        if (fold.open && fold.children.length === 1) fold.append(view(v, sub, depth + 1));
+      });
       dd.append(fold);
     } else {
-      dd.append(inner);
+      dd.append(view(v, sub, depth + 1));
     }
     list.append(dd);
   }
