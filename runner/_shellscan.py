@@ -15,6 +15,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from ._shellcode import TEST_ARITH, reparsed, runs_input
+
 
 class Place(enum.Enum):
     BARE = "bare"
@@ -48,19 +50,6 @@ _LOST_WORDS = frozenset({"function", "coproc", "select", "in", "{", "}"})
 RESERVED = frozenset(
     {"case", "esac", "for", "in", "[[", "]]", "((", "))"} | _KEEP_START | _END_WORDS | _LOST_WORDS
 )
-_SHELLS = frozenset(
-    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "busybox", "fish", "csh"}
-    | {"tcsh", "rbash", "lksh", "oksh", "pdksh"}
-)
-_RUNS_ARGS = frozenset({"eval", "trap", "ssh", "watch", "parallel", "alias"})
-# bash builtins that take a word as a variable name (a subscript in it is arithmetic, which runs
-# $( )), or evaluate it as arithmetic, or, with -a/-A/-i, evaluate an assigned value.
-_NAMES_VARIABLE = frozenset({"read", "mapfile", "readarray", "getopts", "let"})
-_DECLARES = frozenset({"declare", "typeset", "local", "readonly", "export"})
-_TEST_ARITH = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v"})
-_SUBSCRIPT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]]*\Z")
-_RUNS_OPTION = frozenset({"su", "runuser", "flock", "script", "sudo", "doas"})
-_RUNS_FLAGS = frozenset({"-c", "--command", "-s", "--shell", "-i", "--login"})
 _ARITH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ \t")
 _ARITH_OPS = frozenset("+-*/%<>=!&|^~?:,[]")
 _DOUBLE_RUN = re.compile(r'[^"\\$`]+')  # text inside "..." with no meaning to the shell
@@ -146,7 +135,8 @@ class Scanner:
             if frame.word is None:
                 frame.word = _Word()
             frame.word.holds, frame.word.plain, frame.word.literal = True, False, False
-            reason = _reparse([*frame.words, frame.word])
+            names = [w.text if w.literal else None for w in frame.words]
+            reason = reparsed(names, frame.word.text)
             if reason:
                 raise Unquotable(f"{where} {reason}")
             frame.pipe_holds = True
@@ -456,7 +446,7 @@ class Scanner:
         """bash evaluates the operands of [[ -eq ]] (-lt, ...) and [[ -v ]] as arithmetic, so a
         subscript in a value would run its $( ): a value beside one is refused."""
         before, before_holds = top.last_operand
-        if (word.holds and before in _TEST_ARITH) or (text in _TEST_ARITH and before_holds):
+        if (word.holds and before in TEST_ARITH) or (text in TEST_ARITH and before_holds):
             self.late.append(
                 f"a ${{{{ }}}} value is an operand of `[[ ... {before or text} ... ]]`, which "
                 "bash evaluates as arithmetic (running any $( ) in a subscript)"
@@ -477,8 +467,7 @@ class Scanner:
         names = [w.text.rsplit("/", 1)[-1] if w.literal else "" for w in frame.words]
         if not names or not (frame.stdin_holds or (frame.piped and frame.pipe_holds)):
             return
-        runs = names[0] in _SHELLS or names[0] in _RUNS_ARGS
-        if runs or (names[0] in ("xargs", "parallel") and any(n in _SHELLS for n in names[1:])):
+        if runs_input(names):
             how = "given on the input of" if frame.stdin_holds else "piped into"
             self.late.append(f"a ${{{{ }}}} value is {how} `{names[0]}`, which runs it as code")
 
@@ -618,35 +607,3 @@ class Scanner:
         if line == delimiter:
             self.in_heredoc = self.heredocs.pop(0) if self.heredocs else None
         return i + 1
-
-
-def _reparse(words: list[_Word]) -> str | None:
-    """Why the last of ``words`` (a simple command) is text that is parsed again as shell code,
-    or None. ``sh -c 'script' name args``: the script is; the args are not."""
-    names = [w.text.rsplit("/", 1)[-1] if w.literal else None for w in words]
-    last = len(words) - 1
-    if _SUBSCRIPT.match(words[-1].text):
-        return "is inside an array subscript, which bash evaluates as arithmetic (running $( ))"
-    for i, name in enumerate(names[:last]):
-        if name in _RUNS_ARGS:
-            return f"is an argument of `{name}`, which runs its arguments as shell code"
-        if name in _NAMES_VARIABLE or (name == "printf" and names[last - 1] == "-v"):
-            return f"is an argument of `{name}`, which bash evaluates (a subscript runs $( ))"
-        if name in ("test", "[") and names[last - 1] == "-v":
-            return f"is the operand of `{name} -v`, which bash evaluates (a subscript runs $( ))"
-        if name in _DECLARES:
-            flags = "".join(n[1:] for n in names[i + 1 : last] if n and n[:1] in "-+")
-            if set(flags) & set("aAi") or "=" not in words[-1].text:
-                return f"is an argument of `{name}`, which bash may evaluate as code or arithmetic"
-        if name in _RUNS_OPTION and any(n in _RUNS_FLAGS for n in names[i + 1 : last]):
-            return f"is an argument of `{name}` with a command to run as shell code"
-        if name in _SHELLS:
-            j, has_c = i + 1, False
-            while j < last and (names[j] or "").startswith(("-", "+")) and names[j] != "--":
-                flag = names[j] or ""
-                has_c = has_c or (not flag.startswith("--") and "c" in flag[1:])
-                j += 1 + (flag in ("-o", "+o", "-O", "+O"))
-            unknown = j < last and names[j] is None and j + 1 >= last  # sh $FLAGS value
-            if (has_c and j >= last) or (not has_c and unknown):
-                return f"is part of the script of `{name} -c`, which runs it as shell code"
-    return None

@@ -144,6 +144,8 @@ REFUSED = {
     "after-bash-arith": f"echo $[1] {V}",
     "after-heredoc-in-arith-command": f"(( 1 << 2 ))\n{V}",
     "after-subst-in-heredoc": f"cat <<EOF\n$(echo\nEOF\n)\necho {V}",
+    "after-amp-redirect": f": &>/dev/null; echo {V}",
+    "after-pipe-amp": f"echo a |& cat; echo {V}",
     "case-in-position": f"case x {V} in x) :;; esac",
 }
 
