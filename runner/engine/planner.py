@@ -42,8 +42,9 @@ from .forecast import (
     summarise,
 )
 from .keys import KeyParts, changed_parts
+from .planparts import CALL_STEPS as CALL_STEPS  # (runner/rebuild.py reads it here)
+from .planparts import last_keyed, provider_calls
 
-CALL_STEPS = {"llm": "text", "image": "image"}
 MAX_PASSES = 32  # as the interpreter's: one pass more per remembered revision
 
 
@@ -406,7 +407,7 @@ class _Planner:
     def _why(self, step: CompiledStep, index: int, key: str, parts: KeyParts) -> list[str]:
         # The item's own history: another item's run is not this one's "before" (a new
         # video's steps never ran, whatever an older video's arguments were).
-        last = _last_keyed(
+        last = last_keyed(
             self.journal, self.plan.name, step.id, index, item=self.interp.options.item
         )
         if last is None:
@@ -463,7 +464,7 @@ class _Planner:
     def _pending(self, step: CompiledStep, index: int, args: Mapping[str, Any] | None) -> None:
         """Files this execution would write are not known until it runs."""
         files: set[str] = set()
-        last = _last_keyed(self.journal, self.plan.name, step.id, index)
+        last = last_keyed(self.journal, self.plan.name, step.id, index)
         if last is not None:
             files.update(loads(last.get("files")) or {})
         if args is not None:
@@ -569,53 +570,10 @@ class _Planner:
     def _calls(
         self, step: CompiledStep, extra: dict[str, Any], args: Mapping[str, Any] | None
     ) -> list[Call]:
-        kind = CALL_STEPS.get(step.uses)
-        if kind is None:
+        if step.uses not in CALL_STEPS:
             return []
         arg = _ArgReader(step, self._ctx(**extra), args)
-        name = arg.get("provider")
-        try:
-            provider = self.interp.env.providers.get(name if isinstance(name, str) else None)
-            pname = str(provider.name)
-            settings = getattr(provider, "settings", {}) or {}
-        except Exception:  # a provider that cannot be configured: the apply will say why
-            pname, settings = str(name or "default"), {}
-        params = arg.get("params") or {}
-        model = arg.get("model") or settings.get("model")
-        if kind == "image":
-            # As the providers choose: params.model, else the image model of a provider that
-            # has one (OpenAI's gpt-image-1, not its text `model`), else its only model.
-            chosen = params.get("model") if isinstance(params, dict) else None
-            model = chosen or (
-                settings.get("image_model") if "image_model" in settings else settings.get("model")
-            )
-            n = arg.get("n")
-            size = arg.get("size")
-            quality = params.get("quality") if isinstance(params, dict) else None
-            return [
-                Call(
-                    pname,
-                    model if isinstance(model, str) else None,
-                    kind,
-                    n if isinstance(n, int) else 1,
-                    size=size if isinstance(size, str) else None,
-                    quality=quality if isinstance(quality, str) else None,
-                )
-            ]
-        chars = None
-        if args is not None:
-            chars = sum(len(v) for k in ("system", "prompt") if isinstance(v := args.get(k), str))
-        max_tokens = arg.get("max_tokens")
-        return [
-            Call(
-                pname,
-                model if isinstance(model, str) else None,
-                kind,
-                1,
-                input_chars=chars,
-                max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-            )
-        ]
+        return provider_calls(step.uses, arg.get, self.interp.env.providers, args)
 
 
 class _ArgReader:
@@ -635,29 +593,6 @@ class _ArgReader:
         except (_Touched, RunnerError):
             return None
         return None if _holds_unknown(value) else value
-
-
-_ANY: Any = object()  # no item given: any item's execution
-
-
-def _last_keyed(
-    journal: Journal, pipeline: str, step_id: str, element: int, *, item: Any = _ANY
-) -> Any:
-    """The last execution that ran (it carries its key parts), for 'which part changed';
-    with ``item``, only among that item's runs."""
-    sql = (
-        "SELECT e.* FROM executions e {join}WHERE e.pipeline=? AND e.step_id=? AND e.element=? "
-        "AND e.key_parts IS NOT NULL AND e.status NOT IN ('running'){mine} ORDER BY e.id DESC "
-        "LIMIT 1"
-    )
-    args: tuple[Any, ...] = (pipeline, step_id, element)
-    if item is _ANY:
-        sql = sql.format(join="", mine="")
-    else:
-        sql = sql.format(join="JOIN runs r ON r.id = e.run_id ", mine=" AND r.item IS ?")
-        args = (*args, item)
-    rows = journal.query(sql, args)
-    return rows[0] if rows else None
 
 
 def _message(exc: RunnerError) -> str:
