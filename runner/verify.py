@@ -102,10 +102,14 @@ def verify_state(state: Any) -> tuple[list[str], int]:
         elif not state.objects.verify(digest):
             problems.append(f"object {digest[:12]} ({label}) is corrupt (hash mismatch)")
     problems += _run_folders(state)
-    for run_id, pid in conn.execute("SELECT id, pid FROM runs WHERE status='running'"):
+    running = "SELECT id, pid, pipeline, item FROM runs WHERE status='running'"
+    for run_id, pid, pipeline, item in conn.execute(running):
         if not process_alive(pid):
+            # only an apply holding that item's lock may decide the run is dead (another
+            # item's apply may run beside a live one)
+            of = f"pipeline '{pipeline}'" + ("" if item is None else f" item '{item}'")
             problems.append(
                 f"run {run_id} is marked running but its process {pid} is gone "
-                "(the next apply of its pipeline marks it interrupted)"
+                f"(the next apply of {of} marks it interrupted)"
             )
     return problems, len(refs)

@@ -111,3 +111,35 @@ def test_plan_sees_a_revision_recorded_without_resuming(project: Project) -> Non
     assert draft == "run"
     doc = project.apply()
     assert {s["id"]: s["status"] for s in doc["steps"]}["draft"] == "ran", doc
+
+
+ITEMS = """\
+    runner: 1
+    name: items
+    params:
+      topic: {type: string, default: cats}
+    item: "${{ params.topic }}"
+    steps:
+      make:
+        uses: template
+        with: {text: "about {{ t }}", vars: {t: "${{ params.topic }}"}}
+"""
+
+
+def test_verify_names_the_item_whose_apply_clears_a_dead_run(project: Project) -> None:
+    """A run left `running` by a killed apply is marked interrupted only by the next apply of
+    its pipeline *and item* (under the item's lock). verify said "the next apply of its
+    pipeline", and the oracle's next apply (of another item) left it."""
+    import sqlite3
+
+    project.write("pipeline.yaml", ITEMS)
+    doc = project.apply("-p", "topic=cats")
+    db = sqlite3.connect(project.root / ".runner/journal.db")
+    db.execute("UPDATE runs SET status='running', pid=? WHERE id=?", (2**22 + 7, doc["run"]["id"]))
+    db.commit()
+    db.close()
+    project.apply("-p", "topic=dogs")  # another item: not its to mark
+    problems = project.cli("verify", "--state", ".runner", "--json").json["problems"]
+    assert len(problems) == 1 and "pipeline 'items' item 'cats'" in problems[0], problems
+    project.apply("-p", "topic=cats")
+    assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True
