@@ -122,13 +122,16 @@ class ReuseOracle(RuleBasedStateMachine):
         self.state = self.tmp / "state0"
         self.v = Variant()
         self.decisions: dict[str, tuple[str, str | None]] = {}  # gate key -> decision, input
-        self.awaiting: dict[str, tuple[str, str]] = {}  # topic -> (run id, gate key)
+        # topic -> (run id, gate key, the draft's inputs it was asked on)
+        self.awaiting: dict[str, tuple[str, str, tuple[Any, ...]]] = {}
         self.edited: dict[str, bytes] = {}  # output path -> bytes written by hand, not restored
         self.latest: dict[tuple[str, str], Observed] = {}  # (file, item) -> last apply's
         self.pushed: set[str] = set()  # step keys the remote holds
         # topic -> the draft's inputs at each revision of its waiting run (see REVIEW_KEYED)
         self.revised: dict[str, set[tuple[Any, ...]]] = {}
-        self.killed: set[str] = set()  # pipelines with an apply killed since their last one
+        # (pipeline, item) with an apply killed since their last one
+        self.killed: set[tuple[str, str | None]] = set()
+        self.watch_reused: set[str] = set()
         self.watchers: dict[str, Any] = {}
         # (file, step, element) -> (the step key the edit is bound to, its text)
         self.user_edits: dict[tuple[str, str, int | None], tuple[str, str]] = {}
@@ -209,7 +212,7 @@ class ReuseOracle(RuleBasedStateMachine):
     def _checked(self, file: str, run: Any) -> Observed:
         """Plan, run ``run`` (-> exit code, events, stderr), then check it every way."""
         self.applies += 1
-        self.killed.discard(file)
+        self.killed.discard(_item_of(file, self.v))
         planned = self._plan(file)
         calls_before = completed_calls(self.state)
         keys_before = completed_keys(self.state, NAMES[file])
@@ -234,6 +237,8 @@ class ReuseOracle(RuleBasedStateMachine):
             ok = ok or (got == "remote" and want in ("run", "unknown"))
             # past a gate that asks, plan says what runs after the decision
             ok = ok or (asked and slot[0] in AFTER_GATE and got == "skip")
+            # what a watch cycle answers from its last cycle (gc may have deleted it since)
+            ok = ok or (slot[0] in self.watch_reused and got == "cached")
             # a gate's remembered rejection, a `runner edit` that holds: plan says cached
             ok = ok or (want == "cached" and got in ("rejected", "edited"))
             assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"
@@ -280,7 +285,7 @@ class ReuseOracle(RuleBasedStateMachine):
         if obs.exit_code == 7 and obs.actions.get(gate) == "ask":
             key = obs.keys[gate]
             assert obs.run_id is not None and key is not None
-            self.awaiting[self.v.topic] = (obs.run_id, key)
+            self.awaiting[self.v.topic] = (obs.run_id, key, _draft_inputs(self.v))
         else:
             self.awaiting.pop(self.v.topic, None)
 
@@ -379,8 +384,16 @@ class ReuseOracle(RuleBasedStateMachine):
         doc = res.json()
         problems = doc.get("problems", [])
         if self.killed:
-            # a killed apply's run stays `running` until the next apply of its pipeline
-            problems = [p for p in problems if "but its process" not in str(p)]
+            # a killed apply's run stays `running` until the next apply of its pipeline and
+            # item (the item lock makes that safe), and
+            # an output it rewrote before it was journaled is taken for a hand edit
+            names = tuple(f"({NAMES[f]} " for f, _ in self.killed)
+            problems = [
+                p
+                for p in problems
+                if "but its process" not in str(p)
+                and (any(r in str(p) for r in self.edited) or not any(n in str(p) for n in names))
+            ]
         text = "\n".join(str(p) for p in problems)
         if not self.edited:
             assert doc["ok"] is True or (self.killed and not problems), f"verify:\n{text}"
@@ -406,7 +419,7 @@ class ReuseOracle(RuleBasedStateMachine):
         feedback=st.sampled_from(["shorter", "warmer"]),
     )
     def decide(self, decision: str, feedback: str) -> None:
-        run_id, key = self.awaiting.pop(self.v.topic)
+        run_id, key, asked_on = self.awaiting.pop(self.v.topic)
         extra = ["--input", f"feedback={feedback}"] if decision == "revise" else []
         res = cli(
             self.root,
@@ -422,7 +435,7 @@ class ReuseOracle(RuleBasedStateMachine):
         assert res.exit_code == 0, res.stderr
         self.decisions[key] = (decision, feedback if decision == "revise" else None)
         if decision == "revise":
-            self.revised.setdefault(self.v.topic, set()).add(_draft_inputs(self.v))
+            self.revised.setdefault(self.v.topic, set()).add(asked_on)
 
     # -- outputs touched by hand -----------------------------------------------------------------
 
@@ -463,7 +476,14 @@ class ReuseOracle(RuleBasedStateMachine):
             if obs is None or obs.run_id is None:
                 continue
             for step, element in obs.keys:
-                if step in ("draft", "shot") and obs.actions[(step, element)] != "skip":
+                # not the gate's revise target: what a revision of an edited draft means
+                # waits on REVIEW_KEYED
+                target = file == "pipeline.yaml" and step == "draft" and not REVIEW_KEYED
+                if (
+                    step in ("draft", "shot")
+                    and not target
+                    and obs.actions[(step, element)] != "skip"
+                ):
                     out.append((file, step, element))
         return sorted(out, key=str)
 
@@ -534,6 +554,9 @@ class ReuseOracle(RuleBasedStateMachine):
             if not changed:
                 return  # nothing the watcher sees changed: it runs nothing
 
+        # steps the watcher answers from its last cycle, not from the journal plan reads
+        self.watch_reused = set(w._incremental() or {})
+
         async def cycle() -> None:
             task = w._start(changed)
             if task is not None:
@@ -544,8 +567,11 @@ class ReuseOracle(RuleBasedStateMachine):
             assert len(cycles) == 1 and cycles[0].error is None, cycles
             return cycles[0].exit_code, collected.events, ""
 
-        with recording_calls():
-            self._checked(file, run)
+        try:
+            with recording_calls():
+                self._checked(file, run)
+        finally:
+            self.watch_reused = set()
 
     # -- SIGKILL during an apply ----------------------------------------------------------
 
@@ -577,7 +603,7 @@ class ReuseOracle(RuleBasedStateMachine):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         write_project(self.root, self.v, remote=self.remote)
-        self.killed.add(file)
+        self.killed.add(_item_of(file, self.v))
         for rel, data in list(self.edited.items()):
             path = self.root / rel
             if not path.exists() or path.read_bytes() != data:
@@ -658,6 +684,10 @@ class ReuseOracle(RuleBasedStateMachine):
                 # an image step that pulled nothing ends the pull `failed` (settle_run)
                 ok = (0, 7, 4) if file == "pipeline.yaml" and not IMAGE_SETTLE else (0, 7)
                 assert res.exit_code in ok, res.stdout[-2000:]
+
+
+def _item_of(file: str, v: Variant) -> tuple[str, str | None]:
+    return (file, v.topic if file == "pipeline.yaml" else None)
 
 
 def _draft_inputs(v: Variant) -> tuple[Any, ...]:
