@@ -543,3 +543,19 @@ def test_prompts_check_without_a_lock_says_nothing_is_locked(tmp_path: Path) -> 
     assert res.exit_code == 0
     assert res.stdout.startswith(f"no prompts.lock in {tmp_path.resolve()}: no prompt version is locked")
     assert "match" not in res.stdout  # was: "prompt versions match prompts.lock"
+
+
+def test_the_pages_scripts_never_parse_text_as_html() -> None:
+    """The markdown view builds elements that hold text; no script of the page has a way to
+    turn a string into markup (the Chromium tests show a <script> in a reply staying text)."""
+    from .conftest import REPO
+
+    scripts = sorted((REPO / "runner" / "web" / "static").glob("*.js"))
+    assert {p.name for p in scripts} >= {"app.js", "values.js"}
+    sinks = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "eval(", "new Function")
+    for script in scripts:
+        text = script.read_text()
+        found = [s for s in sinks if s in text]
+        assert not found, (script.name, found)
+    base = (REPO / "runner" / "web" / "templates" / "base.html").read_text()
+    assert base.index("/static/values.js") < base.index("/static/app.js")
