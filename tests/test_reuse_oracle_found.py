@@ -143,3 +143,34 @@ def test_verify_names_the_item_whose_apply_clears_a_dead_run(project: Project) -
     assert len(problems) == 1 and "pipeline 'items' item 'cats'" in problems[0], problems
     project.apply("-p", "topic=cats")
     assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True
+
+
+DRAFTED = """\
+    runner: 1
+    name: d
+    params:
+      text: {type: string, default: one}
+    steps:
+      write:
+        uses: shell
+        with: {run: "mkdir -p out && echo ${{ params.text }} > out/d.txt", outputs: [out/d.txt]}
+      review:
+        uses: human_gate
+        needs: [write]
+        with: {summary: "ok?"}
+"""
+
+
+def test_verify_does_not_take_a_newer_runs_output_for_a_hand_edit(project: Project) -> None:
+    """A run waiting at its gate rewrote an output the last completed run recorded: verify
+    compared the file with the completed run's record and said it was edited by hand."""
+    project.write("pipeline.yaml", DRAFTED)
+    run_id = project.apply()["run"]["id"]
+    assert project.cli("decide", "--no-resume", run_id, "review", "approve").exit_code == 0
+    assert project.apply()["_exit"] == 0  # completed: out/d.txt holds "one"
+    assert project.apply("-p", "text=two")["_exit"] == 7  # rewrote it, waits at the gate
+    res = project.cli("verify", "--state", ".runner", "--json")
+    assert res.json["ok"] is True, res.json["problems"]
+    (project.root / "out/d.txt").write_text("by hand\n")  # a real hand edit is still named
+    problems = project.cli("verify", "--state", ".runner", "--json").json["problems"]
+    assert any("out/d.txt" in p and "edited by hand" in p for p in problems), problems

@@ -1,9 +1,10 @@
 """Output files that no longer hold what the journal recorded (`runner verify`).
 
-For every pipeline the journal knows, the outputs of its latest converged run are compared with
-the digests their executions recorded: an output edited by hand is a problem (the next apply
-keeps the edited bytes in the object store and restores the recorded output, unless the step's
-``on_edit`` says otherwise); a missing one is only a note (the next apply restores it).
+For every pipeline the journal knows, the outputs of its latest converged run (or of a later run
+that wrote them again) are compared with the digests their executions recorded: an output edited
+by hand is a problem (the next apply keeps the edited bytes in the object store and restores the
+recorded output, unless the step's ``on_edit`` says otherwise); a missing one is only a note (the
+next apply restores it).
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def _root_of(pipeline_file: str) -> Path | None:
 
 
 def output_drift(journal: Any) -> list[Drift]:
-    """Every output of each pipeline's latest completed run that is missing or edited."""
+    """Every output of each pipeline's latest completed run that is missing or edited; a file
+    a later run of the same pipeline and item wrote again (one waiting at a gate, rejected,
+    failed further on) is compared with what that run recorded."""
     latest = journal.query(
         "SELECT r.id, r.pipeline, r.pipeline_file, r.created_at FROM runs r "
-        "WHERE r.status='completed' "
-        "AND r.created_at = (SELECT MAX(created_at) FROM runs q WHERE q.pipeline=r.pipeline "
+        "WHERE r.status<>'running' "
+        "AND r.created_at >= (SELECT MAX(created_at) FROM runs q WHERE q.pipeline=r.pipeline "
         "AND q.item IS r.item AND q.status='completed')"
     )
     hasher = FileHasher(journal)
@@ -82,7 +85,8 @@ def output_drift(journal: Any) -> list[Drift]:
             "(SELECT c.files FROM executions c WHERE c.pipeline=e.pipeline AND c.step_id="
             "e.step_id AND c.key=e.key AND c.status='completed' AND c.files IS NOT NULL "
             "ORDER BY c.id DESC LIMIT 1) AS files "
-            "FROM executions e WHERE e.run_id=? AND e.status IN ('completed','cached')",
+            "FROM executions e WHERE e.run_id=? AND e.status IN ('completed','cached') "
+            "ORDER BY e.id",
             (run["id"],),
         )
         for row in rows:
