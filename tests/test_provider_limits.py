@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import textwrap
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,6 +27,7 @@ from runner.providers import (
 )
 from runner.providers.calls import with_provider_retries
 from runner.providers.jobs import RemoteJob
+from runner.providers.pool import notices
 
 from .conftest import Project
 from .providers.comfy_server import ComfyUIServer
@@ -164,12 +166,47 @@ def test_a_down_backend_is_probed_again_and_taken_back() -> None:
         assert back.healthy and revived.served >= 1
 
 
-def test_all_backends_down_is_a_transient_error() -> None:
-    providers = _pool([refusing_url(), refusing_url()])
-    with pytest.raises(Exception) as info:
+def test_all_backends_down_the_call_waits_max_wait_then_fails_unsent() -> None:
+    # A refused connection sent nothing: the call waits for a probe to find a backend back,
+    # however many attempts that takes, but no longer than max_wait; then it fails for good.
+    providers = _pool([refusing_url(), refusing_url()], max_wait=0.6, probe_interval=0.05)
+    began = time.monotonic()
+    with pytest.raises(ProviderError) as info:
         asyncio.run(_ask(providers, 1))
-    assert getattr(info.value, "transient", False)
-    assert "connection failed" in str(info.value)
+    assert 0.6 <= time.monotonic() - began < 5
+    assert not info.value.transient
+    assert "down since" in str(info.value) and "no answer within max_wait = 0.6 s" in str(
+        info.value
+    )
+    farm = providers.get("farm")
+    assert all(b.refused >= 2 for b in farm.pool.backends)  # probed again while it waited
+
+
+def test_a_backend_going_down_and_back_is_said_at_once_with_the_calls_waiting() -> None:
+    # The pool's only backend refuses: the first refusal is told at once (with the time and
+    # how many calls wait), the probe interval starts at 0.05 s and doubles, and the backend's
+    # return is told too. Every call then completes: none was sent while it was down.
+    port = urlsplit(refusing_url()).port
+    assert port is not None
+    lines: list[str] = []
+    providers = _pool([f"http://127.0.0.1:{port}"], probe_interval=0.05, max_wait=20)
+
+    async def scenario() -> list[str]:
+        with notices(lines.append):
+            asking = asyncio.create_task(_ask(providers, 3))
+            while not any("probing every 0.2 s" in line for line in lines):
+                await asyncio.sleep(0.01)
+            with LoadServer(delay=0.01, port=port) as revived:
+                replies = await asking
+                assert revived.served == 3
+            return replies
+
+    assert asyncio.run(scenario()) == ["ok q0", "ok q1", "ok q2"]
+    down = [line for line in lines if " down since " in line]
+    assert down[0].startswith(f"backend http://127.0.0.1:{port}/v1 (farm) down since ")
+    assert "probing every 0.05 s; 3 calls waiting" in down[0], down[0]
+    assert "probing every 0.1 s" in down[1] and "probing every 0.2 s" in down[2], down
+    assert lines[-1].startswith(f"backend http://127.0.0.1:{port}/v1 (farm) is back after ")
 
 
 def test_profile_does_not_depend_on_the_backends() -> None:
@@ -295,7 +332,10 @@ def test_a_remote_job_re_attaches_at_the_backend_that_has_it(tmp_path: Path) -> 
 def test_a_call_pinned_to_a_refusing_backend_is_not_rerouted() -> None:
     dead = refusing_url()
     with LoadServer(delay=0) as live:
-        farm = create("openai", {"base_urls": [f"{live.url}/v1", f"{dead}/v1"], "max_retries": 0})
+        farm = create(
+            "openai",
+            {"base_urls": [f"{live.url}/v1", f"{dead}/v1"], "max_retries": 0, "max_wait": 0.5},
+        )
 
         async def pinned() -> None:
             async def fn() -> None:
@@ -304,6 +344,6 @@ def test_a_call_pinned_to_a_refusing_backend_is_not_rerouted() -> None:
 
             await with_provider_retries(farm, fn)
 
-        with pytest.raises(ProviderError, match="connection failed"):
+        with pytest.raises(ProviderError, match=f"{dead}/v1 down since .* max_wait = 0.5 s"):
             asyncio.run(pinned())
-        assert live.served == 0  # it went to the pinned backend only, once
+        assert live.served == 0  # it went to the pinned backend only, never elsewhere

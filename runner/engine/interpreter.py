@@ -25,6 +25,7 @@ from .. import overrides, secretmask
 from ..canonical import CanonicalError
 from ..errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
 from ..pipeline.compiler import CachePolicy, CompiledStep, Plan
+from ..providers.pool import notices as pool_notices
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResults, Journal
 from ..store.objects import ObjectStore
@@ -135,7 +136,9 @@ class Interpreter:
         self.objects.defer_sync()
         self.journal.before_commit = self.objects.sync
         try:
-            report = await self._apply()
+            # A backend going down or coming back is told on the console as it happens.
+            with pool_notices(self.emit_warning):
+                report = await self._apply()
             if self.remote is not None:
                 await self.remote.drain()  # pushes finish before the run is reported done
             return report

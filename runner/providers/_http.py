@@ -36,7 +36,15 @@ from ..canonical import loads_strict
 from ..errors import ProviderError
 from .base import OPERATIONAL_SETTINGS, Capabilities, Provider, ProviderConfigError
 from .limits import current_route
-from .pool import Backend, BackendPool, PoolConfigError, parse_backends
+from .pool import (
+    MAX_WAIT,
+    PROBE_INTERVAL,
+    Backend,
+    BackendPool,
+    NoBackend,
+    PoolConfigError,
+    parse_backends,
+)
 from .tracking import CallTracker
 
 _TAG = re.compile(r"<[^>]*>")
@@ -179,6 +187,7 @@ class HttpProvider(Provider):
         "base_urls",
         "backends",
         "probe_interval",
+        "max_wait",
     }
     # `runner providers` GETs {backend}/{probe_path}; a protocol that reports load there says
     # how to read it in ``load_of``.
@@ -202,8 +211,13 @@ class HttpProvider(Provider):
                 )
             except PoolConfigError as exc:
                 raise ProviderConfigError(f"provider '{self.name}': {exc}") from None
-            interval = self.float_setting("probe_interval", 5.0)
-            self._pool = BackendPool(backends, probe_interval=interval)
+            self._pool = BackendPool(
+                backends,
+                probe_interval=self.float_setting("probe_interval", PROBE_INTERVAL),
+                max_wait=self.float_setting("max_wait", MAX_WAIT),
+                name=self.name,
+                queued=lambda: self.gate.waiting,
+            )
         return self._pool
 
     @property
@@ -259,18 +273,21 @@ class HttpProvider(Provider):
         ``base_url`` says which backend it is; the timeout bounds each request's connect/read.
         """
         t = timeout if timeout is not None else self.timeout
-        async with self.pool.lease(backend) as chosen:
-            route = current_route()
-            if route is not None:
-                route.backend, route.pinned = chosen.url, backend is not None
-            if self._clients is None:
-                async with self._new_client(chosen, t) as client:
-                    yield client
-            else:
-                shared = self._clients.get((chosen.url, t))
-                if shared is None:
-                    shared = self._clients[(chosen.url, t)] = self._new_client(chosen, t)
-                yield shared
+        try:
+            async with self.pool.lease(backend) as chosen:
+                route = current_route()
+                if route is not None:
+                    route.backend, route.pinned = chosen.url, backend is not None
+                if self._clients is None:
+                    async with self._new_client(chosen, t) as client:
+                        yield client
+                else:
+                    shared = self._clients.get((chosen.url, t))
+                    if shared is None:
+                        shared = self._clients[(chosen.url, t)] = self._new_client(chosen, t)
+                    yield shared
+        except NoBackend as exc:  # raised only while waiting for a backend: nothing was sent
+            raise self.error(str(exc), transient=False) from None
 
     async def send(
         self,

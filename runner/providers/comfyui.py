@@ -41,6 +41,7 @@ from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
 from .comfyui_ws import ProgressSocket
 from .jobs import RemoteJob
+from .pool import tell
 
 MAX_RESUBMITS = 2  # per call: a backend that keeps forgetting jobs is not fed forever
 # While the websocket is up, /history is still asked this often (a missed message costs this).
@@ -156,7 +157,7 @@ class ComfyUIProvider(HttpProvider):
         # A job re-attaches at the backend that has it, whatever the pool's load or health.
         pin = (
             known.get("backend")
-            if known.get("prompt_id") and known.get("state") != "failed"
+            if known.get("prompt_id") and known.get("state") not in ("failed", "unsent")
             else None
         )
         async with self.client(timeout, backend=pin) as client:
@@ -281,6 +282,8 @@ class ComfyUIProvider(HttpProvider):
             resp = await self.send(client, "POST", "/prompt", json=body, tracker=tracker)
         except ProviderError as exc:
             if not exc.maybe_executed:
+                # Never accepted (refused, or answered with an error): nothing to re-attach to.
+                job.update(state="unsent")
                 raise
             # The prompt may be queued: the next attempt asks the backend before submitting.
             job.update(state="sent")
@@ -306,7 +309,9 @@ class ComfyUIProvider(HttpProvider):
         if tracker is not None:
             tracker.remote(got)  # an older ComfyUI picks its own id
         if dropped:
-            job.say(f"ComfyUI accepted prompt {got} but will not run: {'; '.join(dropped)}")
+            line = f"ComfyUI accepted prompt {got} but will not run: {'; '.join(dropped)}"
+            job.say(line)
+            tell(f"{self.name}: {line}")  # on the console: outputs silently missing otherwise
 
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
         if what != "POST /prompt" or resp.status_code != 400:
@@ -339,7 +344,7 @@ class ComfyUIProvider(HttpProvider):
     async def _reattach(self, client: httpx.AsyncClient, job: RemoteJob) -> str | None:
         """``"known"`` when the journaled job is still the backend's, else None (submit)."""
         known = job.known
-        if not known or known.get("state") == "failed" or not known.get("prompt_id"):
+        if not known or known.get("state") in ("failed", "unsent") or not known.get("prompt_id"):
             return None
         if known.get("backend") and known["backend"] != backend_of(client):
             # Another backend has the job (a pool): that one is asked, never this one.

@@ -60,6 +60,7 @@ class ProviderGate:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
         self.in_flight = 0
+        self.waiting = 0  # calls waiting for a permit (the console counts them)
 
     def _semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -68,7 +69,11 @@ class ProviderGate:
         return self._sem
 
     async def __aenter__(self) -> None:
-        await self._semaphore().acquire()
+        self.waiting += 1
+        try:
+            await self._semaphore().acquire()
+        finally:
+            self.waiting -= 1
         self.in_flight += 1
 
     async def __aexit__(self, *exc: object) -> None:
@@ -100,6 +105,7 @@ class ClusterGate:
         self.limit = max(1, limit)
         self.name = f"runner-provider-{provider}"
         self.in_flight = 0
+        self.waiting = 0  # this worker's calls waiting for a lease
         self._sem: Any = None
 
     def _semaphore(self) -> Any:
@@ -110,8 +116,12 @@ class ClusterGate:
         return self._sem
 
     async def __aenter__(self) -> None:
-        sem = await asyncio.to_thread(self._semaphore)
-        await asyncio.to_thread(sem.acquire)
+        self.waiting += 1
+        try:
+            sem = await asyncio.to_thread(self._semaphore)
+            await asyncio.to_thread(sem.acquire)
+        finally:
+            self.waiting -= 1
         self.in_flight += 1
 
     async def __aexit__(self, *exc: object) -> None:
@@ -148,7 +158,9 @@ async def gated_call(provider: Provider, fn: Callable[[], Awaitable[T]]) -> T:
     """One attempt of ``fn()`` under the provider's gate.
 
     A refused connection sent nothing, so the call goes straight to another healthy backend of
-    the pool instead of waiting out a retry's backoff; when none is left the error stands.
+    the pool instead of waiting out a retry's backoff; when none is left (or the call is pinned
+    to the one that refused) it waits for that backend's next probe, as long as the pool's
+    ``max_wait`` allows: a backend that is down costs time, not the call's attempts.
     """
     while True:
         route = CallRoute()
@@ -157,8 +169,7 @@ async def gated_call(provider: Provider, fn: Callable[[], Awaitable[T]]) -> T:
             async with provider.gate:
                 return await fn()
         except ProviderError:
-            # A pinned call has nowhere else to go; the retry policy decides about it.
-            if not (route.refused and not route.pinned and provider.can_reroute()):
+            if not route.refused:
                 raise
         finally:
             _route.reset(token)

@@ -15,10 +15,15 @@ weight = 2.0                                            # share of the load (def
 A call goes to the least-loaded healthy backend with room: the lowest
 ``in_flight / (max_concurrency * weight)``, ties to the one used longest ago. A backend that
 refuses a connection (nothing was sent, so the call is safe elsewhere) is taken out for
-``probe_interval`` seconds (doubling while it keeps refusing, up to 60 s); then one call at a time
-probes it, and an answer puts it back. A call pinned to a backend (a remote job re-attaching to
-the server that has it) always goes there. Which backend served a call is never part of the
-provider profile.
+``probe_interval`` seconds (default 1 s: a restart is noticed soon), doubling while it keeps
+refusing, up to 15 s; then one call at a time probes it, and an answer puts it back. A call
+pinned to a backend (a remote job re-attaching to the server that has it) always goes there.
+Which backend served a call is never part of the provider profile.
+
+The user hears it at once when a backend goes down and when it is back (``notices``: the run's
+console), with how many calls wait. A call waits for a usable backend at most ``max_wait``
+seconds (default 120) counted from when the last one went down; then it fails, unsent, and the
+next apply sends it.
 """
 
 from __future__ import annotations
@@ -26,12 +31,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_DOWN_SECONDS = 60.0
+PROBE_INTERVAL = 1.0  # the first wait before a down backend is tried again
+MAX_DOWN_SECONDS = 15.0  # the longest, after doubling
+MAX_WAIT = 120.0  # how long calls wait for a backend to come back before they fail
+
+# Set by the engine for a run: where a backend going down or coming back is told (the console).
+_notices: ContextVar[Callable[[str], None] | None] = ContextVar("runner_pool_notices", default=None)
+
+
+@contextlib.contextmanager
+def notices(say: Callable[[str], None]) -> Iterator[None]:
+    """Within this block, pools tell ``say`` when a backend goes down or comes back."""
+    token = _notices.set(say)
+    try:
+        yield
+    finally:
+        _notices.reset(token)
+
+
+class NoBackend(Exception):
+    """No backend of the pool answered within ``max_wait``; the call was never sent."""
 
 
 class PoolConfigError(ValueError):
@@ -50,6 +75,7 @@ class Backend:
     refused: int = 0  # connections it refused
     down_until: float = 0.0  # monotonic; 0 while healthy
     down_for: float = 0.0  # the current penalty, doubled on each refusal in a row
+    down_since: float = 0.0  # wall-clock time of the first refusal in a row (0: up)
     last_used: float = 0.0
 
     @property
@@ -136,9 +162,15 @@ class BackendPool:
     """Routes calls over ``backends``; one per provider instance, shared by the whole run."""
 
     backends: Sequence[Backend]
-    probe_interval: float = 5.0
-    _changed: asyncio.Condition | None = field(default=None, repr=False)
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    probe_interval: float = PROBE_INTERVAL
+    max_wait: float = MAX_WAIT
+    name: str = ""  # the provider's, for what the user is told
+    waiting: int = 0  # calls waiting for a usable backend now
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list, repr=False)
+    _all_down_at: float | None = field(default=None, repr=False)  # monotonic
+    _unlisted: dict[str, Backend] = field(default_factory=dict, repr=False)
+    # Calls of the provider queued before the pool (its max_concurrency gate): they wait too.
+    queued: Callable[[], int] = field(default=lambda: 0, repr=False)
 
     @property
     def capacity(self) -> int:
@@ -150,12 +182,6 @@ class BackendPool:
 
     def healthy_count(self) -> int:
         return sum(1 for b in self.backends if b.healthy)
-
-    def _condition(self) -> asyncio.Condition:
-        loop = asyncio.get_running_loop()
-        if self._changed is None or self._loop is not loop:
-            self._loop, self._changed = loop, asyncio.Condition()
-        return self._changed
 
     def _pick(self) -> Backend | None:
         now = time.monotonic()
@@ -176,20 +202,33 @@ class BackendPool:
         """A backend for one call, held until the block ends.
 
         ``pin`` names the backend that must serve it (re-attaching to a remote job); it is
-        used whatever its load or health. Otherwise this waits for a usable backend.
+        used whatever its load or health. Otherwise this waits for a usable backend, at most
+        ``max_wait`` seconds after every backend went down (then NoBackend: nothing was sent).
         """
         if pin is not None:
-            chosen = self.find(pin) or Backend(pin.rstrip("/"), 1)
+            # A backend no longer configured is remembered too: its refusals must back off.
+            chosen = self.find(pin) or self._unlisted.setdefault(
+                pin.rstrip("/"), Backend(pin.rstrip("/"), 1)
+            )
+            if not chosen.healthy:  # wait for its probe: it holds the job, none other will do
+                if time.time() - chosen.down_since >= self.max_wait:
+                    raise NoBackend(self._gave_up())
+                await asyncio.sleep(max(0.0, chosen.down_until - time.monotonic()))
         else:
-            cond = self._condition()
-            async with cond:
+            self.waiting += 1
+            try:
                 while (picked := self._pick()) is None:
                     wait = self._earliest_probe()
-                    with contextlib.suppress(TimeoutError):  # a backend's probe is due
-                        await asyncio.wait_for(
-                            cond.wait(), max(wait, 0.01) if wait is not None else None
-                        )
-                chosen = picked
+                    if self._all_down_at is not None:
+                        left = self._all_down_at + self.max_wait - time.monotonic()
+                        if left <= 0:
+                            raise NoBackend(self._gave_up())
+                        wait = left if wait is None else min(wait, left)
+                    # a slot came free, a probe is due, or max_wait
+                    await self._changed(max(wait, 0.01) if wait is not None else None)
+            finally:
+                self.waiting -= 1
+            chosen = picked
         chosen.in_flight += 1
         chosen.calls += 1
         chosen.last_used = time.monotonic()
@@ -197,22 +236,86 @@ class BackendPool:
             yield chosen
         finally:
             chosen.in_flight -= 1
-            await self._notify()
+            self._wake()
 
-    async def _notify(self) -> None:
-        cond = self._condition()
-        async with cond:
-            cond.notify()  # one backend slot came free: one waiter can take it
+    async def _changed(self, timeout: float | None) -> None:
+        """Wait until a backend slot comes free or ``timeout`` passes.
+
+        No lock: picking a backend and taking it happen with no await between them, so no
+        other call runs in between. A lock here (an asyncio.Condition waited on under
+        wait_for) broke on a cancel that arrived while wait_for was ending its timed-out wait:
+        the block released a lock it no longer held ("RuntimeError: Lock is not acquired"),
+        and the orphaned wait then took the lock for good, so every later call, and the end of
+        the cancelled run, waited for ever.
+        """
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(woken)
+        try:
+            await asyncio.wait({woken}, timeout=timeout)
+        finally:
+            self._waiters.remove(woken)
+
+    def _wake(self) -> None:
+        # Every waiter looks again (each picks for itself): a waker that is cancelled
+        # before it runs cannot swallow the news that was meant for it.
+        for woken in self._waiters:
+            if not woken.done() and not woken.get_loop().is_closed():
+                woken.set_result(None)
+
+    def _gave_up(self) -> str:
+        down = [b for b in self.backends if not b.healthy]
+        since = min((b.down_since for b in down), default=time.time())
+        names = ", ".join(b.url for b in down) or "every backend"
+        return (
+            f"{names} down since {_clock(since)}: no answer within max_wait = "
+            f"{self.max_wait:g} s; the call was not sent (the next apply sends it)"
+        )
 
     def refused(self, backend: Backend) -> None:
         """``backend`` refused a connection: out of the rotation until its probe is due."""
         backend.refused += 1
+        first = backend.healthy
         backend.down_for = min(
             MAX_DOWN_SECONDS, backend.down_for * 2 if backend.down_for else self.probe_interval
         )
         backend.down_until = time.monotonic() + backend.down_for
+        if first:
+            backend.down_since = time.time()
+        if self.healthy_count() == 0 and self._all_down_at is None:
+            self._all_down_at = time.monotonic()
+        if first or backend.down_for != MAX_DOWN_SECONDS or backend.refused % 10 == 0:
+            # At once, then at each longer interval, then now and then: never a silent wait.
+            calls = self.waiting + backend.in_flight + self.queued()
+            self._say(
+                f"backend {self._label(backend)} down since {_clock(backend.down_since)}, "
+                f"probing every {backend.down_for:g} s; {calls} call{'s' if calls != 1 else ''} "
+                "waiting"
+            )
 
     def answered(self, backend: Backend) -> None:
         """``backend`` answered a request: healthy again."""
         if not backend.healthy:
-            backend.down_until, backend.down_for = 0.0, 0.0
+            self._say(
+                f"backend {self._label(backend)} is back after "
+                f"{time.time() - backend.down_since:.0f} s"
+            )
+            backend.down_until, backend.down_for, backend.down_since = 0.0, 0.0, 0.0
+            self._all_down_at = None
+
+    def _label(self, backend: Backend) -> str:
+        return f"{backend.url} ({self.name})" if self.name else backend.url
+
+    @staticmethod
+    def _say(line: str) -> None:
+        tell(line)
+
+
+def tell(line: str) -> None:
+    """Say ``line`` on the run's console now (a provider's word the user must not miss)."""
+    say = _notices.get()
+    if say is not None:
+        say(line)
+
+
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when))

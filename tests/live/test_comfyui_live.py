@@ -39,6 +39,7 @@ PROVIDERS: dict[str, tuple[str, dict[str, Any]]] = {
                                      "prompt": "3.inputs.filename_prefix"}),
     "bad_value": ("bad_value.json", {**SIZE, "prompt": "3.inputs.filename_prefix"}),
     "runtime_error": ("runtime_error.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
+    "partly_bad": ("partly_bad.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
 }
 
 
@@ -267,3 +268,38 @@ def test_interrupt_and_queue_delete_are_reported_as_such(tmp_path: Path, comfyui
     errors = sorted(str(i["error"]) for i in run.doc["iterations"])
     assert any("interrupted on the server" in e for e in errors), errors
     assert any(f"prompt {queued} was deleted from the queue" in e for e in errors), errors
+
+
+def test_a_server_down_before_the_apply_is_said_at_once_and_bounded(
+    tmp_path: Path, comfyui: Server
+) -> None:
+    # The prompt never reached ComfyUI: the error says the backend is down, not that a history
+    # entry is missing; the console says so while the call waits, and max_wait ends the wait.
+    project(tmp_path, comfyui.url, max_wait=3)
+    images(tmp_path, "solid", seed=0x445566)
+    comfyui.stop()
+    began = time.monotonic()
+    down = runner(tmp_path, "apply", "pipeline.yaml")
+    assert down.code != 0
+    assert time.monotonic() - began < 30
+    assert f"warning: backend {comfyui.url} (solid) down since " in down.stderr, down.stderr
+    assert "probing every 1 s" in down.stderr, down.stderr
+    assert "history" not in down.stderr, down.stderr
+    assert "no answer within max_wait = 3 s; the call was not sent" in down.stderr, down.stderr
+    comfyui.start()
+    up = runner(tmp_path, "apply", "pipeline.yaml", "--json")
+    assert up.code == 0, up.stderr
+    assert solid(raw(tmp_path, up, 1)) == rgb(0x445566)
+
+
+def test_node_errors_of_an_accepted_prompt_reach_the_console(
+    tmp_path: Path, comfyui: Server
+) -> None:
+    # ComfyUI runs the output that validated and drops the other: the user reads which, why.
+    project(tmp_path, comfyui.url)
+    images(tmp_path, "partly_bad", seed=0x0000FF)
+    run = runner(tmp_path, "apply", "pipeline.yaml")
+    assert run.code == 0, run.stderr
+    assert "but will not run: node 3 (ImageScale): Value not in list: upscale_method: " in (
+        run.stderr
+    ), run.stderr
