@@ -22,7 +22,7 @@ from typing import Any
 from .engine.apply import State, apply_plan_async, state_dir_for
 from .engine.events import Event, EventType, FanOut, Reporter
 from .engine.options import ApplyOptions
-from .engine.outcomes import RunReport, RunStatus, StepStatus
+from .engine.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
 from .errors import RunnerError
 from .pipeline.compiler import Plan, compile_pipeline
 from .watchset import WatchSet, norm_path, sha256_or_none, watch_set_for
@@ -117,6 +117,34 @@ def work_counts(report: RunReport) -> str:
     if plain:
         text += f" and {ran} of {plain} step{'' if plain == 1 else 's'}"
     return text + f", cached {cached_el + cached}"
+
+
+def _no_longer_hold(state: State, plan: Plan, done: Mapping[str, StepOutcome]) -> set[str]:
+    """Steps whose last-cycle outcome a fresh apply would not find as it was: a `runner edit`
+    of the step (made or set aside since), a result gc deleted, an output file deleted or
+    edited by hand (an apply restores it)."""
+    from .engine.files import FileHasher
+    from .overrides import any_active
+
+    edited = any_active(state.journal, plan.name)
+    cached = state.journal.cached_results(plan.name)
+    hasher = FileHasher(state.journal)
+
+    def holds(outcome: StepOutcome) -> bool:
+        keys = [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
+        for key in keys:
+            hit = cached.get((outcome.id, key)) if key is not None else None
+            if hit is None:
+                return False
+            for rel, digest in hit.files.items():
+                try:
+                    if hasher.hash(plan.root / rel) != digest:
+                        return False
+                except OSError:
+                    return False
+        return True
+
+    return {sid for sid, o in done.items() if sid in edited or not holds(o)}
 
 
 class _RanCollector:
@@ -345,6 +373,8 @@ class Watcher:
             if sid not in done
             or any(norm_path(plan.root / rel) in paths for rel in done[sid].reads)
         }
+        assert self._state is not None
+        touched |= _no_longer_hold(self._state, plan, done)
         affected = plan.downstream(touched)
         return {sid: o for sid, o in done.items() if sid not in affected}
 

@@ -174,3 +174,98 @@ def test_verify_does_not_take_a_newer_runs_output_for_a_hand_edit(project: Proje
     (project.root / "out/d.txt").write_text("by hand\n")  # a real hand edit is still named
     problems = project.cli("verify", "--state", ".runner", "--json").json["problems"]
     assert any("out/d.txt" in p and "edited by hand" in p for p in problems), problems
+
+
+WATCHED = """\
+    runner: 1
+    name: w
+    steps:
+      a:
+        uses: template
+        with: {text: "A"}
+      out:
+        uses: shell
+        with:
+          run: 'mkdir -p out && printf "%s" "$A" > out/a.txt'
+          env: {A: "${{ steps.a.output.text }}"}
+          outputs: [out/a.txt]
+      d:
+        uses: read
+        with: {path: data/in.txt}
+"""
+
+
+class _Cycles:
+    """`runner watch`'s loop body, one cycle at a time (tests/test_reuse_oracle.py does the
+    same): the first run, then a cycle for what changed on disk."""
+
+    def __init__(self, project: Project) -> None:
+        from runner.engine.apply import State
+        from runner.watch import Watcher, WatchOptions
+        from runner.watchset import WatchSet, sha256_or_none
+
+        self.cycles: list[Any] = []
+        state = project.root / ".runner"
+        state.mkdir(exist_ok=True)
+        self.w = Watcher(
+            project.root / "pipeline.yaml",
+            WatchOptions(state_dir=state),
+            on_cycle=self.cycles.append,
+        )
+        self.w._state = State.open(state)
+        self.w.watch_set = WatchSet(
+            root=project.root, files=frozenset({self.w.file}), state_dir=state.resolve()
+        )
+        self.w.hashes = {self.w.file: sha256_or_none(self.w.file)}
+        self._cycle([])
+
+    def _cycle(self, changed: list[str]) -> Any:
+        import asyncio
+
+        async def one() -> None:
+            task = self.w._start(changed)
+            assert task is not None
+            self.w._finished(await task)
+
+        asyncio.run(one())
+        return self.cycles[-1]
+
+    def changed(self) -> Any:
+        changed = self.w._content_changes(set(self.w.watch_set.files))
+        assert changed
+        return self._cycle(changed)
+
+    def close(self) -> None:
+        assert self.w._state is not None
+        self.w._state.close()
+
+
+def test_a_watch_cycle_uses_a_runner_edit_made_since_the_last(project: Project) -> None:
+    """A watch cycle answered the steps a change does not reach from its last cycle: a `runner
+    edit` made in between was ignored (a fresh apply uses it)."""
+    project.write("pipeline.yaml", WATCHED)
+    project.write("data/in.txt", "one")
+    cycles = _Cycles(project)
+    try:
+        run_id = cycles.cycles[-1].report.run_id
+        fixed = project.write("fixed.txt", "edited A")
+        assert project.cli("edit", run_id, "a", "--from", str(fixed)).exit_code == 0
+        project.write("data/in.txt", "two")
+        assert cycles.changed().exit_code == 0
+        assert (project.root / "out/a.txt").read_text() == "edited A"
+    finally:
+        cycles.close()
+
+
+def test_a_watch_cycle_restores_an_output_deleted_since_the_last(project: Project) -> None:
+    project.write("pipeline.yaml", WATCHED)
+    project.write("data/in.txt", "one")
+    cycles = _Cycles(project)
+    try:
+        (project.root / "out/a.txt").unlink()
+        project.write("data/in.txt", "two")
+        assert cycles.changed().exit_code == 0
+        assert (project.root / "out/a.txt").read_text() == "A"
+        assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True
+    finally:
+        cycles.close()
