@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import gc
 import os
-import sys
-import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import Busy, StoreError
 from ..pipeline.compiler import Plan, compile_pipeline
@@ -23,8 +19,8 @@ from .interpreter import Interpreter
 from .locate import state_dir_for as state_dir_for
 from .options import ApplyOptions
 from .outcomes import RunReport
-
-T = TypeVar("T")
+from .runloop import bounded
+from .runloop import run_async as run_async
 
 
 @dataclass
@@ -111,46 +107,19 @@ def apply_plan(
     options: ApplyOptions | None = None,
     reporter: Reporter | None = None,
 ) -> RunReport:
-    """Run ``plan`` to convergence against ``state``. Raises Busy when the item is locked."""
-    return run_async(apply_plan_async(plan, state, options, reporter))
+    """Run ``plan`` to convergence against ``state``. Raises Busy when the item is locked,
+    KeyboardInterrupt when SIGINT or SIGTERM cancelled it (the run is journaled cancelled)."""
+    started: list[str] = []
 
+    def force() -> None:  # the process ends now: the run must not stay `running`
+        from ..store.interrupt import mark_cancelled_now
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run, with asyncio's child processes reaped through pidfds where Python 3.11 does
-    not do so by default (its thread-per-child watcher costs ~1.5 ms a child). runner's own
-    commands go through runner.shellrun; this serves step types from plugins."""
-    box: list[T] = []
+        if started:
+            mark_cancelled_now(state.dir / "journal.db", started[0], "cancelled by the user")
 
-    async def main() -> None:
-        # The result goes through ``box``, not the task: on exit asyncio.Runner resets SIGINT and
-        # signal.signal builds the repr of the old handler, which holds the main task and so
-        # its result -- a whole run's outputs (1.5 s for a 3,000-element for_each).
-        if pidfd:
-            watcher = asyncio.PidfdChildWatcher()
-            watcher.attach_loop(asyncio.get_running_loop())
-            asyncio.set_child_watcher(watcher)
-        try:
-            box.append(await coro)
-        finally:
-            if pidfd:
-                # The watcher is process-global: leave the default for loops in other threads.
-                asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None resets it
-
-    pidfd = (
-        sys.version_info < (3, 12)
-        and hasattr(os, "pidfd_open")
-        and threading.current_thread() is threading.main_thread()  # the watcher is global
+    return run_async(
+        apply_plan_async(plan, state, options, reporter, on_start=started.append), on_force=force
     )
-    # A run keeps its data (a for_each's elements, their outputs) alive until it ends, and the
-    # cyclic collector's default 700-allocation threshold re-walks it over and over (~15% of a
-    # 10,000-element for_each); the engine's own structures are acyclic, so collect rarely.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
-    try:
-        asyncio.run(main())
-    finally:
-        gc.set_threshold(*thresholds)
-    return box[0]
 
 
 async def apply_plan_async(
@@ -210,9 +179,10 @@ async def apply_plan_async(
         try:
             report = await interpreter.apply()
         finally:
-            await providers.aclose()
+            # Bounded: a cancelled run ends within seconds even if a connection will not close.
+            await bounded(providers.aclose())
             if executor is not None:
-                await executor.close()
+                await bounded(executor.close())
         if interpreter.remote is not None:
             report.remote = interpreter.remote.summary()
         return report

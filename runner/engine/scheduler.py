@@ -19,6 +19,7 @@ from .outcomes import StepOutcome, StepStatus
 from .slots import CpuSlot
 
 CANCEL_POLL_S = 0.2  # how often a run looks for `runner runs cancel` from another process
+STOP_GRACE_S = 2.0  # cancelled steps have this long to stop before the run ends without them
 YIELD_S = 0.05  # steps answered at once give the event loop a turn at least this often
 
 
@@ -116,7 +117,12 @@ class Scheduler:
             for task in running:
                 task.cancel()
             if running:
-                await asyncio.gather(*running, return_exceptions=True)
+                # Bounded: a step that swallows its cancel (third-party code) is left behind
+                # rather than holding the run's end (and the journal's `cancelled`) forever.
+                await asyncio.wait(running, timeout=STOP_GRACE_S)
+                for task in running:
+                    if task.done() and not task.cancelled():
+                        task.exception()  # retrieved: the run is ending, its outcome is moot
             settle()
 
     async def watch_cancel(self, main: asyncio.Task[None], requested: Callable[[], bool]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from pathlib import Path
 from typing import Any
 
 REASON = "interrupted: the process ended without finishing the run"
@@ -36,3 +38,24 @@ def process_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def mark_cancelled_now(journal_path: Path, run_id: str, reason: str) -> None:
+    """Run ``run_id``, if still `running`, becomes cancelled (exit 130) with its running
+    executions: from a fresh connection, for a process about to end without its engine's help
+    (a signal's watchdog thread). Waits at most a second for the journal's lock."""
+    conn = sqlite3.connect(journal_path, timeout=1.0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "UPDATE executions SET status='cancelled' WHERE run_id=? AND status='running'",
+            (run_id,),
+        )
+        conn.execute(
+            "UPDATE runs SET status='cancelled', reason=?, exit_code=130, finished_at=? "
+            "WHERE id=? AND status='running'",
+            (reason, time.time(), run_id),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
