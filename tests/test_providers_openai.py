@@ -226,8 +226,9 @@ def test_structured_output_sends_strict_when_asked() -> None:
                 format="json",
             )
     assert plain == {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+    posts = [r for r in server.requests if r.method == "POST"]  # a GET /models comes first
     assert asked["json_schema"]["strict"] is True and "strict" not in json.dumps(
-        server.requests[-3].json()["messages"]
+        posts[-3].json()["messages"]
     )
     assert by_setting["json_schema"]["strict"] is True
     assert "'additionalProperties' is required to be supplied and to be false" in str(info.value)

@@ -53,6 +53,12 @@ _HIDDEN = re.compile(r"(?is)<(script|style|head)\b.*?</\1\s*>")
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 # Proxies and gateways answering for a backend that may have received the request.
 LOST_REPLY_STATUSES = frozenset({502, 504, 524})
+# A 5xx whose words say the request itself is invalid (llama-cpp-python answers a pydantic
+# validation error with HTTP 500): sending it again unchanged cannot help.
+INVALID_REQUEST = re.compile(
+    r"(?i)\bvalidation error|\binvalid request\b|\binput should be\b|\bunprocessable\b|"
+    r"\bfield required\b|\bextra inputs are not permitted\b"
+)
 # Errors that answer 429 (or 403/400) but need the user to act: waiting does not help.
 NEEDS_USER_CODES = frozenset(
     {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "access_terminated"}
@@ -360,6 +366,9 @@ class HttpProvider(Provider):
         if transient and error_code(error_body(resp)) in NEEDS_USER_CODES:
             transient = False
             message += " (this needs action on the account; retrying will not help)"
+        elif transient and status >= 500 and INVALID_REQUEST.search(message):
+            transient = False
+            message += " (the server names the request as invalid; sending it again would not help)"
         return self.error(
             message,
             transient=transient,

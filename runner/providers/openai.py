@@ -18,6 +18,16 @@ states them:
 - ``response_format: json_object`` needs the word JSON in the messages: a system line asking for
   a JSON object is added when no message mentions it. Structured output (a schema) sends
   ``strict: true`` when the step's ``params.strict`` or the ``strict_schema`` setting asks.
+- Structured output goes out in the form the server takes (setting ``structured_output``):
+  ``json_schema`` (OpenAI's ``{type: json_schema, json_schema: {name, schema}}``),
+  ``json_object_schema`` (``{type: json_object, schema}``: llama-cpp-python, whose server
+  refuses the first with HTTP 500 "Input should be 'text' or 'json_object'"), ``json_object``
+  (JSON mode, the schema told in a system message) or ``prompt`` (no response_format: the
+  schema in a system message). Unset, OpenAI and Azure get ``json_schema``; another server is
+  asked ``GET /models`` once (llama-cpp-python answers ``owned_by: "me"``), and a server that
+  refuses the form it was sent (4xx/5xx naming ``json_schema`` or ``response_format``) gets the
+  next form at once: nothing was generated, so nothing is paid twice. runner checks the reply
+  against the schema whatever the form.
 - A ``refusal`` in the reply is returned as such (metadata ``refusal``), never parsed as JSON.
 - ``url`` replies are fetched with a client that carries no credentials.
 
@@ -27,6 +37,7 @@ document it, so nothing relies on it: a lost reply is MAYBE_EXECUTED (see _http.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -34,6 +45,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 
+from ..errors import ProviderError
 from ._http import HttpProvider, b64decode, b64encode, tls_context, usage_ints
 from .base import (
     Capabilities,
@@ -56,6 +68,16 @@ IMAGE_SIZES: dict[str, tuple[str, ...]] = {
 _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)", re.IGNORECASE)
 _JSON_WORD = re.compile(r"json", re.IGNORECASE)
 JSON_INSTRUCTION = "Reply with a JSON object."
+SCHEMA_INSTRUCTION = "Reply with only a JSON object that matches this JSON Schema: "
+STRUCTURED_FORMS = ("json_schema", "json_object_schema", "json_object", "prompt")
+# A server's refusal of the response_format it was sent (not of the request's content).
+_FORM_REFUSED = re.compile(
+    r"(?is)'text' or 'json_object'|response_format\W{0,5}type\b|"
+    r"json_schema\W{0,20}(is\s+)?(not supported|unsupported|unknown)|"
+    r"(not supported|unsupported|unknown)\W{0,20}(response_format|json_schema)"
+)
+# llama-cpp-python's server names itself so in GET /v1/models; it takes json_object + schema.
+_OWNER_FORMS = {"me": "json_object_schema"}
 _MAGIC: tuple[tuple[bytes, int, str, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", 0, "image/png", "png"),
     (b"\xff\xd8\xff", 0, "image/jpeg", "jpg"),
@@ -116,9 +138,14 @@ class OpenAIProvider(HttpProvider):
             "api_key_header",
             "max_tokens_param",
             "strict_schema",
+            "structured_output",
             "params",
         }
     )
+    # How a schema is put on the wire, not what is asked: the same reply, the same profile.
+    operational_settings: ClassVar[frozenset[str]] = HttpProvider.operational_settings | {
+        "structured_output"
+    }
     defaults: ClassVar[dict[str, Any]] = {
         "model": "gpt-4o-mini",
         "image_model": "gpt-image-1",
@@ -138,10 +165,12 @@ class OpenAIProvider(HttpProvider):
             version = self._query.pop("api-version", None)
             if version and "api_version" not in self.settings:
                 self.settings["api_version"] = version
-        for name in ("api_key_header", "max_tokens_param"):
+        self._form: str | None = None  # the structured-output form found to work
+        for name in ("api_key_header", "max_tokens_param", "structured_output"):
             allowed = {
                 "api_key_header": ("authorization", "api-key"),
                 "max_tokens_param": ("max_tokens", "max_completion_tokens"),
+                "structured_output": STRUCTURED_FORMS,
             }[name]
             if self.settings.get(name, allowed[0]) not in allowed:
                 raise ProviderConfigError(
@@ -293,18 +322,25 @@ class OpenAIProvider(HttpProvider):
             override = self.settings.get("max_tokens_param")
             field = max_tokens_field(model, override if isinstance(override, str) else None)
             body[field] = request.max_tokens
-        if request.json_schema is not None:
-            spec: dict[str, Any] = {"name": "reply", "schema": request.json_schema}
-            if strict is not None:
-                spec["strict"] = bool(strict)
-            body["response_format"] = {"type": "json_schema", "json_schema": spec}
-        elif request.format == "json":
+        if request.json_schema is None and request.format == "json":
             body["response_format"] = {"type": "json_object"}
             if not mentions_json(messages):  # the API refuses json_object otherwise
                 body["messages"] = [{"role": "system", "content": JSON_INSTRUCTION}, *messages]
         url = "chat/completions"
+        form: str | None = None
         async with self.client(request.timeout) as client:
-            reply = await self._post(client, url, request, json=body)
+            if request.json_schema is None:
+                reply = await self._post(client, url, request, json=body)
+            else:
+                form = await self._structured_form(client)
+                while True:
+                    sent = _with_schema(body, request.json_schema, strict, form)
+                    try:
+                        reply = await self._post(client, url, request, json=sent)
+                        break
+                    except ProviderError as exc:
+                        form = self._next_form(form, exc)
+                self._form = form
         try:
             choice = reply["choices"][0]
             message = choice["message"]
@@ -325,7 +361,49 @@ class OpenAIProvider(HttpProvider):
         }
         if isinstance(refusal, str) and refusal:
             meta["refusal"] = refusal
+        if form is not None:
+            meta["structured_output"] = form
         return TextResult(text=text, metadata=meta, usage=usage)
+
+    # --- structured output ------------------------------------------------------------------
+
+    async def _structured_form(self, client: httpx.AsyncClient) -> str:
+        """The form a schema goes out in: the setting, else what this server was found to take."""
+        chosen = self.settings.get("structured_output")
+        if isinstance(chosen, str):
+            return chosen
+        if self._form is None:
+            host = urlsplit(str(self.base_url)).hostname or ""
+            self._form = "json_schema"
+            if host != "api.openai.com" and not host.endswith(".azure.com"):
+                self._form = await self._form_of_server(client)
+        return self._form
+
+    async def _form_of_server(self, client: httpx.AsyncClient) -> str:
+        """What GET /models says of the server (one look per provider instance)."""
+        try:
+            listed = self.json_of(await self.send(client, "GET", "models", params=self.query()))
+        except ProviderError:
+            return "json_schema"  # no answer there: the first refusal says more
+        models = listed.get("data")
+        for model in models if isinstance(models, list) else []:
+            owner = model.get("owned_by") if isinstance(model, dict) else None
+            if isinstance(owner, str) and owner in _OWNER_FORMS:
+                return _OWNER_FORMS[owner]
+        return "json_schema"
+
+    def _next_form(self, form: str, exc: ProviderError) -> str:
+        """The form to try after ``exc`` refused ``form``; re-raises ``exc`` when it was not a
+        refusal of the form (or the form was chosen in the settings, or none is left)."""
+        refused = (
+            exc.status is not None
+            and 400 <= exc.status < 600
+            and exc.status not in (429, 502, 503, 504)
+            and _FORM_REFUSED.search(exc.message) is not None
+        )
+        if not refused or "structured_output" in self.settings or form == "prompt":
+            raise exc
+        return STRUCTURED_FORMS[STRUCTURED_FORMS.index(form) + 1]
 
     @staticmethod
     def _message(message: dict[str, Any]) -> dict[str, Any]:
@@ -337,3 +415,23 @@ class OpenAIProvider(HttpProvider):
             url = f"data:{image_type(data)[0]};base64,{b64encode(data)}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
         return {"role": message["role"], "content": parts}
+
+
+def _with_schema(
+    body: dict[str, Any], schema: dict[str, Any], strict: Any, form: str
+) -> dict[str, Any]:
+    """``body`` asking for a reply that meets ``schema``, in the wire form ``form``."""
+    out = dict(body)
+    if form == "json_schema":
+        spec: dict[str, Any] = {"name": "reply", "schema": schema}
+        if strict is not None:
+            spec["strict"] = bool(strict)
+        out["response_format"] = {"type": "json_schema", "json_schema": spec}
+    elif form == "json_object_schema":
+        out["response_format"] = {"type": "json_object", "schema": schema}
+    else:  # the schema told in words; json_object mode holds the reply to JSON at least
+        told = SCHEMA_INSTRUCTION + json.dumps(schema, sort_keys=True)
+        out["messages"] = [{"role": "system", "content": told}, *body["messages"]]
+        if form == "json_object":
+            out["response_format"] = {"type": "json_object"}
+    return out
