@@ -9,13 +9,14 @@ requests reached it and how many were in flight at once.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .kit import executions, runner, write
+from .kit import Run, executions, runner, start_runner, write
 from .proxy import CountingProxy
 from .servers import Server, http_json
 
@@ -267,3 +268,56 @@ def test_a_timeout_shorter_than_the_generation_is_never_sent_blindly_again(
     assert proxy.requests == 1
     [ask] = executions(tmp_path, again.doc["run"]["id"], "ask")
     assert "--retry-uncertain" in ask["error"], ask["error"]
+
+
+def _answered(server: Server) -> int:
+    """Chat completions the server answered, by its own access log (every start of it)."""
+    return server.log.read_text(errors="replace").count('"POST /v1/chat/completions HTTP/1.1" 200')
+
+
+def test_a_server_killed_mid_run_is_said_at_once_and_nothing_is_generated_twice(
+    tmp_path: Path, llama: Server
+) -> None:
+    config(tmp_path, llama.url, max_concurrency=4)
+    pipeline(
+        tmp_path,
+        """\
+  ask:
+    uses: llm
+    for_each: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    concurrency: 4
+    with:
+      prompt: "Item ${{ item }}."
+      seed: "${{ item }}"
+      max_tokens: 250
+      params: {logit_bias: {"2": -100}}
+    check:
+      - {expr: "output.text | length > 0"}
+""",
+    )
+    before = _answered(llama)
+    proc = start_runner(tmp_path, "apply", "pipeline.yaml", "--json", "--jobs", "8")
+    try:
+        deadline = time.monotonic() + 60
+        while _answered(llama) < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        llama.kill()
+        time.sleep(3)  # long enough for the waiting calls to be refused and told
+        llama.start()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    run = Run(proc.returncode, out, err)
+    down = f"warning: backend {llama.url}/v1 (llama) down since "
+    assert down in err and "probing every 1 s" in err, err
+    assert f"warning: backend {llama.url}/v1 (llama) is back after " in err, err
+    rows = executions(tmp_path, run.doc["run"]["id"], "ask")
+    done = [r for r in rows if r["status"] == "completed"]
+    lost = [r for r in rows if r["status"] != "completed"]
+    # Those in flight at the kill may have been generated: failed, never sent blindly again.
+    assert 1 <= len(lost) <= 4, [r["error"] for r in lost]
+    assert all("may have completed" in str(r["error"]) for r in lost), [r["error"] for r in lost]
+    assert len(done) + len(lost) == 16
+    assert _answered(llama) - before == len(done)  # each completed element generated once
