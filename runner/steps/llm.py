@@ -96,6 +96,31 @@ def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
         )
 
 
+def _unlike_earlier_attempts(ctx: StepContext, request: TextRequest, profile: str) -> None:
+    """A retry whose check feedback did not change would send an earlier attempt's very request
+    (its reply paid for again, to be refused again): it goes out with another seed instead, or,
+    at temperature 0 where no seed changes the reply, it is not sent and the step says why."""
+    if ctx.ledger is None:
+        return
+    same = next(
+        (
+            n
+            for n in range(2, ctx.attempt)
+            if ctx.ledger.record(request_key(request, profile, n)) is not None
+        ),
+        None,
+    )
+    if same is None:
+        return
+    if request.temperature == 0:
+        raise StepFailure(
+            f"the check's feedback did not change since attempt {same}, and at temperature 0 "
+            f"the same request gets the same reply: attempt {ctx.attempt} is not sent"
+        )
+    request.seed = (request.seed or 0) + ctx.attempt - 1
+    request.idempotency_key = request_key(request, profile, ctx.attempt)
+
+
 class LlmStep(StepType):
     name: ClassVar[str] = "llm"
     version: ClassVar[str] = "1"
@@ -198,6 +223,8 @@ class LlmStep(StepType):
         # A retry with check feedback is a new request; the attempt keeps their keys apart.
         attempt = ctx.attempt if ctx.feedback else None
         request.idempotency_key = request_key(request, profile, attempt)
+        if attempt is not None:
+            _unlike_earlier_attempts(ctx, request, profile)
         canonical = canonical_request(request)
         record = await self._call(ctx, provider, request, canonical)
         refusal = (record.get("metadata") or {}).get("refusal")

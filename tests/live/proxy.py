@@ -10,16 +10,19 @@ generation at a time) cannot tell itself.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 
 class CountingProxy:
     def __init__(self, upstream_port: int, watch: bytes = b"POST /v1/chat/completions") -> None:
         self.upstream_port, self.watch = upstream_port, watch
         self.requests = 0
+        self.inbound = bytearray()  # every byte sent to the server, in arrival order
         self.connections = 0
         self.open = 0
         self.max_open = 0
@@ -80,6 +83,7 @@ class CountingProxy:
                 if inbound:
                     with self._lock:
                         self.requests += data.count(self.watch)
+                        self.inbound += data
                 dst.sendall(data)
         except OSError:
             pass
@@ -93,3 +97,11 @@ class CountingProxy:
         deadline = time.monotonic() + timeout
         while self.requests < n and time.monotonic() < deadline:
             time.sleep(0.02)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The JSON bodies of the watched requests, in order (for calls sent one at a time)."""
+        out = []
+        for chunk in bytes(self.inbound).split(self.watch)[1:]:
+            body = chunk.split(b"\r\n\r\n", 1)[1].split(b"GET /", 1)[0]
+            out.append(json.loads(body))
+        return out

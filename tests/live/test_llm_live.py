@@ -321,3 +321,45 @@ def test_a_server_killed_mid_run_is_said_at_once_and_nothing_is_generated_twice(
     assert all("may have completed" in str(r["error"]) for r in lost), [r["error"] for r in lost]
     assert len(done) + len(lost) == 16
     assert _answered(llama) - before == len(done)  # each completed element generated once
+
+
+NEVER_PASSES = """\
+  ask:
+    uses: llm
+    retries: 2
+    with:
+      prompt: "Say yes."
+      seed: 11
+      temperature: {temperature}
+      max_tokens: 12
+    check:
+      - {{expr: "output.text == 'a reply a random model never gives'"}}
+"""
+
+
+def test_retries_with_unchanged_feedback_never_send_the_same_request_twice(
+    tmp_path: Path, proxy: CountingProxy
+) -> None:
+    config(tmp_path, proxy.url)
+    pipeline(tmp_path, NEVER_PASSES.format(temperature=0.9))
+    run = runner(tmp_path, "apply", "pipeline.yaml", "--json")
+    assert run.code != 0
+    first, second, third = proxy.bodies()
+    # The check said the same thing twice: the third attempt carries the same feedback, so it
+    # goes out with another seed rather than as the second attempt's very request.
+    assert "Previous attempt failed because" in second["messages"][-1]["content"]
+    assert second["messages"] == third["messages"]
+    assert second != third and second["seed"] != third["seed"]
+    assert len({json.dumps(b, sort_keys=True) for b in (first, second, third)}) == 3
+
+
+def test_at_temperature_0_an_unchanged_feedback_stops_the_retries(
+    tmp_path: Path, proxy: CountingProxy
+) -> None:
+    config(tmp_path, proxy.url)
+    pipeline(tmp_path, NEVER_PASSES.format(temperature=0))
+    run = runner(tmp_path, "apply", "pipeline.yaml", "--json")
+    assert run.code != 0
+    assert proxy.requests == 2  # the third would be the second's request, and its reply
+    [ask] = executions(tmp_path, run.doc["run"]["id"], "ask")
+    assert "feedback did not change since attempt 2" in ask["error"], ask["error"]
