@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import Busy, StoreError
+from ..errors import Busy, DiskFull, StoreError
 from ..pipeline.compiler import Plan, compile_pipeline
 from ..store.journal import Journal
 from ..store.objects import ObjectStore
@@ -178,6 +178,14 @@ async def apply_plan_async(
             on_start(interpreter.run_id)
         try:
             report = await interpreter.apply()
+        except DiskFull:
+            raise  # the interpreter journaled what a full disk allows
+        except Exception as exc:
+            # An error the engine did not expect (a store it cannot read) ends the run failed
+            # with it, not `running` until the next apply calls it interrupted.
+            with contextlib.suppress(Exception):
+                state.journal.mark_failed(interpreter.run_id, f"failed: {exc}")
+            raise
         finally:
             # Bounded: a cancelled run ends within seconds even if a connection will not close.
             await bounded(providers.aclose())

@@ -49,7 +49,7 @@ def _record_path(state_dir: Path, tag: str) -> Path:
 def _sig(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
@@ -58,8 +58,8 @@ def _object_sig(path: str) -> list[int] | None:
     """An object's signature, ctime included: objects are never rewritten in place, so a
     changed one means damaged bytes (the full path then hashes it and sets it aside)."""
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
+        st = os.lstat(path)
+    except OSError:  # missing, or its fan-out directory is not one: the full path looks
         return None
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 

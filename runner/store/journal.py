@@ -317,6 +317,15 @@ class Journal(CallLedger):
         for rid in run_ids:
             mark_interrupted(self.conn, "id=?", (rid,))
 
+    def mark_failed(self, run_id: str, reason: str) -> None:
+        """Run ``run_id``, if still `running`, fails with ``reason`` (its running executions
+        are interrupted): the engine stopped on an error it did not expect."""
+        from .interrupt import mark_interrupted
+
+        self._write()
+        mark_interrupted(self.conn, "id=?", (run_id,), reason=reason)
+        self.commit()
+
     # -- artifacts --------------------------------------------------------------------------------
 
     def record_artifacts(self, digests: Mapping[str, int]) -> None:

@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
@@ -48,6 +49,12 @@ def _damaged_error(digest: str) -> StoreError:
         f"aside under objects/{DAMAGED}/",
         hint="the next apply re-creates it; if a paid call made it: runner verify --repair",
     )
+
+
+# Opening an object: never through a symlink, never blocking on a FIFO.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# What opening something that is not a readable regular file may answer.
+_NOT_A_FILE = (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES, errno.EPERM, errno.ENODEV)
 
 
 class ObjectStore:
@@ -112,20 +119,22 @@ class ObjectStore:
     def has(self, digest: str) -> bool:
         """Whether the object is present and whole. A damaged one is set aside (False)."""
         target = self._file(digest)
-        try:
-            st = os.stat(target)
-        except FileNotFoundError:
+        st = self._stat(digest, target)
+        if st is None:
             return False
         if self._trusted.get(digest) == signature(st):
             return True
         try:
-            with open(target, "rb") as f:
-                h = hashlib.sha256()
-                for chunk in iter(lambda: f.read(_CHUNK), b""):
-                    h.update(chunk)
-                opened = os.fstat(f.fileno())
-        except FileNotFoundError:
+            f = self._open(digest, target)
+        except StoreError:
+            return False  # damaged: set aside
+        if f is None:
             return False
+        with f:
+            h = hashlib.sha256()
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                h.update(chunk)
+            opened = os.fstat(f.fileno())
         if h.hexdigest() == digest:
             self._trusted[digest] = signature(opened)
             return True
@@ -138,10 +147,10 @@ class ObjectStore:
 
     def size(self, digest: str) -> int:
         """The object's size in bytes; raises StoreError when it is not in the store."""
-        try:
-            return os.stat(self._file(digest)).st_size
-        except FileNotFoundError:
-            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+        st = self._stat(digest, self._file(digest))
+        if st is None:
+            raise StoreError(f"object {digest[:12]} is missing from the store")
+        return st.st_size
 
     def put_bytes(self, data: bytes, *, durable: bool = False, recoverable: bool = False) -> str:
         """Store ``data``; returns its digest. With ``durable``, the object is fsynced before this
@@ -184,9 +193,8 @@ class ObjectStore:
     def _whole(self, digest: str, target: str, size: int) -> bool:
         """Whether an object of ``size`` bytes is already stored whole (a cheap size check
         first: a truncated object is replaced without hashing it)."""
-        try:
-            st = os.stat(target)
-        except FileNotFoundError:
+        st = self._stat(digest, target)
+        if st is None:
             return False
         if st.st_size != size:
             self._set_aside(digest, st)
@@ -196,12 +204,12 @@ class ObjectStore:
     def read_bytes(self, digest: str) -> bytes:
         """The object's bytes, checked against its name. Raises StoreError when it is missing
         or damaged (a damaged one is set aside)."""
-        try:
-            with open(self._file(digest), "rb") as f:
-                data = f.read()
-                st = os.fstat(f.fileno())
-        except FileNotFoundError:
-            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+        f = self._open(digest, self._file(digest))
+        if f is None:
+            raise StoreError(f"object {digest[:12]} is missing from the store")
+        with f:
+            data = f.read()
+            st = os.fstat(f.fileno())
         if self._trusted.get(digest) != signature(st):
             if hashlib.sha256(data).hexdigest() != digest:
                 self._set_aside(digest, st)
@@ -214,10 +222,9 @@ class ObjectStore:
         is copied: a damaged object is set aside and nothing is written. The copy gets the
         usual permissions (0666 less the umask), not the temporary file's 0600.
         Raises StoreError."""
-        try:
-            src = open(self._file(digest), "rb")  # noqa: SIM115  # closed below
-        except FileNotFoundError:
-            raise StoreError(f"object {digest[:12]} is missing from the store") from None
+        src = self._open(digest, self._file(digest))
+        if src is None:
+            raise StoreError(f"object {digest[:12]} is missing from the store")
         with src:
             st = os.fstat(src.fileno())
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -243,19 +250,25 @@ class ObjectStore:
     def verify(self, digest: str) -> bool:
         """True when the object exists and its bytes still hash to its name (always hashes;
         changes nothing: `runner verify` reports, only --repair sets damaged objects aside)."""
-        p = self.path(digest)
-        if not p.is_file():
-            return False
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
+        try:
+            fd = os.open(self._file(digest), _OPEN_FLAGS)
+        except OSError:
+            return False  # missing, or not a file that can be read: not whole either way
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            h = hashlib.sha256()
+            try:
+                for chunk in iter(lambda: f.read(_CHUNK), b""):
+                    h.update(chunk)
+            except OSError:
+                return False
         return h.hexdigest() == digest
 
     def set_aside(self, digest: str) -> None:
         """Move a damaged object out of the way (kept under .damaged/ for a post-mortem)."""
         try:
-            st = os.stat(self._file(digest))
+            st = os.lstat(self._file(digest))
         except FileNotFoundError:
             return
         self._set_aside(digest, st)
@@ -266,11 +279,14 @@ class ObjectStore:
         try:
             # Only the file that was found damaged: another process may have just replaced it
             # with a whole copy (same name), which must stay.
-            if os.stat(target).st_ino != seen.st_ino:
+            if os.lstat(target).st_ino != seen.st_ino:
                 return
             aside = os.path.join(self._root, DAMAGED)
             os.makedirs(aside, exist_ok=True)
-            os.replace(target, os.path.join(aside, digest))
+            where = os.path.join(aside, digest)
+            if stat.S_ISDIR(seen.st_mode) and os.path.lexists(where):
+                where = f"{where}.dir-{seen.st_ino}"  # a directory cannot replace what is there
+            os.replace(target, where)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -283,7 +299,45 @@ class ObjectStore:
 
     def delete(self, digest: str) -> None:
         self._trusted.pop(digest, None)
-        self.path(digest).unlink(missing_ok=True)
+        path = self.path(digest)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)  # something put a directory where it was
+        else:
+            path.unlink(missing_ok=True)
+
+    def _stat(self, digest: str, target: str) -> os.stat_result | None:
+        """The object file's stat, or None when it is missing. Anything but a regular file at
+        an object's name (a directory, FIFO, symlink...) is damage: set aside, then missing."""
+        try:
+            st = os.lstat(target)
+        except (FileNotFoundError, NotADirectoryError):  # or its fan-out directory is a file
+            return None
+        if stat.S_ISREG(st.st_mode):
+            return st
+        self._set_aside(digest, st)
+        return None
+
+    def _open(self, digest: str, target: str) -> BinaryIO | None:
+        """The object file opened for reading, or None when it is missing. What cannot be
+        opened as a regular file (a directory, a FIFO -- opened without blocking --, a symlink,
+        an unreadable file) is damage: set aside, then StoreError."""
+        try:
+            fd = os.open(target, _OPEN_FLAGS)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno not in _NOT_A_FILE:
+                raise StoreError(f"cannot read object {digest[:12]}: {exc.strerror}") from exc
+            with contextlib.suppress(FileNotFoundError):
+                self._set_aside(digest, os.lstat(target))
+            raise _damaged_error(digest) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self._set_aside(digest, st)
+            raise _damaged_error(digest)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
 
     def iter_digests(self) -> list[str]:
         if not self.root.is_dir():

@@ -191,10 +191,11 @@ def export_run(
     """
     from ..errors import UsageError
     from .folder import edited
-    from .records import iterations_of, resolve_target
+    from .records import heal_lost, iterations_of, resolve_target
 
     run, it = resolve_target(state.journal, target)
     its = [it] if it is not None else iterations_of(state.journal, run["id"])
+    heal_lost(state.journal, state.objects, its)
     if picked:
         its = [i for i in its if i.picked]
         if not its:
@@ -203,6 +204,12 @@ def export_run(
                 hint=f"pick one first: runner pick {run['id']} <ordinal>",
             )
     completed = [i for i in its if i.status == "completed"]
+    if not completed and any(i.status == "lost" for i in its):
+        raise UsageError(
+            f"run {run['id']}'s images were lost from the object store (runner verify --repair "
+            "marked them); they come back when an apply makes them again",
+            hint=f"runner apply {run['pipeline_file'] or 'PIPELINE'}, then export again",
+        )
     if not completed:
         raise UsageError(
             f"run {run['id']} has no completed iteration to export",

@@ -131,6 +131,21 @@ def iterations_of(journal: Journal, run_id: str) -> list[Iteration]:
     ]
 
 
+def heal_lost(journal: Journal, objects: Any, its: list[Iteration]) -> None:
+    """Iterations `runner verify --repair` marked lost whose images are whole in the store
+    again (a later apply made the same bytes) are completed again, here and in the journal:
+    the run's history did not change, only where its images were."""
+    for it in its:
+        if it.status != "lost" or not it.raw:
+            continue
+        if all(objects.has(d) for d in (it.raw, it.final) if d):
+            journal.conn.execute(
+                "UPDATE iterations SET status='completed', error=NULL WHERE id=? AND status='lost'",
+                (it.id,),
+            )
+            it.status, it.error = "completed", None
+
+
 def find_iteration(journal: Journal, ident: str) -> Iteration | None:
     rows = journal.query("SELECT * FROM iterations WHERE id=?", (ident,))
     return Iteration.from_row(rows[0]) if rows else None
