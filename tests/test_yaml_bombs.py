@@ -237,3 +237,30 @@ def test_the_bound_refuses_exactly_what_aliases_expand_past_it(doc: tuple[str, i
                 parse_text(text, "d.yaml")
         else:
             assert parse_text(text, "d.yaml").data == expected
+
+
+def test_an_output_too_large_to_store_fails_the_run_in_words(tmp_path: Path) -> None:
+    """A real apply with the record limit lowered (a 1 GB output is too slow for CI): the run
+    ends failed with the size named, no sqlite3.DataError traceback, nothing left running."""
+    (tmp_path / "runner.toml").write_text("")
+    (tmp_path / "p.yaml").write_text(
+        "runner: 1\nname: big\nsteps:\n"
+        "  s: {uses: shell, with: {run: \"head -c 20000 /dev/zero | tr '\\\\0' x\"}}\n"
+    )
+    lowered = (
+        "import sys; from runner.store import records; records.MAX_RECORD_BYTES = 10_000; "
+        "from runner.cli.app import main; sys.argv[0] = 'runner'; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", lowered, "apply", "p.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "over the 10,000 bytes the journal stores in one record" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "DataError" not in done.stderr
+    listed = _runner(tmp_path, "runs", "list", "--json")
+    assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["failed"], listed.stdout
