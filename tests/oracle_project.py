@@ -342,7 +342,7 @@ def observe(
     run_id = next((e["run_id"] for e in events if e["type"] == "RunStarted"), None)
     obs = Observed(exit_code, run_id, stderr=stderr)
     obs.actions, obs.keys = parse_events(events)
-    if (state / "journal.db").exists():
+    if has_journal(state):
         db = journal(state)
         try:
             _expand_steps(db, obs)
@@ -362,8 +362,19 @@ def observe(
     return obs
 
 
-def completed_calls(state: Path) -> set[str]:
+def has_journal(state: Path) -> bool:
+    """A journal with its tables (an apply killed before its first migration leaves none)."""
     if not (state / "journal.db").exists():
+        return False
+    db = journal(state)
+    try:
+        return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name='runs'").fetchone())
+    finally:
+        db.close()
+
+
+def completed_calls(state: Path) -> set[str]:
+    if not has_journal(state):
         return set()
     db = journal(state)
     try:
@@ -375,7 +386,7 @@ def completed_calls(state: Path) -> set[str]:
 def completed_keys(state: Path, pipeline: str | None = None) -> set[str]:
     """Step keys with a completed execution (of ``pipeline``: results are looked up by
     pipeline, step and key; the remote cache by key alone)."""
-    if not (state / "journal.db").exists():
+    if not has_journal(state):
         return set()
     db = journal(state)
     sql = "SELECT key FROM executions WHERE status='completed'"

@@ -61,6 +61,7 @@ from .oracle_project import (
     completed_calls,
     completed_keys,
     copy_sources,
+    has_journal,
     journal,
     observe,
     outputs,
@@ -131,7 +132,6 @@ class ReuseOracle(RuleBasedStateMachine):
         self.revised: dict[str, set[tuple[Any, ...]]] = {}
         # (pipeline, item) with an apply killed since their last one
         self.killed: set[tuple[str, str | None]] = set()
-        self.watch_reused: set[str] = set()
         self.watchers: dict[str, Any] = {}
         # (file, step, element) -> (the step key the edit is bound to, its text)
         self.user_edits: dict[tuple[str, str, int | None], tuple[str, str]] = {}
@@ -237,8 +237,6 @@ class ReuseOracle(RuleBasedStateMachine):
             ok = ok or (got == "remote" and want in ("run", "unknown"))
             # past a gate that asks, plan says what runs after the decision
             ok = ok or (asked and slot[0] in AFTER_GATE and got == "skip")
-            # what a watch cycle answers from its last cycle (gc may have deleted it since)
-            ok = ok or (slot[0] in self.watch_reused and got == "cached")
             # a gate's remembered rejection, a `runner edit` that holds: plan says cached
             ok = ok or (want == "cached" and got in ("rejected", "edited"))
             assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"
@@ -378,7 +376,7 @@ class ReuseOracle(RuleBasedStateMachine):
     # -- checks between applies ------------------------------------------------------------------
 
     def _check_verify(self) -> None:
-        if not (self.state / "journal.db").exists():
+        if not has_journal(self.state):
             return
         res = cli(self.root, "verify", "--json", "--state", str(self.state))
         doc = res.json()
@@ -554,9 +552,6 @@ class ReuseOracle(RuleBasedStateMachine):
             if not changed:
                 return  # nothing the watcher sees changed: it runs nothing
 
-        # steps the watcher answers from its last cycle, not from the journal plan reads
-        self.watch_reused = set(w._incremental() or {})
-
         async def cycle() -> None:
             task = w._start(changed)
             if task is not None:
@@ -567,11 +562,8 @@ class ReuseOracle(RuleBasedStateMachine):
             assert len(cycles) == 1 and cycles[0].error is None, cycles
             return cycles[0].exit_code, collected.events, ""
 
-        try:
-            with recording_calls():
-                self._checked(file, run)
-        finally:
-            self.watch_reused = set()
+        with recording_calls():
+            self._checked(file, run)
 
     # -- SIGKILL during an apply ----------------------------------------------------------
 
@@ -621,7 +613,7 @@ class ReuseOracle(RuleBasedStateMachine):
         args = ["gc", "--keep-last", str(keep), "--json", "--state", str(self.state)]
         args += ["--dry-run"] if dry_run else []
         args += ["--older-than", "30d"] if older else []
-        if not (self.state / "journal.db").exists():
+        if not has_journal(self.state):
             return
         res = cli(self.root, *args)
         assert res.exit_code == 0, res.stderr
@@ -649,7 +641,7 @@ class ReuseOracle(RuleBasedStateMachine):
 
     @rule()
     def push(self) -> None:
-        if not (self.state / "journal.db").exists():
+        if not has_journal(self.state):
             return
         res = cli(self.root, "cache", "push", "--json", "--state", str(self.state))
         assert res.exit_code == 0, res.stderr
@@ -719,7 +711,7 @@ def _state_files(state: Path) -> dict[str, Any]:
         for p in state.rglob("*")
         if p.is_file() and not p.name.startswith("journal.db")
     }
-    if (state / "journal.db").exists():
+    if has_journal(state):
         db = journal(state)
         try:
             for table in ("runs", "executions", "calls", "decisions", "overrides", "events"):
