@@ -269,3 +269,27 @@ def test_a_watch_cycle_restores_an_output_deleted_since_the_last(project: Projec
         assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True
     finally:
         cycles.close()
+
+
+def test_runner_edit_back_to_what_the_run_used_supersedes_the_standing_edit(
+    project: Project,
+) -> None:
+    """Edit to X, apply (the run uses X), edit to Y, then edit back to X: runner edit compared
+    X with the run's output (X), said unchanged and left Y in force."""
+    project.write("pipeline.yaml", EDITED)
+    run_id = project.apply()["run"]["id"]
+    x, y = project.write("x.txt", "shot X"), project.write("y.txt", "shot Y")
+
+    def edit(src: Any, rid: str) -> Any:
+        res = project.cli("edit", rid, "shot", "--element", "0", "--from", str(src), "--json")
+        assert res.exit_code == 0, res.stderr
+        return res.json
+
+    edit(x, run_id)
+    used_x = project.apply()["run"]["id"]
+    edit(y, used_x)
+    assert edit(x, used_x)["changed"] is True
+    project.apply()
+    runs = project.cli("runs", "show", project.apply()["run"]["id"], "--json").json
+    shot0 = [e for e in runs["executions"] if e["step_id"] == "shot" and e["element"] == 0]
+    assert shot0[-1]["output"]["text"] == "shot X", shot0

@@ -116,6 +116,15 @@ def edit_output(
         # A step with no `contract:` records its key as the contract (runner/overrides.py).
         bound_to_contract = execution["contract"] not in (None, execution["key"])
         output = json.loads(execution["output"])
+        contract = execution["contract"] or execution["key"]
+        # An edit already standing for this output is what the next apply uses: the new text
+        # is an edit of that (it was compared with the run's output, so going back to what the
+        # run used was "unchanged" and left the other edit in force).
+        standing = overrides.active(
+            state.journal, found["run"]["pipeline"], step, -1 if element is None else element
+        )
+        if standing is not None and standing.contract == contract:
+            output = standing.output
         textual = isinstance(output, dict) and isinstance(output.get("text"), str)
         current = output["text"] if textual else json.dumps(output, indent=2, ensure_ascii=False)
         if from_file is not None:
@@ -153,7 +162,7 @@ def edit_output(
                 pipeline=found["run"]["pipeline"],
                 step_id=step,
                 element=-1 if element is None else element,
-                contract=execution["contract"] or execution["key"],
+                contract=contract,
                 output=new_output,
             )
             changed = True
