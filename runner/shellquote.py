@@ -123,7 +123,7 @@ def check_command(text: str, *, raw: bool, where: Location | None) -> None:
             places(_literals(compiled.parts))
         except Unquotable as exc:
             raise InvalidPipeline(
-                f"{exc.reason}, where no quoting keeps a value from becoming shell code",
+                f"{exc.reason}: no quoting keeps a value data there",
                 where=where,
                 hint='pass it through the environment: env: {V: "${{ ... }}"} and "$V" in the '
                 'command (with sh -c: sh -c \'... "$1"\' sh "$V"), or set `raw: true` to '
