@@ -93,7 +93,7 @@ def test_disk_full_stops_cleanly_and_resumes_on_a_bigger_disk(
         ).fetchone()[0]
     finally:
         conn.close()
-    assert [r[0] for r in runs] == ["failed"] and "disk is full" in runs[0][1], runs
+    assert [r[0] for r in runs] == ["interrupted"] and "disk is full" in runs[0][1], runs
     assert running == 0
     recorded = _completed(small_disk)
     assert 0 < len(recorded) < N
@@ -236,7 +236,7 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
         still_running = running.fetchone()[0]
     finally:
         conn.close()
-    assert runs == [("failed", "interrupted: the disk is full")], runs
+    assert runs == [("interrupted", "interrupted: the disk is full")], runs
     assert still_running == 0
     [(status, error, result)] = calls
     if reply == "refused":  # the ledger write landed

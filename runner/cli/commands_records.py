@@ -37,6 +37,7 @@ RUN_STATUSES = (
     "failed",
     "cancelled",
     "rejected",
+    "interrupted",
 )  # = RunStatus values (tests/test_records.py keeps them equal; the enum is not worth importing)
 
 

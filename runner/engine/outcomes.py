@@ -34,6 +34,9 @@ class RunStatus(enum.Enum):
     PARTIAL = "partial"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Stopped by its surroundings, not by a step: the disk filled up, or its process died (the
+    # next apply of its item finds it). Its finished work is recorded; an apply resumes it.
+    INTERRUPTED = "interrupted"
     REJECTED = "rejected"
 
 

@@ -18,7 +18,7 @@ from .events import Reporter
 from .options import ApplyOptions
 from .outcomes import RunReport, RunStatus
 
-RESUMABLE = frozenset({"awaiting_human", "cancelled", "failed", "partial"})
+RESUMABLE = frozenset({"awaiting_human", "cancelled", "failed", "interrupted", "partial"})
 POLL_S = 0.2
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidPipeline, Location
+from ..regularfile import open_regular
 from . import _fastyaml
 
 Path_ = tuple[Hashable, ...]
@@ -177,7 +178,7 @@ def parse_file(path: Path, display: str | None = None) -> Sourced:
                 where=Location(name, 1, 1),
                 hint="keep large data in a file the pipeline reads (`uses: read`)",
             )
-        with path.open("rb") as f:  # capped: /dev/zero or a pipe has no size to check first
+        with open_regular(path) as f:  # a FIFO is refused, not waited on for ever
             raw = f.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise InvalidPipeline(

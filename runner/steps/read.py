@@ -11,6 +11,7 @@ from ..errors import InvalidPipeline, Location, StepFailure
 from ..pipeline.globs import WILD, check_pattern, matches
 from ..pipeline.paths import inside
 from ..pipeline.source import decode_utf8
+from ..regularfile import read_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 
@@ -67,13 +68,15 @@ class ReadStep(StepType):
             entry: dict[str, Any] = {"path": rel}
             if mode != "paths":
                 try:
-                    text = decode_utf8((ctx.root / rel).read_bytes(), rel)
+                    text = decode_utf8(read_regular(ctx.root / rel), rel)
                     if mode in ("json", "yaml"):
                         entry["data"] = (load_json if mode == "json" else load_yaml)(text, rel)
                     else:
                         entry["text"] = text
                 except FileNotFoundError:
                     raise StepFailure(f"file not found: {rel}") from None
+                except OSError as exc:  # a FIFO, a directory, no permission: said, not a bug
+                    raise StepFailure(f"cannot read {rel}: {exc.strerror}") from None
                 except InvalidPipeline as exc:  # bad bytes or data, at file:line:column
                     raise StepFailure(str(exc)) from None
             files.append(entry)

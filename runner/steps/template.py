@@ -13,6 +13,7 @@ from .. import expr as ex
 from ..errors import InvalidPipeline, Location, TemplateError
 from ..pipeline.paths import inside
 from ..pipeline.source import decode_utf8
+from ..regularfile import open_regular, read_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 
@@ -134,7 +135,7 @@ class TemplateStep(StepType):
         output = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
         if args.get("template"):
             # The template's own content hash: the "template spec" part of idempotency keys.
-            source = (ctx.root / args["template"]).read_bytes()
+            source = read_regular(ctx.root / args["template"])
             output["template_sha256"] = hashlib.sha256(source).hexdigest()
         return StepResult(output=output)
 
@@ -149,7 +150,7 @@ def _needed_variables(env: ex.HardenedEnvironment, path: str, name: str) -> froz
     sig = (path, st.st_mtime_ns, st.st_size)
     found = _NEEDED.get(sig)
     if found is None:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO is refused, not waited on
             text = decode_utf8(f.read(), name)
         found = _NEEDED[sig] = frozenset(ex.template_variables(env, text))
     return found
@@ -184,7 +185,7 @@ def _includes(env: ex.HardenedEnvironment, path: Path) -> tuple[str, ...] | None
         sig = (str(path), st.st_mtime_ns, st.st_size)
         found = _INCLUDES.get(sig)
         if found is None:
-            source = path.read_text(encoding="utf-8")
+            source = read_regular(path).decode("utf-8")
             found = tuple(n for n in meta.find_referenced_templates(env.parse(source)) if n)
             _INCLUDES[sig] = found
     except Exception:

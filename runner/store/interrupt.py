@@ -12,18 +12,24 @@ REASON = "interrupted: the process ended without finishing the run"
 
 
 def mark_interrupted(
-    conn: sqlite3.Connection, where: str, args: tuple[Any, ...], *, reason: str = REASON
+    conn: sqlite3.Connection,
+    where: str,
+    args: tuple[Any, ...],
+    *,
+    reason: str = REASON,
+    status: str = "interrupted",
 ) -> None:
-    """Runs matching ``where`` (a condition on runs) that are still `running` become failed,
-    and their running executions interrupted. Runs inside the caller's transaction."""
+    """Runs matching ``where`` (a condition on runs) that are still `running` become
+    ``status`` (interrupted: stopped by a full disk or a dead process, as the docs say), and
+    their running executions interrupted. Runs inside the caller's transaction."""
     conn.execute(
         "UPDATE executions SET status='interrupted' WHERE status='running' AND run_id IN "
         f"(SELECT id FROM runs WHERE status='running' AND {where})",
         args,
     )
     conn.execute(
-        f"UPDATE runs SET status='failed', reason=? WHERE status='running' AND {where}",
-        (reason, *args),
+        f"UPDATE runs SET status=?, reason=? WHERE status='running' AND {where}",
+        (status, reason, *args),
     )
 
 

@@ -323,7 +323,7 @@ class Journal(CallLedger):
         from .interrupt import mark_interrupted
 
         self._write()
-        mark_interrupted(self.conn, "id=?", (run_id,), reason=reason)
+        mark_interrupted(self.conn, "id=?", (run_id,), reason=reason, status="failed")
         self.commit()
 
     # -- artifacts --------------------------------------------------------------------------------

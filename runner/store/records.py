@@ -4,6 +4,7 @@ errors for a damaged, missing or emptied journal."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical import CanonicalError
-from ..errors import StoreError
+from ..errors import DiskFull, StoreError
 
 
 def now() -> float:
@@ -111,8 +112,24 @@ def is_damage(exc: Exception) -> bool:
 
 
 def damaged_journal(path: Path, exc: Exception) -> StoreError:
-    """The error for a journal SQLite cannot read (bad pages, not a database, a lost table)."""
+    """The error for a journal SQLite cannot read (bad pages, not a database, a lost table),
+    or DiskFull when what stopped it is a full disk (nothing is damaged: a repair would not
+    help, room would)."""
+    if disk_full(exc):
+        return DiskFull(
+            f"the disk holding {path.parent} is full: the journal {path.name} cannot be "
+            "opened or created there; nothing ran",
+            hint="free some space (or move the project to a bigger disk), then run again",
+        )
     return StoreError(f"the journal {path} is damaged: {exc}", hint=REPAIR_HINT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether an SQLite or OS error says the disk (or the quota) is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "disk is full" in str(exc).lower()
 
 
 def orphaned_objects(state_dir: Path) -> int:
