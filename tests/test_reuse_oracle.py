@@ -415,14 +415,18 @@ class ReuseOracle(RuleBasedStateMachine):
     @rule(
         decision=st.sampled_from(["approve", "reject", "revise"] if GATE_MEMORY else ["approve"]),
         feedback=st.sampled_from(["shorter", "warmer"]),
+        resume=st.booleans(),
     )
-    def decide(self, decision: str, feedback: str) -> None:
+    def decide(self, decision: str, feedback: str, resume: bool) -> None:
+        """Record a decision (the next apply takes it), or decide and continue the run at once
+        (`decide` resumes it: the next apply checks what that left)."""
         run_id, key, asked_on = self.awaiting.pop(self.v.topic)
         extra = ["--input", f"feedback={feedback}"] if decision == "revise" else []
         res = cli(
             self.root,
             "decide",
-            "--no-resume",
+            "--resume" if resume else "--no-resume",
+            "--quiet",
             run_id,
             "review",
             decision,
@@ -430,7 +434,9 @@ class ReuseOracle(RuleBasedStateMachine):
             "--state",
             str(self.state),
         )
-        assert res.exit_code == 0, res.stderr
+        assert res.exit_code in ((0, 7, 8) if resume else (0,)), res.stdout + res.stderr
+        if resume:
+            self._outputs_rewritten()
         self.decisions[key] = (decision, feedback if decision == "revise" else None)
         if decision == "revise":
             self.revised.setdefault(self.v.topic, set()).add(asked_on)
@@ -596,15 +602,21 @@ class ReuseOracle(RuleBasedStateMachine):
             proc.wait()
         write_project(self.root, self.v, remote=self.remote)
         self.killed.add(_item_of(file, self.v))
-        for rel, data in list(self.edited.items()):
-            path = self.root / rel
-            if not path.exists() or path.read_bytes() != data:
-                del self.edited[rel]  # the killed apply got to restore or rewrite it
+        self._outputs_rewritten()
+
         self.awaiting.pop(self.v.topic, None)
         self.latest.pop((file, self.v.topic), None)
         w = self.watchers.pop(file, None)
         if w is not None:
             w._state.close()
+
+    def _outputs_rewritten(self) -> None:
+        """After a run the model did not observe (killed, or continued by `decide`): a hand
+        edit it restored or overwrote is no longer pending."""
+        for rel, data in list(self.edited.items()):
+            path = self.root / rel
+            if not path.exists() or path.read_bytes() != data:
+                del self.edited[rel]
 
     # -- gc --------------------------------------------------------------------------------------
 
@@ -740,8 +752,8 @@ def _profile() -> settings:
             phases=PHASES,
         )
     return settings(
-        max_examples=6,
-        stateful_step_count=20,
+        max_examples=20,
+        stateful_step_count=25,
         deadline=None,
         suppress_health_check=list(HealthCheck),
         derandomize=True,
