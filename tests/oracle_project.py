@@ -45,6 +45,30 @@ TEMPLATES = (
     "Write briefly about {{ topic }}.\nNotes: {{ notes }}\n",
     "{# a comment only #}Write about {{ topic }}.\nNotes: {{ notes }}\n",
 )
+CARDS = tuple(
+    f"""\
+title: OracleCard
+schema_version: 1
+key:
+  item_key:
+    id: {{type: int, value: "${{{{ item_id }}}}"}}
+inputs:
+  item_id: {{type: int, required: true}}
+  label: {{type: string, required: false}}
+patterns:
+  close: {{regex: '{word}', ignore_case: true}}
+fields:
+  main:
+    scale:
+      type: enum
+      allowed: [close, medium]
+      rules:
+        - when: {{matches: {{value: "${{{{ label }}}}", pattern: close}}}}
+          value: close
+        - else: medium
+"""
+    for word in ("cats", "dogs")
+)
 SHOTS = (("a", "b"), ("a", "b", "c"), ("b", "a"), ("a",))
 TOPICS = ("cats", "dogs")
 
@@ -57,6 +81,7 @@ class Variant:
     shots: tuple[str, ...] = ("a", "b")
     notes: int = 0  # index into NOTES
     template: int = 0  # index into TEMPLATES
+    card: int = 0  # index into CARDS
     llm_seed: int = 1
     image_seed: int = 3
     image_suffix: str = ""
@@ -89,6 +114,9 @@ def _common_steps(v: Variant) -> str:
   digest:
     uses: hash
     with: {{value: {{topic: "${{{{ params.topic }}}}", shots: "${{{{ params.shots }}}}"{extra}}}}}
+  card:
+    uses: card
+    with: {{spec: cards/oracle.yaml, inputs: {{item_id: 7, label: "${{{{ params.topic }}}}"}}}}
   shot:
     uses: template
     for_each: "${{{{ params.shots }}}}"
@@ -176,6 +204,7 @@ def write_project(root: Path, v: Variant, *, remote: str | None = None, delay_ms
         "lite.yaml": lite_text(v),
         "data/notes.txt": NOTES[v.notes],
         "prompts/p.j2": TEMPLATES[v.template],
+        "cards/oracle.yaml": CARDS[v.card],
     }
     for rel, text in files.items():
         path = root / rel
@@ -411,7 +440,7 @@ def plan_actions(doc: dict[str, Any]) -> dict[Slot, str]:
 
 def copy_sources(src: Path, dst: Path) -> None:
     """The project's sources (no state, no outputs, no remote) in a fresh directory."""
-    for rel in ("pipeline.yaml", "lite.yaml", "data", "prompts"):
+    for rel in ("pipeline.yaml", "lite.yaml", "data", "prompts", "cards"):
         s = src / rel
         if s.is_dir():
             shutil.copytree(s, dst / rel)

@@ -49,6 +49,7 @@ from hypothesis.stateful import (
 from runner.providers.fake import FakeProvider
 
 from .oracle_project import (
+    CARDS,
     NAMES,
     NOTES,
     PIPELINES,
@@ -161,6 +162,10 @@ class ReuseOracle(RuleBasedStateMachine):
     @rule(template=st.integers(0, len(TEMPLATES) - 1))
     def edit_prompt(self, template: int) -> None:
         self._edit(template=template)
+
+    @rule(card=st.integers(0, len(CARDS) - 1))
+    def edit_card(self, card: int) -> None:
+        self._edit(card=card)
 
     @rule(
         arg=st.sampled_from(
