@@ -24,10 +24,11 @@ from typing import Any
 
 from .errors import StoreError
 from .store import salvage
+from .store.cells import BadCell, bad_cells, mend
 from .store.journal import Journal
 from .store.objects import ObjectStore
 from .store.records import dumps
-from .verify import bad_json, referenced
+from .verify import referenced
 
 
 @dataclass
@@ -38,6 +39,7 @@ class RepairPlan:
     salvaged: dict[str, tuple[int, int]] = field(default_factory=dict)
     adopted: int = 0  # objects recorded in a new journal
     bad_json: list[tuple[str, str, int]] = field(default_factory=list)
+    mended: list[BadCell] = field(default_factory=list)  # text cells rewritten as UTF-8
     lost: dict[str, str] = field(default_factory=dict)  # digest -> where it was relied on
     damaged: list[str] = field(default_factory=list)  # present but not whole (set aside)
     executions: list[dict[str, Any]] = field(default_factory=list)
@@ -48,7 +50,7 @@ class RepairPlan:
 
     @property
     def empty(self) -> bool:
-        return self.journal == "ok" and not (self.bad_json or self.lost)
+        return self.journal == "ok" and not (self.bad_json or self.mended or self.lost)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,9 @@ class RepairPlan:
             "salvaged": {t: {"saved": s, "lost": lost} for t, (s, lost) in self.salvaged.items()},
             "objects_adopted": self.adopted,
             "bad_records": [{"table": t, "column": c, "rowid": r} for t, c, r in self.bad_json],
+            "mended_records": [
+                {"table": m.table, "column": m.column, "rowid": m.rowid} for m in self.mended
+            ],
             "lost_objects": [{"digest": d, "where": w} for d, w in sorted(self.lost.items())],
             "executions_to_rerun": self.executions,
             "paid_calls_to_make_again": self.calls,
@@ -82,6 +87,11 @@ class RepairPlan:
             )
         for table, col, rowid in self.bad_json:
             out.append(f"record {table} #{rowid}: {col} is not valid JSON; it is cleared")
+        for m in self.mended:
+            out.append(
+                f"record {m.table} #{m.rowid}: {m.column} is not UTF-8 text; its bad bytes "
+                "become U+FFFD"
+            )
         for digest, where in sorted(self.lost.items()):
             state = "damaged" if digest in self.damaged else "missing"
             out.append(f"object {digest[:12]} ({where}) is {state}")
@@ -154,7 +164,9 @@ def _adopt(conn: sqlite3.Connection, objects: ObjectStore) -> int:
 
 
 def _plan_records(conn: sqlite3.Connection, objects: ObjectStore, plan: RepairPlan) -> None:
-    plan.bad_json = list(bad_json(conn))
+    cells = list(bad_cells(conn))
+    plan.bad_json = [(c.table, c.column, c.rowid) for c in cells if c.mended is None]
+    plan.mended = [c for c in cells if c.mended is not None]
     refs = referenced(conn)
     for digest, where in refs.items():
         if not objects.exists(digest):
@@ -224,6 +236,7 @@ def _mark(conn: sqlite3.Connection, plan: RepairPlan) -> None:
     conn.execute("BEGIN IMMEDIATE")
     for table, col, rowid in plan.bad_json:
         conn.execute(f"UPDATE {table} SET {col}=NULL WHERE rowid=?", (rowid,))
+    mend(conn, plan.mended)
     for e in plan.executions:
         conn.execute("UPDATE executions SET status='lost', error=? WHERE id=?", (note, e["id"]))
     for c in plan.calls:
@@ -250,7 +263,7 @@ def _loads(text: str | None) -> Any:
 
     try:
         return json.loads(text) if text else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -10,29 +10,23 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+from .store.cells import bad_cells
 from .store.interrupt import process_alive
-from .store.records import JSON_COLUMNS
 
 
 def bad_json(conn: sqlite3.Connection) -> Iterator[tuple[str, str, int]]:
-    """(table, column, rowid) of every JSON cell that does not parse."""
-    for table, cols in JSON_COLUMNS.items():
-        for col in cols:
-            try:
-                rows = conn.execute(
-                    f"SELECT rowid FROM {table} WHERE {col} IS NOT NULL AND NOT json_valid({col})"
-                ).fetchall()
-            except sqlite3.OperationalError:  # an older journal without the table
-                continue
-            for (rowid,) in rows:
-                yield table, col, int(rowid)
+    """(table, column, rowid) of every JSON cell a reader cannot take (bad syntax or bytes,
+    nested too deep, NaN or Infinity): repair clears them."""
+    for cell in bad_cells(conn):
+        if cell.mended is None:
+            yield cell.table, cell.column, cell.rowid
 
 
 def _json(text: str | None, default: Any) -> Any:
     try:
         return json.loads(text) if text else default
-    except ValueError:
-        return default  # reported by bad_json
+    except (ValueError, RecursionError):
+        return default  # reported by bad_cells
 
 
 def referenced(conn: sqlite3.Connection) -> dict[str, str]:
@@ -88,8 +82,8 @@ def verify_state(state: Any) -> tuple[list[str], int]:
     result = conn.execute("PRAGMA integrity_check").fetchone()[0]
     if result != "ok":
         problems.append(f"journal integrity: {result}")
-    for table, col, rowid in bad_json(conn):
-        problems.append(f"journal record {table} #{rowid}: {col} is not valid JSON")
+    # every stored text and JSON value, read as its bytes: what a command would choke on
+    problems += [cell.line() for cell in bad_cells(conn)]
     refs = referenced(conn)
     recorded = state.journal.artifact_digests()
     for digest, label in sorted(refs.items()):

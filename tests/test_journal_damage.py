@@ -44,8 +44,15 @@ def damage_journal(path: Path, case: dict[str, Any]) -> None:
                 conn.execute(f"DROP TABLE {case['table']}")
             else:
                 table, col = case["table"], case["column"]
+                value = {
+                    "json": "'{\"cut off'",
+                    # bytes that are not UTF-8, stored as text (SQLite does not check)
+                    "bytes": "CAST(X'7b2261223a22ff227d' AS TEXT)",
+                    "deep": "'" + "[" * 100_000 + "]" * 100_000 + "'",
+                    "nan": "'{\"a\": NaN}'",
+                }[how]
                 conn.execute(
-                    f"UPDATE {table} SET {col}='{{\"cut off' "
+                    f"UPDATE {table} SET {col}={value} "
                     f"WHERE rowid=(SELECT min(rowid) FROM {table} WHERE {col} IS NOT NULL)"
                 )
         finally:

@@ -14,8 +14,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from ..canonical import CanonicalError
 from ..errors import DiskFull, InvalidPipeline, ProviderError, RunnerError, StepFailure
 from ..steps.base import StepContext, StepResult, StepType
+from ..store.records import dumps
 from .executors import Executor
 
 
@@ -70,4 +72,8 @@ async def run_body(
         tb = traceback.format_exc(limit=8)
         reason = f"internal error in step type '{uses}': {type(exc).__name__}: {exc}"
         return BodyRun(reason=reason, check=None, traceback=tb)
+    try:  # what the journal cannot hold fails this step, not the run's record of it
+        dumps(result.output)
+    except CanonicalError as exc:
+        return BodyRun(reason=f"step type '{uses}' gave an output that cannot be recorded: {exc}")
     return BodyRun(result=result)

@@ -23,6 +23,7 @@ from .records import (
     REPAIR_HINT,
     damaged_journal,
     keep_reserve,
+    lenient_text,
     loads,
     lost_journal,
     now,
@@ -145,6 +146,7 @@ class Journal(CallLedger):
                 check_same_thread=False,
                 factory=MaskedConnection,  # known secrets never enter the journal
             )
+            conn.text_factory = lenient_text  # a damaged cell reads, verify names it
             wal_mode(conn, path)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")

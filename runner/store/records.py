@@ -5,6 +5,7 @@ errors for a damaged, missing or emptied journal."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import sqlite3
@@ -64,16 +65,37 @@ JSON_COLUMNS: dict[str, tuple[str, ...]] = {
 REPAIR_HINT = "see what is wrong with: runner verify; mend it with: runner verify --repair"
 
 
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+# NaN and Infinity were never written (dumps refuses them): read back, they are damage, and
+# would fail the next write of the value with a message that names no record.
+_DECODER = json.JSONDecoder(parse_constant=_not_json)
+
+
 def loads(text: str | None) -> Any:
     """A JSON column's value. Raises StoreError for a damaged record (never a traceback)."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return _DECODER.decode(text)
     except ValueError as exc:
         raise StoreError(
             f"the journal holds a damaged record (bad JSON: {exc})", hint=REPAIR_HINT
         ) from None
+    except RecursionError:
+        raise StoreError(
+            "the journal holds a damaged record (JSON nested too deeply to read)",
+            hint=REPAIR_HINT,
+        ) from None
+
+
+# The journal's text is read leniently: a cell whose bytes are not UTF-8 (SQLite stores what it
+# is given; damage, or a hand edit) reads with U+FFFD where its bad bytes were, instead of
+# failing every command that meets its row. `runner verify` reads the bytes and names such
+# cells; `--repair` rewrites them. A C call: no Python frame per cell read.
+lenient_text = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 _DAMAGE = ("malformed", "not a database", "no such table", "no such column", "corrupt")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NotFound, UsageError
 from ..store.journal import Journal
-from ..store.records import dumps
+from ..store.records import dumps, loads
 
 
 @dataclass
@@ -43,11 +42,11 @@ class Iteration:
             final=r["final"],
             ext=r["ext"],
             compliant=None if r["compliant"] is None else bool(r["compliant"]),
-            compliance=json.loads(r["compliance"]) if r["compliance"] else None,
+            compliance=loads(r["compliance"]) if r["compliance"] else None,
             picked=bool(r["picked"]),
             status=r["status"],
             error=r["error"],
-            metadata=json.loads(r["metadata"]) if r["metadata"] else None,
+            metadata=loads(r["metadata"]) if r["metadata"] else None,
         )
 
     def to_json(self) -> dict[str, Any]:
