@@ -24,8 +24,6 @@ sets its size).
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import os
 import shutil
@@ -33,8 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +42,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from runner.providers.fake import FakeProvider
-
+from .oracle_drive import (
+    SENT,
+    WatchDriver,
+    object_path,
+    recording_calls,
+    scratch_apply,
+    state_contents,
+)
 from .oracle_project import (
     CARDS,
     NAMES,
@@ -63,7 +65,6 @@ from .oracle_project import (
     completed_keys,
     copy_sources,
     has_journal,
-    journal,
     observe,
     outputs,
     plan_actions,
@@ -85,30 +86,6 @@ GATE_MEMORY = True  # a rejection and a revision are remembered like an approval
 REVIEW_KEYED = False
 EDIT_KEPT_ON_RERUN = True  # a hand-edited output overwritten by a re-run is kept in the store
 IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a pull) settles
-
-# -- the provider calls actually sent (the fake provider's own entry point) ------------------
-
-_SENT: list[str] = []
-_real_enter = FakeProvider._enter
-
-
-async def _recording_enter(self: FakeProvider, prompt: str, key: str) -> None:
-    _SENT.append(key)
-    await _real_enter(self, prompt, key)
-
-
-@contextmanager
-def recording_calls() -> Iterator[None]:
-    FakeProvider._enter = _recording_enter  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        FakeProvider._enter = _real_enter  # type: ignore[method-assign]
-
-
-def _object_path(state: Path, data: bytes) -> Path:
-    digest = hashlib.sha256(data).hexdigest()
-    return state / "objects" / digest[:2] / digest[2:]
 
 
 class ReuseOracle(RuleBasedStateMachine):
@@ -142,7 +119,7 @@ class ReuseOracle(RuleBasedStateMachine):
     def teardown(self) -> None:
         for w in self.watchers.values():
             if w._state is not None:
-                w._state.close()
+                w.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- edits ---------------------------------------------------------------------------------
@@ -222,9 +199,9 @@ class ReuseOracle(RuleBasedStateMachine):
         calls_before = completed_calls(self.state)
         keys_before = completed_keys(self.state, NAMES[file])
         edited_before = dict(self.edited)
-        _SENT.clear()
+        SENT.clear()
         code, events, stderr = run()
-        sent = list(_SENT)
+        sent = list(SENT)
         obs = observe(self.root, self.state, file, self.v.topic, code, events, stderr=stderr)
         for (f, step, element), (key, _text) in list(self.user_edits.items()):
             slot = (step, element)
@@ -267,7 +244,7 @@ class ReuseOracle(RuleBasedStateMachine):
                 self.edited.pop(rel, None)
                 ran = any(a == "run" for a in obs.actions.values())
                 if EDIT_KEPT_ON_RERUN or not ran:
-                    kept = _object_path(self.state, data)
+                    kept = object_path(self.state, data)
                     assert kept.exists(), f"hand edit of {rel} kept nowhere\n{context}"
         if not (file == "pipeline.yaml" and self._stale_review()):
             self._compare_with_scratch(file, obs)
@@ -304,7 +281,9 @@ class ReuseOracle(RuleBasedStateMachine):
         try:
             copy_sources(self.root, scratch)
             state = scratch / ".state"
-            ref = self._scratch_apply(scratch, state, file)
+            ref = scratch_apply(
+                scratch, state, file, self.v, decisions=self.decisions, edits=self.user_edits
+            )
             where = f"{file} {self.v}"
             assert obs.exit_code == ref.exit_code, (
                 f"exit {obs.exit_code}, from scratch {ref.exit_code}: {where}\n{obs.stderr[-2000:]}"
@@ -319,64 +298,6 @@ class ReuseOracle(RuleBasedStateMachine):
                 assert obs.files.get(rel) == ref.files.get(rel), f"{rel} != scratch: {where}"
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-
-    def _scratch_apply(self, root: Path, state: Path, file: str) -> Observed:
-        """Apply in an empty state, deciding each gate as it was decided (by gate key)."""
-        for _ in range(6):
-            events = root / "events.jsonl"
-            events.unlink(missing_ok=True)
-            res = cli(
-                root,
-                "apply",
-                file,
-                "--json",
-                "--events",
-                str(events),
-                "--state",
-                str(state),
-                *self.v.params(),
-            )
-            ref = observe(root, state, file, self.v.topic, res.exit_code, read_events(events))
-            if self._replay_edits(root, state, file, ref):
-                continue
-            gate = ("review", None)
-            key = ref.keys.get(gate)
-            if res.exit_code != 7 or key not in self.decisions:
-                return ref
-            decision, feedback = self.decisions[key]
-            extra = ["--input", f"feedback={feedback}"] if feedback is not None else []
-            assert ref.run_id is not None
-            res = cli(
-                root,
-                "decide",
-                "--no-resume",
-                ref.run_id,
-                "review",
-                decision,
-                *extra,
-                "--state",
-                str(state),
-            )
-            assert res.exit_code == 0, res.stderr
-        raise AssertionError("the scratch apply kept asking at the gate")
-
-    def _replay_edits(self, root: Path, state: Path, file: str, ref: Observed) -> bool:
-        """Make in ``state`` each `runner edit` the user made whose key the scratch run has."""
-        made = False
-        for (f, step, element), (key, text) in self.user_edits.items():
-            slot = (step, element)
-            if f != file or ref.keys.get(slot) != key or ref.actions.get(slot) == "edited":
-                continue
-            src = root / "edit.txt"
-            src.write_text(text, encoding="utf-8")
-            extra = [] if element is None else ["--element", str(element)]
-            assert ref.run_id is not None
-            res = cli(
-                root, "edit", ref.run_id, step, *extra, "--from", str(src), "--state", str(state)
-            )
-            assert res.exit_code == 0, res.stderr
-            made = True
-        return made
 
     # -- checks between applies ------------------------------------------------------------------
 
@@ -410,9 +331,9 @@ class ReuseOracle(RuleBasedStateMachine):
 
     @rule(file=st.sampled_from(PIPELINES))
     def plan_writes_nothing(self, file: str) -> None:
-        before = _state_files(self.state)
+        before = state_contents(self.state)
         self._plan(file)
-        assert _state_files(self.state) == before, "plan wrote to the state"
+        assert state_contents(self.state) == before, "plan wrote to the state"
 
     # -- the gate --------------------------------------------------------------------------------
 
@@ -527,51 +448,19 @@ class ReuseOracle(RuleBasedStateMachine):
     def watch_cycle(self, file: str) -> None:
         """What `runner watch` does when it sees a change: one cycle of its loop (its first
         run when no watcher runs for these params)."""
-        from runner.engine.apply import State
-        from runner.watch import Watcher, WatchOptions
-        from runner.watchset import WatchSet, sha256_or_none
-
         params = {"topic": self.v.topic, "shots": json.dumps(list(self.v.shots))}
         w = self.watchers.get(file)
-        if w is not None and dict(w.options.overrides) != params:
-            w._state.close()
+        if w is not None and w.params != params:
+            w.close()
             w = None
-        collected = ListReporter()
-        cycles: list[Any] = []
         if w is None:
-            w = Watcher(
-                self.root / file,
-                WatchOptions(overrides=params, state_dir=self.state),
-                on_cycle=cycles.append,
-                reporter=collected,
-            )
-            self.state.mkdir(parents=True, exist_ok=True)
-            w._state = State.open(self.state)
-            w.watch_set = WatchSet(
-                root=w.file.parent, files=frozenset({w.file}), state_dir=self.state.resolve()
-            )
-            w.hashes = {w.file: sha256_or_none(w.file)}
-            self.watchers[file] = w
-            changed: list[str] = []
-        else:
-            w.on_cycle = cycles.append
-            w.reporter = collected
-            seen = set(w.watch_set.files) | set(w.watch_set.journal_paths())
-            changed = w._content_changes(seen)
-            if w._decided(seen):
-                changed.append("journal.db")
-            if not changed:
-                return  # nothing the watcher sees changed: it runs nothing
-
-        async def cycle() -> None:
-            task = w._start(changed)
-            if task is not None:
-                w._finished(await task)
+            w = self.watchers[file] = WatchDriver(self.root / file, self.state, params)
+        changed = w.changes()
+        if changed is None:
+            return  # nothing the watcher sees changed: it runs nothing
 
         def run() -> tuple[int, list[dict[str, Any]], str]:
-            asyncio.run(cycle())
-            assert len(cycles) == 1 and cycles[0].error is None, cycles
-            return cycles[0].exit_code, collected.events, ""
+            return (*w.cycle(changed), "")
 
         with recording_calls():
             self._checked(file, run)
@@ -613,7 +502,7 @@ class ReuseOracle(RuleBasedStateMachine):
         self.latest.pop((file, self.v.topic), None)
         w = self.watchers.pop(file, None)
         if w is not None:
-            w._state.close()
+            w.close()
 
     def _outputs_rewritten(self) -> None:
         """After a run the model did not observe (killed, or continued by `decide`): a hand
@@ -672,7 +561,7 @@ class ReuseOracle(RuleBasedStateMachine):
         # decisions and `runner edit`s are never shared; the hand edits are of the old state's
         # records (the new one has none)
         for w in self.watchers.values():
-            w._state.close()
+            w.close()
         self.revised.clear()
         self.killed.clear()
         for mine in (self.latest, self.awaiting, self.watchers, self.decisions, self.user_edits):
@@ -702,40 +591,6 @@ def _item_of(file: str, v: Variant) -> tuple[str, str | None]:
 def _draft_inputs(v: Variant) -> tuple[Any, ...]:
     """What the gate's upstream (the draft) is made from."""
     return (v.notes, v.template, v.llm_seed)
-
-
-class ListReporter:
-    """The engine's events, as the JSON lines `--events` writes."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def event(self, event: Any) -> None:
-        self.events.append(json.loads(json.dumps(event.to_json(), default=str)))
-
-    def close(self) -> None:
-        pass
-
-
-def _state_files(state: Path) -> dict[str, Any]:
-    """What a state holds: its files other than the journal (by size and time), and the
-    journal's rows (a journal left by a killed apply is checkpointed by whoever opens it next,
-    which changes its file, not what it holds)."""
-    if not state.exists():
-        return {}
-    out: dict[str, Any] = {
-        str(p.relative_to(state)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in state.rglob("*")
-        if p.is_file() and not p.name.startswith("journal.db")
-    }
-    if has_journal(state):
-        db = journal(state)
-        try:
-            for table in ("runs", "executions", "calls", "decisions", "overrides", "events"):
-                out[table] = db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
-        finally:
-            db.close()
-    return out
 
 
 PHASES = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .conftest import Project
+from .oracle_drive import WatchDriver
 
 GATED = """\
     runner: 1
@@ -195,49 +196,17 @@ WATCHED = """\
 """
 
 
-class _Cycles:
-    """`runner watch`'s loop body, one cycle at a time (tests/test_reuse_oracle.py does the
-    same): the first run, then a cycle for what changed on disk."""
+def _watch(project: Project) -> WatchDriver:
+    """`runner watch` on the project, its first cycle run."""
+    w = WatchDriver(project.root / "pipeline.yaml", project.root / ".runner", {})
+    assert w.cycle([])[0] == 0
+    return w
 
-    def __init__(self, project: Project) -> None:
-        from runner.engine.apply import State
-        from runner.watch import Watcher, WatchOptions
-        from runner.watchset import WatchSet, sha256_or_none
 
-        self.cycles: list[Any] = []
-        state = project.root / ".runner"
-        state.mkdir(exist_ok=True)
-        self.w = Watcher(
-            project.root / "pipeline.yaml",
-            WatchOptions(state_dir=state),
-            on_cycle=self.cycles.append,
-        )
-        self.w._state = State.open(state)
-        self.w.watch_set = WatchSet(
-            root=project.root, files=frozenset({self.w.file}), state_dir=state.resolve()
-        )
-        self.w.hashes = {self.w.file: sha256_or_none(self.w.file)}
-        self._cycle([])
-
-    def _cycle(self, changed: list[str]) -> Any:
-        import asyncio
-
-        async def one() -> None:
-            task = self.w._start(changed)
-            assert task is not None
-            self.w._finished(await task)
-
-        asyncio.run(one())
-        return self.cycles[-1]
-
-    def changed(self) -> Any:
-        changed = self.w._content_changes(set(self.w.watch_set.files))
-        assert changed
-        return self._cycle(changed)
-
-    def close(self) -> None:
-        assert self.w._state is not None
-        self.w._state.close()
+def _cycle(w: WatchDriver) -> int:
+    changed = w.changes()
+    assert changed
+    return w.cycle(changed)[0]
 
 
 def test_a_watch_cycle_uses_a_runner_edit_made_since_the_last(project: Project) -> None:
@@ -245,30 +214,30 @@ def test_a_watch_cycle_uses_a_runner_edit_made_since_the_last(project: Project) 
     edit` made in between was ignored (a fresh apply uses it)."""
     project.write("pipeline.yaml", WATCHED)
     project.write("data/in.txt", "one")
-    cycles = _Cycles(project)
+    w = _watch(project)
     try:
-        run_id = cycles.cycles[-1].report.run_id
+        run_id = w.cycles[-1].report.run_id
         fixed = project.write("fixed.txt", "edited A")
         assert project.cli("edit", run_id, "a", "--from", str(fixed)).exit_code == 0
         project.write("data/in.txt", "two")
-        assert cycles.changed().exit_code == 0
+        assert _cycle(w) == 0
         assert (project.root / "out/a.txt").read_text() == "edited A"
     finally:
-        cycles.close()
+        w.close()
 
 
 def test_a_watch_cycle_restores_an_output_deleted_since_the_last(project: Project) -> None:
     project.write("pipeline.yaml", WATCHED)
     project.write("data/in.txt", "one")
-    cycles = _Cycles(project)
+    w = _watch(project)
     try:
         (project.root / "out/a.txt").unlink()
         project.write("data/in.txt", "two")
-        assert cycles.changed().exit_code == 0
+        assert _cycle(w) == 0
         assert (project.root / "out/a.txt").read_text() == "A"
         assert project.cli("verify", "--state", ".runner", "--json").json["ok"] is True
     finally:
-        cycles.close()
+        w.close()
 
 
 def test_runner_edit_back_to_what_the_run_used_supersedes_the_standing_edit(
