@@ -32,6 +32,7 @@ from runner.providers.pool import notices
 from .conftest import Project
 from .providers.comfy_server import ComfyUIServer
 from .providers.loadserver import LoadServer, refusing_url
+from .providers.servers import Reply
 
 COMFY_DATA = Path(__file__).parent / "data" / "comfyui"
 
@@ -347,3 +348,33 @@ def test_a_call_pinned_to_a_refusing_backend_is_not_rerouted() -> None:
         with pytest.raises(ProviderError, match=f"{dead}/v1 down since .* max_wait = 0.5 s"):
             asyncio.run(pinned())
         assert live.served == 0  # it went to the pinned backend only, never elsewhere
+
+
+def test_a_long_retry_wait_is_said_on_the_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 503 asking to come back later: the wait is told with the backend's words, not only
+    # logged (a long Retry-After was a silent pause on the terminal).
+    from runner.providers import calls
+
+    monkeypatch.setattr(calls, "SAY_WAITS_FROM", 0.2)
+    with LoadServer(delay=0) as server:
+        server.queue(
+            "POST",
+            "/v1/chat/completions",
+            Reply(503, {"error": {"message": "busy loading"}}, headers={"Retry-After": "0.3"}),
+        )
+        farm = create(
+            "openai",
+            {"base_url": f"{server.url}/v1", "retry_base_delay": 0.01, "retry_max_delay": 0.01},
+        )
+        lines: list[str] = []
+
+        async def scenario() -> str:
+            request = TextRequest(messages=[{"role": "user", "content": "q"}])
+            with notices(lines.append):
+                result = await with_provider_retries(farm, lambda: farm.generate_text(request))
+            return result.text
+
+        assert asyncio.run(scenario()) == "ok q"
+    [said] = lines
+    assert said.startswith("openai: POST chat/completions -> HTTP 503: busy loading"), said
+    assert said.endswith("(attempt 1; retrying in 0.3 s)"), said

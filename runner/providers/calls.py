@@ -25,11 +25,14 @@ from ..errors import CallStatus, DiskFull, ProviderError
 from ..secretmask import mask
 from .base import Provider
 from .limits import gated_call, waiting
+from .pool import tell
 from .redact import Redactor
 from .retry import call_with_retries
 from .tracking import CallTracker
 
 T = TypeVar("T")
+
+SAY_WAITS_FROM = 5.0  # seconds: a retry's wait at least this long is told on the console
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,21 @@ async def with_provider_retries(
     run); the caller's CPU slot is given back for as long as the calls and backoffs last.
     """
     policy = provider.retry_policy()
+
+    def retrying(attempt: int, exc: ProviderError, delay: float) -> None:
+        if delay >= SAY_WAITS_FROM:  # a long wait is said on the console, not only in the log
+            wait = f"{round(delay, 1):g}"
+            tell(f"{exc.message} (attempt {attempt}; retrying in {wait} s)")
+        if on_retry is not None:
+            on_retry(attempt, exc, delay)
+
     async with waiting():
         return await call_with_retries(
             lambda: gated_call(provider, fn),
             attempts=policy.attempts,
             base_delay=policy.base_delay,
             cap=policy.cap,
-            on_retry=on_retry,
+            on_retry=retrying,
             retry_uncertain=retry_uncertain or provider.retry_uncertain,
         )
 
