@@ -19,7 +19,7 @@ from runner.providers.calls import with_provider_retries
 from runner.providers.jobs import RemoteJob
 from tests.providers.comfy_server import ComfyUIServer
 from tests.providers.faults import FAULTS, TIMEOUT, Fault, check_fault
-from tests.providers.servers import png
+from tests.providers.servers import Reply, png
 
 DATA = Path(__file__).parent / "data" / "comfyui"
 SD15 = {
@@ -531,3 +531,20 @@ def test_a_job_that_saved_several_images_fails_rather_than_dropping_them(tmp_pat
         with pytest.raises(ProviderError, match="saved 3 images for one call") as info:
             p._finished(job, entry, "/history/p1")
         assert not info.value.transient and job.known and job.known["state"] == "failed"
+
+
+def test_a_prompt_comfyui_never_accepted_is_submitted_not_looked_for(tmp_path: Path) -> None:
+    # POST /prompt answered an error: ComfyUI never took the prompt, so the next attempt does
+    # not ask /history about it (its error named a history entry of a prompt never accepted).
+    with ComfyUIServer() as server:
+        server.queue("POST", "/prompt", Reply(503, {"error": "starting up"}))
+        p = provider(tmp_path, server)
+        job = RemoteJob("k9")
+        with pytest.raises(ProviderError, match="HTTP 503"):
+            run(p, ImageRequest(prompt="x", seed=1, idempotency_key="k9", job=job))
+        assert job.known is not None and job.known["state"] == "unsent"
+        again = RemoteJob("k9", known=job.known)
+        run(provider(tmp_path, server), ImageRequest(prompt="x", seed=1, idempotency_key="k9", job=again))
+        first_look = next(i for i, r in enumerate(server.requests) if r.path.startswith("/history"))
+        posts = [i for i, r in enumerate(server.requests) if r.method == "POST" and r.path == "/prompt"]
+    assert len(posts) == 2 and posts[1] < first_look
