@@ -12,10 +12,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..pipeline.compiler import CompiledStep
 from ..steps.base import StepContext, StepResult
+from . import once
 from .events import EventType
 from .executors import Executor
 from .outcomes import ElementOutcome, StepStatus
@@ -44,11 +46,14 @@ async def attempt(
     checks: Callable[[StepResult, int], Awaitable[list[str]]],
     executor: Executor | None,
     recorder: Recorder,
+    forced: bool = False,
 ) -> Passed | ElementOutcome:
     """Attempt ``step`` up to ``step.retries + 1`` times: the first attempt whose body returns
     and passes its checks, else the failed element (journaled). ``context(attempt, feedback)``
     makes an attempt's StepContext, ``evaluate(attempt, feedback)`` its arguments after the
-    first, ``checks(result, attempt)`` the reasons its result fails the step's checks."""
+    first, ``checks(result, attempt)`` the reasons its result fails the step's checks. A step
+    not safe to repeat (``repeat_safe: false``) whose body began before and was never seen to
+    end fails without running unless ``forced`` (engine/once.py)."""
     emit = recorder.emit
     feedback: list[str] = list(review_feedback)
     reason = ""
@@ -57,15 +62,26 @@ async def attempt(
     max_attempts = step.retries + 1
     n = 0
     failed_output: dict[str, Any] | None = None
+    mark: Path | None = None
     for n in range(1, max_attempts + 1):
         emit(EventType.STEP_STARTED, step.id, index, attempt=n, key=key)
         if n > 1:
             args = evaluate(n, feedback)
+        ctx = context(n, list(feedback))
+        if not step.repeat_safe:
+            mark = once.mark_path(ctx.env.state_dir, key)
+            before = once.seen(mark) if n == 1 else None
+            if before is not None and not forced:
+                reason = once.refusal(step.id, index, before)
+                break
+            once.clear(mark)
+            ctx.once = str(mark)
+            recorder.journal.commit()  # journaled as started before the body begins
         try:
             body = await run_body(
                 executor,
                 step.type,
-                context(n, list(feedback)),
+                ctx,
                 args,
                 uses=step.uses,
                 timeout=step.timeout,
@@ -73,7 +89,9 @@ async def attempt(
             )
         except asyncio.CancelledError:
             recorder.cancelled(exec_id, n)
-            raise
+            raise  # a mark stays: nobody knows whether the body took effect
+        if mark is not None and not isinstance(body.failure, once.NotRepeated):
+            once.clear(mark)  # its outcome is back: a later attempt or apply may start it
         reason, retryable = body.reason, body.retryable
         if body.check is not None:
             check_failure = body.check

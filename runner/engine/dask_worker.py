@@ -41,6 +41,7 @@ class Job:
     # an entry point (an embedding program's own) loads on the worker from there.
     type_path: str | None = None
     retry_uncertain: bool = False
+    once: str | None = None  # a step not safe to repeat: its mark (engine/once.py)
 
 
 def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
@@ -57,6 +58,7 @@ def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
         feedback=list(ctx.feedback),
         type_path=f"{cls.__module__}:{cls.__qualname__}",
         retry_uncertain=ctx.env.retry_uncertain,
+        once=ctx.once,
     )
 
 
@@ -188,6 +190,10 @@ def _run_body(job: Job) -> tuple[StepResult, list[str]]:
         ledger=_WorkerLedger(journal, job.run_id, job.step_id),
         log=lines.append,
     )
+    if job.once is not None:  # Dask may run a lost worker's batch again: not this body
+        from .once import claim
+
+        claim(job.once, job.run_id, job.step_id, job.element)
     result = _worker_loop().run_until_complete(step_type.run(ctx, dict(job.args)))
     return result, lines
 

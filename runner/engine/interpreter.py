@@ -562,6 +562,7 @@ class Interpreter:
             checks=checks,
             executor=self.executor,
             recorder=self.recorder,
+            forced=step.id in self.options.force,
         )
         if isinstance(done, ElementOutcome):
             return done

@@ -19,6 +19,7 @@ from ..errors import DiskFull, InvalidPipeline, ProviderError, RunnerError, Step
 from ..steps.base import StepContext, StepResult, StepType
 from ..store.records import dumps
 from .executors import Executor
+from .once import claim
 
 
 @dataclass
@@ -49,6 +50,9 @@ async def run_body(
 
     Raises DiskFull (not this step's failure: the run stops) and CancelledError."""
     try:
+        remote = executor is not None and executor.name == "dask" and step_type.runs_anywhere
+        if ctx.once is not None and not remote:  # a worker marks it there (dask_worker.py)
+            claim(ctx.once, ctx.run_id, ctx.step_id, ctx.element)
         coro = (
             executor.run(step_type, ctx, args, resources=resources)
             if executor is not None

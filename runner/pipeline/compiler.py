@@ -69,6 +69,7 @@ class CompiledStep:
     on_edit: str = "restore"  # an output edited by hand: restore (keeping the edit), fail, keep
     on_skipped: str = "skip"
     needs_complete: bool = False
+    repeat_safe: bool = True  # false: never started twice without --force (engine/once.py)
     description: str = ""
     contract: ex.Compiled = None
 
@@ -439,6 +440,7 @@ def _compile_step(
         on_edit=raw.get("on_edit", defaults.get("on_edit", "restore")),
         on_skipped=raw.get("on_skipped", "skip"),
         needs_complete=bool(raw.get("needs_complete", False)),
+        repeat_safe=bool(raw.get("repeat_safe", True)),
         contract=contract,
         description=raw.get("description", ""),
     )

@@ -100,6 +100,8 @@ class StepContext:
     feedback: list[str] = field(default_factory=list)
     ledger: Ledger | None = None
     log: Callable[[str], None] = lambda _line: None
+    # A step not safe to repeat: where its body marks that it began (engine/once.py)
+    once: str | None = None
 
     @property
     def root(self) -> Path:
