@@ -15,10 +15,10 @@ worker that declares them, never more at once than declared.
 Faults: a worker that dies mid-step is Dask's to handle: the scheduler gives the task to another
 worker (up to its ``allowed-failures``, 3 by default); runner adds no retry of its own for that,
 so a body runs again elsewhere at most that often -- except one of a step declared
-``repeat_safe: false``, which marks that it began and refuses to begin again (once.py). A body writes objects atomically and durably
-(temp file, fsync, rename) before its result is returned, so a half-written object is never
-recorded. The journal lives with the coordinator: a coordinator killed with -9 resumes on the
-next apply exactly as the local executor does.
+``repeat_safe: false``, which marks that it began and refuses to begin again (once.py). A body
+writes objects atomically and durably (temp file, fsync, rename) before its result is returned,
+so a half-written object is never recorded. The journal lives with the coordinator: a
+coordinator killed with -9 resumes on the next apply exactly as the local executor does.
 
 dask is imported only when a Dask executor is opened (the ``runner[dask]`` extra).
 """
