@@ -113,3 +113,11 @@ def test_openai_itself_is_never_asked_what_it_is() -> None:
 def test_an_unknown_form_is_a_setting_error() -> None:
     with pytest.raises(Exception, match="structured_output must be one of json_schema"):
         create("openai", {"structured_output": "xml"})
+
+
+def test_the_form_is_not_part_of_the_profile() -> None:
+    # How the schema travels, not what is asked: cached replies stay valid when it is set.
+    assert (
+        create("openai", {"structured_output": "json_object_schema"}).profile()
+        == create("openai").profile()
+    )
