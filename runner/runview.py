@@ -68,8 +68,9 @@ class RunView:
 
     def to_json(self) -> dict[str, Any]:
         run = dict(self.run)
-        run["params"] = loads(run["params"]) if run.get("params") else {}
-        run["progress"] = loads(run["progress"]) if run.get("progress") else None
+        of = f"run {run.get('id')}"
+        run["params"] = loads(run["params"], f"{of} params") if run.get("params") else {}
+        run["progress"] = loads(run["progress"], f"{of} progress") if run.get("progress") else None
         run["child_run_ids"] = self.children
         execs = []
         for e in self.executions:

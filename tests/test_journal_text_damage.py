@@ -79,6 +79,10 @@ def test_no_command_crashes_and_verify_repair_mends(tmp_path: Path, where: str) 
     assert any(p.startswith(f"journal record {table} #") and column in p for p in problems), (
         problems
     )
+    if where == "runs.params deep":  # a command that cannot read it names the record
+        shown = _runner(tmp_path, "runs", "show", run_id, "--json")
+        assert f"damaged record (run {run_id} params)" in shown.stderr, shown.stderr
+        assert "runner verify --repair" in shown.stderr
     for command in COMMANDS:
         args = [run_id if a == "RUN" else a for a in command]
         res = _runner(tmp_path, *args)

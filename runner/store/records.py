@@ -74,21 +74,18 @@ def _not_json(token: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_not_json)
 
 
-def loads(text: str | None) -> Any:
-    """A JSON column's value. Raises StoreError for a damaged record (never a traceback)."""
+def loads(text: str | None, where: str | None = None) -> Any:
+    """A JSON column's value. Raises StoreError for a damaged record (never a traceback),
+    naming it by ``where`` when the caller knows which it is ("run R params")."""
     if text is None:
         return None
+    which = f"the journal holds a damaged record{f' ({where})' if where else ''}"
     try:
         return _DECODER.decode(text)
     except ValueError as exc:
-        raise StoreError(
-            f"the journal holds a damaged record (bad JSON: {exc})", hint=REPAIR_HINT
-        ) from None
+        raise StoreError(f"{which}: bad JSON: {exc}", hint=REPAIR_HINT) from None
     except RecursionError:
-        raise StoreError(
-            "the journal holds a damaged record (JSON nested too deeply to read)",
-            hint=REPAIR_HINT,
-        ) from None
+        raise StoreError(f"{which}: JSON nested too deeply to read", hint=REPAIR_HINT) from None
 
 
 # The journal's text is read leniently: a cell whose bytes are not UTF-8 (SQLite stores what it
