@@ -104,13 +104,13 @@ class ReuseOracle(RuleBasedStateMachine):
         # topic -> (run id, gate key, the draft's inputs it was asked on)
         self.awaiting: dict[str, tuple[str, str, tuple[Any, ...]]] = {}
         self.edited: dict[str, bytes] = {}  # output path -> bytes written by hand, not restored
-        self.latest: dict[tuple[str, str], Observed] = {}  # (file, item) -> last apply's
+        self.latest: dict[tuple[str, str | None], Observed] = {}  # (file, item) -> last apply
         self.pushed: set[str] = set()  # step keys the remote holds
         # topic -> the draft's inputs at each revision of its waiting run (see REVIEW_KEYED)
         self.revised: dict[str, set[tuple[Any, ...]]] = {}
         # (pipeline, item) with an apply killed since their last one
         self.killed: set[tuple[str, str | None]] = set()
-        self.watchers: dict[str, Any] = {}
+        self.watchers: dict[str, WatchDriver] = {}
         # (file, step, element) -> (the step key the edit is bound to, its text)
         self.user_edits: dict[tuple[str, str, int | None], tuple[str, str]] = {}
         self.applies = 0
@@ -118,8 +118,7 @@ class ReuseOracle(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         for w in self.watchers.values():
-            if w._state is not None:
-                w.close()
+            w.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- edits ---------------------------------------------------------------------------------
@@ -251,7 +250,7 @@ class ReuseOracle(RuleBasedStateMachine):
         if file == "pipeline.yaml" and code in (0, 8):
             self.revised.pop(self.v.topic, None)  # the run that held the revisions ended
         self._check_verify()
-        self.latest[(file, self.v.topic)] = obs
+        self.latest[_item_of(file, self.v)] = obs
         if file == "pipeline.yaml":
             self._note_gate(obs)
         return obs
@@ -376,7 +375,7 @@ class ReuseOracle(RuleBasedStateMachine):
         """Outputs the latest run of the current item recorded, when that run completed."""
         out = []
         for file in PIPELINES:
-            obs = self.latest.get((file, self.v.topic))
+            obs = self.latest.get(_item_of(file, self.v))
             if obs is not None and obs.exit_code == 0:
                 out += [rel for rel, data in obs.files.items() if data is not None]
         return sorted(out)
@@ -402,7 +401,7 @@ class ReuseOracle(RuleBasedStateMachine):
     def _editable(self) -> list[tuple[str, str, int | None]]:
         out = []
         for file in PIPELINES:
-            obs = self.latest.get((file, self.v.topic))
+            obs = self.latest.get(_item_of(file, self.v))
             if obs is None or obs.run_id is None:
                 continue
             for step, element in obs.keys:
@@ -421,7 +420,7 @@ class ReuseOracle(RuleBasedStateMachine):
     @rule(data=st.data(), text=st.sampled_from(["my draft\n", "a better shot"]))
     def runner_edit(self, data: st.DataObject, text: str) -> None:
         file, step, element = data.draw(st.sampled_from(self._editable()))
-        obs = self.latest[(file, self.v.topic)]
+        obs = self.latest[_item_of(file, self.v)]
         src = self.tmp / "edit.txt"
         src.write_text(text, encoding="utf-8")
         extra = [] if element is None else ["--element", str(element)]
@@ -499,7 +498,7 @@ class ReuseOracle(RuleBasedStateMachine):
         self._outputs_rewritten()
 
         self.awaiting.pop(self.v.topic, None)
-        self.latest.pop((file, self.v.topic), None)
+        self.latest.pop(_item_of(file, self.v), None)
         w = self.watchers.pop(file, None)
         if w is not None:
             w.close()
@@ -528,7 +527,7 @@ class ReuseOracle(RuleBasedStateMachine):
             if obs.run_id in deleted:
                 # its records are gone: verify knows its outputs no more
                 del self.latest[(file, item)]
-                for rel in outputs(file, item):
+                for rel in outputs(file, item or ""):
                     self.edited.pop(rel, None)
         self._check_verify()
         if keep >= 1 and not older:
