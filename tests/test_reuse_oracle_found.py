@@ -262,3 +262,33 @@ def test_runner_edit_back_to_what_the_run_used_supersedes_the_standing_edit(
     runs = project.cli("runs", "show", project.apply()["run"]["id"], "--json").json
     shot0 = [e for e in runs["executions"] if e["step_id"] == "shot" and e["element"] == 0]
     assert shot0[-1]["output"]["text"] == "shot X", shot0
+
+
+READ_GATE = """\
+    runner: 1
+    name: rg
+    steps:
+      notes:
+        uses: read
+        with: {path: data/in.txt}
+      review:
+        uses: human_gate
+        with: {summary: "ok?", show: {notes: "${{ steps.notes.output.text }}"}}
+"""
+
+
+def test_an_approval_holds_when_its_inputs_come_back_in_the_same_run(project: Project) -> None:
+    """Approve what the gate showed, change the input (the run asks again), change it back: the
+    run asked a third time about what was approved in its first round (an approval of another
+    run on the same inputs is remembered; one of an earlier round of this run was not)."""
+    project.write("pipeline.yaml", READ_GATE)
+    project.write("data/in.txt", "one")
+    run_id = project.apply()["run"]["id"]
+    assert project.cli("decide", "--no-resume", run_id, "review", "approve").exit_code == 0
+    project.write("data/in.txt", "two")
+    assert project.apply()["_exit"] == 7
+    project.write("data/in.txt", "one")
+    review, why = _actions(project)[("review", None)]
+    assert review == "run" and "approved before" in why[0], why
+    doc = project.apply()
+    assert doc["_exit"] == 0 and doc["run"]["id"] == run_id, doc

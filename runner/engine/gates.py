@@ -113,17 +113,28 @@ def request_decision(
 def remembered(
     journal: Journal, *, pipeline: str, gate: str, key: str, run_id: str
 ) -> DecisionRow | None:
-    """The latest decision another run of ``pipeline`` made at ``gate`` on exactly these
-    inputs (``key`` holds the item, the gate's arguments and its upstream keys), or None.
+    """The latest decision a run of ``pipeline`` made at ``gate`` on exactly these inputs
+    (``key`` holds the item, the gate's arguments and its upstream keys), or None.
 
     A decision is a result of what the reviewer was shown, like a step's output of its key:
-    an approval, a rejection and a revision are each given again for the same inputs.
+    an approval, a rejection and a revision are each given again for the same inputs. That
+    holds within ``run_id`` too, for an approval or a rejection of an earlier round whose inputs
+    came back (its revisions are its reviews already, gatestep.load_reviews).
     """
     rows = journal.query(
         "SELECT d.* FROM decisions d JOIN runs r ON r.id = d.run_id "
-        "WHERE d.gate=? AND d.key=? AND d.status=? AND d.run_id<>? AND r.pipeline=? "
+        "WHERE d.gate=? AND d.key=? AND d.status=? AND r.pipeline=? "
+        "AND (d.run_id<>? OR d.decision IN (?,?)) "
         "ORDER BY d.decided_at DESC, d.id DESC LIMIT 1",
-        (gate, key, RowStatus.DECIDED.value, run_id, pipeline),
+        (
+            gate,
+            key,
+            RowStatus.DECIDED.value,
+            pipeline,
+            run_id,
+            Decision.APPROVE.value,
+            Decision.REJECT.value,
+        ),
     )
     return DecisionRow.from_row(rows[0]) if rows else None
 

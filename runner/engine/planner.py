@@ -519,6 +519,12 @@ class _Planner:
         here = self._decided_here(step, key)
         if here is not None:
             return here
+        if old is not None and old.decision is gates.Decision.APPROVE:
+            # no result to answer from (the approval was recorded, never applied): the apply
+            # takes it again (gatestep._recalled) and goes on past the gate
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"approved before with the same inputs (by {old.by}, run {old.run_id})"
+            return StepForecast(step.id, step.uses, Action.RUN, [why, *revised[-1:]], key)
         if old is not None and old.decision is gates.Decision.REJECT:
             self.rejected.add(step.id)
             self.interp.context_steps[step.id] = _Unknown(step.id)
