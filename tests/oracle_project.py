@@ -402,6 +402,18 @@ def has_journal(state: Path) -> bool:
         db.close()
 
 
+def active_edits(state: Path) -> set[tuple[str, str, int]]:
+    """(pipeline, step, element) of every standing `runner edit` (element -1: the step)."""
+    if not has_journal(state):
+        return set()
+    db = journal(state)
+    try:
+        sql = "SELECT pipeline, step_id, element FROM overrides WHERE status='active'"
+        return {(r[0], r[1], int(r[2])) for r in db.execute(sql)}
+    finally:
+        db.close()
+
+
 def completed_calls(state: Path) -> set[str]:
     if not has_journal(state):
         return set()

@@ -60,6 +60,7 @@ from .oracle_project import (
     TOPICS,
     Observed,
     Variant,
+    active_edits,
     cli,
     completed_calls,
     completed_keys,
@@ -505,11 +506,16 @@ class ReuseOracle(RuleBasedStateMachine):
 
     def _outputs_rewritten(self) -> None:
         """After a run the model did not observe (killed, or continued by `decide`): a hand
-        edit it restored or overwrote is no longer pending."""
+        edit it restored or overwrote is no longer pending, a `runner edit` it set aside no
+        longer stands (as the journal says)."""
         for rel, data in list(self.edited.items()):
             path = self.root / rel
             if not path.exists() or path.read_bytes() != data:
                 del self.edited[rel]
+        standing = active_edits(self.state)
+        for f, step, element in list(self.user_edits):
+            if (NAMES[f], step, -1 if element is None else element) not in standing:
+                del self.user_edits[(f, step, element)]
 
     # -- gc --------------------------------------------------------------------------------------
 
