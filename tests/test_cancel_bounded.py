@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -182,4 +183,60 @@ def test_a_signal_ends_a_loaded_run_within_seconds(project: Project, sig: int, p
     assert took < 6.0, f"{signal.Signals(sig).name} to exit: {took:.1f} s"
     assert proc.returncode == 130, err
     assert "Lock is not acquired" not in err
+    assert [s for s, _ in _run_status(project)] == ["cancelled"]
+
+
+# -- what the watchdog does, and does not, end ---------------------------------------------------
+
+SCRIPT = """\
+import asyncio, os, signal, sys, threading, time
+from pathlib import Path
+from runner.engine.apply import apply_file
+from runner.steps.base import StepResult, StepType
+from runner.steps.registry import default_registry
+
+class Stuck(StepType):
+    name = "stuck_in_a_thread_test"
+    async def run(self, ctx, args):
+        await asyncio.to_thread(time.sleep, 600)  # a call that never returns: its thread stays
+        return StepResult(output={})
+
+default_registry().register(Stuck())
+Path("p.yaml").write_text(
+    "runner: 1\\nname: s\\nsteps:\\n  s: {uses: %s}\\n"
+)
+threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    apply_file(Path("p.yaml"))
+except KeyboardInterrupt:
+    print("cancelled", flush=True)
+time.sleep(7)  # a program that goes on after the cancel
+print("alive", flush=True)
+"""
+
+
+def _script(tmp_path: Path, uses: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-c", SCRIPT % uses],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return res, time.monotonic() - began
+
+
+def test_a_thread_that_never_returns_does_not_hold_the_exit(project: Project) -> None:
+    res, took = _script(project.root, "stuck_in_a_thread_test")
+    assert res.returncode == 130, (res.stdout, res.stderr)
+    assert "still running 5 s after the signal" in res.stderr
+    assert "alive" not in res.stdout and took < 15, took
+    assert [s for s, _ in _run_status(project)] == ["cancelled"]
+
+
+def test_a_program_that_goes_on_after_a_cancel_is_not_ended(project: Project) -> None:
+    res, _ = _script(project.root, "shell, with: {run: 'sleep 30'}")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["cancelled", "alive"]
     assert [s for s, _ in _run_status(project)] == ["cancelled"]

@@ -39,6 +39,7 @@ class _Stopper:
         self.loop, self.task, self.on_force = loop, task, on_force
         self.signals = 0
         self.previous: dict[int, Any] = {}
+        self.calm = threading.Event()  # set: the run ended and nothing holds the exit
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -67,8 +68,19 @@ class _Stopper:
         watchdog.start()
 
     def _watchdog(self) -> None:
-        threading.Event().wait(FORCE_S)
-        self.force(f"still running {FORCE_S:g} s after the signal")
+        if not self.calm.wait(FORCE_S):
+            self.force(f"still running {FORCE_S:g} s after the signal")
+
+    def settle(self) -> None:
+        """The loop has ended: the watchdog stands down unless a thread left behind (a call
+        that never returned) would hold the process at its exit. A program that goes on after
+        the cancel is then never ended by it."""
+        me = threading.current_thread()
+        others = [t for t in threading.enumerate() if t is not me and not t.daemon]
+        for t in others:
+            t.join(0.1)  # the default executor's idle threads leave at once
+        if not any(t.is_alive() for t in others):
+            self.calm.set()
 
     def force(self, why: str) -> None:
         with contextlib.suppress(Exception):  # the exit must happen whatever this meets
@@ -123,6 +135,8 @@ def run_async(coro: Coroutine[Any, Any, T], *, on_force: Callable[[], None] | No
         finally:
             if stopper is not None:
                 stopper.uninstall()
+                if signalled:
+                    stopper.settle()
             if pidfd:
                 # The watcher is process-global: leave the default for loops in other threads.
                 asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None resets it
