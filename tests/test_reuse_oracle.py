@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    invariant,
     precondition,
     rule,
 )
@@ -114,10 +115,19 @@ class ReuseOracle(RuleBasedStateMachine):
         self.watchers: dict[str, WatchDriver] = {}
         # (file, step, element) -> (the step key the edit is bound to, its text)
         self.user_edits: dict[tuple[str, str, int | None], tuple[str, str]] = {}
-        self.applies = 0
+        self.applies = 0  # applies checked (CLI, watch cycles)
+        self.steps = 0
         write_project(self.root, self.v, remote=self.remote)
 
+    @invariant()
+    def count_step(self) -> None:
+        self.steps += 1
+
     def teardown(self) -> None:
+        stats = os.environ.get("RUNNER_ORACLE_STATS")
+        if stats:  # the soak's figures: one line per sequence
+            with open(stats, "a", encoding="utf-8") as f:
+                f.write(f"{self.steps} {self.applies}\n")
         for w in self.watchers.values():
             w.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -273,6 +283,20 @@ class ReuseOracle(RuleBasedStateMachine):
     def apply(self, file: str) -> None:
         with recording_calls():
             self._checked(file, lambda: self._cli_apply(file))
+
+    # Rules are drawn uniformly: these make an apply about one step in four (it is what every
+    # other rule is checked by).
+    @rule(file=st.sampled_from(PIPELINES))
+    def apply_again(self, file: str) -> None:
+        self.apply(file)
+
+    @rule(file=st.sampled_from(PIPELINES))
+    def apply_once_more(self, file: str) -> None:
+        self.apply(file)
+
+    @rule(file=st.sampled_from(PIPELINES))
+    def watch_again(self, file: str) -> None:
+        self.watch_cycle(file)
 
     # -- the reference: a from-scratch apply of the same sources ---------------------------------
 
@@ -617,7 +641,7 @@ def _profile() -> settings:
             phases=PHASES,
         )
     return settings(
-        max_examples=20,
+        max_examples=40,
         stateful_step_count=25,
         deadline=None,
         suppress_health_check=list(HealthCheck),
