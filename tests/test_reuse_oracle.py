@@ -86,6 +86,11 @@ GATE_MEMORY = True  # a rejection and a revision are remembered like an approval
 # revision's review (made on other inputs); from scratch, no decision holds for the new inputs.
 # While it stands, the apply of such a run is not compared with scratch (its other checks hold).
 REVIEW_KEYED = False
+# Found by this oracle, left to the lead (tests/test_reuse_oracle_found.py, xfail): the first
+# pass of an apply that takes a remembered revision restores the unrevised draft's output over
+# the revised one, and the second pass restores it back; each takes runner's own file for a
+# hand edit (kept in the store, said on the console), and plan says `cached`.
+TWO_PASS_CLEAN = False
 EDIT_KEPT_ON_RERUN = True  # a hand-edited output overwritten by a re-run is kept in the store
 IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a pull) settles
 
@@ -222,6 +227,10 @@ class ReuseOracle(RuleBasedStateMachine):
         assert code in (0, 7, 8), context
         # plan named what the apply did, element by element
         asked = obs.actions.get(("review", None)) == "ask"
+        two_pass = any(
+            str(e.get("reason", "")).startswith("revised before with the same inputs")
+            for e in events
+        )
         for slot in planned.keys() | obs.actions.keys():
             want, got = planned.get(slot), obs.actions.get(slot)
             ok = want == got or (want == "unknown" and got in ("run", "cached"))
@@ -229,6 +238,9 @@ class ReuseOracle(RuleBasedStateMachine):
             ok = ok or (got == "remote" and want in ("run", "unknown"))
             # past a gate that asks, plan says what runs after the decision
             ok = ok or (asked and slot[0] in AFTER_GATE and got == "skip")
+            # left to the lead (TWO_PASS_CLEAN): a remembered revision's first pass restores
+            # the unrevised output over the revised one, its second pass restores it back
+            ok = ok or (not TWO_PASS_CLEAN and two_pass and want == "cached" and got == "restore")
             # a gate's remembered rejection, a `runner edit` that holds: plan says cached
             ok = ok or (want == "cached" and got in ("rejected", "edited"))
             assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"
