@@ -287,6 +287,16 @@ def cli(ctx: click.Context) -> None:
     ctx.ensure_object(Ctx)
 
 
+@cli.group()
+def runs() -> None:
+    """Inspect runs in the journal.
+
+    Example: runner runs list --limit 10
+    """
+
+
+# Command modules import what they share from here (or openstate), never from one another: a
+# command module imported first would otherwise meet a half-imported one through _register.
 def _register() -> None:
     from . import commands_core, commands_plan, commands_records  # noqa: F401  (commands register on import)
 

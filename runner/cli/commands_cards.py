@@ -105,7 +105,7 @@ def edit_output(
     from .. import overrides
     from ..canonical import loads_strict
     from ..errors import UsageError
-    from .commands_records import open_state
+    from .openstate import open_state
 
     state = open_state(state_dir, readonly=True)
     try:

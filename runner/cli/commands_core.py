@@ -25,7 +25,7 @@ from .app import (
     pipeline_arg,
     state_option,
 )
-from .commands_records import open_state
+from .openstate import open_state
 from .termtext import echo, echo_block, safe
 
 

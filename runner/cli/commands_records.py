@@ -9,25 +9,9 @@ from typing import Any
 import click
 
 from ..errors import StoreError, UsageError
-from .app import cli, emit_json, json_option, state_option
+from .app import cli, emit_json, json_option, runs, state_option
+from .openstate import open_state
 from .termtext import echo, echo_block, safe
-
-
-@cli.group()
-def runs() -> None:
-    """Inspect runs in the journal.
-
-    Example: runner runs list --limit 10
-    """
-
-
-def open_state(state_dir: str | None, readonly: bool = True) -> Any:
-    from ..engine.apply import State
-    from ..engine.locate import state_dir_here
-
-    # Commands without a pipeline file find the project from the working directory, like git.
-    return State.open(state_dir_here(state_dir), readonly=readonly)
-
 
 RUN_STATUSES = (
     "running",

@@ -11,9 +11,8 @@ import click
 
 from ..canonical import loads_strict
 from ..errors import UsageError
-from .app import cli, emit_json, json_option, state_option
-from .commands_core import _reporter
-from .commands_records import open_state, runs
+from .app import cli, emit_json, json_option, runs, state_option
+from .openstate import open_state
 from .termtext import echo, echo_block, echo_json
 
 
@@ -125,6 +124,7 @@ def _resume(state: Any, run_id: str, as_json: bool, quiet: bool, *, jobs: int | 
     """Continue ``run_id`` with a console that has its plan: phases in pipeline order."""
     from ..engine.apply import apply_plan
     from ..engine.runctl import resume_plan
+    from .commands_core import _reporter  # imported when used: command modules load apart
 
     plan, options = resume_plan(state, run_id, jobs=jobs)
     reporter = _reporter(as_json, len(plan.order), None, quiet, plan)

@@ -12,7 +12,7 @@ import click
 
 from ..errors import UsageError
 from .app import cli, state_option
-from .commands_records import open_state
+from .openstate import open_state
 from .termtext import echo
 
 

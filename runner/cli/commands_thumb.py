@@ -10,7 +10,7 @@ import click
 
 from ..errors import UsageError
 from .app import cli, emit_json, json_option, state_option
-from .commands_records import open_state
+from .openstate import open_state
 from .termtext import echo, echo_rendered
 
 
