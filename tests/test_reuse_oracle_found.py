@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from .conftest import Project
 from .oracle_drive import WatchDriver
 
@@ -316,12 +314,6 @@ REVISED_WRITE = """\
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left to the lead (engine two-pass apply of a remembered revision): pass 1 restores "
-    "the unrevised draft's output over the revised one, pass 2 restores it back, and each "
-    "restore takes runner's own file for a hand edit",
-)
 def test_a_remembered_revision_takes_no_output_for_a_hand_edit(project: Project) -> None:
     project.write("pipeline.yaml", REVISED_WRITE)
     run_id = project.apply()["run"]["id"]

@@ -139,6 +139,16 @@ def remembered(
     return DecisionRow.from_row(rows[0]) if rows else None
 
 
+def revised_before(journal: Journal, *, pipeline: str, gate: str, run_id: str) -> bool:
+    """Whether another run of ``pipeline`` ever had ``gate`` revised."""
+    rows = journal.query(
+        "SELECT 1 FROM decisions d JOIN runs r ON r.id = d.run_id WHERE d.gate=? AND "
+        "d.decision=? AND d.status=? AND d.run_id<>? AND r.pipeline=? LIMIT 1",
+        (gate, Decision.REVISE.value, RowStatus.DECIDED.value, run_id, pipeline),
+    )
+    return bool(rows)
+
+
 def adopt(journal: Journal, row: DecisionRow, *, run_id: str, round_: int) -> DecisionRow:
     """Record ``row`` (a decision of another run on the same inputs) as this run's decision of
     round ``round_``: who decided, what and when stay the reviewer's; the summary names the run

@@ -94,6 +94,28 @@ def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
     return canonical_digest({"args": args_key, "item": interp.options.item, "upstream": upstream})
 
 
+def first_pass(plan: Plan, journal: Journal, run_id: str) -> frozenset[str] | None:
+    """The steps a run's first pass starts when a gate of the plan was revised before (its
+    revision may be taken again, and the run then goes round once more): those gates and what
+    they read. None when no gate was, and the run is one pass."""
+    revised = [
+        s.id
+        for s in plan.steps.values()
+        if is_gate(s)
+        and revise_target(s) is not None
+        and gates.revised_before(journal, pipeline=plan.name, gate=s.id, run_id=run_id)
+    ]
+    if not revised:
+        return None
+    needed, todo = set(revised), list(revised)
+    while todo:
+        for dep in plan.steps[todo.pop()].deps:
+            if dep not in needed:
+                needed.add(dep)
+                todo.append(dep)
+    return frozenset(needed)
+
+
 def revise_target(step: CompiledStep) -> str | None:
     raw = step.args.get("revise") if isinstance(step.args, dict) else None
     return raw if isinstance(raw, str) else None

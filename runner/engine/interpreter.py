@@ -111,6 +111,8 @@ class Interpreter:
         # A gate took a revision another run made on the same inputs: its target runs again
         # with the review, in a second pass of this run (gatestep.py).
         self.revise_again = False
+        self._only: frozenset[str] | None = None  # the first pass's steps (gatestep.first_pass)
+        self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
         self._kept: dict[tuple[str, int], dict[str, str]] = {}  # edits kept before a re-run
         self._contract_of: dict[tuple[str, int], str | None] = {}
@@ -175,11 +177,16 @@ class Interpreter:
             EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order)
         )
         self.recorder.flush_events()
+        # A gate that was revised before may take that revision again: the first pass then
+        # runs only what such gates read, so nothing else is made from the unrevised result.
+        self._only = gatestep.first_pass(plan, self.journal, self.run_id)
         for _ in range(MAX_PASSES):
             stopped = await self._pass(started)
             if stopped is not None:
                 return stopped
-            if not self.revise_again or self.abort_reason is not None:
+            if self.abort_reason is not None:
+                break
+            if not self.revise_again and self._only is None:
                 break
             self._next_pass()
         return self._finish(None, started, self.abort_reason)
@@ -192,6 +199,7 @@ class Interpreter:
                 stopped=lambda: self.abort_reason is not None or self.revise_again,
                 settle=self.recorder.flush_deferred,
                 now=self._step_now,
+                only=self._only,
             )
         )
         watcher = asyncio.create_task(
@@ -220,11 +228,18 @@ class Interpreter:
         return None
 
     def _next_pass(self) -> None:
-        """Start the steps again with the reviews this run now holds: what ran or was cached
-        in the first pass is answered from the journal."""
+        """Start the steps again with the reviews this run now holds. What the last pass
+        answered and no new review reaches is carried over as it is (not journaled twice)."""
         self.revise_again = False
+        self._only = None
         self.recorder.write_cached()
-        self.reviews = gatestep.load_reviews(self.plan, self.journal, self.run_id)
+        reviews = gatestep.load_reviews(self.plan, self.journal, self.run_id)
+        changed = {
+            t for t in reviews.keys() | self.reviews.keys() if reviews.get(t) != self.reviews.get(t)
+        }
+        affected = self.plan.downstream(changed)
+        self._carried = {sid: o for sid, o in self.outcomes.items() if sid not in affected}
+        self.reviews = reviews
         self.scheduler = Scheduler(self.plan, self.options.jobs)
         self.outcomes = self.scheduler.outcomes
         self.progress = Progress(self.plan)
@@ -279,6 +294,9 @@ class Interpreter:
             self.recorder.phase_entered(step.phase)
 
     async def _step(self, step: CompiledStep) -> StepOutcome:
+        carried = self._carried.get(step.id)
+        if carried is not None:
+            return self._record_outcome(carried)
         emit = self.recorder.emit
         reused = self.options.reuse.get(step.id)
         if reused is not None and not self.scheduler.blocked(step):
@@ -342,6 +360,9 @@ class Interpreter:
         """A plain step's outcome when it needs no waiting (its key's cached result, a failure
         of its arguments), else None: the scheduler then runs ``_step``, which goes on from the
         arguments and key worked out here. A cached step thus costs no task."""
+        carried = self._carried.get(step.id)
+        if carried is not None:
+            return self._record_outcome(carried)
         if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
             return None
         if step.id in self.options.reuse or self.scheduler.blocked(step) is not None:

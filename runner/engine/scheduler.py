@@ -39,6 +39,7 @@ class Scheduler:
         stopped: Callable[[], bool],
         settle: Callable[[], None],
         now: Callable[[CompiledStep], StepOutcome | None] | None = None,
+        only: frozenset[str] | None = None,
     ) -> None:
         """Run every step through ``run_step`` as soon as its dependencies are done, until
         ``stopped()`` (a run limit); ``settle()`` after each batch of finished steps (the
@@ -48,6 +49,9 @@ class Scheduler:
         A step is answered at once only while no task is running or was just started: then no
         other step could have run before it, and the answered steps finish in the batches the
         tasks would have finished in (each batch's dependents start in plan order).
+
+        ``only``: start these steps and no others (an ancestor-closed set: what a first pass
+        needs); the rest keep no outcome.
         """
         plan = self.plan
         remaining = {sid: set(plan.steps[sid].deps) for sid in plan.order}
@@ -66,6 +70,8 @@ class Scheduler:
 
         def launch(sid: str) -> None:
             nonlocal started
+            if only is not None and sid not in only:
+                return
             if now is not None and not running and not started:
                 outcome = now(plan.steps[sid])
                 if outcome is not None:
