@@ -380,3 +380,22 @@ def test_an_image_swapped_under_its_name_is_asked_about_again(project: Project) 
     (project.root / "shot.png").write_bytes(b"another picture")
     again = project.apply()
     assert again["_exit"] == 7 and statuses(again)["review"] == "awaiting_human"
+
+
+def test_a_revision_holds_only_for_the_draft_it_was_asked_about(project: Project) -> None:
+    """A run waiting after a revision, whose draft's inputs then change, asks about the new
+    draft as a fresh run would: the old review (about another draft) is not applied to it."""
+    run_id = _suspended(project)["run"]["id"]
+    _decide(project, run_id, "revise", "--input", "feedback=shorter")
+    project.write("pipeline.yaml", GATED.replace("'draft ", "'edited "))
+    doc = project.apply()
+    assert doc["_exit"] == 7 and doc["run"]["id"] == run_id
+    assert (project.root / "out/draft.txt").read_text() == "edited \n"
+    rows = _decisions(project, run_id)
+    assert rows[-1]["status"] == "pending"
+    assert rows[-1]["summary"]["show"]["draft"] == "edited \n"
+    # back to the draft the revision was about: the revision holds again
+    project.write("pipeline.yaml", GATED)
+    again = project.apply()
+    assert again["_exit"] == 7
+    assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"

@@ -139,12 +139,12 @@ def remembered(
     return DecisionRow.from_row(rows[0]) if rows else None
 
 
-def revised_before(journal: Journal, *, pipeline: str, gate: str, run_id: str) -> bool:
-    """Whether another run of ``pipeline`` ever had ``gate`` revised."""
+def revised_before(journal: Journal, *, pipeline: str, gate: str) -> bool:
+    """Whether a run of ``pipeline`` (the current one included) ever had ``gate`` revised."""
     rows = journal.query(
         "SELECT 1 FROM decisions d JOIN runs r ON r.id = d.run_id WHERE d.gate=? AND "
-        "d.decision=? AND d.status=? AND d.run_id<>? AND r.pipeline=? LIMIT 1",
-        (gate, Decision.REVISE.value, RowStatus.DECIDED.value, run_id, pipeline),
+        "d.decision=? AND d.status=? AND r.pipeline=? LIMIT 1",
+        (gate, Decision.REVISE.value, RowStatus.DECIDED.value, pipeline),
     )
     return bool(rows)
 

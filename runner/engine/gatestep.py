@@ -48,8 +48,8 @@ class Recall:
     """A decision another run made on exactly the inputs the gate has now, and what to do
     when it was a revision (its target must run again with the review, in this run)."""
 
-    row: gates.DecisionRow
-    revised: Callable[[], None]
+    row: gates.DecisionRow | None
+    revised: Callable[[str, dict[str, Any]], None]
 
 
 def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
@@ -78,11 +78,11 @@ def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
         interp.recorder.reused(step.id, -1, key, hit.output, "approved before with the same inputs")
         return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
 
-    def revised() -> None:
+    def revised(target: str, review: dict[str, Any]) -> None:
+        interp.next_reviews[target] = review
         interp.revise_again = True
 
-    recall = Recall(old, revised) if old is not None else None
-    return decide(step, key, args, interp.journal, interp.recorder, recall)
+    return decide(step, key, args, interp.journal, interp.recorder, Recall(old, revised))
 
 
 def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
@@ -94,7 +94,7 @@ def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
     return canonical_digest({"args": args_key, "item": interp.options.item, "upstream": upstream})
 
 
-def first_pass(plan: Plan, journal: Journal, run_id: str) -> frozenset[str] | None:
+def first_pass(plan: Plan, journal: Journal) -> frozenset[str] | None:
     """The steps a run's first pass starts when a gate of the plan was revised before (its
     revision may be taken again, and the run then goes round once more): those gates and what
     they read. None when no gate was, and the run is one pass."""
@@ -103,7 +103,7 @@ def first_pass(plan: Plan, journal: Journal, run_id: str) -> frozenset[str] | No
         for s in plan.steps.values()
         if is_gate(s)
         and revise_target(s) is not None
-        and gates.revised_before(journal, pipeline=plan.name, gate=s.id, run_id=run_id)
+        and gates.revised_before(journal, pipeline=plan.name, gate=s.id)
     ]
     if not revised:
         return None
@@ -148,18 +148,21 @@ def decide(
     run_id = recorder.run_id
     rows = gates.decisions(journal, run_id, step.id)
     last = rows[-1] if rows else None
-    if (
-        last is not None
-        and last.status is gates.RowStatus.DECIDED
-        and last.key == key
-        and last.decision in (gates.Decision.APPROVE, gates.Decision.REJECT)
-    ):
-        return _decided(step, key, last, recorder)
+    # A revision, like an approval, holds for the inputs it was decided on: the run's passes
+    # meet its rounds again one by one (the target with each round's review), and inputs that
+    # changed meet none of them.
+    decided = [r for r in rows if r.status is gates.RowStatus.DECIDED and r.key == key]
+    if decided and decided[-1].decision in (gates.Decision.APPROVE, gates.Decision.REJECT):
+        return _decided(step, key, decided[-1], recorder)
+    if decided and decided[-1].decision is gates.Decision.REVISE and recall is not None:
+        return _revised(step, key, rows, decided[-1], recall, recorder)
     if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
         return _awaiting(step, key, last.round, last.summary, recorder, again=True)
     round_ = (last.round + 1) if last is not None else 1
-    if recall is not None and (
-        recall.row.decision is not gates.Decision.REVISE or revise_target(step) is not None
+    if (
+        recall is not None
+        and recall.row is not None
+        and (recall.row.decision is not gates.Decision.REVISE or revise_target(step) is not None)
     ):
         return _recalled(step, key, recall, journal, recorder, round_)
     # Nothing asked yet, a revision was made, or what is shown changed: ask (a new round).
@@ -189,6 +192,7 @@ def _recalled(
     be given it again): approve and reject end the gate; a revision sends its target round
     again with the review, and the gate then sees what it saw after that revision."""
     old = recall.row
+    assert old is not None
     row = gates.adopt(journal, old, run_id=recorder.run_id, round_=round_)
     past = {"approve": "approved", "reject": "rejected"}.get(
         row.decision.value if row.decision else ""
@@ -197,13 +201,33 @@ def _recalled(
     source = f"by {old.by}, run {old.run_id}"
     if row.decision is not gates.Decision.REVISE:
         return _decided(step, key, row, recorder, remembered=f"{how} ({source})")
-    recall.revised()
-    reason = (
-        f"revised before with the same inputs ({source}): '{revise_target(step)}' runs again "
-        "with the review"
-    )
-    recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason, key=key)
-    return StepOutcome(step.id, StepStatus.SKIPPED, key, reason=reason)
+    rows = gates.decisions(journal, recorder.run_id, step.id)
+    return _revised(step, key, rows, row, recall, recorder, source=source)
+
+
+def _revised(
+    step: CompiledStep,
+    key: str,
+    rows: list[gates.DecisionRow],
+    row: gates.DecisionRow,
+    recall: Recall,
+    recorder: Recorder,
+    *,
+    source: str | None = None,
+) -> StepOutcome:
+    """A revision decided on exactly these inputs: the target goes round again (the run's next
+    pass) with the review of every revision up to this one."""
+    target = revise_target(step)
+    review = gates.review_for([r for r in rows if r.id <= row.id])
+    if target is None or review is None:  # cannot happen for a gate that was revised
+        return _awaiting(step, key, row.round, row.summary, recorder, again=True)
+    recall.revised(target, review)
+    if source is not None:
+        reason = f"revised before with the same inputs ({source}): '{target}' runs again"
+    else:
+        reason = f"revised by {row.by} (round {row.round}): '{target}' runs again"
+    recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason + " with the review", key=key)
+    return StepOutcome(step.id, StepStatus.SKIPPED, key, reason=reason + " with the review")
 
 
 def _awaiting(

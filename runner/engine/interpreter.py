@@ -111,6 +111,7 @@ class Interpreter:
         # A gate took a revision another run made on the same inputs: its target runs again
         # with the review, in a second pass of this run (gatestep.py).
         self.revise_again = False
+        self.next_reviews: dict[str, dict[str, Any]] = {}  # what the next pass's targets take
         self._only: frozenset[str] | None = None  # the first pass's steps (gatestep.first_pass)
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
@@ -172,14 +173,13 @@ class Interpreter:
             self.recorder.run_started(plan, self.options)
         else:
             self.recorder.run_resumed(plan)
-            self.reviews.update(gatestep.load_reviews(plan, self.journal, self.run_id))
         self.recorder.emit(
             EventType.RUN_STARTED, pipeline=plan.name, item=item, steps=len(plan.order)
         )
         self.recorder.flush_events()
         # A gate that was revised before may take that revision again: the first pass then
         # runs only what such gates read, so nothing else is made from the unrevised result.
-        self._only = gatestep.first_pass(plan, self.journal, self.run_id)
+        self._only = gatestep.first_pass(plan, self.journal)
         for _ in range(MAX_PASSES):
             stopped = await self._pass(started)
             if stopped is not None:
@@ -233,7 +233,8 @@ class Interpreter:
         self.revise_again = False
         self._only = None
         self.recorder.write_cached()
-        reviews = gatestep.load_reviews(self.plan, self.journal, self.run_id)
+        reviews = {**self.reviews, **self.next_reviews}
+        self.next_reviews = {}
         changed = {
             t for t in reviews.keys() | self.reviews.keys() if reviews.get(t) != self.reviews.get(t)
         }

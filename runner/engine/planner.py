@@ -149,10 +149,6 @@ def forecast(
         ),
         providers=_LazyProviders(plan.root),
     )
-    if waiting:
-        # as the resumed apply does: a revision recorded in that run (decide --no-resume)
-        # sends its target again with the review
-        interp.reviews.update(gatestep.load_reviews(plan, journal, waiting[0]))
     return _Planner(plan, interp, force).run()
 
 
@@ -516,7 +512,12 @@ class _Planner:
                 ["approved before with the same inputs", *revised[-1:]],
                 key,
             )
-        here = self._decided_here(step, key)
+        own = [
+            *gates.decisions(self.journal, self.interp.run_id, step.id),
+            *self.adopted.get(step.id, []),
+        ]
+        decided = [r for r in own if r.status is gates.RowStatus.DECIDED and r.key == key]
+        here = self._decided_here(step, key, own, decided[-1]) if decided else None
         if here is not None:
             return here
         if old is not None and old.decision is gates.Decision.APPROVE:
@@ -533,37 +534,42 @@ class _Planner:
                 f"ask again with --reask {step.id}"
             )
             return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
-        target = gatestep.revise_target(step)
-        if old is not None and old.decision is gates.Decision.REVISE and target is not None:
-            taken = self.adopted.setdefault(step.id, [])
-            taken.append(old)
-            own = gates.decisions(self.journal, self.interp.run_id, step.id)
-            review = gates.review_for([*own, *taken])
-            if review is not None:
-                self.interp.reviews[target] = review
-            self.again = True
-            why = f"revised before with the same inputs (run {old.run_id}): '{target}' again"
-            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+        if old is not None and old.decision is gates.Decision.REVISE:
+            self.adopted.setdefault(step.id, []).append(old)
+            again = self._decided_here(step, key, [*own, old], old)
+            if again is not None:
+                return again
         self.interp.context_steps[step.id] = _Unknown(step.id)
         return StepForecast(step.id, step.uses, Action.ASK, ["would ask for a decision"], key)
 
-    def _decided_here(self, step: CompiledStep, key: str) -> StepForecast | None:
-        """A decision recorded in the run the apply continues (`decide --no-resume`) on exactly
-        these inputs: the apply takes it (gatestep.decide) rather than asking."""
-        rows = gates.decisions(self.journal, self.interp.run_id, step.id)
-        last = rows[-1] if rows else None
-        if last is None or last.status is not gates.RowStatus.DECIDED or last.key != key:
-            return None
-        if last.decision is gates.Decision.APPROVE:
+    def _decided_here(
+        self,
+        step: CompiledStep,
+        key: str,
+        rows: list[gates.DecisionRow],
+        row: gates.DecisionRow,
+    ) -> StepForecast | None:
+        """A decision on exactly these inputs in the run the apply continues (`decide
+        --no-resume`) or taken from another run: the apply takes it (gatestep.decide) rather
+        than asking; a revision sends its target round again with the review, as the apply's
+        next pass does."""
+        if row.decision is gates.Decision.APPROVE:
             self.interp.context_steps[step.id] = _Unknown(step.id)
-            why = f"approved by {last.by} (round {last.round}): would go on past the gate"
+            why = f"approved by {row.by} (round {row.round}): would go on past the gate"
             return StepForecast(step.id, step.uses, Action.RUN, [why], key)
-        if last.decision is gates.Decision.REJECT:
+        if row.decision is gates.Decision.REJECT:
             self.rejected.add(step.id)
             self.interp.context_steps[step.id] = _Unknown(step.id)
-            why = f"rejected by {last.by} (round {last.round})"
+            why = f"rejected by {row.by} (round {row.round})"
             return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
-        return None
+        target = gatestep.revise_target(step)
+        review = gates.review_for(rows[: rows.index(row) + 1])
+        if row.decision is not gates.Decision.REVISE or target is None or review is None:
+            return None
+        self.interp.reviews[target] = review
+        self.again = True
+        why = f"revised by {row.by} (round {row.round}, run {row.run_id}): '{target}' again"
+        return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
 
     def _upstream_key(self, sid: str) -> Any:
         up = self.outcomes[sid]
