@@ -414,6 +414,22 @@ def active_edits(state: Path) -> set[tuple[str, str, int]]:
         db.close()
 
 
+def known_decisions(state: Path) -> set[str]:
+    """Gate keys the journal still answers: a decided row, or an approval's completed gate
+    execution (gc deletes a run's decisions with it)."""
+    if not has_journal(state):
+        return set()
+    db = journal(state)
+    try:
+        rows = db.execute("SELECT key FROM decisions WHERE status='decided'").fetchall()
+        rows += db.execute(
+            "SELECT key FROM executions WHERE step_id='review' AND status IN ('completed','cached')"
+        ).fetchall()
+        return {r[0] for r in rows if r[0]}
+    finally:
+        db.close()
+
+
 def completed_calls(state: Path) -> set[str]:
     if not has_journal(state):
         return set()

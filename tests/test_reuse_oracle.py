@@ -67,6 +67,7 @@ from .oracle_project import (
     completed_keys,
     copy_sources,
     has_journal,
+    known_decisions,
     observe,
     outputs,
     plan_actions,
@@ -565,6 +566,10 @@ class ReuseOracle(RuleBasedStateMachine):
         res = cli(self.root, *args)
         assert res.exit_code == 0, res.stderr
         deleted = set() if dry_run else set(res.json()["runs_deleted"])
+        if deleted:
+            # a deleted run's decisions go with it: the next apply asks again
+            known = known_decisions(self.state)
+            self.decisions = {k: d for k, d in self.decisions.items() if k in known}
         for (file, item), obs in list(self.latest.items()):
             if obs.run_id in deleted:
                 # its records are gone: verify knows its outputs no more
