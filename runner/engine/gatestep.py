@@ -222,11 +222,11 @@ def _revised(
     if target is None or review is None:  # cannot happen for a gate that was revised
         return _awaiting(step, key, row.round, row.summary, recorder, again=True)
     recall.revised(target, review)
-    if source is not None:
+    if source is not None:  # said: the user did not just decide it
         reason = f"revised before with the same inputs ({source}): '{target}' runs again"
-    else:
+        recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason + " with the review", key=key)
+    else:  # this run's own revision, which its user asked for: the next pass shows it
         reason = f"revised by {row.by} (round {row.round}): '{target}' runs again"
-    recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason + " with the review", key=key)
     return StepOutcome(step.id, StepStatus.SKIPPED, key, reason=reason + " with the review")
 
 

@@ -232,6 +232,7 @@ class Interpreter:
         answered and no new review reaches is carried over as it is (not journaled twice)."""
         self.revise_again = False
         self._only = None
+        self.current_phase = None  # each phase of the pass is entered (and shown) in order again
         self.recorder.write_cached()
         reviews = {**self.reviews, **self.next_reviews}
         self.next_reviews = {}
