@@ -82,16 +82,15 @@ SOAK = os.environ.get("RUNNER_ORACLE") == "soak"
 # kept off the road that trips it. Each flag names its case; all are on now.
 IMAGE_KEY_COMPLETE = True  # image size / negative_prompt change the call's key
 GATE_MEMORY = True  # a rejection and a revision are remembered like an approval
-# Found by this oracle, left to the lead (a question of what a revision means): a run waiting at
-# its gate after a revision, resumed once the draft's inputs changed, drafts again with that
-# revision's review (made on other inputs); from scratch, no decision holds for the new inputs.
-# While it stands, the apply of such a run is not compared with scratch (its other checks hold).
-REVIEW_KEYED = False
-# Found by this oracle, left to the lead (tests/test_reuse_oracle_found.py, xfail): the first
-# pass of an apply that takes a remembered revision restores the unrevised draft's output over
-# the revised one, and the second pass restores it back; each takes runner's own file for a
-# hand edit (kept in the store, said on the console), and plan says `cached`.
-TWO_PASS_CLEAN = False
+# Found by this oracle, fixed by the lead (94f2a70): a run waiting at its gate after a revision,
+# resumed once the draft's inputs changed, drafted again with that revision's review (made on
+# other inputs); from scratch no decision holds for the new inputs. Off: such an apply is not
+# compared with scratch, and the gate's revise target is not `runner edit`ed.
+REVIEW_KEYED = True
+# Found by this oracle, fixed by the lead (e4a6e91): the first pass of an apply that takes a
+# remembered revision restored the unrevised draft's output over the revised one, the second
+# pass restored it back, each taking runner's own file for a hand edit; plan said `cached`.
+TWO_PASS_CLEAN = True
 EDIT_KEPT_ON_RERUN = True  # a hand-edited output overwritten by a re-run is kept in the store
 IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a pull) settles
 
