@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from .conftest import Project
 from .oracle_drive import WatchDriver
 
@@ -329,11 +327,6 @@ def test_a_remembered_revision_takes_no_output_for_a_hand_edit(project: Project)
     assert edited == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left to the lead (gate revisions, after e4a6e91/94f2a70): after two revisions "
-    "decided with resume, the next apply takes runner's own output for a hand edit",
-)
 def test_a_second_revision_takes_no_output_for_a_hand_edit(project: Project) -> None:
     """apply; decide revise (resumes: drafts again, asks); apply; decide revise again; apply:
     the last apply restored out/d.md over the revised draft's output as an 'edited by hand' file

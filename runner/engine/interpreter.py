@@ -188,7 +188,9 @@ class Interpreter:
                 break
             if not self.revise_again and self._only is None:
                 break
-            self._next_pass()
+            # While revisions are followed the passes stay on what the gates read (nothing
+            # else is made from a draft a later round replaces); the last pass runs the rest.
+            self._next_pass(follow=self.revise_again)
         return self._finish(None, started, self.abort_reason)
 
     async def _pass(self, started: float) -> RunReport | None:
@@ -227,11 +229,13 @@ class Interpreter:
             watcher.cancel()
         return None
 
-    def _next_pass(self) -> None:
-        """Start the steps again with the reviews this run now holds. What the last pass
-        answered and no new review reaches is carried over as it is (not journaled twice)."""
+    def _next_pass(self, *, follow: bool) -> None:
+        """Start the steps again with the reviews this run now holds: only what the gates read
+        while ``follow``ing revisions, else all. What the last pass answered and no new review
+        reaches is carried over as it is (not journaled twice)."""
         self.revise_again = False
-        self._only = None
+        if not follow:
+            self._only = None
         self.current_phase = None  # each phase of the pass is entered (and shown) in order again
         self.recorder.write_cached()
         reviews = {**self.reviews, **self.next_reviews}
@@ -298,6 +302,7 @@ class Interpreter:
     async def _step(self, step: CompiledStep) -> StepOutcome:
         carried = self._carried.get(step.id)
         if carried is not None:
+            self._set_phase(step)
             return self._record_outcome(carried)
         emit = self.recorder.emit
         reused = self.options.reuse.get(step.id)
@@ -364,6 +369,7 @@ class Interpreter:
         arguments and key worked out here. A cached step thus costs no task."""
         carried = self._carried.get(step.id)
         if carried is not None:
+            self._set_phase(step)
             return self._record_outcome(carried)
         if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
             return None
