@@ -91,10 +91,10 @@ REVIEW_KEYED = True
 # remembered revision restored the unrevised draft's output over the revised one, the second
 # pass restored it back, each taking runner's own file for a hand edit; plan said `cached`.
 TWO_PASS_CLEAN = True
-# Found by this oracle, left to the lead (test_reuse_oracle_found.py, xfail): after two
-# revisions decided with resume, the next apply restores the revise target's downstream output
-# over the revised one as a hand edit (and plan says `cached`), or runs what plan said `cached`.
-SECOND_REVISION_CLEAN = False
+# Found by this oracle, fixed by the lead (e144f32): after two revisions decided with resume,
+# the next apply restored the revise target's downstream output over the revised one as a hand
+# edit (plan said `cached`), or ran what plan said `cached`.
+SECOND_REVISION_CLEAN = True
 # Not settled, left to the lead: what a revision means for a revise target a `runner edit`
 # replaces (the edit stands whatever the review says, so the gate is shown the same draft and
 # a revision recorded on it is met again: a run from scratch revises forever). Off: the gate's
