@@ -399,3 +399,20 @@ def test_a_revision_holds_only_for_the_draft_it_was_asked_about(project: Project
     again = project.apply()
     assert again["_exit"] == 7
     assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+
+
+def test_a_revision_of_other_inputs_is_not_part_of_the_next_review(project: Project) -> None:
+    """Revise, change the draft's inputs, revise the new draft: the draft is made with the
+    second review only, as from scratch (it was made with both; found by the oracle)."""
+    run_id = _suspended(project)["run"]["id"]
+    _decide(project, run_id, "revise", "--input", "feedback=warmer")
+    project.write("pipeline.yaml", GATED.replace("'draft ", "'edited "))
+    assert project.apply()["_exit"] == 7  # asks about the new, unrevised draft
+    assert (project.root / "out/draft.txt").read_text() == "edited \n"
+    _decide(project, run_id, "revise", "--input", "feedback=shorter")
+    doc = project.apply()
+    assert doc["_exit"] == 7
+    text = (project.root / "out/draft.txt").read_text()
+    assert text == "edited reviewer feedback: shorter\n", text
+    plan = project.cli("plan", "pipeline.yaml", "--json", "--state", ".runner").json
+    assert {s["id"]: s["action"] for s in plan["steps"]}["draft"] == "cached", plan

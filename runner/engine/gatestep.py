@@ -49,7 +49,9 @@ class Recall:
     when it was a revision (its target must run again with the review, in this run)."""
 
     row: gates.DecisionRow | None
-    revised: Callable[[str, dict[str, Any]], None]
+    # target -> the revisions its current review is made of; told the longer chain to follow
+    chain: Callable[[str], list[gates.DecisionRow]]
+    revised: Callable[[str, list[gates.DecisionRow]], None]
 
 
 def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
@@ -78,11 +80,14 @@ def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
         interp.recorder.reused(step.id, -1, key, hit.output, "approved before with the same inputs")
         return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
 
-    def revised(target: str, review: dict[str, Any]) -> None:
-        interp.next_reviews[target] = review
+    def revised(target: str, chain: list[gates.DecisionRow]) -> None:
+        interp.next_reviews[target] = chain
         interp.revise_again = True
 
-    return decide(step, key, args, interp.journal, interp.recorder, Recall(old, revised))
+    def chain(target: str) -> list[gates.DecisionRow]:
+        return list(interp.review_rows.get(target, []))
+
+    return decide(step, key, args, interp.journal, interp.recorder, Recall(old, chain, revised))
 
 
 def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
@@ -218,10 +223,11 @@ def _revised(
     """A revision decided on exactly these inputs: the target goes round again (the run's next
     pass) with the review of every revision up to this one."""
     target = revise_target(step)
-    review = gates.review_for([r for r in rows if r.id <= row.id])
-    if target is None or review is None:  # cannot happen for a gate that was revised
+    if target is None:  # cannot happen for a gate that was revised
         return _awaiting(step, key, row.round, row.summary, recorder, again=True)
-    recall.revised(target, review)
+    # The review is the one the target was made with (what the gate was shown came from it)
+    # and this revision: revisions decided on other inputs are not part of it.
+    recall.revised(target, [*recall.chain(target), row])
     if source is not None:  # said: the user did not just decide it
         reason = f"revised before with the same inputs ({source}): '{target}' runs again"
         recorder.emit(EventType.STEP_SKIPPED, step.id, reason=reason + " with the review", key=key)

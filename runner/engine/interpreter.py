@@ -29,7 +29,7 @@ from ..providers.pool import notices as pool_notices
 from ..steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
 from ..store.journal import CachedResults, Journal
 from ..store.objects import ObjectStore
-from . import attempts, gatestep
+from . import attempts, gates, gatestep
 from .events import EventType, NullReporter, Reporter
 from .executors import Executor
 from .files import FileHasher
@@ -111,7 +111,9 @@ class Interpreter:
         # A gate took a revision another run made on the same inputs: its target runs again
         # with the review, in a second pass of this run (gatestep.py).
         self.revise_again = False
-        self.next_reviews: dict[str, dict[str, Any]] = {}  # what the next pass's targets take
+        # revise target -> the revisions its review is made of; those the next pass takes
+        self.review_rows: dict[str, list[Any]] = {}
+        self.next_reviews: dict[str, list[Any]] = {}
         self._only: frozenset[str] | None = None  # the first pass's steps (gatestep.first_pass)
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
@@ -238,8 +240,9 @@ class Interpreter:
             self._only = None
         self.current_phase = None  # each phase of the pass is entered (and shown) in order again
         self.recorder.write_cached()
-        reviews = {**self.reviews, **self.next_reviews}
+        self.review_rows.update(self.next_reviews)
         self.next_reviews = {}
+        reviews = {t: r for t, rows in self.review_rows.items() if (r := gates.review_for(rows))}
         changed = {
             t for t in reviews.keys() | self.reviews.keys() if reviews.get(t) != self.reviews.get(t)
         }

@@ -165,6 +165,7 @@ class _Planner:
         self.outcomes: dict[str, StepForecast] = {}
         self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output
         self.again = False  # a remembered revision: forecast again with its review
+        self.review_rows: dict[str, list[gates.DecisionRow]] = {}  # target -> its revisions
         self.rejected: set[str] = set()  # gates a remembered rejection ends
         self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
 
@@ -563,9 +564,14 @@ class _Planner:
             why = f"rejected by {row.by} (round {row.round})"
             return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
         target = gatestep.revise_target(step)
-        review = gates.review_for(rows[: rows.index(row) + 1])
-        if row.decision is not gates.Decision.REVISE or target is None or review is None:
+        if row.decision is not gates.Decision.REVISE or target is None:
             return None
+        # as the apply's next pass: the review the target was made with, and this revision
+        chain = [*self.review_rows.get(target, []), row]
+        review = gates.review_for(chain)
+        if review is None:
+            return None
+        self.review_rows[target] = chain
         self.interp.reviews[target] = review
         self.again = True
         why = f"revised by {row.by} (round {row.round}, run {row.run_id}): '{target}' again"
