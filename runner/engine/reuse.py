@@ -7,6 +7,7 @@ step wrote when they are missing or were edited by hand (as the step's ``on_edit
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from .. import overrides
 from ..errors import StepFailure
@@ -188,21 +189,28 @@ class Reuse:
             if step.on_edit == "keep":
                 self.recorder.emit(EventType.OUTPUT_EDITED, step.id, index, file=rel, action="kept")
                 continue
-            edited = self.objects.put_file(path)  # the user's bytes are never destroyed
+            kept[rel] = self._keep_edit(step, index, rel, path, "restored")
             self.objects.restore(digest, path)
             self.hasher.forget(path)
             restored.append(rel)
-            kept[rel] = edited
-            self.recorder.emit(
-                EventType.OUTPUT_EDITED,
-                step.id,
-                index,
-                file=rel,
-                action="restored",
-                edited=edited,
-                kept_at=str(self.objects.path(edited)),
-            )
         return restored, kept, None
+
+    def _keep_edit(
+        self, step: CompiledStep, index: int | None, rel: str, path: Path, action: str
+    ) -> str:
+        """Store a hand-edited output's bytes (they are never destroyed) and say where;
+        returns their object digest."""
+        edited = self.objects.put_file(path)
+        self.recorder.emit(
+            EventType.OUTPUT_EDITED,
+            step.id,
+            index,
+            file=rel,
+            action=action,
+            edited=edited,
+            kept_at=str(self.objects.path(edited)),
+        )
+        return edited
 
     def keep_before_rerun(
         self, step: CompiledStep, index: int | None, args: Mapping[str, object]
@@ -227,16 +235,6 @@ class Reuse:
                     f"{rel} was edited by hand and the step would write it again; "
                     "on_edit: fail leaves it for you to resolve"
                 )
-            edited = self.objects.put_file(path)  # the user's bytes are never destroyed
-            kept[rel] = edited
-            self.recorder.emit(
-                EventType.OUTPUT_EDITED,
-                step.id,
-                index,
-                file=rel,
-                action="kept before re-run",
-                edited=edited,
-                kept_at=str(self.objects.path(edited)),
-            )
+            kept[rel] = self._keep_edit(step, index, rel, path, "kept before re-run")
         return kept, None
 
