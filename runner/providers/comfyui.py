@@ -169,6 +169,7 @@ class ComfyUIProvider(HttpProvider):
             try:
                 resubmits = 0
                 while True:
+                    fresh = state is None  # submitted by this call just now
                     if state is None:
                         if resubmits > MAX_RESUBMITS:
                             raise self.error(
@@ -185,7 +186,9 @@ class ComfyUIProvider(HttpProvider):
                         await self._submit(client, flow, values, request, job, client_id)
                         reattached = False  # what answers now is the new submission
                         resubmits += 1
-                    ref, state = await self._wait(client, job, deadline, timeout, socket)
+                    ref, state = await self._wait(
+                        client, job, deadline, timeout, socket, fresh=fresh
+                    )
                     if ref is not None:
                         break
             finally:
@@ -361,6 +364,8 @@ class ComfyUIProvider(HttpProvider):
         deadline: float,
         timeout: float,
         socket: ProgressSocket | None = None,
+        *,
+        fresh: bool = False,
     ) -> tuple[dict[str, str] | None, str | None]:
         """Wait for the job until its image is ready: (view params, _) or (None, None) when the
         backend no longer knows it (submit again). Raises when it failed or time ran out.
@@ -371,7 +376,9 @@ class ComfyUIProvider(HttpProvider):
         if socket is not None:
             socket.watch(prompt_id, job.say, backend_of(client))
         url = f"/history/{prompt_id}"
-        where: str | None = None
+        # A prompt this call just submitted was accepted into the queue (POST /prompt queues it
+        # before answering): gone before it was seen running, it was deleted, not forgotten.
+        where: str | None = "queued (just submitted)" if fresh else None
         while True:
             seen, where = where, None
             entry = await self._history(client, prompt_id)
