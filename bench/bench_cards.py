@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.cards import build_card, card_hash, load_spec
+from runner.steps.cards import build_card, card_hash, load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_US = 200.0

@@ -186,15 +186,15 @@ def _write_waves(root: Path, waves: list[list[str]]) -> None:
     (root / "waves.json").write_text(json.dumps(waves))
 
 
-# The spawn floor: the same commands, spawned the way runner spawns them (runner.shellrun, from a
+# The spawn floor: the same commands, spawned the way runner spawns them (runner.expr.shellrun, from a
 # process that has imported what an apply imports, since the cost of a spawn grows with the
 # parent), JOBS at a time, wave after wave, with no engine at all: no keys, hashing, store or
 # journal. runner minus floor is what the engine costs.
 FLOOR = """
 import asyncio, json, sys
 from pathlib import Path
-import runner.cli.app, runner.pipeline.compiler, runner.engine.interpreter
-from runner.shellrun import run_shell
+import runner.surfaces.cli.app, runner.pipeline.compiler, runner.engine.run.interpreter
+from runner.expr.shellrun import run_shell
 
 async def main(jobs):
     slots = asyncio.Semaphore(jobs)
@@ -360,7 +360,7 @@ def edit_middle(base: Path, n: int, rounds: int = 3) -> list[str]:
     """(a) step n/2's input (src/mid.txt) edited in an n-step shell chain, then applied: runner
     against make, each in its own tree (make goes by mtimes), ``rounds`` times in turn; the best
     of each, and every round's CPU ratio (the machine is shared). Beside them the spawn floor:
-    the n/2 commands that re-run, one after another through runner.shellrun from a process that
+    the n/2 commands that re-run, one after another through runner.expr.shellrun from a process that
     imported what an apply imports, with no engine (no compile, keys, store or journal): the
     least a runner spawning from Python this way could cost here."""
     runs: dict[str, Callable[[Path], tuple[float, int | None]]] = {
@@ -393,7 +393,7 @@ def edit_middle(base: Path, n: int, rounds: int = 3) -> list[str]:
         f"(a) edit-middle of {n} shell steps, best of {rounds}: runner {best['runner']} ran "
         f"{ran}, make {best['make']}: {best['runner'].ratio(best['make'])} make (target <= "
         f"1.25x; cpu ratio per round: {per_round})",
-        f"(a) spawn floor, the {n - n // 2} commands alone through runner.shellrun: "
+        f"(a) spawn floor, the {n - n // 2} commands alone through runner.expr.shellrun: "
         f"{best['floor']}: {best['floor'].ratio(best['make'])} make",
     ]
 

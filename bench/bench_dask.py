@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import ENV, apply, compile_tree
-from runner.testing.daskcluster import command_line_cluster
+from runner.surfaces.testing.daskcluster import command_line_cluster
 
 TITLE = "We tried every thumbnail trick"
 
@@ -136,7 +136,7 @@ def _sources(n: int) -> list[bytes]:
 
 
 def _finalize_project(root: Path, sources: list[bytes]) -> Path:
-    from runner.engine.apply import State
+    from runner.engine.run.apply import State
 
     root.mkdir(parents=True)
     state = State.open(root / ".runner")  # a journal first: objects without one are refused
@@ -155,8 +155,8 @@ def _finalize_project(root: Path, sources: list[bytes]) -> Path:
 
 def _pillow_seconds(sources: list[bytes]) -> float:
     """Pillow's own time for the same work in this process, one image after another."""
-    from runner.imaging.finalize import finalize
-    from runner.imaging.profiles import load_profile
+    from runner.steps.imaging.finalize import finalize
+    from runner.steps.imaging.profiles import load_profile
 
     profile = load_profile("youtube")
     finalize(sources[0], profile, title=TITLE, fmt="jpeg")  # fonts loaded, first encode

@@ -19,8 +19,8 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from runner.imaging.finalize import finalize
-from runner.imaging.profiles import load_profile
+from runner.steps.imaging.finalize import finalize
+from runner.steps.imaging.profiles import load_profile
 
 TITLE = "We tried every thumbnail trick so you don't have to"
 

@@ -15,8 +15,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from runner.engine.apply import State, apply_plan
-from runner.engine.options import ApplyOptions
+from runner.engine.run.apply import State, apply_plan
+from runner.engine.run.options import ApplyOptions
 from runner.pipeline.compiler import compile_pipeline
 
 

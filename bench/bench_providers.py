@@ -55,12 +55,12 @@ from typing import Any
 # Appended, not put first: with --before, PYTHONPATH names the runner tree to measure.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 from bench._common import ENV, compile_tree
-from runner.engine.recorder import JournalLedger
+from runner.engine.run.recorder import JournalLedger
 from runner.providers import ImageRequest, Provider, create
+from runner.state.journal import Journal
+from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv, StepResult
 from runner.steps.image import ImageStep
-from runner.store.journal import Journal
-from runner.store.objects import ObjectStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -346,7 +346,7 @@ def pool(root: Path, calls: int, repeat: int) -> None:
 
 def llm_overhead(root: Path, calls: int, repeat: int) -> None:
     """Section 4: an llm for_each over the fake at delay 0, in process, per element."""
-    from runner.engine.apply import ApplyOptions, apply_file
+    from runner.engine.run.apply import ApplyOptions, apply_file
     from runner.providers import TextRequest
 
     work = root / "overhead"

@@ -60,7 +60,7 @@ def whole_process(path: Path) -> tuple[float, int]:
 
 
 def in_process(path: Path) -> float:
-    from runner.render import render_pipeline
+    from runner.engine.plan.render import render_pipeline
 
     started = time.perf_counter()
     render_pipeline(path)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import Location
-from runner.rules import compile_rule
+from runner.expr.rules import compile_rule
 
 CONTEXT: dict[str, Any] = {
     "params": {"n": 5, "mode": "full"},
@@ -122,7 +122,7 @@ def pipeline(n: int, whens: bool, prefix: str = "h") -> str:
 _ONE_COMPILE = """
 import sys, time
 from pathlib import Path
-import runner.pipeline.compiler, runner.rules, runner.steps.registry
+import runner.pipeline.compiler, runner.expr.rules, runner.steps.registry
 started = time.process_time()
 runner.pipeline.compiler.compile_pipeline(Path(sys.argv[1]))
 print(time.process_time() - started)

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runner.store.objects import ObjectStore
+from runner.state.objects import ObjectStore
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 SIZES = [(1 << 10, "1 KiB"), (64 << 10, "64 KiB"), (1 << 20, "1 MiB"), (8 << 20, "8 MiB")]

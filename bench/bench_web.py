@@ -121,7 +121,7 @@ def thumbnail_run(root: Path, n: int = 64) -> str:
     """A hero thumbnail run of ``n`` iterations in ``root``'s state; its run id."""
     import shutil
 
-    from runner.engine.apply import apply_file
+    from runner.engine.run.apply import apply_file
 
     repo = Path(__file__).resolve().parent.parent
     (root / "pipelines").mkdir(exist_ok=True)
@@ -136,8 +136,8 @@ def thumbnail_run(root: Path, n: int = 64) -> str:
         {"n": str(n), "video_id": "bench64", "concurrency": "8"},
         state_dir=root / ".runner",
     )
-    from runner.engine.apply import State
-    from runner.thumbs.records import record_iterations
+    from runner.engine.run.apply import State
+    from runner.state.iterations import record_iterations
 
     state = State.open(root / ".runner")
     try:
@@ -224,7 +224,7 @@ def stream_latency(
     seconds: float = 10.0,
 ) -> None:
     """Event-to-DOM latency with StepStarted events written at ``rate``/s for ``seconds``."""
-    from runner.store.journal import Journal
+    from runner.state.journal import Journal
 
     journal = Journal.open(state_dir)
     old_status = journal.get_run(run_id)["status"]
@@ -338,9 +338,9 @@ def stream_latency(
 def main() -> None:
     import uvicorn
 
-    from runner.engine.apply import apply_file
-    from runner.engine.options import ApplyOptions
-    from runner.web.app import create_app
+    from runner.engine.run.apply import apply_file
+    from runner.engine.run.options import ApplyOptions
+    from runner.surfaces.web.app import create_app
 
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     steps = int(args[0]) if args else 2000
@@ -387,7 +387,7 @@ def main() -> None:
             else:
                 url = f"{base}/runs/{report.run_id}"
                 driver = start_browser(root / "profile")
-                from runner.web.security import login_url
+                from runner.surfaces.web.security import login_url
 
                 driver.get(login_url(f"{base}/", "bench"))  # the session cookie, as a user gets it
                 try:

@@ -42,7 +42,7 @@ class Project:
         return path
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        from runner.cli.app import cli
+        from runner.surfaces.cli.app import cli
 
         runner = CliRunner()
         old = Path.cwd()
@@ -96,7 +96,7 @@ def served(site: Any) -> Iterator[Any]:
 def browser(tmp_path_factory: pytest.TempPathFactory, served: Any) -> Iterator[Any]:
     """Headless Chromium that opened `runner serve`'s login URL, as a user does once."""
     pytest.importorskip("selenium.webdriver")
-    from runner.web.security import login_url
+    from runner.surfaces.web.security import login_url
 
     from .webdriving import HAVE_BROWSER, TOKEN, chromium
 

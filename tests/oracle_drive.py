@@ -79,14 +79,14 @@ class ListReporter:
 
 
 class WatchDriver:
-    """`runner watch`'s loop body (runner/watch.py ``Watcher.run``), one cycle at a time: the
+    """`runner watch`'s loop body (runner/surfaces/watch.py ``Watcher.run``), one cycle at a time: the
     first run, then a cycle for what changed on disk since, as its file watcher would see it
     (content changes of the watched files; a decision while the run waits at a gate)."""
 
     def __init__(self, file: Path, state: Path, params: Mapping[str, str]) -> None:
-        from runner.engine.apply import State
-        from runner.watch import Watcher, WatchOptions
-        from runner.watchset import WatchSet, sha256_or_none
+        from runner.engine.run.apply import State
+        from runner.surfaces.watch import Watcher, WatchOptions
+        from runner.surfaces.watchset import WatchSet, sha256_or_none
 
         self.params = dict(params)
         self.cycles: list[Any] = []

@@ -238,7 +238,7 @@ def _cwd(path: Path) -> Iterator[None]:
 
 
 def cli(root: Path, *args: str) -> Result:
-    from runner.cli.app import cli as main
+    from runner.surfaces.cli.app import cli as main
 
     with _cwd(root):
         res = CliRunner().invoke(main, list(args), catch_exceptions=False)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from runner.cli.app import cli
+from runner.surfaces.cli.app import cli
 
 from .conftest import Result
 

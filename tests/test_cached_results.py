@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from runner.store.journal import CachedResult, Journal
+from runner.state.journal import CachedResult, Journal
 
 
 def _execution(

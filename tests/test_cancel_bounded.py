@@ -191,7 +191,7 @@ def test_a_signal_ends_a_loaded_run_within_seconds(project: Project, sig: int, p
 SCRIPT = """\
 import asyncio, os, signal, sys, threading, time
 from pathlib import Path
-from runner.engine.apply import apply_file
+from runner.engine.run.apply import apply_file
 from runner.steps.base import StepResult, StepType
 from runner.steps.registry import default_registry
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.canonical import CanonicalError, canonical_json, digest, prepare, sha256_hex
+from runner.state.canonical import CanonicalError, canonical_json, digest, prepare, sha256_hex
 
 from .conftest import REPO, SHARED
 
@@ -88,7 +88,7 @@ def test_any_value_change_changes_the_key(doc: dict, data) -> None:
 
 @given(st.dictionaries(st.text(max_size=6), json_values, min_size=1, max_size=6))
 def test_prepared_short_hash_equals_short_hash(doc: dict) -> None:
-    from runner.canonical import prepared_short_hash, short_hash
+    from runner.state.canonical import prepared_short_hash, short_hash
 
     prepared = prepare(doc)
     assert prepared_short_hash(prepared) == short_hash(prepared) == short_hash(doc)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runner.cards import CardSpec, ContractViolation, build_card, check_shape, load_spec
+from runner.steps.cards import CardSpec, ContractViolation, build_card, check_shape, load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC_PATH = REPO / "cards" / "render_prompt_card.yaml"

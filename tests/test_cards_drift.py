@@ -12,7 +12,12 @@ import pytest
 import yaml
 from syrupy.assertion import SnapshotAssertion
 
-from runner.cards import (
+from runner.errors import StepFailure
+from runner.expr import render_template, template_environment
+from runner.state.objects import ObjectStore
+from runner.steps.base import ResultStatus, StepContext, StepEnv, StepResult
+from runner.steps.card import CardStep
+from runner.steps.cards import (
     DriftReport,
     build_card,
     card_block,
@@ -20,12 +25,7 @@ from runner.cards import (
     detect_drift,
     load_spec,
 )
-from runner.errors import StepFailure
-from runner.expr import render_template, template_environment
-from runner.steps.base import ResultStatus, StepContext, StepEnv, StepResult
-from runner.steps.card import CardStep
 from runner.steps.verify_card import VerifyCardStep
-from runner.store.objects import ObjectStore
 from tests.test_cards_builder import REPO, SPEC_PATH, fixed_element, make_inputs, spec
 
 SPEC_REL = "cards/render_prompt_card.yaml"

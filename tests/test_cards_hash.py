@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.canonical import canonical_json
-from runner.cards import build_card, card_hash
+from runner.state.canonical import canonical_json
+from runner.steps.cards import build_card, card_hash
 from tests.test_cards_builder import build, fixed_element, make_inputs, spec
 
 # The hash of make_inputs()'s card, pinned: a change here means every stored card drifts.

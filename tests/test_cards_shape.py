@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runner.cards import check_shape
+from runner.steps.cards import check_shape
 from tests.test_cards_builder import build, spec
 
 GOOD_HASH = "deadbeefdeadbeef"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from runner.cards import load_spec
-from runner.cards.spec import SCHEMA_PATH
 from runner.errors import InvalidPipeline
+from runner.steps.cards import load_spec
+from runner.steps.cards.spec import SCHEMA_PATH
 from tests.test_cards_builder import spec
 
 MINIMAL = """\
@@ -79,7 +79,7 @@ def test_close_framing_pattern_is_defined_once() -> None:
 
 
 def test_minimal_spec_builds(tmp_path: Path) -> None:
-    from runner.cards import build_card
+    from runner.steps.cards import build_card
 
     s = load_spec(write(tmp_path, MINIMAL))
     assert build_card(s, {"item_id": 3, "label": "CLOSE-up"}).card == {

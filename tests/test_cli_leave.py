@@ -1,4 +1,4 @@
-"""runner.cli.leave: the console command ends without interpreter teardown, losing nothing.
+"""runner.surfaces.cli.leave: the console command ends without interpreter teardown, losing nothing.
 
 Real processes: what a normal exit would still do that matters (atexit handlers, buffered
 stdout, the exit status, a profiler's output) is done before the process leaves.
@@ -31,7 +31,7 @@ def run(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 ENTRY = """
 import atexit, sys
 from pathlib import Path
-from runner.cli import main
+from runner.surfaces.cli import main
 atexit.register(lambda: Path("atexit-ran").write_text("yes"))
 sys.argv = ["runner", *sys.argv[1:]]
 main()
@@ -55,7 +55,7 @@ def test_the_exit_status_is_the_commands(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from runner.cli.app import main; sys.argv=['runner', *sys.argv[1:]]; main()",
+            "import sys; from runner.surfaces.cli.app import main; sys.argv=['runner', *sys.argv[1:]]; main()",
             "validate",
             "bad.yaml",
         ],
@@ -72,7 +72,7 @@ def test_the_exit_status_is_the_commands(tmp_path: Path) -> None:
 
 
 def test_a_string_exit_is_printed_escaped_and_gives_1(tmp_path: Path) -> None:
-    code = "from runner.cli.leave import leave; leave('bye \\x1b[31mred')"
+    code = "from runner.surfaces.cli.leave import leave; leave('bye \\x1b[31mred')"
     done = run(code, cwd=tmp_path)
     assert done.returncode == 1
     assert "bye" in done.stderr
@@ -87,7 +87,7 @@ def test_a_closed_stdout_gives_pythons_status(tmp_path: Path) -> None:
         "r, w = os.pipe(); os.dup2(w, 1); os.close(r); os.close(w)\n"
         "sys.stdout.write('x' * 100)\n"
         "if sys.argv[1] == 'leave':\n"
-        "    from runner.cli.leave import leave; leave(0)\n"
+        "    from runner.surfaces.cli.leave import leave; leave(0)\n"
     )
     assert run(code, "leave", cwd=tmp_path).returncode == 120
     assert run(code, "normal", cwd=tmp_path).returncode == 120
@@ -111,7 +111,7 @@ def test_a_running_non_daemon_thread_is_waited_for(tmp_path: Path) -> None:
     code = (
         "import threading, time\n"
         "from pathlib import Path\n"
-        "from runner.cli.leave import leave\n"
+        "from runner.surfaces.cli.leave import leave\n"
         "threading.Thread(target=lambda: (time.sleep(0.5), Path('late').write_text('x'))).start()\n"
         "leave(3)\n"
     )

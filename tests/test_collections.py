@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.collections import Collections, Document
 from runner.errors import NotFound, UsageError
+from runner.state.collections import Collections, Document
 
 from .conftest import Project
 
@@ -86,7 +86,7 @@ def test_upsert_reports_inserted_updated_unchanged(tmp_path: Path) -> None:
 def test_unknown_collection_is_an_error_without_create(project: Project) -> None:
     _setup(project)
     doc = project.apply("-p", "create=false")
-    # known from the params alone: refused before anything runs (runner/engine/preflight.py)
+    # known from the params alone: refused before anything runs (runner/engine/run/preflight.py)
     assert doc["_exit"] == 2 and doc["error"]["where"]
     assert "unknown collection 'notes'" in doc["error"]["message"]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from runner.cli.console import LiveReporter, PlainReporter
-from runner.engine.events import Event, EventType
+from runner.engine.run.events import Event, EventType
 from runner.pipeline.compiler import compile_pipeline
+from runner.surfaces.cli.console import LiveReporter, PlainReporter
 
 from .conftest import Project, runner_bin
 

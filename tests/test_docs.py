@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from runner.cli.app import cli
+from runner.surfaces.cli.app import cli
 
 
 def commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -109,19 +109,19 @@ PAGES = sorted(DOCS.rglob("*.md"))
 
 
 def test_the_references_are_generated_from_the_code() -> None:
-    """docs/reference/*.md are what `python -m runner.docgen` makes of today's code: a changed
+    """docs/reference/*.md are what `python -m runner.surfaces.docgen` makes of today's code: a changed
     option, help text or step schema without a regenerated reference fails here."""
-    from runner.docgen import generated
+    from runner.surfaces.docgen import generated
 
     for path, text in generated().items():
-        assert path.exists(), f"{path} is missing: run python -m runner.docgen"
+        assert path.exists(), f"{path} is missing: run python -m runner.surfaces.docgen"
         assert path.read_text(encoding="utf-8") == text, (
-            f"{path.relative_to(ROOT)} is stale: run python -m runner.docgen and commit it"
+            f"{path.relative_to(ROOT)} is stale: run python -m runner.surfaces.docgen and commit it"
         )
 
 
 def test_docgen_check_reports_a_stale_reference(tmp_path: Path, monkeypatch: Any) -> None:
-    import runner.docgen as docgen
+    import runner.surfaces.docgen as docgen
 
     monkeypatch.setattr(docgen, "DOCS", tmp_path)
     assert docgen.main([]) == 0  # writes both

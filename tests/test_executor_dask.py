@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from runner.testing.daskcluster import command_line_cluster, runner_tracebacks
+from runner.surfaces.testing.daskcluster import command_line_cluster, runner_tracebacks
 
 from .conftest import REPO
 

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from runner.testing.daskcluster import runner_tracebacks
+from runner.surfaces.testing.daskcluster import runner_tracebacks
 
 from .test_executor_dask import assert_verify_clean, dask_apply_command, dask_env
 

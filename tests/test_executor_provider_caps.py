@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.engine.apply import apply_file
-from runner.engine.events import EventType, RecordingReporter
-from runner.engine.options import ApplyOptions
+from runner.engine.run.apply import apply_file
+from runner.engine.run.events import EventType, RecordingReporter
+from runner.engine.run.options import ApplyOptions
 from runner.steps.registry import default_registry
 
 from .providers.loadserver import LoadServer

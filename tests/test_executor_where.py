@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from runner.testing.daskcluster import runner_tracebacks
-from runner.web.app import create_app
+from runner.surfaces.testing.daskcluster import runner_tracebacks
+from runner.surfaces.web.app import create_app
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")

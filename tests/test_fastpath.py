@@ -188,7 +188,7 @@ def test_an_edit_the_parser_sees_falls_through(project: Project) -> None:
 def test_an_edit_made_while_the_run_ran_is_not_vouched_for(project: Project) -> None:
     """The fingerprint names the bytes the plan was compiled from, not those on disk after the
     run: a pipeline edited during the apply is checked (and here compiled) again."""
-    from runner.engine import fastdoc
+    from runner.engine.plan import fastdoc
     from runner.pipeline.compiler import compile_pipeline
 
     chain(project)
@@ -240,8 +240,8 @@ def test_gc_that_deletes_results_forgets_the_fingerprints(project: Project) -> N
 
 
 def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.engine import fastdoc
-    from runner.pipeline import source
+    from runner.engine.plan import fastdoc
+    from runner.source import document as source
 
     parsed: list[str] = []
     real = source.document_data
@@ -260,7 +260,7 @@ def test_bytes_the_check_parsed_are_not_parsed_again(monkeypatch: pytest.MonkeyP
 
 
 def test_the_keyed_digest_leaves_out_only_what_no_key_depends_on() -> None:
-    from runner.engine import fastdoc
+    from runner.engine.plan import fastdoc
 
     base = fastdoc.of_bytes(b"runner: 1\nname: a\nsteps:\n  h: {uses: hash, with: {value: 1}}\n")
     for neutral in [
@@ -308,8 +308,8 @@ def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(
 ) -> None:
     """The fingerprint that no longer held named the same pipeline bytes: its document digest
     is the one the new fingerprint records (edit-middle: 1,000 steps parsed for nothing)."""
-    from runner.engine import fastdoc
-    from runner.pipeline import source
+    from runner.engine.plan import fastdoc
+    from runner.source import document as source
 
     chain(project)
     converge(project)
@@ -327,7 +327,7 @@ def test_an_input_edit_records_its_fingerprint_without_parsing_the_pipeline(
 
 
 def test_real_paths_of_many_files_equal_realpath(tmp_path: Path) -> None:
-    from runner.engine.fastpath import _RealPaths
+    from runner.engine.plan.fastpath import _RealPaths
 
     (tmp_path / "root/out/sub").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from runner.cards.spec import SCHEMA_PATH as CARD_SCHEMA
 from runner.errors import InvalidPipeline, Location
-from runner.pipeline._fastschema import Unsure, compile_schema
 from runner.pipeline.loader import pipeline_schema, schema_errors
-from runner.pipeline.source import parse_file
+from runner.source._fastschema import Unsure, compile_schema
+from runner.source.document import parse_file
+from runner.steps.cards.spec import SCHEMA_PATH as CARD_SCHEMA
 from runner.steps.registry import default_registry
 
 ROOT = Path(__file__).resolve().parent.parent

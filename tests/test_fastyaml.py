@@ -1,4 +1,4 @@
-"""runner.pipeline._fastyaml: the line reader answers only what the full reader would build.
+"""runner.source._fastyaml: the line reader answers only what the full reader would build.
 
 Property: for any text, the line reader either declines (None) or returns exactly the value the
 full reader (libyaml's node tree, core schema) builds, types and key order included, and then the
@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.errors import InvalidPipeline, Location
-from runner.pipeline import _fastyaml
-from runner.pipeline._fullyaml import parse_full
-from runner.pipeline.source import MAX_VALUES, parse_file, parse_text
+from runner.source import _fastyaml
+from runner.source._fullyaml import parse_full
+from runner.source.document import MAX_VALUES, parse_file, parse_text
 
 REPO = Path(__file__).resolve().parent.parent
 

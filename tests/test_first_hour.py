@@ -102,7 +102,7 @@ def test_serve_prints_its_url_once_listening(tmp_path: Path) -> None:
 
 
 def _collection(tmp_path: Path) -> Project:
-    from runner.collections import Collections, Document
+    from runner.state.collections import Collections, Document
 
     proj = Project(tmp_path)
     proj.write("runner.toml", "")
@@ -359,7 +359,7 @@ def test_printed_paths_open_from_the_working_directory(tmp_path: Path) -> None:
 
 
 def test_a_path_far_away_is_shown_absolute(tmp_path: Path) -> None:
-    from runner.thumbs.view import shown_path
+    from runner.review.thumbs.view import shown_path
 
     deep = tmp_path / "a" / "b" / "c" / "d" / "e"
     deep.mkdir(parents=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.canonical import canonical_json
 from runner.errors import InvalidPipeline
-from runner.imaging.compliance import Measured, check, check_bytes, measure
-from runner.imaging.profiles import known_profiles, load_profile
+from runner.state.canonical import canonical_json
+from runner.steps.imaging.compliance import Measured, check, check_bytes, measure
+from runner.steps.imaging.profiles import known_profiles, load_profile
 
 YOUTUBE_LIMIT = 2 * 1024 * 1024
 

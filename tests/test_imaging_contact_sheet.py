@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.imaging.contact_sheet import GOLD, GREEN, RED, make_contact_sheet, sheet_layout
-from runner.imaging.preview import Tile
+from runner.steps.imaging.contact_sheet import GOLD, GREEN, RED, make_contact_sheet, sheet_layout
+from runner.steps.imaging.preview import Tile
 
 
 def _png(colour: tuple[int, int, int]) -> bytes:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageChops, ImageDraw
 
-from runner.imaging.compliance import measure
-from runner.imaging.finalize import (
+from runner.steps.imaging.compliance import measure
+from runner.steps.imaging.finalize import (
     Finalized,
     FinalizeError,
     finalize,
     fit_title,
     wrap,
 )
-from runner.imaging.profiles import Profile, known_profiles, load_profile
+from runner.steps.imaging.profiles import Profile, known_profiles, load_profile
 
 TITLE = "Never gonna give you up: the definitive ranking of every chorus"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from runner.imaging.preview import (
+from runner.steps.imaging.preview import (
     Tile,
     caption_for,
     render_grid,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from runner.store import _schema, snapshot
-from runner.store.journal import Journal
-from runner.store.migrations import MIGRATIONS, migrate
+from runner.state import _schema, snapshot
+from runner.state.journal import Journal
+from runner.state.migrations import MIGRATIONS, migrate
 
 
 def test_the_snapshot_is_what_the_migrations_build() -> None:
     version, statements = snapshot.built_by_migrations()
     assert (_schema.VERSION, list(_schema.STATEMENTS)) == (version, statements), (
-        "runner/store/_schema.py is out of date: run `python -m runner.store.snapshot`"
+        "runner/state/_schema.py is out of date: run `python -m runner.state.snapshot`"
     )
     assert snapshot.render() == snapshot.TARGET.read_text()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.canonical import digest
-from runner.engine.keys import KeyParts, changed_parts
+from runner.engine.run.keys import KeyParts, changed_parts
+from runner.state.canonical import digest
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=6),

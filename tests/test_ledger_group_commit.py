@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runner.engine.recorder import JournalLedger
+from runner.engine.run.recorder import JournalLedger
 from runner.errors import DiskFull
-from runner.store.journal import Journal
+from runner.state.journal import Journal
 
 
 def _committed(state: Path, key: str) -> str | None:
@@ -108,8 +108,8 @@ def test_an_llm_fan_out_commits_less_often_than_it_has_elements(
     not, and an apply made two commits per element."""
     import json
 
-    from runner.engine.apply import apply_file
-    from runner.engine.options import ApplyOptions
+    from runner.engine.run.apply import apply_file
+    from runner.engine.run.options import ApplyOptions
 
     (tmp_path / "pipeline.yaml").write_text(FAN_OUT, "utf-8")
     (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n', "utf-8")

@@ -135,7 +135,7 @@ def test_mutated_valid_pipeline(work: Path, data: st.DataObject) -> None:
     compile_text(work, text)
 
 
-# A NUL byte in a path crashes runner.pipeline.paths.inside (ValueError); it is kept out of the random
+# A NUL byte in a path crashes runner.source.paths.inside (ValueError); it is kept out of the random
 # values until that is fixed and is pinned by test_nul_byte_in_a_path_is_a_clean_error below.
 SCALARS = st.one_of(
     st.none(),

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
-from runner.engine.locate import project_root, state_dir_for, state_dir_here
+from runner.engine.run.locate import project_root, state_dir_for, state_dir_here
 
 from .conftest import REPO, Project, Result
 
@@ -157,7 +157,7 @@ def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Com
 
 
 def test_every_state_option_documents_the_lookup_and_env() -> None:
-    from runner.cli.app import cli
+    from runner.surfaces.cli.app import cli
 
     with_state = 0
     for name, cmd in _commands(cli):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import StoreError
-from runner.store import objects as objects_mod
-from runner.store.objects import ObjectStore
+from runner.state import objects as objects_mod
+from runner.state.objects import ObjectStore
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""runner.pipeline.paths: check_inside (what validating a step asks) refuses exactly what
+"""runner.source.paths: check_inside (what validating a step asks) refuses exactly what
 inside refuses, with the same message, and builds no Path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import InvalidPipeline, Location
-from runner.pipeline.paths import check_inside, forget, inside
+from runner.source.paths import check_inside, forget, inside
 
 WHERE = Location("p.yaml", 3, 7)
 
@@ -56,7 +56,7 @@ def test_real_below_equals_realpath_of_the_joined_path(tmp_path: Path) -> None:
     loop, "..", ".", empty components, missing names, a file used as a directory."""
     from itertools import product
 
-    from runner.pipeline.paths import real_below
+    from runner.source.paths import real_below
 
     base = tmp_path / "root"
     (base / "out/sub").mkdir(parents=True)

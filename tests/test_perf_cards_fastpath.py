@@ -1,7 +1,7 @@
 """The cheap paths of card building give exactly what the reference paths give.
 
-Covers: plain paths and literals read in Python instead of the sandbox (runner.cards._fast),
-the one-walk copy of canonical.prepare (runner.canonical.plain_copy), the sort of unordered
+Covers: plain paths and literals read in Python instead of the sandbox (runner.steps.cards._fast),
+the one-walk copy of canonical.prepare (runner.state.canonical.plain_copy), the sort of unordered
 lists, and the quick accept of type_problem.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from runner.canonical import CanonicalError, plain_copy, prepare, sort_unordered
-from runner.cards import CardSpec, ContractViolation, build_card, load_spec
-from runner.cards._fast import FastCard
-from runner.cards._types import type_problem
+from runner.state.canonical import CanonicalError, plain_copy, prepare, sort_unordered
+from runner.steps.cards import CardSpec, ContractViolation, build_card, load_spec
+from runner.steps.cards._fast import FastCard
+from runner.steps.cards._types import type_problem
 
 from .test_canonical import json_values
 

@@ -10,9 +10,9 @@ import zlib
 import pytest
 from PIL import Image
 
-from runner.imaging.finalize import MAX_PIXELS, FinalizeError, open_image
-from runner.imaging.intact import PNG_SIGNATURE, check_intact
 from runner.providers.fake import draw_image
+from runner.steps.imaging.finalize import MAX_PIXELS, FinalizeError, open_image
+from runner.steps.imaging.intact import PNG_SIGNATURE, check_intact
 
 
 def _png(img: Image.Image, **options: object) -> bytes:

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from runner.engine.recorder import JournalLedger
+from runner.engine.run.recorder import JournalLedger
 from runner.errors import ProviderError, StepFailure
 from runner.providers import ImageRequest, ImageResult, create
 from runner.providers.calls import CallLog, Event
 from runner.providers.fake import FakeProvider, _gradient, draw_image
-from runner.providers.redact import Redactor
+from runner.source.redact import Redactor
+from runner.state.journal import Journal
+from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv, StepResult
 from runner.steps.image import ImageStep
-from runner.store.journal import Journal
-from runner.store.objects import ObjectStore
 
 
 def _status(state: Path, key: str) -> str | None:

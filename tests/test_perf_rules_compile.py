@@ -13,13 +13,13 @@ import jsonschema
 import pytest
 
 from runner import expr as ex
-from runner.checks import Scope
 from runner.errors import InvalidPipeline, Location
 from runner.expr import parsing
-from runner.pipeline._fastschema import compile_schema
+from runner.expr.checks import Scope
+from runner.expr.rules import RuleBook
 from runner.pipeline.compiler import compile_pipeline
-from runner.pipeline.source import parse_text
-from runner.rules import RuleBook
+from runner.source._fastschema import compile_schema
+from runner.source.document import parse_text
 
 HEAD = "runner: 1\nname: p\nparams:\n  n: {type: integer, default: 5}\nsteps:\n"
 FIRST = "  a:\n    uses: hash\n    with: {value: x}\n"
@@ -133,6 +133,6 @@ def test_a_shape_instance_builds_its_tree_once_and_still_evaluates() -> None:
 
 
 def test_validating_rules_does_not_import_asyncio() -> None:
-    code = "import sys, runner.rules, runner.pipeline.compiler\nprint('asyncio' in sys.modules)\n"
+    code = "import sys, runner.expr.rules, runner.pipeline.compiler\nprint('asyncio' in sys.modules)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.testing import check_pipeline, pipeline_cases
+from runner.surfaces.testing import check_pipeline, pipeline_cases
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -109,7 +109,7 @@ def test_current_ollama_refusing_image_models_reaches_the_user() -> None:
 def test_the_image_api_is_marked_experimental_in_runner_providers() -> None:
     from click.testing import CliRunner
 
-    from runner.cli.app import cli
+    from runner.surfaces.cli.app import cli
 
     doc = json.loads(CliRunner().invoke(cli, ["providers", "--no-probe", "--json"]).stdout)
     caps = {p["name"]: p["capabilities"] for p in doc["providers"]}

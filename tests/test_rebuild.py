@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from runner.store.migrations import TABLES
+from runner.state.migrations import TABLES
 
 from .conftest import REPO, Project, runner_bin
 from .providers.openai_server import OpenAIServer
@@ -322,7 +322,7 @@ def test_an_image_answered_by_the_call_ledger_rebuilds_the_same(shipped: Project
 
 
 def test_which_step_types_pay() -> None:
-    from runner.rebuild import calls_provider
+    from runner.engine.run.rebuild import calls_provider
     from runner.steps.base import StepType
     from runner.steps.registry import BUILTINS, default_registry
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.engine.events import EventType, RecordingReporter
-from runner.engine.keys import KeyParts
-from runner.engine.options import ApplyOptions
-from runner.engine.outcomes import RunStatus, StepStatus
-from runner.engine.recorder import Progress, Recorder
+from runner.engine.run.events import EventType, RecordingReporter
+from runner.engine.run.keys import KeyParts
+from runner.engine.run.options import ApplyOptions
+from runner.engine.run.outcomes import RunStatus, StepStatus
+from runner.engine.run.recorder import Progress, Recorder
 from runner.pipeline.compiler import Plan, compile_pipeline
+from runner.state.journal import Journal
 from runner.steps.base import StepResult
-from runner.store.journal import Journal
 
 PIPELINE = """\
 runner: 1

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from runner.errors import UsageError
-from runner.gc import parse_age
+from runner.state.gc import parse_age
 
 from .conftest import REPO, Project
 
 
 def test_run_statuses_are_one_vocabulary() -> None:
-    from runner.cli.commands_records import RUN_STATUSES
-    from runner.engine.outcomes import RunStatus
+    from runner.engine.run.outcomes import RunStatus
+    from runner.surfaces.cli.commands_records import RUN_STATUSES
 
     assert set(RUN_STATUSES) == {s.value for s in RunStatus}
 

@@ -1,4 +1,4 @@
-"""`runner render` and runner.render: prompts rendered offline, deterministic, in scratch space."""
+"""`runner render` and runner.engine.plan.render: prompts rendered offline, deterministic, in scratch space."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.engine.plan.render import RenderError, render_pipeline
 from runner.errors import InvalidPipeline, UsageError
-from runner.render import RenderError, render_pipeline
 
 from .conftest import Project
 

@@ -12,7 +12,7 @@ import pytest
 
 from runner.errors import ExpressionError, Location, RuleError
 from runner.expr import Reference
-from runner.rules import Rule, RuleBook, Verdict, compile_rule, rule_schema_text
+from runner.expr.rules import Rule, RuleBook, Verdict, compile_rule, rule_schema_text
 
 REPO = Path(__file__).resolve().parent.parent
 PATTERNS = {"close_framing": r"(?i)\bsee you next time\b", "shouty": r"^[A-Z ]+$"}
@@ -231,7 +231,7 @@ def test_fail_always_fails_with_its_message() -> None:
 
 
 def test_collection_has_without_a_backend_is_an_error_verdict() -> None:
-    from runner.checks.collection_has import collection_backend, set_collection_backend
+    from runner.expr.checks.collection_has import collection_backend, set_collection_backend
 
     installed = collection_backend()  # the collections module installs one when imported
     set_collection_backend(None)
@@ -249,7 +249,7 @@ def test_collection_has_without_a_backend_is_an_error_verdict() -> None:
 
 
 def test_collection_has_asks_the_installed_backend() -> None:
-    from runner.checks import CollectionQuery, set_collection_backend
+    from runner.expr.checks import CollectionQuery, set_collection_backend
 
     asked: list[CollectionQuery] = []
 
@@ -257,7 +257,7 @@ def test_collection_has_asks_the_installed_backend() -> None:
         asked.append(query)
         return Verdict(query.ids == ("cow",), [] if query.ids == ("cow",) else ["missing"])
 
-    from runner.checks.collection_has import collection_backend
+    from runner.expr.checks.collection_has import collection_backend
 
     installed = collection_backend()
     set_collection_backend(backend)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import Location
-from runner.rules import Verdict, compile_rule
+from runner.expr.rules import Verdict, compile_rule
 
 
 def run(raw: Any, root: Path, context: dict[str, Any] | None = None) -> Verdict:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import Location
-from runner.rules import LintWarning, RuleBook
+from runner.expr.rules import LintWarning, RuleBook
 
 
 def where_of(path: tuple[Any, ...]) -> Location:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.engine.outcomes import StepOutcome, StepStatus
-from runner.engine.scheduler import Scheduler
+from runner.engine.run.outcomes import StepOutcome, StepStatus
+from runner.engine.run.scheduler import Scheduler
 from runner.pipeline.compiler import CompiledStep, Plan, compile_pipeline
 
 PIPELINE = """\

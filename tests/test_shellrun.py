@@ -1,4 +1,4 @@
-"""runner.shellrun: real /bin/sh processes, their output, their exit, and their process group.
+"""runner.expr.shellrun: real /bin/sh processes, their output, their exit, and their process group.
 
 Most tests run twice (the ``started`` fixture): in runner's own working directory, where commands
 start through os.posix_spawn, and in another one, where they start through subprocess.Popen."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.shellrun import run_shell
+from runner.expr.shellrun import run_shell
 
 
 def _alive(pid: int) -> bool:

@@ -67,7 +67,7 @@ def pytest_run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "-p",
         "syrupy",
         "-p",
-        "runner.testing.plugin",
+        "runner.surfaces.testing.plugin",
         "-p",
         "no:cacheprovider",
         "-rf",
@@ -121,7 +121,7 @@ def test_snapshot_lifecycle_in_a_user_project(tmp_path: Path) -> None:
     assert invalid.returncode == 1
     assert "pipelines/demo.yaml:7:11: step 'prompt': unknown step type 'templat'" in invalid.stdout
     assert "did you mean 'template'?" in invalid.stdout
-    assert "Traceback" not in invalid.stdout and "runner/render.py" not in invalid.stdout
+    assert "Traceback" not in invalid.stdout and "runner/engine/plan/render.py" not in invalid.stdout
 
     assert not (tmp_path / "pipelines" / ".runner").exists()
     assert not (tmp_path / ".runner").exists()

@@ -1,4 +1,4 @@
-"""runner.pipeline.source: pipelines and data read as YAML 1.2 (core schema), as JSON can carry them.
+"""runner.source.document: pipelines and data read as YAML 1.2 (core schema), as JSON can carry them.
 
 The refusals (tags, NaN, keys, aliases, bytes) each have a file in tests/bad_pipelines/ and
 tests/bad_data/; this file holds what is read as typed, the alias bound's exact edge, and a real
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runner.errors import InvalidPipeline, Location
-from runner.pipeline.source import (
+from runner.source.document import (
     MAX_ALIAS_VALUES,
     MAX_FILE_BYTES,
     MAX_VALUES,

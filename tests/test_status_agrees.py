@@ -83,7 +83,7 @@ def everywhere(project: Project, doc: dict[str, Any], console: str, code: int) -
     listed = project.cli("runs", "list", "--state", ".runner", "--json").json["runs"]
     events = project.cli("runs", "events", run_id, "--state", ".runner").stdout.splitlines()
     ended = [e for e in map(json.loads, events) if e["type"] == "RunFinished"]
-    from runner.web.app import create_app
+    from runner.surfaces.web.app import create_app
 
     app = create_app(project.root / ".runner", TOKEN, extra_hosts=["testserver"])
     with TestClient(app, headers={"X-Runner-Token": TOKEN}) as client:

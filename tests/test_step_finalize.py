@@ -12,10 +12,10 @@ import pytest
 from PIL import Image, ImageDraw
 
 from runner.errors import InvalidPipeline, StepFailure
-from runner.imaging.profiles import load_profile
+from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv, StepResult
 from runner.steps.finalize import FinalizeStep
-from runner.store.objects import ObjectStore
+from runner.steps.imaging.profiles import load_profile
 
 
 def _raw(seed: int) -> bytes:

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from runner.engine.executors import LocalExecutor
-from runner.engine.stepbody import BodyRun, run_body
+from runner.engine.run.executors import LocalExecutor
+from runner.engine.run.stepbody import BodyRun, run_body
 from runner.errors import DiskFull, ProviderError, StepFailure
+from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv, StepResult, StepType
 from runner.steps.registry import default_registry
-from runner.store.objects import ObjectStore
 
 
 def _ctx(root: Path, log: list[str] | None = None) -> StepContext:

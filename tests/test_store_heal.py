@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from runner.errors import StoreError
-from runner.store.objects import DAMAGED, ObjectStore
+from runner.state.objects import DAMAGED, ObjectStore
 
 from .conftest import Project, ran
 from .store_damage import damage, damage_cases
@@ -125,8 +125,8 @@ EXPENSIVE = [c for c in CASES if c["id"] in ("truncated-to-half", "flipped-mtime
 def test_export_and_web_page_refuse_a_damaged_final(
     thumbs: Project, case: dict[str, Any]  # noqa: F811
 ) -> None:
-    from runner.engine.apply import State
-    from runner.web.service import image_object
+    from runner.engine.run.apply import State
+    from runner.surfaces.web.service import image_object
 
     doc = thumb_apply(thumbs)
     run_id = doc["run"]["id"]

@@ -13,7 +13,7 @@ import pytest
 
 
 def _open_journal(state: str, results: Any) -> None:
-    from runner.store.journal import Journal
+    from runner.state.journal import Journal
 
     try:
         Journal.open(Path(state)).close()
@@ -23,7 +23,7 @@ def _open_journal(state: str, results: Any) -> None:
 
 
 def _open_collections(state: str, results: Any) -> None:
-    from runner.collections import Collections
+    from runner.state.collections import Collections
 
     try:
         Collections(Path(state)).close()

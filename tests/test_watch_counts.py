@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner.engine.apply import apply_file
-from runner.watch import work_counts
+from runner.engine.run.apply import apply_file
+from runner.surfaces.watch import work_counts
 
 from .conftest import Project
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.web.app import create_app
+from runner.surfaces.web.app import create_app
 
 from .conftest import REPO, Project
 from .webdriving import TOKEN
@@ -191,7 +191,7 @@ def test_steps_and_providers_agree_with_cli(site: Site, client: TestClient) -> N
 
 
 def test_openapi_describes_every_api_route(client: TestClient) -> None:
-    from runner.web.api import ROUTES
+    from runner.surfaces.web.api import ROUTES
 
     doc = client.get("/api/openapi.json").json()
     assert doc["openapi"].startswith("3.")
@@ -215,7 +215,7 @@ def test_images_by_digest_only_for_iterations(site: Site, client: TestClient) ->
         r = client.get(f"/api/objects/{bad}")
         assert r.status_code == 404 and r.json()["error"]["type"] == "NotFound"
     # an object that exists but is no image of an iteration is refused too
-    from runner.store.objects import ObjectStore
+    from runner.state.objects import ObjectStore
 
     other = ObjectStore(store).put_bytes(b'{"secret": "not an iteration image"}')
     assert client.get(f"/api/objects/{other}").status_code == 404

@@ -27,12 +27,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.canonical import CanonicalError
 from runner.errors import InvalidPipeline, Location, UsageError
-from runner.pipeline import _fullyaml
 from runner.pipeline.loader import read_override
-from runner.pipeline.source import MAX_ALIAS_CHARS, MAX_ALIAS_VALUES, load_data, parse_text
-from runner.store import records
+from runner.source import _fullyaml
+from runner.source.document import MAX_ALIAS_CHARS, MAX_ALIAS_VALUES, load_data, parse_text
+from runner.state import records
+from runner.state.canonical import CanonicalError
 
 MiB = 1024 * 1024
 
@@ -248,8 +248,8 @@ def test_an_output_too_large_to_store_fails_the_run_in_words(tmp_path: Path) -> 
         "  s: {uses: shell, with: {run: \"head -c 20000 /dev/zero | tr '\\\\0' x\"}}\n"
     )
     lowered = (
-        "import sys; from runner.store import records; records.MAX_RECORD_BYTES = 10_000; "
-        "from runner.cli.app import main; sys.argv[0] = 'runner'; main()"
+        "import sys; from runner.state import records; records.MAX_RECORD_BYTES = 10_000; "
+        "from runner.surfaces.cli.app import main; sys.argv[0] = 'runner'; main()"
     )
     done = subprocess.run(
         [sys.executable, "-c", lowered, "apply", "p.yaml"],

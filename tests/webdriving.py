@@ -53,7 +53,7 @@ class Served:
     def __init__(self, state: Path, cwd: Path) -> None:
         import uvicorn
 
-        from runner.web.app import create_app
+        from runner.surfaces.web.app import create_app
 
         self.port = free_port()
         app = create_app(state, TOKEN, cwd=cwd)

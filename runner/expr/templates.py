@@ -13,8 +13,8 @@ from typing import Any
 import jinja2
 
 from ..errors import InvalidPipeline, Location, TemplateError
-from ..pipeline.paths import inside
-from ..pipeline.source import decode_utf8
+from ..source.document import decode_utf8
+from ..source.paths import inside
 from .sandbox import (
     BUDGET,
     MAX_NESTING,

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import expr as ex
 from ..errors import InvalidPipeline, Location
+from ..source.paths import forget as forget_paths
+from ..source.paths import inside
 from ..steps.base import StepType
 from ..steps.registry import StepRegistry, default_registry
 from .loader import (
@@ -30,14 +32,12 @@ from .loader import (
     surely_valid,
 )
 from .order import step_order
-from .paths import forget as forget_paths
-from .paths import inside
 
 if TYPE_CHECKING:
     import networkx as nx
     from jsonschema import Draft202012Validator
 
-    from ..rules import Rule, RuleBook
+    from ..expr.rules import Rule, RuleBook
 
 EXPRESSION_ROOTS = ("params", "steps", "run", "feedback", "attempt", "item", "index")
 
@@ -234,7 +234,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
 
     rulebook = None
     if patterns or named_rules or any("when" in r or "check" in r for r in steps_raw.values()):
-        from ..rules import RuleBook
+        from ..expr.rules import RuleBook
 
         rulebook = RuleBook(doc.src.where, patterns, named_rules, root)
     compiled: dict[str, CompiledStep] = {}
@@ -270,7 +270,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
         item = ex.compile_value(data["item"], lambda p: doc.where("item", *p))
         for e in ex.iter_expressions(item):
             _check_refs(e, doc, None, declared_params, set(), allow=("params",))
-    from ..prompt_lock import enforce
+    from .prompt_lock import enforce
 
     enforce(root)
     return Plan(

@@ -15,17 +15,18 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..canonical import loads_strict
 from ..errors import InvalidPipeline, Location, UsageError
-from ._fastschema import Check, Unsure, compile_schema, is_expression_string
-from .source import Sourced, load_data, parse_file
+from ..source._fastschema import Check, Unsure, compile_schema, is_expression_string
+from ..source.document import Sourced, load_data, parse_file
+from ..state.canonical import loads_strict
 
 if TYPE_CHECKING:  # jsonschema loads on first need: a valid pipeline never needs it
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
-# runner/schemas links to the top-level schemas/ (the single source), so wheels carry it too.
-SCHEMA_DIR = Path(__file__).parent.parent / "schemas"
+# runner/pipeline/schemas links to the top-level schemas/ (the single source), so wheels carry it
+# too.
+SCHEMA_DIR = Path(__file__).parent / "schemas"
 
 
 @cache

@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..source.redact import Redactor
     from .base import (
         Capabilities,
         ImageRequest,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
         TextResult,
     )
     from .config import Providers, RunnerConfig, find_config, load_config
-    from .redact import Redactor
     from .registry import create, list_providers
     from .retry import call_with_retries
 

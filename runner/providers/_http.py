@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..canonical import loads_strict
 from ..errors import ProviderError
+from ..state.canonical import loads_strict
 from .base import OPERATIONAL_SETTINGS, Capabilities, Provider, ProviderConfigError
 from .limits import current_route
 from .pool import (

@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..canonical import loads_strict
 from ..errors import Location, ProviderError
+from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..canonical import CanonicalError, digest
 from ..errors import InvalidPipeline, Location, ProviderError
+from ..source.redact import MAX_MESSAGE_CHARS, Redactor
+from ..state.canonical import CanonicalError, digest
 from .jobs import RemoteJob
 from .limits import Gate, make_gate
-from .redact import MAX_MESSAGE_CHARS, Redactor
 from .requestkey import NOT_KEYED
 from .tracking import CallTracker
 

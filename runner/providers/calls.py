@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import CallStatus, DiskFull, ProviderError
-from ..secretmask import mask
+from ..source.redact import Redactor
+from ..source.secretmask import mask
 from .base import Provider
 from .limits import gated_call, waiting
 from .pool import tell
-from .redact import Redactor
 from .retry import call_with_retries
 from .tracking import CallTracker
 
@@ -67,7 +67,8 @@ class CallLog:
             "event": event.name,
             **self.redactor.redact_json(dict(event.data)),
         }
-        # The provider's own secrets, then every other one runner knows (runner/secretmask.py)
+        # The provider's own secrets, then every other one runner knows
+        # (runner/source/secretmask.py)
         return mask(self.redactor.redact(json.dumps(record, sort_keys=True, default=str)))
 
     def _append(self, path: Path, events: tuple[Event, ...]) -> None:

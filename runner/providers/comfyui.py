@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..canonical import loads_strict
 from ..errors import Location, ProviderError
+from ..state.canonical import loads_strict
 from ._http import HttpProvider, backend_message, backend_of
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Location
-from ..tomlfile import find_runner_toml
+from ..source.redact import Redactor
+from ..source.tomlfile import find_runner_toml
 from .base import Provider, ProviderConfigError
-from .redact import Redactor
 from .registry import create
 
 DEFAULT_PROVIDER = "fake"
@@ -44,7 +44,7 @@ class RunnerConfig:
     path: Path | None = None
     default_provider: str = DEFAULT_PROVIDER
     providers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)  # [cache]: see runner/store/remote.py
+    cache: dict[str, Any] = field(default_factory=dict)  # [cache]: see runner/state/remote.py
 
     @property
     def base_dir(self) -> Path:
@@ -67,8 +67,8 @@ def load_config(path: Path | None) -> RunnerConfig:
         raise ProviderConfigError(f"cannot read {path}: {exc}", where=where) from None
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"not valid TOML: {exc}", where=where) from None
-    # [prices] and [budget] are read by runner/engine/costs.py (plan's cost estimate), [cache]
-    # by runner/store/remote.py, [executor] by runner/engine/executor_config.py.
+    # [prices] and [budget] are read by runner/engine/plan/costs.py (plan's cost estimate), [cache]
+    # by runner/state/remote.py, [executor] by runner/engine/run/executor_config.py.
     unknown = sorted(set(data) - {"general", "providers", "prices", "budget", "cache", "executor"})
     if unknown:
         raise ProviderConfigError(

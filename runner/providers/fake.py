@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..canonical import canonical_json
+from ..state.canonical import canonical_json
 from .base import (
     Capabilities,
     ImageRequest,

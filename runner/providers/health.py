@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..canonical import loads_strict
+from ..state.canonical import loads_strict
 from .base import Provider, ProviderConfigError
 from .config import Providers
 from .registry import list_providers

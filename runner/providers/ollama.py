@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..canonical import loads_strict
+from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode, usage_ints
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
 

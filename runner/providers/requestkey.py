@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from ..canonical import digest
+from ..state.canonical import digest
 
 # Field metadata of a request field that does not decide the result.
 NOT_KEYED: dict[str, Any] = {"keyed": False}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..errors import InvalidPipeline, Location
-from ..store.objects import ObjectStore
+from ..state.objects import ObjectStore
 
 
 class Ledger(Protocol):
@@ -83,7 +83,7 @@ class StepEnv:
     def secret_names(self) -> frozenset[str]:
         """The variables runner.toml's providers read secrets from (api_key_env, ...), withheld
         from commands: read once per run, as the run's providers are (not once per command)."""
-        from ..secretenv import provider_env_names
+        from ..source.secretenv import provider_env_names
 
         return provider_env_names(self.root)
 
@@ -228,7 +228,7 @@ def reference_files(refs: Any, root: Path, *, existing: bool = False) -> list[st
     ``reads``: their content is part of its key, so an image swapped under the same name is
     seen. ``existing``: only files there now (one that appears later then changes the key).
     Raises InvalidPipeline for a path outside the root."""
-    from ..pipeline.paths import inside
+    from ..source.paths import inside
 
     out: list[str] = []
     for ref in [refs] if isinstance(refs, str) else refs or []:

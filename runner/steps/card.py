@@ -1,4 +1,4 @@
-"""`card`: build a prompt card from a card spec and inputs (see runner.cards)."""
+"""`card`: build a prompt card from a card spec and inputs (see runner.steps.cards)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..cards import CardSpec, ContractViolation, build_card, load_spec
 from ..errors import InvalidPipeline, Location, StepFailure
-from ..pipeline.paths import inside
+from ..source.paths import inside
 from .base import StepContext, StepResult, StepType
+from .cards import CardSpec, ContractViolation, build_card, load_spec
 
 SPEC_ARG = {"type": "string", "description": "Card spec YAML file, relative to the pipeline."}
 INPUTS_ARG = {"type": "object", "description": "The card's inputs by name (resolved values)."}

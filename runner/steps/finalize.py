@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import PIL
 
 from ..errors import InvalidPipeline, Location, StepFailure, StoreError
-from ..imaging.finalize import Finalized, FinalizeError, Format, finalize
-from ..imaging.profiles import Profile, is_path_reference, load_profile
 from .base import StepContext, StepEnv, StepResult, StepType, invalid
+from .imaging.finalize import Finalized, FinalizeError, Format, finalize
+from .imaging.profiles import Profile, is_path_reference, load_profile
 
 DEFAULT_PROFILE = "youtube"
 DEFAULT_CONCURRENCY = 2  # finalising is CPU-bound Pillow work; more threads than cores only queue

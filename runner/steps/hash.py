@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..canonical import CanonicalError, canonical_json, prepare, sha256_hex
 from ..errors import StepFailure
+from ..state.canonical import CanonicalError, canonical_json, prepare, sha256_hex
 from .base import StepContext, StepResult, StepType
 
 

@@ -1,6 +1,6 @@
 """`human_gate`: stop the run until a person approves, rejects or asks for a revision.
 
-The step body never runs: the engine handles gates (runner/engine/gates.py), because a gate
+The step body never runs: the engine handles gates (runner/engine/run/gates.py), because a gate
 reads and writes decisions in the journal, which step bodies never touch. This type declares the
 arguments (what the reviewer sees) and checks them at compile time.
 """

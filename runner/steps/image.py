@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, ProviderError, StepFailure, StoreError
-from ..pipeline.paths import inside
 from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
 from ..providers.calls import (
     CallLog,
@@ -34,6 +33,7 @@ from ..providers.calls import (
 from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
 from ..providers.requestkey import request_key
+from ..source.paths import inside
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -250,7 +250,7 @@ class ImageStep(StepType):
         exit_code: int,
     ) -> tuple[str, int] | None:
         """The run ends by its iterations (design/thumbnail.md), recorded here first."""
-        from ..thumbs.records import settle_run
+        from ..state.iterations import settle_run
 
         return settle_run(journal, run_id, plan, outputs, status, exit_code)
 
@@ -471,8 +471,8 @@ class _Calls:
         Raises a permanent ProviderError for a cut-off or garbled image: that is a bad reply,
         not a completed call to reuse forever.
         """
-        from ..imaging.finalize import FinalizeError
-        from ..imaging.intact import check_intact  # Pillow: only when used
+        from .imaging.finalize import FinalizeError
+        from .imaging.intact import check_intact  # Pillow: only when used
 
         def keep() -> str:
             check_intact(image)

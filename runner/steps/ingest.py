@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, NotFound, StepFailure, UsageError
-from ..pipeline.paths import inside
+from ..source.paths import inside
 from .base import StepContext, StepResult, StepType, invalid
 
 _DOC_SCHEMA: dict[str, Any] = {
@@ -83,7 +83,7 @@ class IngestStep(StepType):
         )
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
-        from ..collections import Collections, Document
+        from ..state.collections import Collections, Document
 
         docs = args["documents"]
         if not isinstance(docs, list):

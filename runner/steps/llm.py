@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..datafiles import load_json
 from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
 from ..providers.calls import (
@@ -30,6 +29,7 @@ from ..providers.calls import (
 )
 from ..providers.limits import waiting
 from ..providers.requestkey import canonical_request, request_key
+from ..source.datafiles import load_json
 from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
 from .image import load_reference, resolve_provider
 from .ordered import in_order

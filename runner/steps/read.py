@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..datafiles import load_json, load_yaml
 from ..errors import InvalidPipeline, Location, StepFailure
-from ..pipeline.globs import WILD, check_pattern, matches
-from ..pipeline.paths import inside
-from ..pipeline.source import decode_utf8
-from ..regularfile import read_regular
+from ..source.datafiles import load_json, load_yaml
+from ..source.document import decode_utf8
+from ..source.globs import WILD, check_pattern, matches
+from ..source.paths import inside
+from ..source.regularfile import read_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 

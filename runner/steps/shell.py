@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
-from ..pipeline.paths import check_inside, inside, inside_now
-from ..secretenv import command_environment
-from ..shellquote import Unquotable, check_command, render_command
+from ..expr.shellquote import Unquotable, check_command, render_command
+from ..source.paths import check_inside, inside, inside_now
+from ..source.secretenv import command_environment
 from .base import StepContext, StepResult, StepType, invalid
 
 INLINE_LIMIT = 64 * 1024
@@ -127,7 +127,7 @@ class ShellStep(StepType):
             pass_env=args.get("pass_env") or (),
             named=ctx.env.secret_names,
         )
-        from ..shellrun import run_shell  # asyncio: not needed to validate a pipeline
+        from ..expr.shellrun import run_shell  # asyncio: not needed to validate a pipeline
 
         done = await run_shell(args["run"], cwd=ctx.root, env=env)
         code, out, err = done.code, done.stdout, done.stderr

@@ -11,16 +11,16 @@ from typing import Any, ClassVar
 
 from .. import expr as ex
 from ..errors import InvalidPipeline, Location, TemplateError
-from ..pipeline.paths import inside
-from ..pipeline.source import decode_utf8
-from ..regularfile import open_regular, read_regular
+from ..source.document import decode_utf8
+from ..source.paths import inside
+from ..source.regularfile import open_regular, read_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 
 def template_filters() -> dict[str, Callable[..., Any]]:
     """Filters every template gets; step families add theirs here (one line each)."""
     filters: dict[str, Callable[..., Any]] = {}
-    if importlib.util.find_spec("runner.cards") is not None:  # cards not installed in this build
+    if importlib.util.find_spec("runner.steps.cards") is not None:  # not in every build
         filters["card_block"] = card_block
     return filters
 
@@ -28,8 +28,8 @@ def template_filters() -> dict[str, Callable[..., Any]]:
 def card_block(
     value: Mapping[str, Any], title: str | None = None, schema_version: int | None = None
 ) -> str:
-    """runner.cards.card_block, imported on first use (cards load jsonschema: ~0.1 s)."""
-    from ..cards import card_block as build_block
+    """runner.steps.cards.card_block, imported on first use (cards load jsonschema: ~0.1 s)."""
+    from .cards import card_block as build_block
 
     return build_block(value, title, schema_version)
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..cards import detect_drift
 from ..errors import Location, StepFailure
 from .base import ResultStatus, StepContext, StepResult, StepType
 from .card import INPUTS_ARG, SPEC_ARG, spec_at, validate_spec_arg
+from .cards import detect_drift
 
 
 class VerifyCardStep(StepType):

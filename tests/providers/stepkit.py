@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.providers.config import Providers, load_config
+from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv
-from runner.store.objects import ObjectStore
 
 
 class MemoryLedger:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from runner.errors import StoreError
-from runner.store.backends import FsspecObjectStore, ObjectBackend, open_objects
-from runner.store.objects import ObjectStore
+from runner.state.backends import FsspecObjectStore, ObjectBackend, open_objects
+from runner.state.objects import ObjectStore
 
 from .s3server import S3Server
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.canonical import CanonicalError, loads_strict
-from runner.store.records import dumps
+from runner.state.canonical import CanonicalError, loads_strict
+from runner.state.records import dumps
 
 from ..providers.openai_server import OpenAIServer
 from ..providers.servers import Reply

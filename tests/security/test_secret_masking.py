@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.web.app import create_app
+from runner.surfaces.web.app import create_app
 
 from ..webdriving import TOKEN
 
@@ -88,7 +88,7 @@ def _no_secret(blob: bytes | str, where: str) -> None:
 def _forget() -> Iterator[None]:
     yield
     try:  # imported here: each test says what it shows even where masking is missing
-        from runner import secretmask
+        from runner.source import secretmask
     except ImportError:
         return
     secretmask.forget()
@@ -227,7 +227,7 @@ def test_a_short_secret_masks_nothing(tmp_path: Path) -> None:
     assert doc["exit_code"] == 0, res.stderr
     shown = _runner(root, "runs", "show", doc["run"]["id"], "--json", APP_CREDENTIALS=str(root))
     assert json.loads(shown.stdout)["run"]["pipeline_file"] == str(root / "p.yaml")
-    from runner.secretmask import MIN_SECRET_CHARS
+    from runner.source.secretmask import MIN_SECRET_CHARS
 
     assert len(KEY) >= MIN_SECRET_CHARS > len("1234567")
 
@@ -248,7 +248,7 @@ def test_rows_older_than_masking_are_masked_when_served(
             "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)",
             (run_id, time.time(), "log", "call", None, json.dumps({"line": f"old {KEY}"})),
         )
-    from runner import secretmask
+    from runner.source import secretmask
 
     monkeypatch.setenv("LLM_CRED_VAR", KEY)
     secretmask.learn_project(root)
@@ -272,7 +272,7 @@ def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
     script = textwrap.dedent(
         """\
         import os, sys
-        from runner.secretenv import wipe_initial_environ
+        from runner.source.secretenv import wipe_initial_environ
         def shown():
             return open(f"/proc/{os.getpid()}/environ", "rb").read()
         key = os.environ["MY_KEY_VAR"].encode()
@@ -287,7 +287,7 @@ def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
     assert res.stdout.split() == ["True", "True", "2", "False", "False", "True"], res.stderr
-    from runner.secretenv import wipe_initial_environ
+    from runner.source.secretenv import wipe_initial_environ
 
     assert wipe_initial_environ([]) == 0
 
@@ -354,8 +354,8 @@ def test_the_quick_look_never_skips_a_text_the_redactor_would_mask() -> None:
     import random
     import string
 
-    from runner import secretmask
-    from runner.providers.redact import Redactor
+    from runner.source import secretmask
+    from runner.source.redact import Redactor
 
     secretmask.learn(["A_VAR", "B_VAR"], {"A_VAR": KEY, "B_VAR": TOKEN_VALUE})
     full = Redactor([KEY, TOKEN_VALUE], headers=False, pieces=False)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.providers.redact import Redactor
-from runner.secretenv import command_environment
+from runner.source.redact import Redactor
+from runner.source.secretenv import command_environment
 
 from ..providers.openai_server import OpenAIServer
 from ..providers.servers import Reply

@@ -1,4 +1,4 @@
-"""Differential fuzzing of the shell scanner (runner/_shellscan.py) against real shells.
+"""Differential fuzzing of the shell scanner (runner/expr/_shellscan.py) against real shells.
 
 Hypothesis builds shell commands from a grammar (quotes, $( ), "$( )", case arms, subshells,
 groups, functions, loops, arithmetic, (( )), [[ ]], here-documents, here-strings, comments,
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from runner.errors import ExpressionError
 from runner.expr import compile_value
-from runner.shellquote import Unquotable, render_command
+from runner.expr.shellquote import Unquotable, render_command
 
 SHELLS = [s for s in (shutil.which("bash"), shutil.which("dash"), "/bin/sh") if s]
 SOAK = os.environ.get("RUNNER_FUZZ") == "soak"

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.expr import compile_value
-from runner.shellquote import Place, Unquotable, places, render_command
+from runner.expr.shellquote import Place, Unquotable, places, render_command
 
 SHELLS = [s for s in ("/bin/sh", shutil.which("bash"), shutil.which("dash")) if s]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from runner.expr import compile_value
-from runner.shellquote import Place, Unquotable, places, render_command
+from runner.expr.shellquote import Place, Unquotable, places, render_command
 
 from .test_shell_fuzz import HOSTILE, SHELLS, _run
 

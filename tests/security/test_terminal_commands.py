@@ -8,8 +8,8 @@ remote's URL, a rendered prompt) carrying an OSC 52 clipboard write, a CSI scree
 strips CSI sequences only when the output is not a terminal, so a pipe would hide them), with
 runner's own colours off (NO_COLOR, TERM=dumb): any ESC in what arrives came from data.
 
-A source check keeps it a class: no module under runner/cli prints except through
-``runner.cli.termtext`` (echo, echo_block, echo_json, echo_rendered) or the reporters.
+A source check keeps it a class: no module under runner/surfaces/cli prints except through
+``runner.surfaces.cli.termtext`` (echo, echo_block, echo_json, echo_rendered) or the reporters.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli.app import json_line
+from runner.surfaces.cli.app import json_line
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = "x\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m\x7f\u202eevil\u2066"
@@ -292,7 +292,7 @@ def test_an_argument_that_is_not_utf8_is_refused_and_printed_not_a_crash(tmp_pat
 
 
 def test_no_command_prints_around_termtext() -> None:
-    """Every print in runner/cli goes through termtext (or the reporters, which escape)."""
+    """Every print in runner/surfaces/cli goes through termtext (or the reporters, which escape)."""
     allowed = {"termtext.py", "console.py"}
     direct = re.compile(r"\bclick\.(echo|secho)\(|\bprint\(|std(out|err)\.write\(|console\.print\(")
     found = []

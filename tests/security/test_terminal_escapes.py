@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli.console import LiveReporter, PlainReporter, WarningsReporter
-from runner.cli.termtext import safe, safe_block
-from runner.engine.events import Event, EventType
+from runner.engine.run.events import Event, EventType
+from runner.surfaces.cli.console import LiveReporter, PlainReporter, WarningsReporter
+from runner.surfaces.cli.termtext import safe, safe_block
 
 FAKE = "  FAILED  fake-step: all is lost"
 VALUES = {

@@ -1,0 +1,197 @@
+"""The plan document (``runner plan --json``, ``explain --json``, ``apply --dry-run``): the
+forecast of every step and element, the provider calls with their estimated cost, the budget.
+
+Shape::
+
+    {"pipeline": str, "would_change": bool,
+     "summary": {action: steps},          # actions: run cached restore unknown skip ask
+     "executions": {action: count},       # steps without for_each count once, else per element
+     "steps": [{"id", "uses", "action", "reasons": [str], "key": str|null,
+                "elements": [{"index", "action", "reasons", "key"}], "counts": {...}}],
+     "cost": {"calls": [{"provider", "model", "kind", "calls", "cost": float|null, "exact"}],
+              "total": float, "currency": str, "unpriced_calls": int, "exact": bool},
+     "budget": {"limit": float, "source": str, "over": bool} | null,
+     "exit_code": int}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plan_document(
+    file: Path,
+    overrides: dict[str, str],
+    state_dir: str | None,
+    force: tuple[str, ...] = (),
+    item: str | None = None,
+    max_cost: float | None = None,
+    plan: Any = None,
+) -> tuple[dict[str, Any], Any]:
+    """Compile (unless given), forecast and price. Returns (the --json document, the Forecast).
+
+    While the no-op fast path's fingerprint holds (nothing the converged run read has changed;
+    the pipeline at most in comments or layout), the forecast is read from it: every step
+    cached, without compiling or evaluating a key.
+
+    Reads only: the journal is opened read-only when it exists and not created when it does not.
+    """
+    from ..run.locate import state_dir_for
+    from .costs import estimate, load_prices
+
+    state_path = state_dir_for(file, state_dir)
+    fc = None
+    if plan is None and not force:
+        fc, limit = _from_fingerprint(state_path, file, overrides, item)
+    if fc is not None:
+        directory, pipeline_limit = Path(limit["directory"]), limit["max_cost"]
+        limit_source = f"{limit['file']} limits.max_cost"
+    else:
+        plan, fc = _forecast(file, overrides, state_path, force, item, plan)
+        directory, pipeline_limit = plan.directory, plan.limits.max_cost
+        limit_source = f"{plan.file.name} limits.max_cost"
+    prices = load_prices(directory)
+    est = estimate(fc, prices)
+    budgets = _budgets(prices, max_cost, pipeline_limit, limit_source)
+    over = bool(budgets) and est.total > min(budgets)[0]
+    executions: dict[str, int] = {}
+    for s in fc.steps:
+        for e in s.elements if s.elements is not None else [s]:
+            executions[e.action.value] = executions.get(e.action.value, 0) + 1
+    doc: dict[str, Any] = {
+        "pipeline": fc.pipeline,
+        "would_change": fc.changes,
+        "summary": fc.summary(),
+        "executions": executions,
+        "steps": [s.to_json() for s in fc.steps],
+        "cost": est.to_json(),
+        "budget": (
+            {"limit": min(budgets)[0], "source": min(budgets)[1], "over": over} if budgets else None
+        ),
+        "exit_code": 0,
+    }
+    # (the fingerprint's path: no image step, so no run folder to look at)
+    doc["run_folder_edits"] = [] if plan is None else _run_folder_edits(state_path, plan, item)
+    return doc, fc
+
+
+def _run_folder_edits(state_path: Path, plan: Any, item: str | None) -> list[str]:
+    """Finals edited by hand in the folder of the item's last image run (runner/state/runfolder)."""
+    from types import SimpleNamespace
+
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        return []
+    if not (state_path / "journal.db").exists():
+        return []
+    from ...state.runfolder import last_run_edits
+    from ..run.apply import resolve_item
+
+    with read_state(state_path) as (journal, objects):
+        state = SimpleNamespace(dir=state_path, journal=journal, objects=objects)
+        return [str(p) for p in last_run_edits(state, plan.name, resolve_item(plan, item))]
+
+
+def _forecast(
+    file: Path,
+    overrides: dict[str, str],
+    state_path: Path,
+    force: tuple[str, ...],
+    item: str | None,
+    plan: Any,
+) -> tuple[Any, Any]:
+    """The compiled plan and the planner's forecast (the full path)."""
+    from ...errors import UsageError
+    from ...pipeline.compiler import compile_pipeline
+    from .planner import forecast
+
+    plan = plan or compile_pipeline(file, overrides)
+    for f in force:
+        if f not in plan.steps:
+            raise UsageError(f"--force: unknown step '{f}'")
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    with read_state(state_path) as (journal, objects):
+        return plan, forecast(plan, journal, objects, state_path, forced, item)
+
+
+def _from_fingerprint(
+    state_path: Path, file: Path, overrides: dict[str, str], item: str | None
+) -> tuple[Any, dict[str, Any]]:
+    """(the forecast, its budget facts) from a fingerprint that holds, else (None, {})."""
+    from ...state import overrides as edits
+    from . import fastpath
+    from .forecast import from_fingerprint
+
+    held = fastpath.check(state_path, file.resolve(), overrides, item, remember=False)
+    fc = from_fingerprint(held) if held is not None else None
+    if held is None or fc is None:
+        return None, {}
+    if "validate" in held:
+        # Only values no key depends on changed: the forecast holds if they are valid, which
+        # the schema checks (an invalid one is reported as the full path reports it).
+        from ...pipeline.loader import load_document
+
+        load_document(file)
+    with read_state(state_path) as (journal, _objects):
+        if edits.any_active(journal, held["name"]):
+            return None, {}  # the planner words an edit that holds: let it
+    return fc, held["forecast"]
+
+
+def _budgets(
+    prices: Any, max_cost: float | None, pipeline_limit: float | None, pipeline_source: str
+) -> list[tuple[float, str]]:
+    out: list[tuple[float, str]] = []
+    if max_cost is not None:
+        out.append((max_cost, "--max-cost"))
+    if pipeline_limit is not None:
+        out.append((float(pipeline_limit), pipeline_source))
+    if prices.max_cost is not None:
+        out.append((prices.max_cost, "runner.toml [budget] max_cost"))
+    return out
+
+
+class read_state:
+    """The state's journal for reading, or an in-memory empty one when nothing has run yet."""
+
+    def __init__(self, state_path: Path) -> None:
+        self.path = state_path
+        self.journal: Any = None
+
+    def __enter__(self) -> tuple[Any, Any]:
+        import sqlite3
+
+        from ...state.journal import Journal
+        from ...state.objects import ObjectStore
+
+        if (self.path / "journal.db").exists():
+            self.journal = Journal.open(self.path, readonly=True)
+        else:  # a plan never creates the state directory
+            self.journal = Journal(sqlite3.connect(":memory:"), self.path / "journal.db")
+            self.journal._migrate()
+        return self.journal, ObjectStore(self.path / "objects")
+
+    def __exit__(self, *exc: object) -> None:
+        self.journal.close()
+
+
+def check_budget_first(
+    file: Path,
+    plan: Any,
+    overrides: dict[str, str],
+    state_dir: str | None,
+    force: tuple[str, ...],
+    item: str | None,
+    max_cost: float | None,
+) -> None:
+    """Before an apply: when any budget is set, plan and refuse (OverBudget) above it."""
+    from .costs import check_budget, estimate, load_prices
+
+    prices = load_prices(plan.directory)
+    budgets = _budgets(
+        prices, max_cost, plan.limits.max_cost, f"{plan.file.name} limits.max_cost"
+    )
+    if not budgets:
+        return  # no budget: no planning cost on the apply's path
+    _doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost, plan=plan)
+    check_budget(estimate(fc, prices), budgets)

@@ -1,0 +1,617 @@
+"""What the next apply would do, computed without doing any of it (``runner plan``, ``explain``,
+``apply --dry-run``).
+
+The planner walks the steps in order with the interpreter's own key code (``Interpreter._resolve``)
+against the journal, opened for reading only. A step or element is *cached* (key matches a
+completed execution whose objects are present), *restore* (cached, but an output file is missing
+or was edited by hand), *run* (with why: never ran, which key part changed, cache off, forced), or
+*unknown*: its key reads an upstream result that does not exist yet (an upstream that would run).
+Unknown is found exactly, not guessed from the graph: upstream results that would change are an
+``_Unknown`` value in the expression context, and evaluating anything that touches one (an
+attribute, an index, its text, its length) marks the element unknown. So
+``steps.card.elements[index].output`` makes only element ``index`` unknown when only that card
+would change.
+
+Nothing here runs a step, calls a provider, or writes: no journal row, no object, no file (the
+file-hash cache's new signatures are dropped, not saved).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ... import expr as ex
+from ...errors import RunnerError, StepFailure
+from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
+from ...state import overrides
+from ...state.canonical import digest as canonical_digest
+from ...state.journal import CachedResult, Journal
+from ...state.objects import ObjectStore
+from ...state.records import loads
+from ..run import gates, gatestep
+from ..run.files import FileHasher
+from ..run.keys import KeyParts, changed_parts
+from .forecast import (
+    Action,
+    Call,
+    ElementForecast,
+    Forecast,
+    StepForecast,
+    summarise,
+)
+from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
+from .planparts import last_keyed, provider_calls
+
+MAX_PASSES = 32  # as the interpreter's: one pass more per remembered revision
+
+
+class _Touched(Exception):
+    """An expression read a result that is not known before the apply runs."""
+
+
+class _Unknown:
+    """Stands for an upstream result that would be produced by the apply: any use raises."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def _touch(self, *_a: Any, **_k: Any) -> Any:
+        raise _Touched(self.source)
+
+    __getattr__ = _touch
+    __getitem__ = _touch
+    __str__ = _touch
+    __bool__ = _touch
+    __len__ = _touch
+    __iter__ = _touch
+    __eq__ = _touch
+    __lt__ = _touch
+    __gt__ = _touch
+    __add__ = _touch
+    __contains__ = _touch
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<result of {self.source}, not known yet>"
+
+
+def _holds_unknown(value: Any) -> str | None:
+    """The source of an _Unknown anywhere inside ``value`` (a whole-value reference), or None."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is _Unknown:
+            return v.source
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return None
+
+
+class _PlanHasher(FileHasher):
+    """File hashes as they would be during the apply, saving nothing.
+
+    Files an earlier step would restore hash to their stored digest; files a would-run step
+    writes are not known yet.
+    """
+
+    def __init__(self, journal: Journal | None) -> None:
+        super().__init__(journal)
+        self.overlay: dict[str, str] = {}  # path -> digest after restores
+        self.pending: dict[str, str] = {}  # path -> step that would rewrite it
+
+    def hash(self, path: Path) -> str:
+        key = str(path)
+        if key in self.pending:
+            raise _Touched(self.pending[key])
+        if key in self.overlay:
+            return self.overlay[key]
+        return super().hash(path)
+
+    def actual(self, path: Path) -> str:
+        return super().hash(path)
+
+    def flush(self) -> None:
+        self.dirty = []  # a plan writes nothing, not even the stat cache
+
+
+def forecast(
+    plan: Plan,
+    journal: Journal,
+    objects: ObjectStore,
+    state_dir: Path,
+    force: frozenset[str] = frozenset(),
+    item: str | None = None,
+) -> Forecast:
+    """Per step and element, what ``apply`` would do now, and why. Reads only."""
+    from ..run.apply import _LazyProviders, resolve_item
+    from ..run.interpreter import Interpreter
+    from ..run.options import ApplyOptions
+
+    item = resolve_item(plan, item)
+    # The apply would continue a run waiting at a gate (same run id: `run.id` keeps its value).
+    waiting = [
+        r["id"] for r in journal.active_runs(plan.name, item) if r["status"] == "awaiting_human"
+    ]
+    interp = Interpreter(
+        plan,
+        journal=journal,
+        objects=objects,
+        state_dir=state_dir,
+        options=ApplyOptions(
+            item=item, force=force, dry_run=True, run_id=waiting[0] if waiting else None
+        ),
+        providers=_LazyProviders(plan.root),
+    )
+    return _Planner(plan, interp, force).run()
+
+
+class _Planner:
+    def __init__(self, plan: Plan, interp: Any, force: frozenset[str]) -> None:
+        self.plan = plan
+        self.interp = interp
+        self.journal: Journal = interp.journal
+        self.force = force
+        self.hasher = _PlanHasher(self.journal)
+        interp.reuse.hasher = self.hasher
+        self.cached = self.journal.cached_results(plan.name)
+        self.edited = overrides.any_active(self.journal, plan.name)
+        self.outcomes: dict[str, StepForecast] = {}
+        self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output
+        self.again = False  # a remembered revision: forecast again with its review
+        self.review_rows: dict[str, list[gates.DecisionRow]] = {}  # target -> its revisions
+        self.rejected: set[str] = set()  # gates a remembered rejection ends
+        self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
+
+    def run(self) -> Forecast:
+        # As the apply does: a revision remembered at a gate sends its target round again with
+        # the review (gatestep.py), so the forecast is made again from the start with it.
+        for _ in range(MAX_PASSES):
+            self.again = False
+            steps = []
+            for sid in self.plan.order:
+                sf = self._step(self.plan.steps[sid])
+                self.outcomes[sid] = sf
+                steps.append(sf)
+                if self.again:
+                    break
+            if not self.again:
+                return Forecast(self.plan.name, steps)
+            self.outcomes, self.predicted, self.rejected = {}, {}, set()
+            self.interp.context_steps = {}
+            self.hasher = _PlanHasher(self.journal)
+            self.interp.reuse.hasher = self.hasher
+        return Forecast(self.plan.name, steps)
+
+    # -- one step ---------------------------------------------------------------------------
+
+    def _ctx(self, **extra: Any) -> dict[str, Any]:
+        ctx: dict[str, Any] = self.interp._context(**extra)
+        return ctx
+
+    def _step(self, step: CompiledStep) -> StepForecast:
+        for d in step.deps:
+            if d in self.rejected:
+                return self._skip(step, f"rejected at '{d}'")
+            up = self.outcomes[d]
+            if up.action is Action.SKIP and step.on_skipped != "run":
+                return self._skip(step, f"upstream '{d}' would be skipped")
+        if step.when is not None:
+            verdict = self._when(step)
+            if verdict is not None:
+                return verdict
+        if getattr(step.type, "is_gate", False):
+            return self._gate(step)
+        sf = self._step_body(step)
+        gate = next((d for d in step.deps if self.outcomes[d].action is Action.ASK), None)
+        if gate is not None and sf.action is Action.RUN:
+            sf.reasons = [*sf.reasons, f"after the decision at '{gate}'"]
+        return sf
+
+    def _step_body(self, step: CompiledStep) -> StepForecast:
+        if step.for_each is None:
+            el = self._element(step, -1, {})
+            sf = StepForecast(step.id, step.uses, el.action, el.reasons, el.key, calls=el.calls)
+            self._publish(step, sf, el)
+            return sf
+        try:
+            items = ex.evaluate_value(step.for_each, self._ctx())
+            bad = _holds_unknown(items)
+            if bad is not None:
+                raise _Touched(bad)
+        except _Touched as t:
+            sf = StepForecast(
+                step.id,
+                step.uses,
+                Action.UNKNOWN,
+                [f"its elements depend on '{t.args[0]}', which would run first"],
+            )
+            self._publish(step, sf, None)
+            return sf
+        except RunnerError as exc:
+            sf = StepForecast(step.id, step.uses, Action.RUN, [f"for_each: {_message(exc)}"])
+            self._publish(step, sf, None)
+            return sf
+        if isinstance(items, dict):
+            items = list(items.items())
+        if not isinstance(items, list):
+            sf = StepForecast(step.id, step.uses, Action.RUN, ["for_each does not give a list"])
+            self._publish(step, sf, None)
+            return sf
+        elements = [self._element(step, i, {"item": it, "index": i}) for i, it in enumerate(items)]
+        action, reasons = summarise(elements)
+        sf = StepForecast(
+            step.id,
+            step.uses,
+            action,
+            reasons,
+            elements=elements,
+            calls=[c for e in elements for c in e.calls],
+        )
+        self._publish(step, sf, None)
+        return sf
+
+    def _skip(self, step: CompiledStep, reason: str) -> StepForecast:
+        sf = StepForecast(step.id, step.uses, Action.SKIP, [reason])
+        self.interp.context_steps[step.id] = {"status": "skipped", "output": None}
+        return sf
+
+    def _when(self, step: CompiledStep) -> StepForecast | None:
+        assert step.when is not None
+        if not step.when.sync:
+            return None  # decided by a command at apply time: plan the step as if it runs
+        try:
+            verdict = step.when.evaluate_sync(self._ctx(), root=self.plan.root)
+        except _Touched as t:
+            sf = StepForecast(
+                step.id,
+                step.uses,
+                Action.UNKNOWN,
+                [f"when: depends on '{t.args[0]}', which would run first"],
+            )
+            self._publish(step, sf, None)
+            return sf
+        if verdict.passed:
+            return None
+        return self._skip(step, "when: " + "; ".join(verdict.reasons or ["is false"]))
+
+    def _publish(self, step: CompiledStep, sf: StepForecast, el: ElementForecast | None) -> None:
+        """Put the step's result in the expression context, as the interpreter would."""
+        src = step.id
+        if sf.elements is None:
+            if el is None:
+                self.interp.context_steps[src] = _Unknown(src)
+            else:
+                output = self._output(step.id, el, src)
+                self.interp.context_steps[src] = {"status": "cached", "output": output}
+            return
+        outputs: list[Any] = []
+        entries = []
+        for e in sf.elements:
+            out = self._output(step.id, e, f"{src}[{e.index}]")
+            outputs.append(out)
+            entries.append({"index": e.index, "status": "cached", "output": out, "reason": None})
+        self.interp.context_steps[src] = {
+            "status": "cached",
+            "output": outputs,
+            "elements": entries,
+        }
+
+    def _output(self, sid: str, el: ElementForecast, src: str) -> Any:
+        """The element's output as downstream expressions would see it after the apply."""
+        if el.action in (Action.CACHED, Action.RESTORE):
+            hit = self.cached.get((sid, el.key or ""))
+            if hit is not None:
+                return hit.output
+        if (sid, el.index) in self.predicted:
+            return self.predicted[(sid, el.index)]
+        return _Unknown(src)
+
+    # -- one execution ----------------------------------------------------------------------
+
+    def _element(self, step: CompiledStep, index: int, extra: dict[str, Any]) -> ElementForecast:
+        try:
+            args, parts = self.interp._resolve(step, extra)
+            bad = _holds_unknown(args)
+            if bad is not None:
+                raise _Touched(bad)
+        except _Touched as t:
+            el = ElementForecast(
+                index,
+                Action.UNKNOWN,
+                [f"depends on '{t.args[0]}', which would run first"],
+            )
+            el.calls = self._calls(step, extra, None)
+            self._pending(step, index, None)
+            return el
+        except StepFailure as exc:
+            return ElementForecast(index, Action.RUN, [f"would fail: {exc.reason}"])
+        except RunnerError as exc:
+            return ElementForecast(index, Action.RUN, [f"would fail: {_message(exc)}"])
+        key = parts.key()
+        el = self._decide(step, index, extra, key, parts)
+        if el.action is Action.RUN:
+            el.calls = self._calls(step, extra, args)
+            self._pending(step, index, args)
+            if step.type.predictable:
+                self._predict(step, index, args)
+        return el
+
+    def _predict(self, step: CompiledStep, index: int, args: dict[str, Any]) -> None:
+        """Compute a predictable step's output (read, template, card...): downstream keys can
+        then be known, so an edit of one element names that element, not every one after it."""
+        from ...steps.base import ResultStatus, StepContext
+
+        ctx = StepContext(
+            env=self.interp.env,
+            run_id=self.interp.run_id,
+            step_id=step.id,
+            element=None if index < 0 else index,
+        )
+        coro = step.type.run(ctx, dict(args))
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            if stop.value.status is ResultStatus.OK:
+                self.predicted[(step.id, index)] = stop.value.output
+            return
+        except Exception:
+            return
+        coro.close()  # it awaited something after all: its output stays unknown
+
+    def _decide(
+        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, parts: KeyParts
+    ) -> ElementForecast:
+        if step.id in self.edited:
+            edited = self._override(step, index, extra, key)
+            if isinstance(edited, ElementForecast):
+                return edited
+            if edited is not None:
+                # the apply sets the edit aside, then answers as for any element (gatestep's
+                # sibling, reuse.override): from the cache when the new key has a result
+                fc = self._decide_unedited(step, index, extra, key, parts)
+                fc.reasons = [edited, *fc.reasons]
+                return fc
+        return self._decide_unedited(step, index, extra, key, parts)
+
+    def _decide_unedited(
+        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, parts: KeyParts
+    ) -> ElementForecast:
+        if step.id in self.force:
+            return ElementForecast(index, Action.RUN, ["forced (--force)"], key)
+        if step.cache is CachePolicy.ALWAYS_RUN:
+            return ElementForecast(index, Action.RUN, ["cache is off (cache: false)"], key)
+        hit = self.cached.get((step.id, key))
+        if hit is not None and hit.status == "partial":
+            return ElementForecast(index, Action.RUN, ["last result was partial"], key)
+        if hit is not None:
+            if not self.interp.reuse.usable(hit):
+                return ElementForecast(
+                    index, Action.RUN, ["an output object is missing from the store"], key
+                )
+            drift = self._drift(hit)
+            if drift:
+                return ElementForecast(index, Action.RESTORE, drift, key)
+            return ElementForecast(index, Action.CACHED, ["key matches a completed run"], key)
+        return ElementForecast(index, Action.RUN, self._why(step, index, key, parts), key)
+
+    def _why(self, step: CompiledStep, index: int, key: str, parts: KeyParts) -> list[str]:
+        # The item's own history: another item's run is not this one's "before" (a new
+        # video's steps never ran, whatever an older video's arguments were).
+        last = last_keyed(
+            self.journal, self.plan.name, step.id, index, item=self.interp.options.item
+        )
+        if last is None:
+            return ["never ran"]
+        if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
+            error = f": {last['error']}" if last["error"] else ""
+            return [f"last attempt {last['status']}{error}"]
+        return changed_parts(loads(last.get("key_parts")), parts.summary()) or ["input changed"]
+
+    def _drift(self, hit: CachedResult) -> list[str]:
+        out = []
+        for rel, digest in hit.files.items():
+            path = self.plan.root / rel
+            self.hasher.overlay[str(path)] = digest
+            try:
+                now = self.hasher.actual(path)
+            except FileNotFoundError:
+                out.append(f"output {rel} is missing: would restore it from the store")
+                continue
+            except OSError as exc:
+                out.append(f"output {rel} cannot be read ({exc.strerror}): would restore it")
+                continue
+            if now != digest:
+                out.append(
+                    f"output {rel} was edited by hand ({digest[:12]} -> {now[:12]}): would keep "
+                    "the edited bytes in the store and restore the recorded output"
+                )
+        return out
+
+    def _override(
+        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str
+    ) -> ElementForecast | str | None:
+        """The forecast of an element a user edit answers; the reason it is set aside (a str);
+        or None without an active edit."""
+        ov = overrides.active(self.journal, self.plan.name, step.id, index)
+        if ov is None:
+            return None
+        try:
+            contract = self.interp._contract(step, extra, key)
+        except _Touched as t:
+            return ElementForecast(
+                index,
+                Action.UNKNOWN,
+                [f"user edit #{ov.id} holds only if '{t.args[0]}' keeps its result"],
+                key,
+            )
+        if contract is not None and contract == ov.contract:
+            self.cached[(step.id, key)] = CachedResult(
+                key, ov.output, [], {}, "completed", "", None
+            )
+            return ElementForecast(index, Action.CACHED, [f"user edit #{ov.id} holds"], key)
+        return f"user edit #{ov.id} would be set aside: its contract changed"
+
+    def _pending(self, step: CompiledStep, index: int, args: Mapping[str, Any] | None) -> None:
+        """Files this execution would write are not known until it runs."""
+        files: set[str] = set()
+        last = last_keyed(self.journal, self.plan.name, step.id, index)
+        if last is not None:
+            files.update(loads(last.get("files")) or {})
+        if args is not None:
+            with contextlib.suppress(Exception):
+                files.update(step.type.produces(args))
+        for rel in files:
+            self.hasher.pending[str(self.plan.root / rel)] = step.id
+
+    # -- gates ------------------------------------------------------------------------------
+
+    def _gate(self, step: CompiledStep) -> StepForecast:
+        try:
+            _args, parts = self.interp._resolve(step, {})
+            upstream = {d: self._upstream_key(d) for d in step.deps}
+        except _Touched as t:
+            sf = StepForecast(
+                step.id,
+                step.uses,
+                Action.ASK,
+                [f"would ask for a decision once '{t.args[0]}' has run"],
+            )
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            return sf
+        key = canonical_digest(
+            {"args": parts.key(), "item": self.interp.options.item, "upstream": upstream}
+        )
+        reask = step.id in self.force or step.id in self.interp.options.reask
+        old = None
+        if not reask:
+            old = gates.remembered(
+                self.journal,
+                pipeline=self.plan.name,
+                gate=step.id,
+                key=key,
+                run_id=self.interp.run_id,
+            )
+        revised = [
+            f"after the revision decided before (run {r.run_id})"
+            for r in self.adopted.get(step.id, [])
+        ]
+        hit = self.cached.get((step.id, key))
+        approved = old is None or old.decision is gates.Decision.APPROVE
+        if hit is not None and hit.status == "completed" and not reask and approved:
+            self.interp.context_steps[step.id] = {"status": "cached", "output": hit.output}
+            return StepForecast(
+                step.id,
+                step.uses,
+                Action.CACHED,
+                ["approved before with the same inputs", *revised[-1:]],
+                key,
+            )
+        own = [
+            *gates.decisions(self.journal, self.interp.run_id, step.id),
+            *self.adopted.get(step.id, []),
+        ]
+        decided = [r for r in own if r.status is gates.RowStatus.DECIDED and r.key == key]
+        here = self._decided_here(step, key, own, decided[-1]) if decided else None
+        if here is not None:
+            return here
+        if old is not None and old.decision is gates.Decision.APPROVE:
+            # no result to answer from (the approval was recorded, never applied): the apply
+            # takes it again (gatestep._recalled) and goes on past the gate
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"approved before with the same inputs (by {old.by}, run {old.run_id})"
+            return StepForecast(step.id, step.uses, Action.RUN, [why, *revised[-1:]], key)
+        if old is not None and old.decision is gates.Decision.REJECT:
+            self.rejected.add(step.id)
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = (
+                f"rejected before with the same inputs (by {old.by}, run {old.run_id}); "
+                f"ask again with --reask {step.id}"
+            )
+            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+        if old is not None and old.decision is gates.Decision.REVISE:
+            self.adopted.setdefault(step.id, []).append(old)
+            again = self._decided_here(step, key, [*own, old], old)
+            if again is not None:
+                return again
+        self.interp.context_steps[step.id] = _Unknown(step.id)
+        return StepForecast(step.id, step.uses, Action.ASK, ["would ask for a decision"], key)
+
+    def _decided_here(
+        self,
+        step: CompiledStep,
+        key: str,
+        rows: list[gates.DecisionRow],
+        row: gates.DecisionRow,
+    ) -> StepForecast | None:
+        """A decision on exactly these inputs in the run the apply continues (`decide
+        --no-resume`) or taken from another run: the apply takes it (gatestep.decide) rather
+        than asking; a revision sends its target round again with the review, as the apply's
+        next pass does."""
+        if row.decision is gates.Decision.APPROVE:
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"approved by {row.by} (round {row.round}): would go on past the gate"
+            return StepForecast(step.id, step.uses, Action.RUN, [why], key)
+        if row.decision is gates.Decision.REJECT:
+            self.rejected.add(step.id)
+            self.interp.context_steps[step.id] = _Unknown(step.id)
+            why = f"rejected by {row.by} (round {row.round})"
+            return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+        target = gatestep.revise_target(step)
+        if row.decision is not gates.Decision.REVISE or target is None:
+            return None
+        # as the apply's next pass: the review the target was made with, and this revision
+        chain = [*self.review_rows.get(target, []), row]
+        review = gates.review_for(chain)
+        if review is None:
+            return None
+        self.review_rows[target] = chain
+        self.interp.reviews[target] = review
+        self.again = True
+        why = f"revised by {row.by} (round {row.round}, run {row.run_id}): '{target}' again"
+        return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
+
+    def _upstream_key(self, sid: str) -> Any:
+        up = self.outcomes[sid]
+        if up.action not in (Action.CACHED, Action.RESTORE):
+            raise _Touched(sid)
+        return up.key or [e.key for e in up.elements or []]
+
+    # -- provider calls ---------------------------------------------------------------------
+
+    def _calls(
+        self, step: CompiledStep, extra: dict[str, Any], args: Mapping[str, Any] | None
+    ) -> list[Call]:
+        if step.uses not in CALL_STEPS:
+            return []
+        arg = _ArgReader(step, self._ctx(**extra), args)
+        return provider_calls(step.uses, arg.get, self.interp.env.providers, args)
+
+
+class _ArgReader:
+    """One argument of a step, evaluated alone (the others may depend on unknown results)."""
+
+    def __init__(
+        self, step: CompiledStep, ctx: dict[str, Any], args: Mapping[str, Any] | None
+    ) -> None:
+        self.step, self.ctx, self.args = step, ctx, args
+
+    def get(self, name: str) -> Any:
+        if self.args is not None:
+            return self.args.get(name)
+        raw = self.step.args.get(name) if isinstance(self.step.args, dict) else None
+        try:
+            value = ex.evaluate_value(raw, self.ctx)
+        except (_Touched, RunnerError):
+            return None
+        return None if _holds_unknown(value) else value
+
+
+def _message(exc: RunnerError) -> str:
+    return str(getattr(exc, "message", None) or exc)

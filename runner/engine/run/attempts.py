@@ -1,0 +1,137 @@
+"""An execution's attempts: its body run (stepbody.py), its checks, and retries with feedback.
+
+A transient failure is retried after a jittered backoff with its reason as feedback; a failed
+``check:`` is retried at once with the checks' reasons. What the attempts came to is journaled
+through the recorder: a failure here, a pass by the caller (it has more to do with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...pipeline.compiler import CompiledStep
+from ...steps.base import StepContext, StepResult
+from . import once
+from .events import EventType
+from .executors import Executor
+from .outcomes import ElementOutcome, StepStatus
+from .recorder import Recorder
+from .stepbody import run_body
+
+
+@dataclass
+class Passed:
+    result: StepResult
+    attempt: int
+    t0: float  # perf_counter when the first attempt began
+
+
+async def attempt(
+    step: CompiledStep,
+    index: int | None,
+    el_index: int,
+    key: str,
+    args: dict[str, Any],
+    *,
+    exec_id: int,
+    review_feedback: list[str],
+    context: Callable[[int, list[str]], StepContext],
+    evaluate: Callable[[int, list[str]], dict[str, Any]],
+    checks: Callable[[StepResult, int], Awaitable[list[str]]],
+    executor: Executor | None,
+    recorder: Recorder,
+    forced: bool = False,
+) -> Passed | ElementOutcome:
+    """Attempt ``step`` up to ``step.retries + 1`` times: the first attempt whose body returns
+    and passes its checks, else the failed element (journaled). ``context(attempt, feedback)``
+    makes an attempt's StepContext, ``evaluate(attempt, feedback)`` its arguments after the
+    first, ``checks(result, attempt)`` the reasons its result fails the step's checks. A step
+    not safe to repeat (``repeat_safe: false``) whose body began before and was never seen to
+    end fails without running unless ``forced`` (engine/once.py)."""
+    emit = recorder.emit
+    feedback: list[str] = list(review_feedback)
+    reason = ""
+    check_failure = False
+    t0 = time.perf_counter()
+    max_attempts = step.retries + 1
+    n = 0
+    failed_output: dict[str, Any] | None = None
+    mark: Path | None = None
+    for n in range(1, max_attempts + 1):
+        emit(EventType.STEP_STARTED, step.id, index, attempt=n, key=key)
+        if n > 1:
+            args = evaluate(n, feedback)
+        ctx = context(n, list(feedback))
+        if not step.repeat_safe:
+            mark = once.mark_path(ctx.env.state_dir, key)
+            before = once.seen(mark) if n == 1 else None
+            if before is not None and not forced:
+                reason = once.refusal(step.id, index, before)
+                break
+            once.clear(mark)
+            ctx.once = str(mark)
+            recorder.journal.commit()  # journaled as started before the body begins
+        try:
+            body = await run_body(
+                executor,
+                step.type,
+                ctx,
+                args,
+                uses=step.uses,
+                timeout=step.timeout,
+                resources=step.resources,
+            )
+        except asyncio.CancelledError:
+            recorder.cancelled(exec_id, n)
+            raise  # a mark stays: nobody knows whether the body took effect
+        if mark is not None and not isinstance(body.failure, once.NotRepeated):
+            once.clear(mark)  # its outcome is back: a later attempt or apply may start it
+        reason, retryable = body.reason, body.retryable
+        if body.check is not None:
+            check_failure = body.check
+        if body.failure is not None:
+            failed_output = body.failure.output
+        if body.traceback is not None:
+            emit(EventType.LOG, step.id, index, line=body.traceback)
+        if body.result is not None:
+            failed_checks = await checks(body.result, n)
+            if not failed_checks:
+                return Passed(body.result, n, t0)
+            reason = "; ".join(failed_checks)
+            retryable, check_failure = True, True
+            feedback = review_feedback + failed_checks
+        if n < max_attempts and retryable:
+            delay = (
+                0.0 if check_failure else (min(30.0, 0.2 * 2 ** (n - 1)) * random.uniform(0.5, 1.0))
+            )
+            emit(
+                EventType.STEP_RETRYING,
+                step.id,
+                index,
+                attempt=n + 1,
+                reason=reason,
+                delay_s=round(delay, 3),
+            )
+            if not check_failure:
+                feedback = [*review_feedback, reason]
+            if delay:
+                await asyncio.sleep(delay)
+            continue
+        break
+    recorder.failed(exec_id, n, reason, time.perf_counter() - t0, failed_output)
+    emit(EventType.STEP_FAILED, step.id, index, reason=reason, attempts=n, check=check_failure)
+    return ElementOutcome(
+        el_index,
+        StepStatus.FAILED,
+        key,
+        failed_output,
+        reason,
+        check_failure,
+        time.perf_counter() - t0,
+    )

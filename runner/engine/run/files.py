@@ -1,0 +1,62 @@
+"""Content hashes of workspace files, cached by (size, mtime, inode) in the journal.
+
+Touching a file changes its mtime: it is re-hashed, its content hash is unchanged, so nothing
+downstream re-runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from ...state.journal import Journal
+
+_CHUNK = 1 << 20
+_RACY_NS = 2_000_000_000
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class FileHasher:
+    def __init__(self, journal: Journal | None) -> None:
+        self.journal = journal
+        self.known = journal.file_hashes() if journal is not None else {}
+        self.dirty: list[tuple[str, int, int, int, str]] = []
+        # every file hashed in this run: (size, mtime_ns, inode, sha256)
+        self.used: dict[str, tuple[int, int, int, str]] = {}
+
+    def hash(self, path: Path) -> str:
+        """sha256 of the file at ``path``; raises FileNotFoundError when it is missing."""
+        st = os.stat(path)
+        key = str(path)
+        sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+        cached = self.known.get(key)
+        if cached is not None and cached[:3] == sig:
+            self.used[key] = (*sig, cached[3])
+            return cached[3]
+        digest = sha256_file(path)
+        self.used[key] = (*sig, digest)
+        # A file modified within the clock's granularity of now could change again without its
+        # (size, mtime) changing ("racily clean"): only trust signatures that are old enough.
+        if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+            self.known[key] = (*sig, digest)
+            self.dirty.append((key, *sig, digest))
+        return digest
+
+    def forget(self, path: Path) -> None:
+        """Drop what is known of ``path`` (it was just rewritten)."""
+        self.known.pop(str(path), None)
+        self.used.pop(str(path), None)
+
+    def flush(self) -> None:
+        if self.journal is not None and self.dirty:
+            self.journal.save_file_hashes(self.dirty)
+            self.dirty = []

@@ -1,0 +1,155 @@
+"""The cache key: one function builds it from named parts (see design/overview.md).
+
+key = sha256(canonical JSON of the parts). Nothing that cannot change the output (retries,
+timeout, concurrency, descriptions) is a part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import StepFailure
+from ...state.canonical import canonical_json, sha256_hex, utf8
+
+if TYPE_CHECKING:
+    from ...pipeline.compiler import CompiledStep
+    from ...steps.base import StepEnv
+    from .files import FileHasher
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    step_type: str
+    type_version: str
+    args: Any
+    files: dict[str, str]
+    extra: dict[str, Any]
+    version: str | None
+    item: Any = None
+    has_item: bool = False
+
+    def as_document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "type": self.step_type,
+            "type_version": self.type_version,
+            "args": self.args,
+            "files": self.files,
+            "extra": self.extra,
+            "version": self.version,
+        }
+        if self.has_item:
+            doc["item"] = self.item
+        return doc
+
+    def _canonical_parts(self) -> dict[str, str]:
+        # Each part's canonical text, computed once: the key and the summary share them.
+        cached: dict[str, str] | None = self.__dict__.get("_parts")
+        if cached is None:
+            cached = {name: canonical_json(value) for name, value in self.as_document().items()}
+            object.__setattr__(self, "_parts", cached)
+        return cached
+
+    def key(self) -> str:
+        """sha256 of the canonical JSON of the parts document.
+
+        Built from the parts' canonical texts when the summary made them: with sorted keys and
+        fixed separators, joining them gives exactly canonical_json(as_document()) (a test
+        asserts the equality). Else the document is encoded in one go: a cached step needs no
+        summary, and one encoding costs a sixth of six.
+        """
+        parts: dict[str, str] | None = self.__dict__.get("_parts")
+        if parts is None:
+            return sha256_hex(utf8(canonical_json(self.as_document())))
+        text = "{" + ",".join(f'"{name}":{parts[name]}' for name in sorted(parts)) + "}"
+        return sha256_hex(utf8(text))
+
+    def summary(self) -> dict[str, Any]:
+        """Per-part digests, journaled so `explain` can say which part changed."""
+        parts = self._canonical_parts()
+        # The checks apart from the other extra parts, so `explain` can say which changed.
+        checks = self.extra.get("checks") if isinstance(self.extra, dict) else None
+        extra = parts["extra"]
+        if checks is not None:
+            extra = canonical_json({k: v for k, v in self.extra.items() if k != "checks"})
+        return {
+            "type": f"{self.step_type}@{self.type_version}",
+            "args": sha256_hex(utf8(parts["args"])),
+            "files": dict(self.files),
+            "extra": sha256_hex(utf8(extra)),
+            "version": self.version,
+            **({"checks": sha256_hex(utf8(canonical_json(checks)))} if checks is not None else {}),
+            **({"item": sha256_hex(utf8(parts["item"]))} if self.has_item else {}),
+        }
+
+
+def resolve(
+    step: CompiledStep,
+    context: Mapping[str, Any],
+    root: Path,
+    hasher: FileHasher,
+    env: StepEnv,
+    review: dict[str, Any] | None = None,
+    item: Any = None,
+    has_item: bool = False,
+) -> tuple[dict[str, Any], KeyParts]:
+    """A step's arguments evaluated in ``context`` and its key's parts: the files it reads
+    (hashed through ``hasher``), its type's extra parts, and a revision's review. Raises
+    StepFailure for a missing input, ExpressionError for an argument that cannot be evaluated."""
+    args = step.type.evaluate(step.args, context)
+    files: dict[str, str] = {}
+    for rel in step.type.reads(args, root=root):
+        try:
+            files[rel] = hasher.hash(root / rel)
+        except FileNotFoundError:
+            raise StepFailure(f"input file {rel} does not exist") from None
+    key_extra = step.type.key_extra(args, env)
+    if step.checks:  # a result that passed other checks is not what a run now would give
+        key_extra = {**key_extra, "checks": [rule.fingerprint() for rule in step.checks]}
+    if review is not None:  # a revision is an input: it and its downstream re-run
+        key_extra = {**key_extra, "review": review}
+    neutral = step.type.key_neutral
+    keyed = {k: v for k, v in args.items() if k not in neutral} if neutral else args
+    parts = KeyParts(
+        step.uses, step.type.version, keyed, files, key_extra, step.version, item, has_item
+    )
+    return args, parts
+
+
+def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """The parts that differ, most specific first (file paths by name), each with its old and
+    new digest (12 hex) so a user can tell which value changed."""
+    if old is None:
+        return ["never ran"]
+    out: list[str] = []
+    if old.get("type") != new.get("type"):
+        out.append(f"step type changed ({old.get('type')} -> {new.get('type')})")
+    if old.get("version") != new.get("version"):
+        out.append(f"version changed ({old.get('version')!r} -> {new.get('version')!r})")
+    if old.get("args") != new.get("args"):
+        out.append(f"arguments changed{_digests(old.get('args'), new.get('args'))}")
+    old_files, new_files = old.get("files") or {}, new.get("files") or {}
+    for path in sorted(set(old_files) | set(new_files)):
+        if path not in old_files:
+            out.append(f"new input {path}")
+        elif path not in new_files:
+            out.append(f"input {path} no longer read")
+        elif old_files[path] != new_files[path]:
+            out.append(f"input {path} changed{_digests(old_files[path], new_files[path])}")
+    if old.get("extra") != new.get("extra"):
+        out.append(
+            f"provider profile or settings changed{_digests(old.get('extra'), new.get('extra'))}"
+        )
+    if old.get("checks") != new.get("checks"):
+        out.append(f"checks changed{_digests(old.get('checks'), new.get('checks'))}")
+    if old.get("item") != new.get("item"):
+        out.append(f"element changed{_digests(old.get('item'), new.get('item'))}")
+    return out
+
+
+def _digests(old: Any, new: Any) -> str:
+    if isinstance(old, str) and isinstance(new, str):
+        return f" ({old[:12]} -> {new[:12]})"
+    return ""

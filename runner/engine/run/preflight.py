@@ -1,0 +1,204 @@
+"""Checks made before the first step runs, so a person is never asked about work that would fail.
+
+Every argument that depends on the run's params alone (not on another step's output or a
+for_each element) is known before anything runs. These checks look at exactly those values:
+
+- template steps render (a missing template variable is an error now, not after a model call);
+- llm and image steps name a provider that exists, is configured, can do the kind of work
+  asked, and has its API key in the environment; an image step's size is one its provider (and
+  model) accepts;
+- ingest steps name a valid collection (and an existing one when they may not create it);
+- declared output paths stay inside the pipeline's root and are not folders.
+
+A failure raises InvalidPipeline (exit 2) at the step's file:line:column; nothing is journaled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+from ... import expr as ex
+from ...errors import InvalidPipeline, RunnerError
+
+KNOWN_ROOTS = frozenset({"params"})
+# A plan without any of these has nothing costly to protect and no one to ask: checking it
+# would only slow the edit-apply loop of template-only pipelines.
+WORTH_IT = frozenset({"llm", "image", "human_gate", "ingest", "shell"})
+_UNKNOWN = object()
+
+
+def known_args(step: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The step's top-level arguments whose value depends on params only, evaluated."""
+    args = step.args if isinstance(step.args, dict) else {}
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if any(r.root not in KNOWN_ROOTS for e in ex.iter_expressions(value) for r in e.refs):
+            continue
+        try:
+            out[key] = ex.evaluate_value(value, {"params": params})
+        except RunnerError:
+            continue  # the step reports its own expression errors when it runs
+    return out
+
+
+def check_plan(
+    plan: Any, *, state_dir: Path | None = None, environ: Mapping[str, str] | None = None
+) -> None:
+    """Raise InvalidPipeline for the first thing that cannot work; see the module docstring."""
+    if not any(s.uses in WORTH_IT for s in plan.steps.values()):
+        return
+    env = os.environ if environ is None else environ
+    providers: Any = None
+    for sid in plan.order:
+        step = plan.steps[sid]
+        check = _CHECKS.get(step.uses)
+        if check is None:
+            continue
+        args = known_args(step, plan.params)
+        if not args:
+            continue
+        try:
+            if step.uses in ("llm", "image"):
+                if providers is None:
+                    from ...providers.config import load_access
+
+                    providers = load_access(plan.root, environ=env)
+                _provider(step, args, providers, env)
+            else:
+                check(plan, step, args, state_dir)
+        except RunnerError as exc:
+            if isinstance(exc, InvalidPipeline) and exc.where is not None:
+                raise
+            raise InvalidPipeline(exc.message, where=step.where, step=sid, hint=exc.hint) from None
+
+
+def _template(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) -> None:
+    declared = step.args if isinstance(step.args, dict) else {}
+    if "vars" not in declared or "vars" not in args:
+        return  # no variables to miss, or they come from another step (known once it ran)
+    if "template" not in args and "text" not in args:
+        return
+    from ...steps.template import environment_for
+
+    ex.render_template(
+        environment_for(plan.root),
+        name=args.get("template"),
+        text=args.get("text"),
+        variables=dict(args.get("vars") or {}),
+    )
+
+
+def _provider(step: Any, args: dict[str, Any], providers: Any, env: Mapping[str, str]) -> None:
+    if "provider" not in args and "provider" in (step.args if isinstance(step.args, dict) else {}):
+        return  # chosen by an upstream output
+    name = args.get("provider") or providers.default_name()
+    provider = providers.get(name)
+    kind = "image" if step.uses == "image" else "text"
+    caps = provider.capabilities
+    kinds = sorted(getattr(caps, "kinds", None) or ())
+    if kinds and kind not in kinds:
+        _fail(step, f"provider '{name}' does not make {kind} (it makes: {', '.join(kinds)})")
+    settings = getattr(provider, "settings", {}) or {}
+    var = settings.get("api_key_env")
+    base = str(settings.get("base_url") or "")
+    host = (urlsplit(base).hostname or "") if base else ""
+    local = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    if isinstance(var, str) and var and not env.get(var) and not local:
+        _fail(
+            step,
+            f"provider '{name}' needs an API key in the environment variable {var}",
+            f"export {var}=... or run on another provider (e.g. -p provider=fake)",
+        )
+    if kind == "image" and "size" in args:
+        _image_size(step, args, provider, name)
+
+
+def _image_size(step: Any, args: dict[str, Any], provider: Any, name: str) -> None:
+    from ...steps.image import parse_size
+
+    try:
+        size = parse_size(args["size"])
+    except ValueError as exc:
+        _fail(step, str(exc))
+    params = args.get("params") if isinstance(args.get("params"), dict) else {}
+    refused = provider.size_refused(size, params)
+    if refused is not None:
+        why, accepted = refused
+        _fail(
+            step,
+            f"provider '{name}' does not make {size[0]}x{size[1]} images: {why}",
+            f"sizes it accepts: {accepted}" if accepted else None,
+        )
+
+
+def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) -> None:
+    name = args.get("collection")
+    if not isinstance(name, str):
+        return
+    from ...state.collections import Collections, check_name
+
+    check_name(name)
+    if args.get("create", _UNKNOWN) is False and state_dir is not None:
+        known: set[str] = set()
+        if (state_dir / "collections.db").is_file():  # a check never creates the database
+            with Collections(state_dir) as cols:
+                known = {r["name"] for r in cols.names_and_counts()}
+        if name not in known:
+            _fail(
+                step,
+                f"unknown collection '{name}' (the step may not create it)",
+                f"collections: {', '.join(sorted(known)) or 'none'} (or set create: true)",
+            )
+
+
+def _outputs(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) -> None:
+    outputs = args.get("outputs")
+    if not isinstance(outputs, list):
+        return
+    from ...source.paths import inside
+
+    for rel in outputs:
+        if not isinstance(rel, str):
+            continue
+        path = inside(plan.root, rel, where=step.where)
+        if path.is_dir():
+            _fail(step, f"output '{rel}' is a folder; outputs name files")
+
+
+def _fail(step: Any, message: str, hint: str | None = None) -> NoReturn:
+    """Every check fails the same way: at the step's file:line:column, naming the step."""
+    raise InvalidPipeline(message, where=step.where, step=step.id, hint=hint)
+
+
+_CHECKS: dict[str, Any] = {
+    "template": _template,
+    "llm": _provider,
+    "image": _provider,
+    "ingest": _ingest,
+    "shell": _outputs,
+}
+
+
+def check_out_dir(plan: Any, out_dir: str | None) -> None:
+    """`apply --out DIR`, before the first step: the pipeline makes images for it to receive,
+    and DIR is (or can be made) a writable folder. Raises UsageError (exit 2)."""
+    from ...errors import UsageError
+
+    if not out_dir:
+        return
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        raise UsageError(
+            f"--out {out_dir}: pipeline {plan.name} has no image step, so nothing would be copied"
+        )
+    path = Path(out_dir).absolute()
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        what = "is a file" if existing == path else f"cannot be made: {existing} is a file"
+        raise UsageError(f"--out {out_dir} {what}; it names the folder finals are copied to")
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" (in {existing})"
+        raise UsageError(f"--out {out_dir}: no permission to write there{where}")

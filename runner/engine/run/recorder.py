@@ -1,0 +1,506 @@
+"""The recorder: a run's journal rows and its event stream.
+
+Everything a run writes goes through here: the run's row, one row per execution (ran, failed,
+cached, awaiting a decision), the provider ledger's calls, the per-phase progress and the
+events (to the reporter at once, to the journal in batches). The scheduler and the step bodies
+never write the journal themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ...errors import DiskFull
+from ...pipeline.compiler import Plan
+from ...providers.limits import waiting
+from ...source import secretmask
+from ...state.journal import Journal
+from ...state.records import dumps, loads
+from ...steps.base import StepResult
+from .events import Event, EventType, Reporter
+from .keys import KeyParts
+from .options import ApplyOptions
+from .outcomes import RunStatus, StepOutcome, StepStatus
+
+PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
+# Cached executions' rows and events are written in groups, at least this often (the journal
+# commits its batch at the same pace, so a reader elsewhere sees them about as soon) and
+# before any other execution row (their ids stay in the order the steps finished).
+GROUP_S = 0.05
+GROUP_ROWS = 500
+_CACHED_COLUMNS = (
+    "run_id", "step_id", "element", "key", "status", "pipeline", "output",
+    "started_at", "finished_at", "attempts", "contract", "why", "report",
+)  # fmt: skip
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+class JournalLedger:
+    """The idempotency ledger a step sees, backed by the journal's calls table."""
+
+    def __init__(self, journal: Journal, run_id: str, step_id: str) -> None:
+        self.journal, self.run_id, self.step_id = journal, run_id, step_id
+
+    def completed(self, key: str) -> dict[str, Any] | None:
+        row = self.journal.call(key)
+        if row and row["status"] == "completed":
+            result: dict[str, Any] = loads(row["result"]) or {}
+            return result
+        return None
+
+    def record(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call(key)
+
+    def begin(self, key: str, meta: Mapping[str, Any]) -> None:
+        self.journal.begin_call(key, self.run_id, self.step_id, meta)
+
+    def sent(self, key: str) -> None:
+        self.journal.call_sent(key)
+
+    async def durable(self, *, stops: bool = True) -> None:
+        try:
+            # Without the CPU slot meanwhile: the calls of every element waiting here (not only
+            # the --jobs that hold a slot) share the commit.
+            async with waiting():
+                await self.journal.settle()
+        except DiskFull:
+            if stops:
+                raise
+
+    def remote_id(self, key: str, remote_id: str) -> None:
+        self.journal.call_remote_id(key, remote_id)
+
+    def complete(self, key: str, result: Mapping[str, Any]) -> None:
+        self.journal.complete_call(key, result)
+
+    def fail(self, key: str, error: str, status: str = "failed") -> None:
+        self.journal.fail_call(key, error, status)
+
+    def remote_job(self, key: str) -> dict[str, Any] | None:
+        return self.journal.call_job(key)
+
+    def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None:
+        self.journal.note_call_job(key, job)
+
+
+class Progress:
+    """Per phase (steps without one under "default"): total, done, skipped, failed, waiting.
+
+    Kept incrementally: recomputing it per finished step was quadratic.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.finished: dict[str, StepStatus] = {}  # step id -> status
+        self._counts: dict[str, dict[str, int]] | None = None
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        if self._counts is None:
+            self._counts = {}
+            for sid in self.plan.order:
+                phase = self.plan.steps[sid].phase or "default"
+                entry = self._counts.setdefault(
+                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0}
+                )
+                entry["total"] += 1
+            for sid, status in self.finished.items():
+                self._count(sid, status)
+        return self._counts
+
+    def _count(self, sid: str, status: StepStatus) -> None:
+        entry = self.counts()[self.plan.steps[sid].phase or "default"]
+        if status.succeeded:
+            entry["done"] += 1
+        elif status is StepStatus.SKIPPED:
+            entry["skipped"] += 1
+        elif status is StepStatus.AWAITING_HUMAN:
+            entry["waiting"] += 1
+        else:  # failed, partial, rejected
+            entry["failed"] += 1
+
+    def mark(self, sid: str, status: StepStatus) -> None:
+        if sid in self.finished:
+            return
+        self.finished[sid] = status
+        if self._counts is not None:
+            self._count(sid, status)
+
+
+class Recorder:
+    """Writes one run's rows and events into ``journal``, reporting events to ``reporter``."""
+
+    def __init__(self, journal: Journal, reporter: Reporter, run_id: str, pipeline: str) -> None:
+        self.journal = journal
+        self.reporter = reporter
+        self.run_id = run_id
+        self.pipeline = pipeline
+        self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
+        # Journal writes of finished plain steps, done once their dependents have started
+        # (see Scheduler.run): the records are not on the path from one process to the next.
+        self._deferred: list[Callable[[], None]] = []
+        self._progress_written = 0.0
+        self._cached_rows: list[tuple[Any, ...]] = []
+        self._grouped_since = time.monotonic()
+
+    # -- events --------------------------------------------------------------------------------
+
+    def emit(
+        self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
+    ) -> None:
+        if secretmask.active():  # every reporter (console, --events file, live page) too
+            data = secretmask.mask_json(data)
+        ev = Event(type_, self.run_id, step, element, data)
+        self.reporter.event(ev)
+        if type_ is not EventType.LOG:
+            self._pending_events.append(
+                (self.run_id, ev.ts, type_.value, step, element, dumps(data))
+            )
+
+    def emit_warning(self, message: str) -> None:
+        """A warning for the user (consoles show it; the run goes on)."""
+        self.emit(EventType.LOG, None, None, level="warning", line=message)
+
+    def logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
+        def log(line: str) -> None:
+            self.emit(EventType.LOG, step_id, index, line=line)
+
+        return log
+
+    def flush_deferred(self) -> None:
+        while self._deferred:
+            batch, self._deferred = self._deferred, []
+            for write in batch:
+                write()
+        if (
+            time.monotonic() - self._grouped_since > GROUP_S
+            or len(self._pending_events) + len(self._cached_rows) > GROUP_ROWS
+        ):
+            self.flush_events()
+
+    def flush_events(self) -> None:
+        """Write the cached executions' rows and the events held so far."""
+        self.write_cached()
+        if self._pending_events:
+            self.journal.add_events(self._pending_events)
+            self._pending_events = []
+        self._grouped_since = time.monotonic()
+
+    def write_cached(self) -> None:
+        """Write the cached executions' rows held so far, in one statement."""
+        if self._cached_rows:
+            rows, self._cached_rows = self._cached_rows, []
+            self.journal.add_executions(_CACHED_COLUMNS, rows)
+
+    # -- the run's row -------------------------------------------------------------------------
+
+    def run_started(self, plan: Plan, options: ApplyOptions) -> None:
+        self.journal.create_run(
+            {
+                "id": self.run_id,
+                "pipeline": plan.name,
+                "pipeline_file": str(plan.file.resolve()),
+                "item": options.item,
+                "status": RunStatus.RUNNING.value,
+                "kind": options.kind,
+                "parent_run_id": options.parent_run_id,
+                "params": dumps(plan.params),
+                "pid": os.getpid(),
+                "reference_asset": options.reference_asset,
+            }
+        )
+
+    def run_resumed(self, plan: Plan) -> None:
+        self.journal.update_run(
+            self.run_id,
+            status=RunStatus.RUNNING.value,
+            pid=os.getpid(),
+            finished_at=None,
+            exit_code=None,
+            reason=None,
+            cancel_requested=None,
+            params=dumps(plan.params),
+        )
+
+    def cancel_requested(self) -> bool:
+        """`runner runs cancel` (from another process) asked this run to stop."""
+        rows = self.journal.query("SELECT cancel_requested FROM runs WHERE id=?", (self.run_id,))
+        return bool(rows and rows[0]["cancel_requested"])
+
+    def phase_entered(self, phase: str) -> None:
+        self.journal.update_run(self.run_id, current_phase=phase)
+        self.emit(EventType.PHASE_ENTERED, phase=phase)
+
+    def progress(self, counts: Callable[[], dict[str, dict[str, int]]]) -> None:
+        """Rewrite the run's progress, at most every PROGRESS_WRITE_S (the final record is
+        written by run_finished)."""
+        now = time.monotonic()
+        if now - self._progress_written > PROGRESS_WRITE_S:
+            self._progress_written = now
+            self.journal.update_run(self.run_id, progress=dumps(counts()))
+
+    def every_outcome(
+        self,
+        order: list[str],
+        outcomes: Mapping[str, StepOutcome],
+        progress: Progress,
+        reason: str | None,
+    ) -> list[StepOutcome]:
+        """Each step's outcome in plan order; a step never reached (cancelled, aborted) is
+        shown skipped, in the event stream as well."""
+        self.write_cached()  # what settles the run may read them
+        steps = []
+        for sid in order:
+            outcome = outcomes.get(sid)
+            if outcome is None:
+                outcome = StepOutcome(sid, StepStatus.SKIPPED, reason=reason or "not reached")
+                if sid not in progress.finished:
+                    self.emit(EventType.STEP_SKIPPED, sid, reason=outcome.reason)
+                    progress.mark(sid, StepStatus.SKIPPED)
+            steps.append(outcome)
+        return steps
+
+    def run_finished(
+        self,
+        status: RunStatus,
+        exit_code: int,
+        reason: str | None,
+        *,
+        phase: str | None,
+        progress: dict[str, dict[str, int]],
+        started: float,
+    ) -> None:
+        self.journal.update_run(
+            self.run_id,
+            status=status.value,
+            finished_at=time.time(),
+            exit_code=exit_code,
+            reason=reason,
+            current_phase=phase,
+            progress=dumps(progress),
+        )
+        self.emit(
+            EventType.RUN_FINISHED,
+            status=status.value,
+            exit_code=exit_code,
+            duration_s=round(time.time() - started, 6),
+            reason=reason,
+        )
+        self.flush_events()
+
+    # -- execution rows ------------------------------------------------------------------------
+
+    def failure(
+        self, step_id: str, el_index: int, key: str | None, reason: str, attempts: int
+    ) -> None:
+        """An execution that failed before its body ran (its arguments, a refused restore)."""
+        self.write_cached()
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "failed",
+                "pipeline": self.pipeline,
+                "error": reason,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": attempts,
+            }
+        )
+
+    def reused(
+        self,
+        step_id: str,
+        el_index: int,
+        key: str,
+        output: Any,
+        why: str,
+        contract: str | None = None,
+        report: Any = None,
+    ) -> None:
+        """An execution answered without running (cache, approval, user edit)."""
+        now = time.time()
+        self._cached_rows.append(
+            (
+                *(self.run_id, step_id, el_index, key, "cached", self.pipeline, dumps(output)),
+                *(now, now, 0, contract, why, dumps(report) if report is not None else None),
+            )
+        )
+        if len(self._cached_rows) >= GROUP_ROWS:
+            self.write_cached()
+
+    def fetched(
+        self,
+        step_id: str,
+        el_index: int,
+        key: str,
+        parts: KeyParts,
+        contract: str | None,
+        *,
+        output: Any,
+        artifacts: list[str],
+        sizes: dict[str, int],
+        files: dict[str, str],
+        report: Any,
+    ) -> None:
+        """An execution answered by the remote cache: a completed row, so the next apply finds
+        it locally."""
+        now = time.time()
+        self.write_cached()
+        self.journal.record_artifacts(sizes)
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "completed",
+                "pipeline": self.pipeline,
+                "output": dumps(output),
+                "artifacts": dumps(artifacts),
+                "files": dumps(files),
+                "report": dumps(report) if report is not None else None,
+                "started_at": now,
+                "finished_at": now,
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": contract,
+                "why": "cached (remote)",
+            }
+        )
+
+    def started(
+        self, step_id: str, el_index: int, key: str, parts: KeyParts, contract: str | None
+    ) -> int:
+        """The row of an execution about to run its body; returns its id."""
+        self.write_cached()
+        return self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": el_index,
+                "key": key,
+                "status": "running",
+                "pipeline": self.pipeline,
+                "started_at": time.time(),
+                "attempts": 0,
+                "key_parts": dumps(parts.summary()),
+                "contract": contract,
+            }
+        )
+
+    def kept_edits(self, exec_id: int, kept: Mapping[str, str]) -> None:
+        """Output files edited by hand, kept in the store before the execution writes them
+        again: named in its report (gc keeps what a report names)."""
+        self.journal.finish_execution(exec_id, report=dumps({"edited_outputs_kept": dict(kept)}))
+
+    def cancelled(self, exec_id: int, attempts: int) -> None:
+        self.journal.finish_execution(
+            exec_id,
+            status="cancelled",
+            finished_at=time.time(),
+            attempts=attempts,
+            error="cancelled",
+        )
+
+    def failed(
+        self, exec_id: int, attempts: int, reason: str, duration: float, output: Any
+    ) -> None:
+        self.journal.finish_execution(
+            exec_id,
+            status="failed",
+            finished_at=time.time(),
+            attempts=attempts,
+            error=reason,
+            duration_s=duration,
+            output=dumps(output) if output is not None else None,
+        )
+
+    def passed(
+        self,
+        exec_id: int,
+        result: StepResult,
+        sizes: dict[str, int],
+        *,
+        status: str,
+        attempts: int,
+        duration: float,
+        defer: bool,
+        worker: str | None = None,
+    ) -> None:
+        """A body that returned and passed its checks. ``defer``: written once the step's
+        dependents have started (a plain step), else now (an element: a for_each may hold
+        thousands). ``worker``: the Dask worker that ran the body (None: this process)."""
+        # Serialised now, written maybe a moment later: what is recorded is the output as it
+        # was returned, whatever a later step does with the objects.
+        row = {
+            "status": status,
+            "finished_at": time.time(),
+            "attempts": attempts,
+            "duration_s": duration,
+            "output": dumps(result.output),
+            "artifacts": dumps(sorted(sizes)),
+            "files": dumps(result.files),
+            "report": dumps(result.report) if result.report is not None else None,
+            "usage": dumps(result.usage) if result.usage else None,
+        }
+        if worker is not None:
+            row["worker"] = worker
+
+        def record() -> None:
+            self.journal.record_artifacts(sizes)
+            self.journal.finish_execution(exec_id, **row)
+
+        if defer:
+            self._deferred.append(record)
+        else:
+            record()
+
+    def awaiting(self, step_id: str, key: str, round_: int) -> None:
+        """A gate asking for a decision (round ``round_``)."""
+        self.write_cached()
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": -1,
+                "key": key,
+                "status": "awaiting_human",
+                "pipeline": self.pipeline,
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 0,
+                "why": f"round {round_}",
+            }
+        )
+
+    def decided(
+        self, step_id: str, key: str, *, status: str, output: Any, artifacts: list[str], why: str
+    ) -> None:
+        """A gate's decision (approved: completed; rejected)."""
+        self.write_cached()
+        self.journal.start_execution(
+            {
+                "run_id": self.run_id,
+                "step_id": step_id,
+                "element": -1,
+                "key": key,
+                "status": status,
+                "pipeline": self.pipeline,
+                "output": dumps(output),
+                "artifacts": dumps(artifacts),
+                "files": dumps({}),
+                "started_at": time.time(),
+                "finished_at": time.time(),
+                "attempts": 1,
+                "why": why,
+            }
+        )

@@ -1,0 +1,240 @@
+"""Answering an execution without running it: a cached result, a user's edit, the remote cache.
+
+Each answer is journaled (through the recorder) like an execution, and puts back the files the
+step wrote when they are missing or were edited by hand (as the step's ``on_edit`` says).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ...errors import StepFailure
+from ...pipeline.compiler import CompiledStep, Plan
+from ...source import paths
+from ...state import overrides
+from ...state.journal import CachedResult, Journal
+from ...state.objects import ObjectStore
+from . import remote_check
+from .events import EventType
+from .files import FileHasher
+from .keys import KeyParts
+from .outcomes import ElementOutcome, StepStatus
+from .recorder import Recorder
+from .remote_link import RemoteLink
+
+
+class Reuse:
+    """What a run reuses; ``objects_used`` and ``workspace_used`` collect what it relied on."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        journal: Journal,
+        objects: ObjectStore,
+        hasher: FileHasher,
+        recorder: Recorder,
+    ) -> None:
+        self.plan = plan
+        self.journal = journal
+        self.objects = objects
+        self.hasher = hasher
+        self.recorder = recorder
+        self.workspace_used: dict[str, str] = {}
+        self.objects_used: set[str] = set()
+
+    def usable(self, cached: CachedResult) -> bool:
+        """Every object of ``cached`` is present (noted as used when so)."""
+        usable = all(self.objects.has(d) for d in cached.artifacts) and all(
+            self.objects.has(d) for d in cached.files.values()
+        )
+        if usable:
+            self.objects_used.update(cached.artifacts)
+            self.workspace_used.update(cached.files)
+        return usable
+
+    def cached(
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        key: str,
+        hit: CachedResult,
+        contract: str | None,
+    ) -> ElementOutcome:
+        """Answer with a usable cached result, its files put back; failed when a restore is
+        refused (an output outside the root, or edited with ``on_edit: fail``)."""
+        try:
+            restored, kept, refused = self.restore_files(step, index, hit.files)
+        except StepFailure as exc:
+            refused = exc.reason
+        if refused is not None:
+            self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
+            self.recorder.failure(step.id, el_index, key, refused, 0)
+            return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
+        self.recorder.emit(
+            EventType.STEP_SKIPPED,
+            step.id,
+            index,
+            reason="cached",
+            key=key,
+            restored=restored,
+        )
+        why = "cached" + (f"; restored {', '.join(restored)}" if restored else "")
+        report = {"edited_outputs_kept": kept} if kept else None  # gc keeps them
+        self.recorder.reused(step.id, el_index, key, hit.output, why, contract, report)
+        return ElementOutcome(el_index, StepStatus.CACHED, key, hit.output)
+
+    def override(
+        self, step: CompiledStep, index: int | None, el_index: int, key: str, contract: str | None
+    ) -> ElementOutcome | None:
+        """A user edit of this element, when its contract still holds; else it is set aside."""
+        ov = overrides.active(self.journal, self.plan.name, step.id, el_index)
+        if ov is None:
+            return None
+        if contract is None or contract != ov.contract:
+            why = (
+                "its contract is missing or invalid"
+                if contract is None
+                else f"its contract changed ({(ov.contract or '')[:16]} -> {contract[:16]})"
+            )
+            reason = f"user edit #{ov.id} set aside: {why}; regenerating"
+            overrides.set_aside(self.journal, ov.id, reason)
+            self.recorder.emit(
+                EventType.OVERRIDE_SET_ASIDE, step.id, index, override=ov.id, reason=reason
+            )
+            return None
+        self.recorder.emit(EventType.OVERRIDE_USED, step.id, index, override=ov.id)
+        self.recorder.emit(EventType.STEP_SKIPPED, step.id, index, reason="edited", key=key)
+        self.recorder.reused(step.id, el_index, key, ov.output, f"user edit #{ov.id}", contract)
+        return ElementOutcome(el_index, StepStatus.CACHED, key, ov.output)
+
+    async def remote_hit(
+        self,
+        remote: RemoteLink,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        key: str,
+        parts: KeyParts,
+        contract: str | None,
+    ) -> ElementOutcome | None:
+        """The step's result from the remote cache, journaled here as a completed execution
+        (so the next apply finds it locally), or None."""
+        record = await remote.lookup(key)
+        if record is None:
+            return None
+        # Checked against the local compile before anything of it is used or restored.
+        why = await remote_check.problem(step, parts, key, record, self.objects, self.plan.root)
+        if why is not None:
+            remote.refuse(key, f"step {step.id}: {why}")
+            return None
+        hit = remote.use(record)
+        self.objects_used.update(hit.artifacts)
+        self.workspace_used.update(hit.files)
+        restored, _kept, refused = self.restore_files(step, index, hit.files)
+        if refused is not None:
+            raise StepFailure(refused)
+        self.recorder.emit(
+            EventType.STEP_SKIPPED,
+            step.id,
+            index,
+            reason="cached (remote)",
+            key=key,
+            restored=restored,
+        )
+        sizes = {d: self.objects.size(d) for d in hit.artifacts}
+        self.recorder.fetched(
+            step.id,
+            el_index,
+            key,
+            parts,
+            contract,
+            output=hit.output,
+            artifacts=hit.artifacts,
+            sizes=sizes,
+            files=hit.files,
+            report=hit.report,
+        )
+        return ElementOutcome(el_index, StepStatus.CACHED, key, hit.output)
+
+    def restore_files(
+        self, step: CompiledStep, index: int | None, files: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """Put back missing outputs, and outputs edited by hand (checked by content, with the
+        journal's stat shortcut) as the step's ``on_edit`` says. Returns (restored files,
+        {file: object digest of the kept edit}, the reason to fail or None)."""
+        restored: list[str] = []
+        kept: dict[str, str] = {}
+        for rel, digest in files.items():
+            # Resolved now, not from compile time: an earlier step may have swapped a directory
+            # on the path for a symlink pointing out of the root.
+            path = paths.inside_now(self.plan.root, rel)
+            if path is None:
+                raise StepFailure(
+                    f"cached output {rel} now lies outside the root (a directory on its path is "
+                    "a symlink pointing out); not restored"
+                )
+            try:
+                now = self.hasher.hash(path)
+            except FileNotFoundError:
+                self.objects.restore(digest, path)
+                restored.append(rel)
+                continue
+            if now == digest:
+                continue
+            where = f"{rel} was edited by hand ({digest[:12]} -> {now[:12]})"
+            if step.on_edit == "fail":
+                return restored, kept, f"{where}; on_edit: fail leaves it for you to resolve"
+            if step.on_edit == "keep":
+                self.recorder.emit(EventType.OUTPUT_EDITED, step.id, index, file=rel, action="kept")
+                continue
+            kept[rel] = self._keep_edit(step, index, rel, path, "restored")
+            self.objects.restore(digest, path)
+            self.hasher.forget(path)
+            restored.append(rel)
+        return restored, kept, None
+
+    def _keep_edit(
+        self, step: CompiledStep, index: int | None, rel: str, path: Path, action: str
+    ) -> str:
+        """Store a hand-edited output's bytes (they are never destroyed) and say where;
+        returns their object digest."""
+        edited = self.objects.put_file(path)
+        self.recorder.emit(
+            EventType.OUTPUT_EDITED,
+            step.id,
+            index,
+            file=rel,
+            action=action,
+            edited=edited,
+            kept_at=str(self.objects.path(edited)),
+        )
+        return edited
+
+    def keep_before_rerun(
+        self, step: CompiledStep, index: int | None, args: Mapping[str, object]
+    ) -> tuple[dict[str, str], str | None]:
+        """Before ``step`` runs and writes its outputs again: each output file whose bytes are
+        in no stored object (edited by hand, or made outside runner) is kept in the store first,
+        and said where, as a restore keeps it; ``on_edit: fail`` fails the step instead.
+        Returns ({file: object digest of the kept bytes}, the reason to fail or None)."""
+        kept: dict[str, str] = {}
+        for rel in step.type.produces(args):
+            path = paths.inside_now(self.plan.root, rel)
+            if path is None or not path.is_file():
+                continue  # missing (nothing to lose), or refused by the step itself
+            try:
+                now = self.hasher.hash(path)
+            except OSError:
+                continue
+            if self.objects.has(now):
+                continue  # runner's own bytes, or the same as some stored result
+            if step.on_edit == "fail":
+                return kept, (
+                    f"{rel} was edited by hand and the step would write it again; "
+                    "on_edit: fail leaves it for you to resolve"
+                )
+            kept[rel] = self._keep_edit(step, index, rel, path, "kept before re-run")
+        return kept, None
+

@@ -1,0 +1,83 @@
+"""One attempt of a step body, on the executor's side of the seam.
+
+The body gets plain data -- its resolved arguments (their input files' digests are in the key
+already), a StepContext with the object store -- and runs where the executor puts it (this
+process, or a Dask worker: executors.py). What it returns or raises comes back as a BodyRun:
+plain data the coordinator journals and decides on (retry, fail, check). A body never reaches
+the journal or the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import DiskFull, InvalidPipeline, ProviderError, RunnerError, StepFailure
+from ...state.canonical import CanonicalError
+from ...state.records import dumps
+from ...steps.base import StepContext, StepResult, StepType
+from .executors import Executor
+from .once import claim
+
+
+@dataclass
+class BodyRun:
+    """What one attempt came to: ``result`` when the body returned, else why it failed."""
+
+    result: StepResult | None = None
+    reason: str = ""
+    retryable: bool = False
+    # Whether the failure is a check's (only `check:` rules get retries with feedback). None:
+    # the failure says nothing about checks (a bug in the step type).
+    check: bool | None = False
+    failure: StepFailure | None = None  # a StepFailure the body raised (it may carry output)
+    traceback: str | None = None  # a bug in the step type: where it happened
+
+
+async def run_body(
+    executor: Executor | None,
+    step_type: StepType,
+    ctx: StepContext,
+    args: dict[str, Any],
+    *,
+    uses: str,
+    timeout: float | None,
+    resources: Any,
+) -> BodyRun:
+    """Run the body once through ``executor`` (None: in this event loop) within ``timeout``.
+
+    Raises DiskFull (not this step's failure: the run stops) and CancelledError."""
+    try:
+        remote = executor is not None and executor.name == "dask" and step_type.runs_anywhere
+        if ctx.once is not None and not remote:  # a worker marks it there (dask_worker.py)
+            claim(ctx.once, ctx.run_id, ctx.step_id, ctx.element)
+        coro = (
+            executor.run(step_type, ctx, args, resources=resources)
+            if executor is not None
+            else step_type.run(ctx, args)
+        )
+        result: StepResult = await (asyncio.wait_for(coro, timeout) if timeout else coro)
+    except TimeoutError:
+        return BodyRun(reason=f"timed out after {timeout:g}s", retryable=True)
+    except StepFailure as exc:
+        # A check failure raised by the step body itself (e.g. compliance) is deterministic.
+        return BodyRun(reason=exc.reason, retryable=exc.retryable, check=exc.check, failure=exc)
+    except ProviderError as exc:
+        return BodyRun(reason=f"{exc.kind} provider error: {exc.message}", retryable=exc.transient)
+    except InvalidPipeline as exc:
+        return BodyRun(reason=str(exc))
+    except DiskFull:
+        raise
+    except RunnerError as exc:
+        return BodyRun(reason=str(exc))
+    except Exception as exc:  # a bug in a step type: recorded with its traceback
+        tb = traceback.format_exc(limit=8)
+        reason = f"internal error in step type '{uses}': {type(exc).__name__}: {exc}"
+        return BodyRun(reason=reason, check=None, traceback=tb)
+    try:  # what the journal cannot hold fails this step, not the run's record of it
+        dumps(result.output)
+    except CanonicalError as exc:
+        return BodyRun(reason=f"step type '{uses}' gave an output that cannot be recorded: {exc}")
+    return BodyRun(result=result)

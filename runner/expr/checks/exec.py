@@ -1,0 +1,161 @@
+"""``exec``: a shell command in the pipeline root; exit status 0 passes.
+
+The command runs with /bin/sh in its own process group, so on a timeout the whole group
+(background children included) is killed, and no process it started outlives the check.
+Values of ``${{ }}`` inside ``run`` are quoted for where they stand, as in the shell step
+(runner/expr/shellquote.py): data can never become shell syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ...errors import InvalidPipeline, Location
+from .. import Compiled, evaluate_value
+from ..shellquote import Unquotable, check_command, render_command
+from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
+
+DEFAULT_TIMEOUT = 60.0
+TAIL_CHARS = 400
+_KEEP_BYTES = 64 * 1024
+
+
+def _tail(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace").strip()
+    return text if len(text) <= TAIL_CHARS else "…" + text[-TAIL_CHARS:]
+
+
+class ExecRule(Rule):
+    kind = "exec"
+    is_sync = False
+
+    def __init__(
+        self,
+        run: Compiled,
+        env: Compiled,
+        timeout: float,
+        *,
+        raw: Any,
+        where: Location | None,
+        raw_shell: bool = False,
+        pass_env: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(raw=raw, where=where)
+        self.raw_shell = raw_shell
+        self.pass_env = pass_env
+        self.run = run
+        self.env = env
+        self.timeout = timeout
+
+    def own_values(self) -> Iterable[Compiled]:
+        return (self.run, self.env)
+
+    def command(self, context: Mapping[str, Any]) -> str:
+        """The command text, with every expression's value quoted where it stands. Raises
+        Unquotable (a value with a NUL byte)."""
+        return render_command(self.run, context, raw=self.raw_shell)
+
+    async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
+        from ..shellrun import run_shell  # asyncio loads when a check runs, not to validate
+
+        try:
+            command = self.command(context)
+        except Unquotable as exc:
+            return Verdict(False, [f"exec: {exc.reason}"], error=True)
+        from ...source.secretenv import command_environment, provider_env_names
+
+        own = {k: _text(v) for k, v in evaluate_value(self.env, context).items()}
+        env = command_environment(own, pass_env=self.pass_env, named=provider_env_names(root))
+        shown = command if len(command) <= 80 else command[:79] + "…"
+        try:
+            done = await run_shell(
+                command, cwd=root, env=env, timeout=self.timeout, keep=_KEEP_BYTES
+            )
+        except OSError as exc:
+            return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
+        stdout, stderr, timed_out = done.stdout, done.stderr, done.timed_out
+        output = _tail(stderr) or _tail(stdout)
+        stream = "stderr" if _tail(stderr) else "stdout"
+        detail = f"; {stream}: {output}" if output else ""
+        if timed_out:
+            return Verdict(
+                False,
+                [
+                    f"exec: `{shown}` timed out after {self.timeout:g} s "
+                    f"(its process group was killed){detail}"
+                ],
+            )
+        if done.code != 0:
+            return Verdict(False, [f"exec: `{shown}` exited with {done.code}{detail}"])
+        return Verdict(True)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+class Exec(CheckType):
+    name = "exec"
+    description = (
+        "Runs a command with /bin/sh in the pipeline root (own process group); passes "
+        "on exit status 0. The reason of a failure holds the exit status and the end of stderr."
+    )
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["run"],
+        "additionalProperties": False,
+        "properties": {
+            "run": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The shell command; values of ${{ }} inside it are quoted for "
+                "where they stand (bare, in '...', in \"...\").",
+            },
+            "raw": {
+                "type": "boolean",
+                "default": False,
+                "description": "Paste ${{ }} values into run as shell text, unquoted; "
+                "`runner check` reports it.",
+            },
+            "pass_env": {
+                "type": "array",
+                "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                "description": "Secret environment variables the command may inherit "
+                "(*API_KEY*/*TOKEN/*PASSWORD*-like names are withheld otherwise).",
+            },
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": DEFAULT_TIMEOUT,
+                "description": "Seconds before the command's whole process group is "
+                "killed and the check fails.",
+            },
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": ["string", "number", "boolean"]},
+                "description": "Extra environment variables (values may be ${{ }}).",
+            },
+        },
+    }
+
+    def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
+        raw_shell = args.get("raw", False)
+        if not isinstance(raw_shell, bool):
+            raise InvalidPipeline("exec: raw must be true or false", where=scope.where(path))
+        check_command(args["run"], raw=raw_shell, where=scope.where((*path, "run")))
+        return ExecRule(
+            scope.value(args["run"], (*path, "run")),
+            scope.value(args.get("env", {}), (*path, "env")),
+            float(args.get("timeout", DEFAULT_TIMEOUT)),
+            raw=args,
+            where=scope.where(path),
+            raw_shell=raw_shell,
+            pass_env=tuple(args.get("pass_env") or ()),
+        )
+
+
+register_check(Exec())

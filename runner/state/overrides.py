@@ -1,0 +1,188 @@
+"""User edits of a step's stored output, reused while the step's contract still holds.
+
+A person may correct what a model produced (`runner edit RUN STEP [--element K]`). The edit is
+stored as an override bound to the step's contract: the value of its `contract:` expression
+(typically the hash of the prompt card the output was made from), or, for a step without one,
+its cache key. Later applies reuse the edit while the contract is unchanged; when the card
+drifted, is missing or is invalid, the edit is set aside (kept, reported) and the step
+regenerates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NotFound, UsageError
+from .journal import Journal
+from .records import dumps, loads
+
+
+@dataclass
+class Override:
+    id: int
+    pipeline: str
+    step_id: str
+    element: int
+    contract: str | None
+    output: Any
+    status: str
+    reason: str | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, r: dict[str, Any]) -> Override:
+        return cls(
+            id=int(r["id"]),
+            pipeline=r["pipeline"],
+            step_id=r["step_id"],
+            element=int(r["element"]),
+            contract=r["contract"],
+            output=loads(r["output"]),
+            status=r["status"],
+            reason=r["reason"],
+            created_at=float(r["created_at"]),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pipeline": self.pipeline,
+            "step": self.step_id,
+            "element": None if self.element == -1 else self.element,
+            "contract": self.contract,
+            "status": self.status,
+            "reason": self.reason,
+            "output": self.output,
+        }
+
+
+def active(journal: Journal, pipeline: str, step_id: str, element: int) -> Override | None:
+    rows = journal.query(
+        "SELECT * FROM overrides WHERE pipeline=? AND step_id=? AND element=? AND status='active' "
+        "ORDER BY id DESC LIMIT 1",
+        (pipeline, step_id, element),
+    )
+    return Override.from_row(rows[0]) if rows else None
+
+
+def any_active(journal: Journal, pipeline: str) -> set[str]:
+    """Step ids of a pipeline that have an active edit (so the engine checks only those)."""
+    rows = journal.query(
+        "SELECT DISTINCT step_id FROM overrides WHERE pipeline=? AND status='active'", (pipeline,)
+    )
+    return {r["step_id"] for r in rows}
+
+
+def set_aside(journal: Journal, override_id: int, reason: str) -> None:
+    journal.conn.execute(
+        "UPDATE overrides SET status='set_aside', reason=? WHERE id=?", (reason, override_id)
+    )
+
+
+def execution_for(journal: Journal, run_id: str, step_id: str, element: int) -> dict[str, Any]:
+    """The finished execution an edit starts from. Raises NotFound / UsageError."""
+    run = journal.get_run(run_id)
+    rows = journal.query(
+        "SELECT * FROM executions WHERE run_id=? AND step_id=? AND element=? "
+        "AND status IN ('completed','cached','partial') ORDER BY id DESC LIMIT 1",
+        (run["id"], step_id, element),
+    )
+    if not rows:
+        steps = sorted({r["step_id"] for r in journal.executions(run["id"])})
+        if step_id not in steps:
+            raise NotFound(
+                f"run {run['id']} has no step '{step_id}'",
+                hint="steps: " + ", ".join(steps) if steps else None,
+            )
+        what = f"element {element} of " if element != -1 else ""
+        raise NotFound(f"run {run['id']} has no finished {what}step '{step_id}'")
+    row = rows[0]
+    journal.fill_cached(row)  # a no-op run's row names its result by key
+    if row["output"] is None:
+        raise UsageError(f"step '{step_id}' of run {run['id']} has no stored output to edit")
+    return {"run": run, "execution": row}
+
+
+def record(
+    journal: Journal,
+    *,
+    pipeline: str,
+    step_id: str,
+    element: int,
+    contract: str | None,
+    output: Any,
+) -> Override:
+    """Store an edit; an earlier active edit of the same step element is superseded."""
+    now = time.time()
+    with journal.transaction() as conn:
+        conn.execute(
+            "UPDATE overrides SET status='superseded' WHERE pipeline=? AND step_id=? AND "
+            "element=? AND status='active'",
+            (pipeline, step_id, element),
+        )
+        cur = conn.execute(
+            "INSERT INTO overrides (pipeline, step_id, element, contract, output, status, "
+            "created_at) VALUES (?,?,?,?,?,'active',?)",
+            (pipeline, step_id, element, contract, dumps(output), now),
+        )
+        oid = int(cur.lastrowid or 0)
+    return Override(oid, pipeline, step_id, element, contract, output, "active", None, now)
+
+
+def list_overrides(journal: Journal, pipeline: str | None = None) -> list[Override]:
+    sql = "SELECT * FROM overrides"
+    args: tuple[Any, ...] = ()
+    if pipeline is not None:
+        sql, args = sql + " WHERE pipeline=?", (pipeline,)
+    return [Override.from_row(r) for r in journal.query(sql + " ORDER BY id", args)]
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "list" if isinstance(value, list) else "object"
+
+
+def check_shape(step_id: str, old: Any, new: Any) -> None:
+    """An edit keeps the output's shape: the same fields, each of the same JSON kind (a null
+    may become anything). Later steps read those fields; `{"bogus": 1}` in place of a card
+    would reach them as a missing field, or worse as a wrong one."""
+    if not isinstance(old, dict):
+        if _kind(old) not in ("null", _kind(new)):
+            raise UsageError(
+                f"the edited output of '{step_id}' must stay a {_kind(old)} (got a {_kind(new)})"
+            )
+        return
+    if not isinstance(new, dict):
+        raise UsageError(
+            f"the edited output of '{step_id}' must stay an object with the fields "
+            f"{', '.join(old)} (got a {_kind(new)})"
+        )
+    unknown = [k for k in new if k not in old]
+    missing = [k for k in old if k not in new]
+    wrong = [
+        f"{k} ({_kind(old[k])}, got {_kind(new[k])})"
+        for k in old
+        if k in new and old[k] is not None and _kind(old[k]) != _kind(new[k])
+    ]
+    problems = []
+    if unknown:
+        problems.append("unknown field(s) " + ", ".join(unknown))
+    if missing:
+        problems.append("missing field(s) " + ", ".join(missing))
+    if wrong:
+        problems.append("field(s) of another kind: " + ", ".join(wrong))
+    if problems:
+        raise UsageError(
+            f"the edited output of '{step_id}' does not keep the step's output: "
+            + "; ".join(problems),
+            hint=f"edit the values of {', '.join(old)}; nothing was stored",
+        )

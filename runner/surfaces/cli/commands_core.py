@@ -1,0 +1,462 @@
+"""Core commands: apply, validate, graph, steps, init (plan, explain, runs, verify: elsewhere)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ...errors import NotFound, UsageError
+from .app import (
+    Ctx,
+    cli,
+    emit_json,
+    events_option,
+    jobs_option,
+    json_option,
+    max_cost_option,
+    param_option,
+    parse_params,
+    pipeline_arg,
+    state_option,
+)
+from .openstate import open_state
+from .termtext import echo, echo_block, safe
+
+
+def _reporter(
+    as_json: bool, total: int, events_file: str | None, quiet: bool = False, plan: Any = None
+) -> Any:
+    """The console reporter (with ``plan``, lines go under their phase, in pipeline order)."""
+    from ...engine.run.events import FanOut, JsonLinesReporter
+    from .app import isatty_stderr
+    from .console import LiveReporter, PlainReporter, WarningsReporter
+
+    reporters: list[Any] = []
+    if quiet:
+        reporters.append(WarningsReporter())  # quiet means no progress, not no warnings
+    elif isatty_stderr() and not as_json:
+        reporters.append(LiveReporter(total, plan=plan))
+    else:
+        reporters.append(PlainReporter(plan=plan))
+    if events_file:
+        try:
+            stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
+        except OSError as exc:
+            from ...errors import UsageError
+
+            raise UsageError(f"--events {safe(events_file)}: {exc.strerror}") from None
+        reporters.append(JsonLinesReporter(stream, close_stream=True))
+    return FanOut(*reporters)
+
+
+def _install_sigterm() -> None:
+    # SIGTERM cancels like Ctrl-C: the run is marked cancelled, completed work is kept.
+    def handler(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@jobs_option
+@click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
+@click.option(
+    "--reask",
+    multiple=True,
+    metavar="GATE",
+    help="Ask GATE again, though a decision was made before on the same inputs (an approval, "
+    "a rejection or a revision is otherwise given again).",
+)
+@click.option("--dry-run", is_flag=True, help="The same as `runner plan`: run and write nothing.")
+@click.option("--item", default=None, help="What this run is for (one active run per item).")
+@events_option
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.",
+)
+@click.option(
+    "--retry-uncertain",
+    is_flag=True,
+    help="Send again provider calls whose reply was lost (the backend may have completed and "
+    "billed them: this may pay twice).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@max_cost_option
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default=None,
+    help="Where step bodies run: here, or on a Dask cluster (pip install 'runner[dask]'). "
+    "Default: [executor] kind in runner.toml, else local.",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="URL",
+    help="With --executor dask: an existing cluster's scheduler (tcp://HOST:8786).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --executor dask and no --scheduler: worker processes of a local cluster (2).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --executor dask and no --scheduler: threads per worker of a local cluster (1).",
+)
+@click.option(
+    "--remote",
+    default=None,
+    metavar="URL",
+    help="Remote cache to read (and push to, if [cache] writable): an fsspec URL.",
+)
+@state_option
+@json_option
+@click.pass_obj
+def apply(
+    obj: Ctx,
+    file: Path,
+    params: tuple[str, ...],
+    jobs: int | None,
+    force: tuple[str, ...],
+    reask: tuple[str, ...],
+    dry_run: bool,
+    item: str | None,
+    events_file: str | None,
+    out_dir: str | None,
+    retry_uncertain: bool,
+    quiet: bool,
+    max_cost: float | None,
+    executor: str | None,
+    scheduler: str | None,
+    workers: int | None,
+    threads: int | None,
+    remote: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Run the pipeline, re-running only what is missing or out of date. With a budget
+    (--max-cost, the pipeline's limits.max_cost or runner.toml's [budget]) the plan's estimated
+    cost is checked first and an apply over it is refused (exit 9) before any call.
+
+    Example: runner apply pipeline.yaml -p title=hello --jobs 4
+    """
+    from ...engine.plan import fastpath
+    from ...engine.run.locate import state_dir_for
+
+    overrides = parse_params(params)
+    if dry_run:
+        from ...engine.plan.plandoc import plan_document
+        from .commands_plan import finish_plan
+
+        doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost)
+        finish_plan(doc, fc, as_json=as_json, detailed=False)
+    state_path = state_dir_for(file, state_dir)
+    pipeline_path = file.resolve()
+    asked = force or reask or out_dir or events_file or retry_uncertain or remote
+    if not (asked or max_cost is not None):
+        held = fastpath.check(state_path, pipeline_path, overrides, item)
+        if held is not None and "validate" in held:
+            # Only values no key depends on changed (a description, retries): valid values
+            # keep every key, so the run is still fully cached. The schema checks all of them.
+            from ...pipeline.loader import load_document
+
+            load_document(file)
+            fastpath.validated(state_path, pipeline_path, overrides, item, held)
+        noop = None if held is None else fastpath.journal_noop(state_path, pipeline_path, held)
+        if noop is not None:
+            if as_json:
+                emit_json(noop)
+            else:
+                n = noop["summary"]["cached"]
+                echo(
+                    f"completed: ran 0, cached {n}, skipped 0, failed 0  "
+                    f"(run {noop['run']['id']}; nothing changed)"
+                )
+            sys.exit(0)
+
+    from ...engine.run.apply import State, apply_plan
+    from ...engine.run.options import ApplyOptions
+    from ...pipeline.compiler import compile_pipeline
+
+    plan = compile_pipeline(file, overrides)
+    for f in force:
+        if f not in plan.steps:
+            raise UsageError(f"--force: unknown step '{f}'")
+    for g in reask:
+        if g not in plan.steps or plan.steps[g].uses != "human_gate":
+            raise UsageError(f"--reask: '{g}' is not a human_gate step of {plan.name}")
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    from ...engine.plan.plandoc import check_budget_first
+
+    check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
+    from ...engine.run.preflight import check_out_dir
+
+    check_out_dir(plan, out_dir)
+    options = ApplyOptions(
+        force=forced,
+        reask=frozenset(reask),
+        item=item,
+        retry_uncertain=retry_uncertain,
+        remote=remote,
+        executor=executor,
+        scheduler=scheduler,
+        workers=workers,
+        threads=threads,
+    )
+    if jobs:
+        options.jobs = jobs
+        options.jobs_given = True
+    state = State.open(state_path)
+    reporter = _reporter(as_json, len(plan.order), events_file, quiet, plan)
+    _install_sigterm()
+    try:
+        report = apply_plan(plan, state, options, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        state.close()
+        if as_json:
+            emit_json({"run": None, "exit_code": 130, "error": {"message": "cancelled"}})
+        echo("cancelled; completed work is kept, the next apply resumes", err=True)
+        sys.exit(130)
+    reporter.close()
+    try:
+        if fastpath.eligible(plan, options):
+            fastpath.record(state_path, pipeline_path, overrides, item, plan, report)
+        else:
+            fastpath.forget(state_path, pipeline_path, overrides, item)
+        doc = report.to_json()
+        extra = _after_apply(plan, state, report, out_dir, as_json)
+        doc.update(extra)
+        if as_json:
+            emit_json(doc)
+        else:
+            from .runend import end_text
+
+            echo_block(end_text(state, report))
+    finally:
+        state.close()
+    sys.exit(doc.get("exit_code", report.exit_code))
+
+
+def _after_apply(
+    plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool
+) -> dict[str, Any]:
+    """Hooks for workflows that add to apply's output (thumbnail iterations, gates)."""
+    if not any(s.uses == "image" for s in plan.steps.values()):
+        return {}  # the hooks act on image steps only: not worth their import otherwise
+    try:
+        from ...review.thumbs.hooks import after_apply
+    except ModuleNotFoundError:
+        return {}
+    result: dict[str, Any] = after_apply(plan, state, report, out_dir=out_dir, as_json=as_json)
+    return result
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@json_option
+def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
+    """Check a pipeline without running it: schema, references, expressions, cycles.
+
+    Example: runner validate pipelines/thumbnail.yaml
+    """
+    from ...pipeline.compiler import compile_pipeline
+
+    # The process ends after this one compile, which makes no garbage cycles: a full collection
+    # of the plan's heap as the compile ends would only cost (a tenth of a big validate).
+    gc.disable()
+    plan = compile_pipeline(file, parse_params(params))
+    if as_json:
+        emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
+    else:
+        n = len(plan.order)
+        echo(f"{file}: valid ({n} step{'' if n == 1 else 's'})")
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--format", "fmt", type=click.Choice(["text", "dot", "mermaid"]), default="text")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    metavar="RUN",
+    help="Show which Dask worker ran each step of this run (default: the pipeline's newest run).",
+)
+@state_option
+@json_option
+def graph(
+    file: Path,
+    params: tuple[str, ...],
+    fmt: str,
+    run_id: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Show the pipeline's DAG, grouped by phase; after a run on a Dask cluster, each step with
+    the workers that ran it.
+
+    Example: runner graph pipeline.yaml --format mermaid
+    """
+    from ...pipeline.compiler import compile_pipeline
+    from ...pipeline.graphview import render_graph
+
+    plan = compile_pipeline(file, parse_params(params))
+    run, where = _where_steps_ran(file, plan.name, run_id, state_dir)
+    text = render_graph(plan, fmt, where)
+    if as_json:
+        g = plan.graph()
+        emit_json(
+            {
+                "pipeline": plan.name,
+                "format": fmt,
+                "text": text,
+                "nodes": list(g.nodes),
+                "edges": [list(e) for e in g.edges],
+                "run": run,
+                "workers": where,
+                "exit_code": 0,
+            }
+        )
+    else:
+        echo_block(text)
+
+
+def _where_steps_ran(
+    file: Path, pipeline: str, run_id: str | None, state_dir: str | None
+) -> tuple[str | None, dict[str, dict[str, int]]]:
+    """(the run, step -> {worker address: executions}) for ``runner graph``: the given run, or
+    the pipeline's newest; (None, {}) when nothing ran yet (no journal is created for this)."""
+    from ...engine.run.locate import state_dir_for
+
+    path = state_dir_for(file, state_dir)
+    if not (path / "journal.db").is_file():
+        if run_id is not None:
+            raise NotFound(f"no run '{run_id}': there is no journal at {path}")
+        return None, {}
+    state = open_state(str(path))
+    try:
+        if run_id is not None:
+            run = state.journal.get_run(run_id)
+        else:
+            newest = state.journal.list_runs(pipeline=pipeline, limit=1)
+            if not newest:
+                return None, {}
+            run = newest[0]
+        return str(run["id"]), state.journal.workers(run["id"])
+    finally:
+        state.close()
+
+
+@cli.command()
+@click.argument("name", required=False)
+@json_option
+def steps(name: str | None, as_json: bool) -> None:
+    """List installed step types; with NAME, its arguments (the JSON Schema of `with:`) and
+    its output: each field an expression reads as `steps.ID.output.FIELD` (a for_each step's
+    output is the list of its elements' outputs, `steps.ID.output[0].FIELD`).
+
+    Example: runner steps template
+    """
+    from ...steps.registry import default_registry, describe
+
+    reg = default_registry()
+    names = [name] if name else reg.names()
+    out: list[dict[str, Any]] = []
+    for n in names:
+        t = reg.get(n)
+        if t is None:
+            raise NotFound(f"unknown step type '{n}'")
+        out.append(describe(n, t))
+    if as_json:
+        emit_json({"steps": out, "exit_code": 0})
+        return
+    for s in out:
+        echo(f"{s['name']} v{s['version']}: {s['description']}")
+        if name:
+            echo("arguments (with:), as JSON Schema:")
+            echo_block(json.dumps(s["schema"], indent=2))
+            echo("output (steps.ID.output.FIELD; a for_each step: a list of these):")
+            width = max((len(f) for f in s["output"]), default=0)
+            for field_name, what in s["output"].items():
+                echo(f"  {field_name:<{width}}  {what}")
+
+
+@cli.command()
+@click.argument(
+    "directory", required=False, default=".", type=click.Path(file_okay=False, path_type=Path)
+)
+@json_option
+def init(directory: Path, as_json: bool) -> None:
+    """Create a minimal working project: a pipeline, a prompt, a .gitignore entry.
+
+    Example: runner init myproject && cd myproject && runner apply pipeline.yaml
+    """
+    from .scaffold import init_project
+
+    created = init_project(directory)
+    if as_json:
+        emit_json({"directory": str(directory), "created": created, "exit_code": 0})
+        return
+    for c in created:
+        echo(f"created {c}")
+    echo(f"next: cd {directory} && runner apply pipeline.yaml")
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--strict", is_flag=True, help="Exit 2 when there is any warning.")
+@json_option
+def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> None:
+    """Validate a pipeline and lint its rules: unused patterns and named rules, comparisons that
+    can never be true for a param's declared type, a `when` reading a conditionally skipped step.
+
+    Example: runner check pipelines/report.yaml --strict
+    """
+    from ...pipeline.compiler import compile_pipeline
+
+    plan = compile_pipeline(file, parse_params(params))
+    decls = plan.doc.data.get("params") or {}
+    from ...expr.rules import raw_shell_steps
+
+    warnings = plan.rulebook.lint({k: v["type"] for k, v in decls.items()}) if plan.rulebook else []
+    warnings += raw_shell_steps(plan.steps)
+    code = 2 if strict and warnings else 0
+    if as_json:
+        emit_json(
+            {
+                "pipeline": plan.name,
+                "warnings": [
+                    {
+                        "code": w.code,
+                        "message": w.message,
+                        "where": str(w.where) if w.where else None,
+                    }
+                    for w in warnings
+                ],
+                "exit_code": code,
+            }
+        )
+    else:
+        for w in warnings:
+            echo_block(f"warning: {safe(w, lines=True)} [{w.code}]")
+        echo(f"{file}: {len(warnings)} warning(s)")
+    sys.exit(code)

@@ -1,0 +1,172 @@
+"""`runner plan` (and `apply --dry-run`, the same thing) and `runner explain`, its per-step view."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ...engine.plan.plandoc import plan_document
+from .app import (
+    cli,
+    emit_json,
+    json_option,
+    max_cost_option,
+    param_option,
+    parse_params,
+    pipeline_arg,
+    state_option,
+)
+from .termtext import echo
+
+CHANGES_EXIT = 10  # --detailed-exitcode: the apply would do something (terraform uses 2; ours
+# is taken by "invalid pipeline")
+
+
+def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
+    from ...engine.plan.forecast import iter_lines
+
+    for line in iter_lines(fc, verbose=verbose):
+        echo(line)
+    ex = doc["executions"]
+    parts = [f"{ex.get(a, 0)} {a}" for a in ("run", "unknown", "restore", "ask", "cached", "skip")]
+    echo("plan: " + ", ".join(p for p in parts if not p.startswith("0 ")) or "plan: nothing")
+    for line in cost_lines(doc["cost"]):
+        echo(line)
+    budget = doc.get("budget")
+    if budget:
+        verdict = "OVER" if budget["over"] else "within"
+        echo(f"budget: {verdict} {budget['limit']:g} ({budget['source']})")
+    if not doc["would_change"]:
+        echo("nothing would run: the apply would only confirm the cached results")
+    for path in doc.get("run_folder_edits") or []:
+        from ...review.thumbs.view import shown_path
+
+        echo(
+            f"note: {shown_path(Path(path))} was edited by hand; the store keeps the recorded "
+            "final (runner verify lists it; delete the file to take the original back)"
+        )
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The plan's provider calls and their cost, each with its currency; a call runner.toml
+    has no price for says so rather than counting as 0."""
+    currency = cost["currency"]
+    unit = f" {currency}" if currency else ""
+    out = []
+    for line in cost["calls"]:
+        if line.get("free"):
+            price = "free"
+        elif line["cost"] is None:
+            where = f"runner.toml [prices.{line['provider']}]"
+            price = f"no price known ({where} has no {line['kind']} price)"
+        else:
+            price = f"{line['cost']:.4g}{unit}"
+        model = f" {line['model']}" if line["model"] else ""
+        approx = "" if line["exact"] else " (a prompt is not known yet: tokens assumed)"
+        what = f"{line['calls']} {line['kind']} to {line['provider']}{model}"
+        out.append(f"calls: {what}: {price}{approx}")
+    if not cost["calls"]:
+        return out
+    unpriced = cost["unpriced_calls"]
+    priced = [x for x in cost["calls"] if x["cost"] is not None and not x.get("free")]
+    if not priced and not unpriced:
+        out.append("estimated cost: nothing (every call goes to a free provider)")
+        return out
+    if not priced:
+        out.append(f"estimated cost: no price known for {unpriced} call(s)")
+        return out
+    total = f"at most {cost['total']:.4g}{unit}"
+    if not currency:
+        total += " (no currency: name it with [prices] currency in runner.toml)"
+    if unpriced:
+        total += f", plus {unpriced} call(s) with no price known"
+    out.append(f"estimated cost: {total}")
+    return out
+
+
+def finish_plan(doc: dict[str, Any], fc: Any, *, as_json: bool, detailed: bool) -> None:
+    from ...engine.plan.costs import OverBudget
+
+    code = 0
+    if doc["budget"] and doc["budget"]["over"]:
+        code = OverBudget.exit_code
+    elif detailed and doc["would_change"]:
+        code = CHANGES_EXIT
+    doc["exit_code"] = code
+    if as_json:
+        emit_json(doc)
+    else:
+        render_plan(doc, fc, verbose=True)
+    sys.exit(code)
+
+
+@cli.command("plan")
+@pipeline_arg
+@param_option
+@click.option(
+    "--force", multiple=True, metavar="STEP", help="Plan STEP and its downstream as forced."
+)
+@click.option("--item", default=None, help="The item the apply would be for.")
+@max_cost_option
+@click.option(
+    "--detailed-exitcode",
+    is_flag=True,
+    help=f"Exit {CHANGES_EXIT} when the apply would run, restore or ask anything (0: nothing).",
+)
+@state_option
+@json_option
+def plan_cmd(
+    file: Path,
+    params: tuple[str, ...],
+    force: tuple[str, ...],
+    item: str | None,
+    max_cost: float | None,
+    detailed_exitcode: bool,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Say what `apply` would do, per step and for_each element, and why; never runs a step,
+    calls a provider or writes anything. Counts the provider calls and estimates their cost from
+    runner.toml's [prices]. Exit 0 (with --detailed-exitcode: 10 when something would run,
+    restore or ask), 9 over a budget.
+
+    Actions: run, cached, restore (an output is missing or was edited by hand), unknown
+    (depends on an upstream result not known before it runs), skip, ask (a human gate).
+
+    Example: runner plan pipelines/thumbnail.yaml --json
+    """
+    doc, fc = plan_document(file, parse_params(params), state_dir, force, item, max_cost)
+    finish_plan(doc, fc, as_json=as_json, detailed=detailed_exitcode)
+
+
+@cli.command()
+@pipeline_arg
+@param_option
+@click.option("--force", multiple=True, metavar="STEP", help="Explain as if STEP were forced.")
+@click.option("--item", default=None, help="The item the apply would be for.")
+@state_option
+@json_option
+def explain(
+    file: Path,
+    params: tuple[str, ...],
+    force: tuple[str, ...],
+    item: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Say, per step and element, whether the next apply would run it or use the cache, and why
+    (the per-step view of `runner plan`; --json gives the plan document).
+
+    Example: runner explain pipeline.yaml
+    """
+    doc, fc = plan_document(file, parse_params(params), state_dir, force, item)
+    if as_json:
+        emit_json(doc)
+        return
+    from ...engine.plan.forecast import iter_lines
+
+    for line in iter_lines(fc, verbose=True):
+        echo(line)

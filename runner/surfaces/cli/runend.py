@@ -1,0 +1,45 @@
+"""How a run that just stopped reads in the terminal (apply, resume, decide).
+
+One summary line, each failed step with its reason, and, when the run stops at a human gate,
+what waits and the exact `runner decide` commands; a rejected run says who rejected it and which
+steps did not run. Steps are never called FAILED for a reviewer's rejection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...review.gateview import printable, waiting_text
+
+
+def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
+    """``completed: ran 3, cached 2  (run ID)``: the counts that are not zero (fits 80 columns)."""
+    counts = ", ".join(
+        f"{k} {summary[k]}" for k in ("ran", "cached", "skipped", "failed") if summary[k]
+    )
+    return f"{status}: {counts or 'nothing to do'}  (run {run_id})"
+
+
+def end_text(state: Any, report: Any) -> str:
+    """The text after a run stops (``report`` is the engine's RunReport)."""
+    from ...engine.run.gates import pending_gates
+
+    doc = report.to_json()
+    lines = [summary_line(report.status.value, doc["summary"], report.run_id)]
+    for o in report.steps:
+        if o.status.value in ("failed", "partial") and o.reason:
+            lines.append(f"  {o.status.value}: {o.id}: {printable(o.reason)}")
+    rejected = [o for o in report.steps if o.status.value == "rejected"]
+    for o in rejected:
+        lines.append(f"  {o.id}: {printable(o.reason or '')}")
+        not_run = [
+            s.id
+            for s in report.steps
+            if s.status.value == "skipped" and (s.reason or "").startswith("rejected at")
+        ]
+        if not_run:
+            lines.append(f"  not run: {', '.join(not_run)}")
+    text = "\n".join(lines) + "\n"
+    if report.status.value == "awaiting_human":
+        text += waiting_text(pending_gates(state.journal, report.run_id), report.run_id)
+    return text

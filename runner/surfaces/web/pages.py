@@ -1,0 +1,176 @@
+"""Server-rendered pages (Jinja2, autoescaped); the small scripts in static/ call the JSON API."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import api, service
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _when(ts: float | None) -> str:
+    return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def _yaml(value: Any) -> str:
+    from ...review.gateview import as_yaml
+
+    return as_yaml(value)
+
+
+def _vars(values: Any) -> str:
+    from ...review.thumbs.iterate import flat_vars
+
+    return flat_vars(values) if isinstance(values, dict) else ""
+
+
+def _var_lines(params: Any) -> str:
+    """A run's template vars as the iterate form takes them: KEY=VALUE lines when every value
+    is one line of text, else one JSON object (the form reads both)."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params or "{}")
+        except ValueError:
+            return ""
+    values = params.get("vars") if isinstance(params, dict) else None
+    if not isinstance(values, dict) or not values:
+        return ""
+    if all(isinstance(v, str) and "\n" not in v and not v.startswith("{") for v in values.values()):
+        return "\n".join(f"{k}={v}" for k, v in values.items())
+    return json.dumps(values, ensure_ascii=False)
+
+
+def _tab(request: Request) -> str:
+    """Which top tab the page belongs to: the highlighted one follows the page."""
+    path = request.url.path
+    if path == "/" and request.query_params.get("awaiting", "") in ("1", "true", "on", "yes"):
+        return "awaiting"
+    if path == "/" or path.startswith("/runs/"):
+        return "runs"
+    return path.strip("/").split("/")[0]
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml, vars=_vars, var_lines=_var_lines
+    )
+    return env
+
+
+CHUNK = 64 * 1024
+
+
+def _chunks(parts: Iterator[str]) -> Iterator[bytes]:
+    # Jinja yields thousands of small strings; the socket gets them in 64 KiB pieces.
+    buf: list[str] = []
+    size = 0
+    for part in parts:
+        buf.append(part)
+        size += len(part)
+        if size >= CHUNK:
+            yield "".join(buf).encode("utf-8")
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf).encode("utf-8")
+
+
+def render(
+    request: Request, name: str, status: int = 200, *, stream: bool = False, **context: Any
+) -> Response:
+    """The page ``name``; with ``stream`` it is sent as it renders (a long run's page starts
+    arriving before its last row is laid out)."""
+    cfg = api.settings(request)
+    template = environment().get_template(name)
+    values = {"state_dir": str(cfg.state_dir), "path": request.url.path, "tab": _tab(request)}
+    headers = {"Cache-Control": "no-store"}
+    if stream:
+        return StreamingResponse(
+            _chunks(template.generate(**values, **context)),
+            status_code=status,
+            media_type="text/html; charset=utf-8",
+            headers=headers,
+        )
+    html = template.render(**values, **context)
+    return HTMLResponse(html, status_code=status, headers=headers)
+
+
+async def runs_page(request: Request) -> Response:
+    filters = {k: request.query_params.get(k, "") for k in ("pipeline", "item", "status")}
+    awaiting = request.query_params.get("awaiting", "") in ("1", "true", "on", "yes")
+    doc = await api.in_state(
+        request,
+        lambda s: service.list_runs(
+            s,
+            pipeline=filters["pipeline"] or None,
+            status=filters["status"] or None,
+            item=filters["item"] or None,
+            awaiting=awaiting,
+            limit=200,
+        ),
+    )
+    query = urlencode(
+        {**{k: v for k, v in filters.items() if v}, **({"awaiting": "1"} if awaiting else {})}
+    )
+    return render(
+        request, "runs.html", runs=doc["runs"], filters=filters, awaiting=awaiting, query=query
+    )
+
+
+async def run_page(request: Request) -> Response:
+    doc = await api.in_state(request, service.page_document, request.path_params["run_id"])
+    pending = [d for d in doc["decisions"] if d["status"] == "pending"]
+    return render(
+        request,
+        "run.html",
+        stream=True,
+        doc=doc,
+        run=doc["run"],
+        pending=pending,
+        iterations=doc["iterations"],
+    )
+
+
+async def steps_page(request: Request) -> Response:
+    doc = await run_in_threadpool(service.step_types)
+    return render(request, "steps.html", steps=doc["steps"])
+
+
+async def providers_page(request: Request) -> Response:
+    doc = await run_in_threadpool(service.providers)
+    return render(request, "providers.html", providers=doc["providers"])
+
+
+ROUTES = [
+    Route("/", runs_page),
+    Route("/runs/{run_id}", run_page),
+    Route("/steps", steps_page),
+    Route("/providers", providers_page),
+]
