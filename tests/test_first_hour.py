@@ -359,7 +359,7 @@ def test_printed_paths_open_from_the_working_directory(tmp_path: Path) -> None:
 
 
 def test_a_path_far_away_is_shown_absolute(tmp_path: Path) -> None:
-    from runner.review.thumbs.view import shown_path
+    from runner.source.termtext import shown_path
 
     deep = tmp_path / "a" / "b" / "c" / "d" / "e"
     deep.mkdir(parents=True)
@@ -550,12 +550,12 @@ def test_the_pages_scripts_never_parse_text_as_html() -> None:
     turn a string into markup (the Chromium tests show a <script> in a reply staying text)."""
     from .conftest import REPO
 
-    scripts = sorted((REPO / "runner" / "web" / "static").glob("*.js"))
+    scripts = sorted((REPO / "runner" / "surfaces" / "web" / "static").glob("*.js"))
     assert {p.name for p in scripts} >= {"app.js", "values.js"}
     sinks = ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "eval(", "new Function")
     for script in scripts:
         text = script.read_text()
         found = [s for s in sinks if s in text]
         assert not found, (script.name, found)
-    base = (REPO / "runner" / "web" / "templates" / "base.html").read_text()
+    base = (REPO / "runner" / "surfaces" / "web" / "templates" / "base.html").read_text()
     assert base.index("/static/values.js") < base.index("/static/app.js")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import expr as ex
 from ..errors import InvalidPipeline, Location
+from ..source._fastschema import surely_valid
 from ..source.paths import forget as forget_paths
 from ..source.paths import inside
 from ..steps.base import StepType
@@ -29,7 +30,6 @@ from .loader import (
     load_document,
     resolve_params,
     schema_errors,
-    surely_valid,
 )
 from .order import step_order
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidPipeline, Location, UsageError
-from ..source._fastschema import Check, Unsure, compile_schema, is_expression_string
+from ..source._fastschema import is_expression_string, surely_valid
 from ..source.document import Sourced, load_data, parse_file
 from ..state.canonical import loads_strict
 
@@ -114,28 +114,6 @@ def schema_errors(
     return out
 
 
-_FAST: dict[tuple[str, bool], Check | None] = {}
-
-
-def surely_valid(schema_json: str, instance: Any, *, tolerate_expressions: bool = False) -> bool:
-    """True when the schema (given as its JSON text) certainly accepts ``instance``, decided by
-    a predicate compiled from it (see _fastschema); False means: ask jsonschema. With
-    ``tolerate_expressions``, as schema_errors with it: a ``${{ }}`` value is accepted anywhere."""
-    key = (schema_json, tolerate_expressions)
-    check = _FAST.get(key, _UNSEEN)
-    if check is _UNSEEN:
-        check = _FAST[key] = compile_schema(
-            json.loads(schema_json), tolerate_expressions=tolerate_expressions
-        )
-    if check is None:
-        return False
-    try:
-        return bool(check(instance))
-    except (Unsure, RecursionError):
-        return False
-
-
-_UNSEEN: Any = object()
 
 
 def _about_expression(err: ValidationError) -> bool:

@@ -3,17 +3,23 @@ path."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import InvalidPipeline
 
 if TYPE_CHECKING:
-    from .compiler import CompiledStep
     from .loader import PipelineDoc
 
 
-def step_order(doc: PipelineDoc, steps: Mapping[str, CompiledStep]) -> list[str]:
+class Ordered(Protocol):
+    """A step as ordering sees it (compiler.CompiledStep, whose compiler imports this module)."""
+
+    @property
+    def deps(self) -> Collection[str]: ...
+
+
+def step_order(doc: PipelineDoc, steps: Mapping[str, Ordered]) -> list[str]:
     """Topological order, stable by file order: wave after wave of the steps whose dependencies
     are all placed, each wave in file order. A cycle is an error naming its path."""
     waiting = {sid: len(s.deps) for sid, s in steps.items()}
@@ -38,7 +44,7 @@ def step_order(doc: PipelineDoc, steps: Mapping[str, CompiledStep]) -> list[str]
     return order
 
 
-def _raise_cycle(doc: PipelineDoc, steps: Mapping[str, CompiledStep]) -> None:
+def _raise_cycle(doc: PipelineDoc, steps: Mapping[str, Ordered]) -> None:
     """Raises InvalidPipeline naming a dependency cycle of ``steps`` (graphlib finds it)."""
     from graphlib import CycleError, TopologicalSorter
 

@@ -39,7 +39,7 @@ _WHERE = {
     "RunnerConfig": "config",
     "find_config": "config",
     "load_config": "config",
-    "Redactor": "redact",
+    "Redactor": ".source.redact",  # the redactor lives with the secrets, in runner.source
     "create": "registry",
     "list_providers": "registry",
     "call_with_retries": "retry",
@@ -69,6 +69,6 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'runner.providers' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

@@ -17,12 +17,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from ..errors import ProviderError
-
-if TYPE_CHECKING:
-    from .base import Provider
 
 T = TypeVar("T")
 
@@ -154,7 +151,14 @@ def current_route() -> CallRoute | None:
     return _route.get()
 
 
-async def gated_call(provider: Provider, fn: Callable[[], Awaitable[T]]) -> T:
+class Gated(Protocol):
+    """A provider, as far as its gate goes (base.Provider imports this module)."""
+
+    @property
+    def gate(self) -> Gate: ...
+
+
+async def gated_call(provider: Gated, fn: Callable[[], Awaitable[T]]) -> T:
     """One attempt of ``fn()`` under the provider's gate.
 
     A refused connection sent nothing, so the call goes straight to another healthy backend of

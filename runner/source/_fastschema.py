@@ -11,6 +11,7 @@ single source of truth and a fast "valid" always agrees with jsonschema.
 
 from __future__ import annotations
 
+import json
 import numbers
 import re
 from collections.abc import Callable, Mapping
@@ -330,3 +331,27 @@ class _Compiler:
     def _kw_propertyNames(self, sub: Any, schema: Any) -> Check:
         check = self.compile(sub)
         return lambda v: not isinstance(v, dict) or all(check(k) for k in v)
+
+
+_FAST: dict[tuple[str, bool], Check | None] = {}
+
+
+def surely_valid(schema_json: str, instance: Any, *, tolerate_expressions: bool = False) -> bool:
+    """True when the schema (given as its JSON text) certainly accepts ``instance``, decided by
+    a predicate compiled from it (see above); False means: ask jsonschema. With
+    ``tolerate_expressions``, as schema_errors with it: a ``${{ }}`` value is accepted anywhere."""
+    key = (schema_json, tolerate_expressions)
+    check = _FAST.get(key, _UNSEEN)
+    if check is _UNSEEN:
+        check = _FAST[key] = compile_schema(
+            json.loads(schema_json), tolerate_expressions=tolerate_expressions
+        )
+    if check is None:
+        return False
+    try:
+        return bool(check(instance))
+    except (Unsure, RecursionError):
+        return False
+
+
+_UNSEEN: Any = object()

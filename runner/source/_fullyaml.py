@@ -13,7 +13,7 @@ import yaml
 
 from ..errors import InvalidPipeline, Location
 from .coreschema import BOOL, FLOAT, INT, NULL, NUMBER, STR, WORDS, core_tag
-from .document import MAX_ALIAS_CHARS, MAX_ALIAS_VALUES, MAX_DEPTH, MAX_INT_DIGITS, Path_, Sourced
+from .sourced import MAX_ALIAS_CHARS, MAX_ALIAS_VALUES, MAX_DEPTH, MAX_INT_DIGITS, Path_, Sourced
 
 _P = "tag:yaml.org,2002:"
 _STR, _NULL, _BOOL, _INT, _FLOAT = STR, NULL, BOOL, INT, FLOAT

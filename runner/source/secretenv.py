@@ -14,17 +14,10 @@ them in ``pass_env``:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from .tomlfile import find_runner_toml
-
-SECRET_NAME = re.compile(
-    r"(?i)(api_?key|secret|passw(or)?d|_token$|^token$|access_?key|private_?key|credential)"
-)
+from .secretnames import SECRET_NAME
 
 
 def command_environment(
@@ -47,6 +40,7 @@ def command_environment(
     return env
 
 
+
 def _scrub(
     source: Mapping[str, str], keep: frozenset[str], named: frozenset[str]
 ) -> dict[str, str]:
@@ -57,11 +51,9 @@ def _scrub(
     }
 
 
-# runner's own environment, scrubbed, per (pass_env, named): a pipeline of a thousand shell
-# steps would otherwise decode and match all of os.environ for every command (~80 us each).
-# Exact, not per run: a copy of os.environ's raw data, compared in C (~0.3 us), proves the
-# environment is the one the scrub was made from; any change scrubs again.
+
 _SCRUBBED: dict[tuple[frozenset[str], frozenset[str]], tuple[dict[Any, Any], dict[str, str]]] = {}
+
 
 
 def _scrubbed_environ(keep: frozenset[str], named: frozenset[str]) -> dict[str, str]:
@@ -79,115 +71,3 @@ def _scrubbed_environ(keep: frozenset[str], named: frozenset[str]) -> dict[str, 
     _SCRUBBED[(keep, named)] = (snapshot, env)
     return env
 
-
-def toml_env_names(root: Path) -> frozenset[str]:
-    """Every variable a ``*_env`` setting of the nearest runner.toml names, in any table
-    ([providers.*] api_key_env, [cache] sign_key_env, ...)."""
-    candidate = find_runner_toml(root)
-    if candidate is None:
-        return frozenset()
-    try:
-        st = candidate.stat()
-    except OSError:
-        return frozenset()
-    return _all_names_in(str(candidate), st.st_mtime_ns, st.st_size)
-
-
-@lru_cache(maxsize=16)
-def _all_names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
-        return frozenset()
-    names: set[str] = set()
-
-    def walk(table: Mapping[str, Any], depth: int) -> None:
-        for key, value in table.items():
-            if key.endswith("_env") and isinstance(value, str):
-                names.add(value)
-            elif isinstance(value, dict) and depth < 4:
-                walk(value, depth + 1)
-
-    walk(data, 0)
-    return frozenset(names)
-
-
-def wipe_initial_environ(names: Iterable[str]) -> int:
-    """Overwrite the values of ``names`` in the process's initial environment block, the
-    memory ``/proc/<pid>/environ`` reads (Linux). Returns how many were wiped.
-
-    A step's process can read ``/proc/$PPID/environ``: runner's environment as it was
-    started, whatever ``os.environ`` holds since (deleting from it, or unsetenv, changes
-    neither the block nor the file). Overwriting the block in place does (setproctitle
-    overwrites the same region). ``os.environ`` is Python's own copy, made at start-up and
-    unchanged: runner still reads the secrets there. C code that reads the variable later
-    (getenv) and children started without an explicit environment see it empty."""
-    wanted = {n.encode("utf-8", "surrogateescape") + b"=" for n in names}
-    region = _environ_region() if wanted else None
-    if region is None:
-        return 0
-    import ctypes
-
-    start, end = region
-    block = ctypes.string_at(start, end - start)
-    wiped, pos = 0, 0
-    while pos < len(block):
-        stop = block.find(b"\0", pos)
-        stop = len(block) if stop == -1 else stop
-        entry = block[pos:stop]
-        eq = entry.find(b"=")
-        if eq > 0 and entry[: eq + 1] in wanted and stop > pos + eq + 1:
-            ctypes.memset(start + pos + eq + 1, 0, stop - pos - eq - 1)
-            wiped += 1
-        pos = stop + 1
-    return wiped
-
-
-def _environ_region() -> tuple[int, int] | None:
-    """(env_start, env_end) of this process, from /proc/self/stat (fields 50 and 51)."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        start, end = int(fields[47]), int(fields[48])
-    except (OSError, ValueError, IndexError):
-        return None  # not Linux, or /proc not mounted: nothing shows the block
-    return (start, end) if 0 < start < end else None
-
-
-def provider_env_names(root: Path) -> frozenset[str]:
-    """The variables named by ``*_env`` settings of the providers in the nearest runner.toml
-    (api_key_env, password_env, ...). Read directly, so a shell-only pipeline imports no
-    provider code; a file that cannot be read names none (the apply reports it elsewhere)."""
-    candidate = find_runner_toml(root)
-    if candidate is None:
-        return frozenset()
-    try:
-        st = candidate.stat()
-    except OSError:
-        return frozenset()
-    return _names_in(str(candidate), st.st_mtime_ns, st.st_size)
-
-
-@lru_cache(maxsize=16)
-def _names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
-        return frozenset()
-    sections = data.get("providers")
-    if not isinstance(sections, dict):
-        return frozenset()
-    return frozenset(
-        value
-        for section in sections.values()
-        if isinstance(section, dict)
-        for key, value in section.items()
-        if key.endswith("_env") and isinstance(value, str)
-    )

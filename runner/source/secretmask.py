@@ -5,7 +5,7 @@ As CI systems mask registered secrets, runner masks the values of
 - every variable a ``*_env`` setting of runner.toml names (api_key_env, password_env,
   sign_key_env, in any table),
 - every variable a step names in ``pass_env`` (learnt when a command is given it), and
-- every variable whose name looks like a credential (secretenv.SECRET_NAME: the variables
+- every variable whose name looks like a credential (secretnames.SECRET_NAME: the variables
   runner already withholds from commands).
 
 Values shorter than ``MIN_SECRET_CHARS`` (8) are not masked: a 1-7 character value (``1``,
@@ -24,7 +24,7 @@ are not rewritten; a result whose output holds a secret is not pushed to a remot
 
 Once learnt, a secret is also wiped from runner's initial environment block (what
 ``/proc/<pid>/environ`` shows to a step reading ``/proc/$PPID/environ``): see
-``secretenv.wipe_initial_environ``. Runner keeps reading it from ``os.environ``, its own copy.
+``secretnames.wipe_initial_environ``. Runner keeps reading it from ``os.environ``, its own copy.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .redact import MASK, Redactor
-from .secretenv import SECRET_NAME, toml_env_names, wipe_initial_environ
+from .secretnames import SECRET_NAME, toml_env_names, wipe_initial_environ
 
 MIN_SECRET_CHARS = 8
 

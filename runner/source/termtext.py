@@ -7,7 +7,9 @@ in on a value. No imports beyond ``re``: every layer that composes text for a te
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 # C0 controls (but tab), DEL, C1 controls (ESC's 8-bit forms), the Unicode line and paragraph
 # separators, the bidi overrides, isolates and marks (Trojan Source, CVE-2021-42574) which make
@@ -48,3 +50,14 @@ def safe_json(text: str) -> str:
     """JSON text (written with ensure_ascii=False) with every character a terminal would act
     on written as a \\uXXXX escape: a reader gets the same data back."""
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def shown_path(path: Path, cwd: Path | None = None) -> str:
+    """``path`` as the user can open it from where they stand: relative to the working
+    directory (``../`` included), or absolute when that is shorter."""
+    absolute = str(path.resolve()) if path.is_absolute() or path.exists() else str(path)
+    try:
+        relative = os.path.relpath(absolute, (cwd or Path.cwd()).resolve())
+    except (ValueError, OSError):
+        return absolute
+    return relative if len(relative) <= len(absolute) else absolute

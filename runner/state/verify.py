@@ -55,7 +55,7 @@ def referenced(conn: sqlite3.Connection) -> dict[str, str]:
 
 def _run_folders(state: Any) -> list[str]:
     """Finals in a run's folder edited by hand (they are read-only views of the store)."""
-    from ..review.thumbs.view import shown_path
+    from ..source.termtext import shown_path
     from .runfolder import edited
 
     runs_dir = state.dir / "runs"

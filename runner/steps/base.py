@@ -83,7 +83,7 @@ class StepEnv:
     def secret_names(self) -> frozenset[str]:
         """The variables runner.toml's providers read secrets from (api_key_env, ...), withheld
         from commands: read once per run, as the run's providers are (not once per command)."""
-        from ..source.secretenv import provider_env_names
+        from ..source.secretnames import provider_env_names
 
         return provider_env_names(self.root)
 

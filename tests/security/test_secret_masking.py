@@ -272,7 +272,7 @@ def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
     script = textwrap.dedent(
         """\
         import os, sys
-        from runner.source.secretenv import wipe_initial_environ
+        from runner.source.secretnames import wipe_initial_environ
         def shown():
             return open(f"/proc/{os.getpid()}/environ", "rb").read()
         key = os.environ["MY_KEY_VAR"].encode()
@@ -287,7 +287,7 @@ def test_wiping_the_initial_environment_is_what_proc_shows() -> None:
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
     assert res.stdout.split() == ["True", "True", "2", "False", "False", "True"], res.stderr
-    from runner.source.secretenv import wipe_initial_environ
+    from runner.source.secretnames import wipe_initial_environ
 
     assert wipe_initial_environ([]) == 0
 

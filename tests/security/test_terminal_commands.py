@@ -296,13 +296,13 @@ def test_no_command_prints_around_termtext() -> None:
     allowed = {"termtext.py", "console.py"}
     direct = re.compile(r"\bclick\.(echo|secho)\(|\bprint\(|std(out|err)\.write\(|console\.print\(")
     found = []
-    for path in sorted((REPO / "runner" / "cli").glob("*.py")):
+    for path in sorted((REPO / "runner" / "surfaces" / "cli").glob("*.py")):
         if path.name in allowed:
             continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if direct.search(line):
                 found.append(f"{path.name}:{n}: {line.strip()}")
-    emit = (REPO / "runner" / "cli" / "app.py").read_text()
+    emit = (REPO / "runner" / "surfaces" / "cli" / "base.py").read_text()
     assert "click.echo(json_line(doc))" in emit
     found = [f for f in found if "click.echo(json_line(doc))" not in f]
     assert found == []

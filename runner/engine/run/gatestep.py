@@ -8,19 +8,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import InvalidPipeline
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...state.canonical import digest as canonical_digest
-from ...state.journal import Journal
+from ...state.journal import CachedResults, Journal
 from . import gates
 from .events import EventType
+from .keys import KeyParts
+from .options import ApplyOptions
 from .outcomes import StepOutcome, StepStatus
 from .recorder import Recorder
+from .reuse import Reuse
 
-if TYPE_CHECKING:
-    from .interpreter import Interpreter
+
+class GateHost(Protocol):
+    """What a gate step reads and sets of the run around it: the Interpreter, which imports
+    this module (so this one names the run by what it uses, not by its class)."""
+
+    plan: Plan
+    journal: Journal
+    options: ApplyOptions
+    run_id: str
+    recorder: Recorder
+    reuse: Reuse
+    outcomes: dict[str, StepOutcome]
+    cached: CachedResults
+    revise_again: bool
+    review_rows: dict[str, list[Any]]
+    next_reviews: dict[str, list[Any]]
+
+    def _resolve(
+        self, step: CompiledStep, extra: dict[str, Any]
+    ) -> tuple[dict[str, Any], KeyParts]: ...
 
 
 def is_gate(step: CompiledStep) -> bool:
@@ -54,7 +75,7 @@ class Recall:
     revised: Callable[[str, list[gates.DecisionRow]], None]
 
 
-def run(interp: Interpreter, step: CompiledStep) -> StepOutcome:
+def run(interp: GateHost, step: CompiledStep) -> StepOutcome:
     """A human_gate: pass on an approval of exactly what is shown now, else ask (suspend)."""
     args, parts = interp._resolve(step, {})
     key = gate_key(interp, step, parts.key())

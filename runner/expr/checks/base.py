@@ -158,6 +158,17 @@ class Rule:
         return Verdict(False, [str(text)], verdict.error)
 
 
+class ConstRule(Rule):
+    kind = "constant"
+
+    def __init__(self, *, value: bool, raw: Any, where: Location | None) -> None:
+        super().__init__(raw=raw, where=where)
+        self.value = value
+
+    def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
+        return Verdict(True) if self.value else Verdict(False, ["the rule is `false`"])
+
+
 class CheckType(ABC):
     """A named check (the key of a rule mapping). Register an instance with register_check."""
 
@@ -292,17 +303,12 @@ class Scope:
         """Compile one rule in any of its YAML forms."""
         if isinstance(raw, str):  # most rules: one expression (the check locates it)
             return CHECKS["expr"].compile(raw, self, path)
-        from .compose import AllRule, ConstRule  # composition is itself a set of checks
-
-        where = self.where(path)
         if isinstance(raw, bool):
-            return ConstRule(value=raw, raw=raw, where=where)
-        if isinstance(raw, list):
+            return ConstRule(value=raw, raw=raw, where=self.where(path))
+        if isinstance(raw, list):  # a list is `all:` (composition is itself a set of checks)
             if not raw:
                 raise self.error("an empty list of rules", path)
-            return AllRule(
-                [self.compile(r, (*path, i)) for i, r in enumerate(raw)], raw=raw, where=where
-            )
+            return CHECKS["all"].compile(raw, self, path)
         if not isinstance(raw, dict) or not raw:
             raise self.error(
                 f"a rule is an expression string, a list or a mapping, found {show(raw)}", path

@@ -13,17 +13,6 @@ from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 _RULE_LIST = {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/rule"}}
 
 
-class ConstRule(Rule):
-    kind = "constant"
-
-    def __init__(self, *, value: bool, raw: Any, where: Location | None) -> None:
-        super().__init__(raw=raw, where=where)
-        self.value = value
-
-    def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:
-        return Verdict(True) if self.value else Verdict(False, ["the rule is `false`"])
-
-
 class _Group(Rule):
     def __init__(self, rules: list[Rule], *, raw: Any, where: Location | None) -> None:
         super().__init__(raw=raw, where=where)

@@ -64,7 +64,8 @@ class ExecRule(Rule):
             command = self.command(context)
         except Unquotable as exc:
             return Verdict(False, [f"exec: {exc.reason}"], error=True)
-        from ...source.secretenv import command_environment, provider_env_names
+        from ...source.secretenv import command_environment
+        from ...source.secretnames import provider_env_names
 
         own = {k: _text(v) for k, v in evaluate_value(self.env, context).items()}
         env = command_environment(own, pass_env=self.pass_env, named=provider_env_names(root))

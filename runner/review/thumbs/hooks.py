@@ -27,8 +27,10 @@ def after_apply(
 
     refresh(state, report.run_id)  # read-only views of the store: no copies
     for path in last_run_edits(state, plan.name, report.item, before=report.run_id):
-        from ...source.termtext import safe  # a file name is data
-        from .view import shown_path
+        from ...source.termtext import (
+            safe,  # a file name is data
+            shown_path,
+        )
 
         click.echo(
             safe(
@@ -129,7 +131,7 @@ def copy_finals(
         taken = [t for d, t in plan if t.exists() and not _same_bytes(state.objects.path(d), t)]
         if taken:
             from ...errors import UsageError
-            from .view import shown_path
+            from ...source.termtext import shown_path
 
             what = shown_path(taken[0]) + (
                 f" and {len(taken) - 1} more files exist" if len(taken) > 1 else " exists"

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from ...engine.run.gates import decisions
-from ...source.termtext import safe, safe_block
+from ...source.termtext import safe, safe_block, shown_path
 from ...state.iterations import Iteration, iterations_of
 from ..runview import run_view
 
@@ -87,17 +86,6 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
     if children:
         lines.append("Child runs " + ", ".join(children))
     return lines
-
-
-def shown_path(path: Path, cwd: Path | None = None) -> str:
-    """``path`` as the user can open it from where they stand: relative to the working
-    directory (``../`` included), or absolute when that is shorter."""
-    absolute = str(path.resolve()) if path.is_absolute() or path.exists() else str(path)
-    try:
-        relative = os.path.relpath(absolute, (cwd or Path.cwd()).resolve())
-    except (ValueError, OSError):
-        return absolute
-    return relative if len(relative) <= len(absolute) else absolute
 
 
 def files_dir(state: Any, its: list[Iteration]) -> Path | None:

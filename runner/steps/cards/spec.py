@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidPipeline, Location
 from ...expr import Compiled, Expression, compile_value, is_static, iter_expressions
-from ...pipeline.loader import surely_valid
+from ...source._fastschema import surely_valid
 from ...source.document import Path_
 from ...source.document import Sourced as Positioned
 from ...source.document import parse_file as _parse_yaml

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .app import Ctx, cli, emit_json, json_option, param_option, parse_params, state_option
+from .base import Ctx, cli, emit_json, json_option, param_option, parse_params, state_option
 from .termtext import echo
 
 remote_option = click.option(

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ...errors import NotFound, UsageError
-from .app import (
+from .base import (
     Ctx,
     cli,
     emit_json,
@@ -34,7 +34,7 @@ def _reporter(
 ) -> Any:
     """The console reporter (with ``plan``, lines go under their phase, in pipeline order)."""
     from ...engine.run.events import FanOut, JsonLinesReporter
-    from .app import isatty_stderr
+    from .base import isatty_stderr
     from .console import LiveReporter, PlainReporter, WarningsReporter
 
     reporters: list[Any] = []

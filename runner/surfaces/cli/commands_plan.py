@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ...engine.plan.plandoc import plan_document
-from .app import (
+from .base import (
     cli,
     emit_json,
     json_option,
@@ -42,7 +42,7 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
     if not doc["would_change"]:
         echo("nothing would run: the apply would only confirm the cached results")
     for path in doc.get("run_folder_edits") or []:
-        from ...review.thumbs.view import shown_path
+        from ...source.termtext import shown_path
 
         echo(
             f"note: {shown_path(Path(path))} was edited by hand; the store keeps the recorded "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .app import cli, emit_json, json_option
+from .base import cli, emit_json, json_option
 from .termtext import echo, echo_block, safe
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ...errors import StoreError, UsageError
-from .app import cli, emit_json, json_option, runs, state_option
+from .base import cli, emit_json, json_option, runs, state_option
 from .openstate import open_state
 from .termtext import echo, echo_block, safe
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .app import cli, emit_json, json_option, param_option, parse_params, pipeline_arg
+from .base import cli, emit_json, json_option, param_option, parse_params, pipeline_arg
 from .termtext import echo, echo_block
 
 

@@ -11,7 +11,7 @@ import click
 
 from ...errors import UsageError
 from ...state.canonical import loads_strict
-from .app import cli, emit_json, json_option, runs, state_option
+from .base import cli, emit_json, json_option, runs, state_option
 from .openstate import open_state
 from .termtext import echo, echo_block, echo_json
 

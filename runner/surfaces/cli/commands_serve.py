@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ...errors import UsageError
-from .app import cli, state_option
+from .base import cli, state_option
 from .openstate import open_state
 from .termtext import echo
 

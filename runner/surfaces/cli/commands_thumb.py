@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ...errors import UsageError
-from .app import cli, emit_json, json_option, state_option
+from .base import cli, emit_json, json_option, state_option
 from .openstate import open_state
 from .termtext import echo, echo_rendered
 
@@ -159,7 +159,7 @@ def export(
     Example: runner export RUN --to exports/ --picked
     """
     from ...review.thumbs.hooks import export_run
-    from ...review.thumbs.view import shown_path
+    from ...source.termtext import shown_path
 
     state = open_state(state_dir, readonly=True)
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .app import (
+from .base import (
     cli,
     emit_json,
     events_option,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ...errors import UsageError
-from .app import emit_json
+from .base import emit_json
 from .termtext import echo
 
 PROGRESS_S = 0.5  # a progress line at most this often (and the last one)

@@ -1,17 +1,29 @@
 """Printing for the CLI: every command prints through ``echo`` (a line: data in it is inert,
 a newline in it shown as ``\\n``) or ``echo_block`` (a document runner laid out: its lines stay,
-control characters its data carried become visible). ``--json`` goes through ``app.emit_json``
+control characters its data carried become visible). ``--json`` goes through ``base.emit_json``
 (``safe_json``). tests/security/test_terminal_escapes.py checks that no command prints any
 other way.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import click
 
 from ...source.termtext import safe, safe_block, safe_json
 
-__all__ = ["echo", "echo_block", "echo_json", "echo_rendered", "safe", "safe_block", "safe_json"]
+__all__ = [
+    "echo",
+    "echo_block",
+    "echo_json",
+    "echo_rendered",
+    "json_line",
+    "safe",
+    "safe_block",
+    "safe_json",
+]
 
 
 def echo(line: object = "", *, err: bool = False) -> None:
@@ -27,8 +39,6 @@ def echo_block(text: str, *, err: bool = False) -> None:
 
 def echo_json(doc: object) -> None:
     """One JSON line (a streamed event): exact data, nothing a terminal acts on."""
-    from .app import json_line
-
     click.echo(json_line(doc))
 
 
@@ -36,3 +46,25 @@ def echo_rendered(text: str) -> None:
     """A view whose composer made every piece of data in it inert and which carries runner's
     own colour codes (the image preview of `runner show`): printed as it is."""
     click.echo(text, nl=False, color=True)
+
+
+def json_line(doc: Any) -> str:
+    """``doc`` as one line of strict JSON (RFC 8259: no NaN or Infinity; a non-finite number
+    that reached a document is written null and named on stderr rather than breaking every
+    JSON reader) with characters a terminal acts on escaped."""
+    try:
+        text = json.dumps(doc, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        echo("warning: a number that is not finite (NaN or Infinity) was written as null", err=True)
+        text = json.dumps(_finite(doc), ensure_ascii=False, default=str, allow_nan=False)
+    return safe_json(text)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

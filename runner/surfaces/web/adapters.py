@@ -17,7 +17,8 @@ from typing import Any
 
 from ...engine.run.apply import State
 from ...errors import RunnerError, StoreError, UsageError
-from .security import Forbidden, export_destination
+from .responses import Forbidden
+from .security import export_destination
 from .service import body_bool, body_object, body_str, pipeline_file
 
 

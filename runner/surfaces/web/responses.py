@@ -7,7 +7,26 @@ import html
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ...errors import Busy, InvalidPipeline, NotFound, RunnerError, UsageError
-from .security import BodyTooLarge, Forbidden, Unauthorized
+
+
+class Forbidden(RunnerError):
+    """A request from a foreign Origin, for an unknown Host, or with wrong credentials."""
+
+    exit_code = 2
+
+
+class Unauthorized(Forbidden):
+    """A request without credentials (answered 401)."""
+
+
+class UnsafeInput(UsageError):
+    """Input the server refuses to act on (answered 400)."""
+
+
+class BodyTooLarge(RunnerError):
+    """A request body over the limit (answered 413 before the rest is read)."""
+
+    exit_code = 2
 
 # Most specific first: Busy is not a UsageError, but Conflict-like.
 STATUS: list[tuple[type[RunnerError], int]] = [

@@ -30,7 +30,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...errors import RunnerError, UsageError
+from ...errors import RunnerError
+from .responses import BodyTooLarge, Forbidden, Unauthorized, UnsafeInput, error_response
 
 TOKEN_HEADER = "x-runner-token"
 TOKEN_QUERY = "token"
@@ -38,26 +39,6 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PUBLIC_PREFIXES = ("/static/",)  # the page's own CSS and script: nothing from the runs
 MAX_BODY = 1 << 20
-
-
-class Forbidden(RunnerError):
-    """A request from a foreign Origin, for an unknown Host, or with wrong credentials."""
-
-    exit_code = 2
-
-
-class Unauthorized(Forbidden):
-    """A request without credentials (answered 401)."""
-
-
-class UnsafeInput(UsageError):
-    """Input the server refuses to act on (answered 400)."""
-
-
-class BodyTooLarge(RunnerError):
-    """A request body over the limit (answered 413 before the rest is read)."""
-
-    exit_code = 2
 
 
 def new_token() -> str:
@@ -274,8 +255,6 @@ class GuardMiddleware:
 
 
 async def _refuse(exc: RunnerError, scope: Scope, receive: Receive, send: Send) -> None:
-    from .responses import error_response  # responses imports this module's errors
-
     response = error_response(exc, as_html=not scope["path"].startswith("/api/"))
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="runner"'

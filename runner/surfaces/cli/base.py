@@ -1,0 +1,278 @@
+"""What the commands share: the `runner` click group, its error handling, the common options and
+`--json` output. Command modules import it; app.py imports them (so none imports app)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ...engine.run.locate import STATE_HELP
+from ...errors import RunnerError, StoreError, UsageError
+from .termtext import json_line
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Ctx:
+    """Shared CLI state, carried in click's context object."""
+
+    state: str | None = None
+    json: bool = False
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """One JSON document on stdout: exact data, nothing a terminal acts on (see ``safe_json``)."""
+    click.echo(json_line(doc))
+
+
+class RunnerGroup(click.Group):
+    """Turns library errors into one clear message and their exit code, in one place."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """click's standalone main, but its own messages (a bad choice, an unknown option quote
+        the argument) are printed through termtext like everything else."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **kwargs)
+        from .termtext import echo, echo_block
+
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **kwargs)
+        except click.ClickException as exc:
+            shown = io.StringIO()
+            exc.show(file=shown)
+            echo_block(shown.getvalue(), err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _utf8_args(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            _cwd_exists()
+            return super().invoke(ctx)
+        except RunnerError as exc:
+            as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+            if as_json:
+                emit_json({"error": exc.to_json(), "exit_code": exc.exit_code})
+            from .termtext import echo_block, safe  # a message may quote an id, a param, a reply
+
+            echo_block(f"error: {safe(exc, lines=True)}", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:  # `runner ... | head`: the reader left, nothing to report
+            sys.stderr.close()
+            ctx.exit(0)
+        except SystemExit:
+            raise
+        except Exception as exc:
+            from ...state.canonical import CanonicalError
+            from .termtext import echo, echo_block
+
+            if isinstance(exc, CanonicalError):  # a value JSON cannot carry met a record: the
+                refused = UsageError(f"{exc}; nothing was recorded")  # input said it, not a bug
+                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+                if as_json:
+                    emit_json({"error": refused.to_json(), "exit_code": refused.exit_code})
+                echo(f"error: {refused}", err=True)
+                ctx.exit(refused.exit_code)
+            if isinstance(exc, OSError) and exc.filename and exc.strerror:
+                # a path the system refused (the state on /dev/null, a directory with no
+                # access): the environment's answer, not a bug in runner
+                echo(f"error: {exc.filename}: {exc.strerror}", err=True)
+                ctx.exit(1)
+            damaged = _journal_damage(exc)
+            if damaged is not None:  # a page or table SQLite cannot read, met mid-command
+                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+                if as_json:
+                    emit_json({"error": damaged.to_json(), "exit_code": damaged.exit_code})
+                echo(f"error: {damaged}", err=True)
+                ctx.exit(damaged.exit_code)
+            echo_block(traceback.format_exc(), err=True)  # its messages may quote data
+            echo("runner hit a bug (the traceback is above); please report it.", err=True)
+            ctx.exit(1)
+
+
+def _utf8_args(args: list[str]) -> None:
+    """Arguments are UTF-8 text: a byte that is not arrives as a lone surrogate (U+DC80-DCFF),
+    which no journal, JSON document or terminal can carry. Refused here, once, with exit 2;
+    -p values are left to the pipeline's reader, which names the param and its declaration."""
+    after_p = False
+    for arg in args:
+        param = after_p or arg.startswith(("-p", "--param="))
+        after_p = arg in ("-p", "--param")
+        bad = None if param else _SURROGATE.search(arg)
+        if bad is not None:
+            from .termtext import safe
+
+            raise click.UsageError(
+                f"the argument '{safe(arg)}' is not UTF-8 text (byte "
+                f"0x{ord(bad.group(0)) - 0xDC00:02x}): runner reads arguments, paths included, "
+                "as UTF-8"
+            )
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _journal_damage(exc: Exception) -> RunnerError | None:
+    """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors, and
+    for JSON that does not parse: runner's own documents it reads back are journal records
+    (input files and -p values have their own errors), so one cut off means a damaged record."""
+    from ...state.records import REPAIR_HINT, is_damage
+
+    if isinstance(exc, json.JSONDecodeError):
+        return StoreError(
+            f"a journal record cannot be read back (bad JSON: {exc}); the journal may be damaged",
+            hint=REPAIR_HINT,
+        )
+    sqlite3 = sys.modules.get("sqlite3")  # not imported at start-up for this
+    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+        return None
+
+    if "disk is full" in str(exc):  # a write outside an apply's batches (the run is not
+        return StoreError(  # marked: the next apply marks it interrupted)
+            f"the disk holding the journal is full: {exc}",
+            hint="free some space (or copy the project to a bigger disk), then try again",
+        )
+    if not is_damage(exc):
+        return None
+    return StoreError(f"the journal is damaged: {exc}", hint=REPAIR_HINT)
+
+
+def _cwd_exists() -> None:
+    # Relative paths (the pipeline, the state dir) resolve against it; without it they cannot.
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError(
+            "the current directory no longer exists (deleted or moved); cd to a real one"
+        ) from None
+
+
+def json_option(fn: F) -> F:
+    def set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.ensure_object(Ctx).json = True
+        return value
+
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=True,
+        callback=set_json,
+        help="Print one JSON document (with exit_code) on stdout.",
+    )(fn)
+
+
+def state_option(fn: F) -> F:
+    return click.option(
+        "--state",
+        "state_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        envvar="RUNNER_STATE",
+        help=STATE_HELP,
+    )(fn)
+
+
+def max_cost_option(fn: F) -> F:
+    return click.option(
+        "--max-cost",
+        type=click.FloatRange(min=0),
+        default=None,
+        help="Budget: refuse when the estimated provider cost exceeds it (runner.toml [prices]).",
+    )(fn)
+
+
+def param_option(fn: F) -> F:
+    return click.option(
+        "-p",
+        "--param",
+        "params",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a param (value parsed as YAML, checked by type).",
+    )(fn)
+
+
+def jobs_option(fn: F) -> F:
+    return click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Steps in flight at once (default: number of cores).",
+    )(fn)
+
+
+def events_option(fn: F) -> F:
+    return click.option(
+        "--events",
+        "events_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Append every event as a JSON line to this file.",
+    )(fn)
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UsageError(f"-p expects KEY=VALUE, got '{pair}'")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def pipeline_arg(fn: F) -> F:
+    return click.argument("file", type=click.Path(dir_okay=False, path_type=Path))(fn)
+
+
+@click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="runner", prog_name="runner")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """runner: declarative, journaled pipelines for generative-AI production work.
+
+    Example: runner apply pipelines/thumbnail.yaml -p video_id=dQw4w9WgXcQ
+    """
+    ctx.ensure_object(Ctx)
+
+
+@cli.group()
+def runs() -> None:
+    """Inspect runs in the journal.
+
+    Example: runner runs list --limit 10
+    """
+
+
+def isatty_stderr() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+
