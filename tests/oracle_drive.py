@@ -1,4 +1,4 @@
-"""How the differential oracle (tests/test_reuse_oracle.py) drives runner beyond the CLI: one
+"""How the differential oracle (tests/engine/test_reuse_oracle.py) drives runner beyond the CLI: one
 cycle of `runner watch`'s loop, the provider calls actually sent, what a state holds."""
 
 from __future__ import annotations

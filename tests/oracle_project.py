@@ -1,4 +1,4 @@
-"""The differential oracle's project (tests/test_reuse_oracle.py): its files, and how one state of
+"""The differential oracle's project (tests/engine/test_reuse_oracle.py): its files, and how one state of
 it is applied, planned and read back.
 
 A ``Variant`` is everything a user may have edited (params, step arguments, source files,

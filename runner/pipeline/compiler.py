@@ -69,7 +69,7 @@ class CompiledStep:
     on_edit: str = "restore"  # an output edited by hand: restore (keeping the edit), fail, keep
     on_skipped: str = "skip"
     needs_complete: bool = False
-    repeat_safe: bool = True  # false: never started twice without --force (engine/once.py)
+    repeat_safe: bool = True  # false: never started twice without --force (engine/run/once.py)
     description: str = ""
     contract: ex.Compiled = None
 

@@ -79,7 +79,7 @@ class ProviderGate:
         self._sem.release()
 
 
-# Set in a Dask worker (engine/executors.py): gates are made cluster-wide there.
+# Set in a Dask worker (engine/run/executors.py): gates are made cluster-wide there.
 _cluster_gates = False
 
 

@@ -9,7 +9,7 @@ anything else (anchors, tags, block scalars, multi-line scalars, escapes it does
 duplicate key, a value the core schema refuses, any doubt at all): the caller then reads the
 text with libyaml as before, which also finds every error and its position. So this module never
 decides what is an error, and what it returns equals what the full reader builds
-(tests/test_fastyaml.py compares the two on generated documents).
+(tests/source/test_fastyaml.py compares the two on generated documents).
 
 Positions are not kept here: ``source.Sourced`` finds them with the full reader when one is
 asked for (an error, a lint warning).

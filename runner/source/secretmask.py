@@ -13,14 +13,15 @@ Values shorter than ``MIN_SECRET_CHARS`` (8) are not masked: a 1-7 character val
 are far longer. Nor are values naming an existing file or directory (a credentials file's
 path, a HOME passed with pass_env): the file holds the secret, and masking its path would mask
 every path under it. A whole value is masked, and a head of one cut at the end of a text or a
-tail at its start (6 characters or more); unlike provider messages (providers/redact.py), not
+tail at its start (6 characters or more); unlike provider messages (source/redact.py), not
 any 8 characters of it, which in a step's data can be ordinary text.
 
 Masked where data enters storage or output, one place each: the journal (every row written,
-store/masked.py), the events of a run (engine/recorder.py: the console, --events files, live
-pages), runner's own stdout and stderr (cli/app.py: every message and error printed), the web
-server's responses (web/app.py) and provider call logs. Objects are the bytes steps made and
-are not rewritten; a result whose output holds a secret is not pushed to a remote cache.
+state/masked.py), the events of a run (engine/run/recorder.py: the console, --events files,
+live pages), runner's own stdout and stderr (surfaces/cli/app.py: every message and error
+printed), the web server's responses (surfaces/web/app.py) and provider call logs. Objects are
+the bytes steps made and are not rewritten; a result whose output holds a secret is not pushed
+to a remote cache.
 
 Once learnt, a secret is also wiped from runner's initial environment block (what
 ``/proc/<pid>/environ`` shows to a step reading ``/proc/$PPID/environ``): see

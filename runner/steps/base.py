@@ -100,7 +100,7 @@ class StepContext:
     feedback: list[str] = field(default_factory=list)
     ledger: Ledger | None = None
     log: Callable[[str], None] = lambda _line: None
-    # A step not safe to repeat: where its body marks that it began (engine/once.py)
+    # A step not safe to repeat: where its body marks that it began (engine/run/once.py)
     once: str | None = None
 
     @property
@@ -156,7 +156,7 @@ class StepType:
         is a human decision or state outside the object store).
       key_neutral: arguments that decide how the step runs, never what it gives (a
         concurrency cap), each with why: kept out of the step's key and its calls' keys. Every
-        other argument is a key part; tests/test_key_completeness.py holds every registered
+        other argument is a key part; tests/engine/test_key_completeness.py holds every registered
         type to that.
     """
 

@@ -32,7 +32,7 @@ def validate_spec_arg(args: Mapping[str, Any], root: Path, where: Location | Non
 
 class CardStep(StepType):
     name = "card"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Build a deterministic prompt card (canonical JSON + 16-hex hash) from inputs."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it

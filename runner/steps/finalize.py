@@ -27,7 +27,7 @@ FAILED = "failed"
 
 class FinalizeStep(StepType):
     name = "finalize"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Resize, title and encode images to a compliance profile, and check them."
     key_neutral: ClassVar[Mapping[str, str]] = {

@@ -11,7 +11,7 @@ from .base import StepContext, StepResult, StepType
 
 class HashStep(StepType):
     name = "hash"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Canonical JSON and sha256 of `value` (excluded keys, unordered list paths)."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it

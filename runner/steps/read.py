@@ -17,7 +17,7 @@ from .base import StepContext, StepResult, StepType, invalid
 
 class ReadStep(StepType):
     name = "read"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Read a file or a glob of files (as text, JSON/YAML data, or paths)."
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it

@@ -31,7 +31,7 @@ def _inside_now(root: Path, real_root: str, rel: str) -> Path:
 
 class ShellStep(StepType):
     name = "shell"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Run a command with /bin/sh in the pipeline's directory."
     output_doc: ClassVar[dict[str, str]] = {

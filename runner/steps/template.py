@@ -46,7 +46,7 @@ def environment_for(root: Path) -> ex.HardenedEnvironment:
 
 class TemplateStep(StepType):
     name = "template"
-    runs_anywhere = True  # a Dask worker may run it (engine/executors.py)
+    runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True

@@ -1,6 +1,6 @@
 """Generates docs/reference/steps.md (from each built-in step type's schema and output fields)
 and docs/reference/cli.md (from the click commands), so the references cannot drift from the
-code: tests/test_docs.py regenerates both and compares them with the committed files.
+code: tests/surfaces/test_docs.py regenerates both and compares them with the committed files.
 
     python -m runner.surfaces.docgen            # rewrite both files
     python -m runner.surfaces.docgen --check    # exit 1 naming the files that are stale

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from ..test_web_api import Site, build_site
+from tests.surfaces.test_web_api import Site, build_site
 
 TOKEN = "serve-secret-token-0123456789"
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from ..test_web_review import ReviewSite, shipped_site
+from tests.surfaces.test_web_review import ReviewSite, shipped_site
+
 from ..webdriving import needs_browser, shot, wait
 
 pytestmark = needs_browser

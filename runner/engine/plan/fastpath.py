@@ -25,7 +25,7 @@ from . import fastdoc
 
 FORMAT = 10  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
-# 6: the matches of each glob read; 7: and the keyed digest (engine/fastdoc.py); 8: a forecast
+# 6: the matches of each glob read; 7: and the keyed digest (engine/plan/fastdoc.py); 8: a forecast
 # always (the no-op journals its element keys); 9: the run's params; 10: progress, phase
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
@@ -163,7 +163,7 @@ def record(
             # the bytes the plan was compiled from: an edit made while the run ran is not them
             "sha256": sha,
             "sig": _sig(str(pipeline)),
-            # what the parser reads: a comment or layout edit keeps it (engine/fastdoc.py)
+            # what the parser reads: a comment or layout edit keeps it (engine/plan/fastdoc.py)
             "document": document,
             # and all of it that keys depend on: a description or retries edit keeps this one
             "keyed": keyed,

@@ -53,7 +53,7 @@ async def attempt(
     makes an attempt's StepContext, ``evaluate(attempt, feedback)`` its arguments after the
     first, ``checks(result, attempt)`` the reasons its result fails the step's checks. A step
     not safe to repeat (``repeat_safe: false``) whose body began before and was never seen to
-    end fails without running unless ``forced`` (engine/once.py)."""
+    end fails without running unless ``forced`` (engine/run/once.py)."""
     emit = recorder.emit
     feedback: list[str] = list(review_feedback)
     reason = ""

@@ -41,7 +41,7 @@ class Job:
     # an entry point (an embedding program's own) loads on the worker from there.
     type_path: str | None = None
     retry_uncertain: bool = False
-    once: str | None = None  # a step not safe to repeat: its mark (engine/once.py)
+    once: str | None = None  # a step not safe to repeat: its mark (engine/run/once.py)
 
 
 def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:

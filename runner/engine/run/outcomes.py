@@ -94,7 +94,7 @@ class RunReport:
     steps: list[StepOutcome]
     exit_code: int
     reason: str | None = None
-    # What this run depended on, for the no-op fast path (engine/fastpath.py): input files with
+    # What this run depended on, for the no-op fast path (engine/plan/fastpath.py): input files with
     # their stat signatures, workspace files that must exist, objects that must be present.
     inputs: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
     workspace: dict[str, str] = field(default_factory=dict)

@@ -6,7 +6,7 @@ objects (concurrent GETs on S3), each object verified, before the step is report
 (remote): objects are fetched at once, not lazily. A record whose objects fail verification is
 reported and ignored, and the step runs. A record that is malformed, unsigned or mis-signed (when
 the team signs them), or that does not agree with what the local compile says its step is
-(engine/remote_check.py) is refused: never restored, counted, and said in one line per apply.
+(engine/run/remote_check.py) is refused: never restored, counted, and said in one line per apply.
 Pushes are queued and sent in batches by one background task (objects the remote lacks, then
 the records) while the run goes on; the apply waits for the queue to empty before it ends. A
 remote that cannot be reached is reported once and then left alone for the rest of the run: the
@@ -60,7 +60,7 @@ class RemoteLink:
 
     async def lookup(self, key: str) -> RemoteRecord | None:
         """The remote record of ``key``, its objects now local and verified, or None. The
-        caller checks it against its step (engine/remote_check.py) before using it, and
+        caller checks it against its step (engine/run/remote_check.py) before using it, and
         ``refuse``s it or ``use``s it."""
         if self.down:
             return None

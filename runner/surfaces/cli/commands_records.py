@@ -22,7 +22,7 @@ RUN_STATUSES = (
     "cancelled",
     "rejected",
     "interrupted",
-)  # = RunStatus values (tests/test_records.py keeps them equal; the enum is not worth importing)
+)  # = RunStatus values (tests/state/test_records.py keeps them equal; the enum costs an import)
 
 
 @runs.command("list")

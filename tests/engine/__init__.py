@@ -1,0 +1,1 @@
+"""Tests of planning and running, end to end on fake (runner.engine)."""

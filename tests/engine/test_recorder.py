@@ -1,0 +1,165 @@
+"""The recorder (engine/run/recorder.py) over a real journal: the rows and events of a run, in the
+order a reader (`runner runs show`, the web page, the next apply) depends on."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.engine.run.events import EventType, RecordingReporter
+from runner.engine.run.keys import KeyParts
+from runner.engine.run.options import ApplyOptions
+from runner.engine.run.outcomes import RunStatus, StepStatus
+from runner.engine.run.recorder import Progress, Recorder
+from runner.pipeline.compiler import Plan, compile_pipeline
+from runner.state.journal import Journal
+from runner.steps.base import StepResult
+
+PIPELINE = """\
+runner: 1
+name: rec
+phases: [draft, final]
+steps:
+  a:
+    uses: hash
+    phase: draft
+    with: {value: 1}
+  b:
+    uses: hash
+    phase: draft
+    with: {value: 2}
+  c:
+    uses: hash
+    phase: final
+    with: {value: 3}
+"""
+
+
+@pytest.fixture
+def plan(tmp_path: Path) -> Plan:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(textwrap.dedent(PIPELINE), encoding="utf-8")
+    return compile_pipeline(path)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    journal = Journal.open(tmp_path / ".runner")
+    try:
+        yield journal
+    finally:
+        journal.close()
+
+
+@pytest.fixture
+def recorder(plan: Plan, journal: Journal) -> Recorder:
+    recorder = Recorder(journal, RecordingReporter(), "run-1", plan.name)
+    recorder.run_started(plan, ApplyOptions(item="x"))
+    return recorder
+
+
+def _parts() -> KeyParts:
+    return KeyParts("hash", "1", {"value": 1}, {}, {}, None, None, False)
+
+
+def test_events_reach_the_reporter_at_once_and_the_journal_when_flushed(
+    recorder: Recorder, journal: Journal
+) -> None:
+    reporter = recorder.reporter
+    assert isinstance(reporter, RecordingReporter)
+    recorder.emit(EventType.STEP_STARTED, "a", None, attempt=1)
+    recorder.logger("a", None)("a line of output")
+    recorder.emit(EventType.STEP_PASSED, "a", None, duration_s=0.1)
+    assert [e.type for e in reporter.events] == [
+        EventType.STEP_STARTED,
+        EventType.LOG,
+        EventType.STEP_PASSED,
+    ]
+    assert journal.events("run-1") == []
+    recorder.flush_events()
+    rows = journal.events("run-1")
+    # Log lines go to the reporter only; the journal keeps the run's events.
+    assert [r["type"] for r in rows] == [EventType.STEP_STARTED.value, EventType.STEP_PASSED.value]
+    assert json.loads(rows[0]["data"]) == {"attempt": 1}
+
+
+def test_a_plain_steps_record_waits_for_its_dependents_an_elements_does_not(
+    recorder: Recorder, journal: Journal
+) -> None:
+    plain = recorder.started("a", -1, "k-a", _parts(), "k-a")
+    element = recorder.started("b", 0, "k-b", _parts(), "k-b")
+    result = StepResult(output={"n": 1})
+    recorder.passed(plain, result, {}, status="completed", attempts=1, duration=0.5, defer=True)
+    recorder.passed(
+        element,
+        StepResult(output={"n": 2}),
+        {},
+        status="completed",
+        attempts=1,
+        duration=0.5,
+        defer=False,
+    )
+    result.output["n"] = 99  # a later change to the object is not what was returned
+    status = {r["step_id"]: r["status"] for r in journal.executions("run-1")}
+    assert status == {"a": "running", "b": "completed"}
+    recorder.flush_deferred()
+    rows = {r["step_id"]: r for r in journal.executions("run-1")}
+    assert rows["a"]["status"] == "completed"
+    assert json.loads(rows["a"]["output"]) == {"n": 1}
+    assert json.loads(rows["a"]["key_parts"]) == _parts().summary()
+
+
+def test_failed_cancelled_cached_and_refused_executions_are_rows(
+    recorder: Recorder, journal: Journal
+) -> None:
+    failed = recorder.started("a", -1, "k-a", _parts(), None)
+    recorder.failed(failed, 3, "timed out after 1s", 3.2, {"partial": True})
+    cancelled = recorder.started("b", -1, "k-b", _parts(), None)
+    recorder.cancelled(cancelled, 1)
+    recorder.reused("c", -1, "k-c", {"n": 3}, "cached; restored out.txt", "k-c")
+    recorder.failure("c", 4, None, "input file in.txt does not exist", 0)
+    rows = [
+        (r["step_id"], r["element"], r["status"], r["attempts"], r["error"], r["why"])
+        for r in journal.executions("run-1")
+    ]
+    assert rows == [
+        ("a", -1, "failed", 3, "timed out after 1s", None),
+        ("b", -1, "cancelled", 1, "cancelled", None),
+        ("c", -1, "cached", 0, None, "cached; restored out.txt"),
+        ("c", 4, "failed", 0, "input file in.txt does not exist", None),
+    ]
+
+
+def test_the_finished_run_row_holds_status_exit_code_and_progress(
+    plan: Plan, recorder: Recorder, journal: Journal
+) -> None:
+    progress = Progress(plan)
+    progress.mark("a", StepStatus.RAN)
+    progress.mark("b", StepStatus.FAILED)
+    progress.mark("b", StepStatus.RAN)  # a step is counted once
+    recorder.run_finished(
+        RunStatus.PARTIAL, 6, None, phase="draft", progress=progress.counts(), started=0.0
+    )
+    run = journal.query("SELECT * FROM runs WHERE id='run-1'")[0]
+    assert (run["status"], run["exit_code"], run["current_phase"], run["item"]) == (
+        "partial",
+        6,
+        "draft",
+        "x",
+    )
+    assert json.loads(run["progress"]) == {
+        "draft": {"total": 2, "done": 1, "skipped": 0, "failed": 1, "waiting": 0},
+        "final": {"total": 1, "done": 0, "skipped": 0, "failed": 0, "waiting": 0},
+    }
+    types = [r["type"] for r in journal.events("run-1")]
+    assert types == [EventType.RUN_FINISHED.value]
+
+
+def test_a_cancel_asked_in_the_journal_is_seen(recorder: Recorder, journal: Journal) -> None:
+    assert not recorder.cancel_requested()
+    journal.update_run("run-1", cancel_requested=1)
+    assert recorder.cancel_requested()

@@ -1,0 +1,1 @@
+"""Tests of the expression language, rules and checks, values in shell (runner.expr)."""

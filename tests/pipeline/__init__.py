@@ -1,0 +1,1 @@
+"""Tests of loading and compiling a pipeline (runner.pipeline)."""

@@ -1,0 +1,1 @@
+"""Tests of gates, thumbnails, run views (runner.review)."""

@@ -1,0 +1,1 @@
+"""Tests of what a user wrote, read safely (runner.source)."""

@@ -1,0 +1,1 @@
+"""Tests of the step types, cards and imaging (runner.steps)."""

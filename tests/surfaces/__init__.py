@@ -1,0 +1,1 @@
+"""Tests of the CLI, the web surface, watch, the pytest plugin, the docs (runner.surfaces)."""
