@@ -11,91 +11,34 @@ parsed again as shell code (``sh -c '...'``, ``eval``, ``ssh host ...``, piped i
 
 from __future__ import annotations
 
-import enum
 import re
-from dataclasses import dataclass, field
 
 from ._shellcode import TEST_ARITH, reparsed, runs_input
-
-
-class Place(enum.Enum):
-    BARE = "bare"
-    QUOTED = "quoted"  # bare, but always in quotes: inside [[ ]], where -n or -f is an operator
-    SINGLE = "single"
-    DOUBLE = "double"
-
-
-class Unquotable(ValueError):
-    """A value stands where no quoting keeps it data; ``reason`` says where."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Kind(enum.Enum):
-    CMD = "a command"
-    SINGLE = "'...'"
-    DOUBLE = '"..."'
-    ANSI = "$'...'"
-    BACKTICK = "backticks"
-    PARAM = "${...}"
-    ARITH = "arithmetic"
-
-
-# Words that change the grammar when they start a command (the rest only need cmd_start kept).
-_KEEP_START = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"})
-_END_WORDS = frozenset({"fi", "done", "}", "esac", "]]"})
-_LOST_WORDS = frozenset({"function", "coproc", "select", "in", "{", "}"})
-RESERVED = frozenset(
-    {"case", "esac", "for", "in", "[[", "]]", "((", "))"} | _KEEP_START | _END_WORDS | _LOST_WORDS
+from ._shellgrammar import (
+    ARITH_CHARS,
+    ARITH_OPS,
+    DOUBLE_RUN,
+    END_WORDS,
+    HEREDOC_OP,
+    HEREDOC_WORD,
+    KEEP_START,
+    NAME,
+    RESERVED,
+    SPECIAL_PARAMS,
+    WORD_RUN,
+    Frame,
+    Kind,
+    Place,
+    Unquotable,
+    Word,
 )
-_ARITH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_ \t")
-_ARITH_OPS = frozenset("+-*/%<>=!&|^~?:,[]")
-_DOUBLE_RUN = re.compile(r'[^"\\$`]+')  # text inside "..." with no meaning to the shell
-_WORD_RUN = re.compile(r"[^ \t\n'\"\\`$;&|<>()]+")  # the rest of a word, up to a special
-_SPECIAL_PARAMS = frozenset("#?$!@*-0123456789")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEREDOC_OP = re.compile(r"<<(-?)[ \t]*")
-_HEREDOC_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|\\.|[^\s;&|<>()'"\\])+""")
-
-
-@dataclass
-class _Word:
-    text: str = ""
-    plain: bool = True  # no quote, escape or expansion: may be a reserved word
-    literal: bool = True  # no expansion: ``text`` is what the command receives
-    holds: bool = False  # holds a ${{ }} value
-
-
-@dataclass
-class _Frame:
-    kind: _Kind
-    closer: str = ""  # a CMD frame: ")" for $( ), ( ) and <( ); "" for the command itself
-    word: _Word | None = None
-    words: list[_Word] = field(default_factory=list)  # the simple command so far
-    cmd_start: bool = True  # a reserved word would be recognised here
-    prefix: bool = False  # a redirection or assignment came first: a keyword now is unclear
-    target: bool = False  # the next word is a redirection's target
-    cases: list[str] = field(default_factory=list)  # per open `case`: word, in, pattern, body
-    pattern_start: bool = False
-    dbracket: bool = False
-    after_pipe: bool = False
-    piped: bool = False  # this simple command reads a pipe
-    redirect: str = ""  # the operator whose target is the next word
-    stdin_holds: bool = False  # a value is this command's input (<<< value)
-    after_andor: bool = False
-    pipe_holds: bool = False  # a value went into this pipeline
-    depth: int = 0  # ARITH: open ( inside; CMD: 1 inside `(( ))`
-    in_double: bool = False  # PARAM: inside "..."
-    last_operand: tuple[str, bool] = ("", False)  # in [[ ]]: the last word, and if it holds a value
 
 
 class Scanner:
     """Feed the literal texts in order; ask ``place`` at each gap; ``finish`` at the end."""
 
     def __init__(self) -> None:
-        self.stack: list[_Frame] = [_Frame(_Kind.CMD)]
+        self.stack: list[Frame] = [Frame(Kind.CMD)]
         self.lost: str | None = None
         self.pending = ""  # text held back: "$", "\\", "<<", ")" of arithmetic at an end
         self.comment = False
@@ -118,22 +61,22 @@ class Scanner:
         if self.pending:
             raise Unquotable(f"{where} follows {self.pending[:2]!r}, whose meaning depends on it")
         top = self.stack[-1]
-        if top.kind is _Kind.CMD and top.depth:
+        if top.kind is Kind.CMD and top.depth:
             raise Unquotable(f"{where} is inside (( )) arithmetic")
-        if top.kind is not _Kind.CMD:
+        if top.kind is not Kind.CMD:
             under = self.stack[-2]
-            if top.kind not in (_Kind.SINGLE, _Kind.DOUBLE):
+            if top.kind not in (Kind.SINGLE, Kind.DOUBLE):
                 raise Unquotable(f"{where} is inside {top.kind.value}")
-            if under.kind is not _Kind.CMD:
+            if under.kind is not Kind.CMD:
                 raise Unquotable(f"{where} is inside {under.kind.value}")
         cmd = self._cmd()
         if cmd.cases and cmd.cases[-1] == "in":
             raise Unquotable(f"{where} stands where `in` of a case is expected")
         for frame in self.stack:
-            if frame.kind is not _Kind.CMD:
+            if frame.kind is not Kind.CMD:
                 continue
             if frame.word is None:
-                frame.word = _Word()
+                frame.word = Word()
             frame.word.holds, frame.word.plain, frame.word.literal = True, False, False
             names = [w.text if w.literal else None for w in frame.words]
             reason = reparsed(names, frame.word.text)
@@ -142,22 +85,22 @@ class Scanner:
             frame.pipe_holds = True
         if cmd.target and cmd.redirect == "<<<":
             cmd.stdin_holds = True
-        if top.kind is _Kind.CMD:
+        if top.kind is Kind.CMD:
             return Place.QUOTED if top.dbracket else Place.BARE
-        return Place.SINGLE if top.kind is _Kind.SINGLE else Place.DOUBLE
+        return Place.SINGLE if top.kind is Kind.SINGLE else Place.DOUBLE
 
     def finish(self) -> None:
         top = self.stack[-1]
-        if top.kind is _Kind.CMD and not top.depth and not self.comment and not self.pending:
+        if top.kind is Kind.CMD and not top.depth and not self.comment and not self.pending:
             self._end_word()  # the last word: `... | sh` at the very end
         for frame in self.stack:
-            if frame.kind is _Kind.CMD:
+            if frame.kind is Kind.CMD:
                 self._command_end(frame)
         if self.late:
             raise Unquotable(self.late[0])
 
-    def _cmd(self) -> _Frame:
-        return next(f for f in reversed(self.stack) if f.kind is _Kind.CMD)
+    def _cmd(self) -> Frame:
+        return next(f for f in reversed(self.stack) if f.kind is Kind.CMD)
 
     def _lose(self, what: str) -> None:
         if self.lost is None:
@@ -184,19 +127,19 @@ class Scanner:
             return self._newline(end)
         top = self.stack[-1]
         kind = top.kind
-        if kind is _Kind.SINGLE:  # up to the closing quote at once
+        if kind is Kind.SINGLE:  # up to the closing quote at once
             end = text.find("'", i)
             self._quoted_text(text[i:] if end < 0 else text[i:end])
             if end < 0:
                 return len(text)
             self.stack.pop()
             return end + 1
-        if kind is _Kind.DOUBLE and c not in '"\\$`':
-            run = _DOUBLE_RUN.match(text, i)
+        if kind is Kind.DOUBLE and c not in '"\\$`':
+            run = DOUBLE_RUN.match(text, i)
             assert run is not None
             self._quoted_text(run.group())
             return run.end()
-        if kind is _Kind.ANSI:
+        if kind is Kind.ANSI:
             if c == "\\":
                 if text[i + 1 : i + 2] == "'":
                     self._lose("$'...' with \\' inside")
@@ -204,7 +147,7 @@ class Scanner:
             if c == "'":
                 self.stack.pop()
             return i + 1
-        if kind is _Kind.BACKTICK:
+        if kind is Kind.BACKTICK:
             if c == "\\":
                 return self._escape(text, i)
             if c == "`":
@@ -213,24 +156,24 @@ class Scanner:
         if c == "\\":
             if text[i + 1 : i + 2] == "\n":
                 return i + 2  # a line continuation: gone before the shell reads words
-            if kind is _Kind.CMD:
+            if kind is Kind.CMD:
                 self._word(plain=False)
             return self._escape(text, i)
         if c == "`":
             self._word(plain=False, literal=False)
-            self.stack.append(_Frame(_Kind.BACKTICK))
+            self.stack.append(Frame(Kind.BACKTICK))
             return i + 1
         if c == "$":
             return self._dollar(text, i)
-        if kind is _Kind.DOUBLE:
+        if kind is Kind.DOUBLE:
             if c == '"':
                 self.stack.pop()
             else:
                 self._quoted_text(c)
             return i + 1
-        if kind is _Kind.PARAM:
+        if kind is Kind.PARAM:
             return self._param_char(c, i)
-        if kind is _Kind.ARITH:
+        if kind is Kind.ARITH:
             return self._arith_char(text, i)
         if top.depth:  # (( )): arithmetic too
             return self._arith_char(text, i)
@@ -248,32 +191,32 @@ class Scanner:
             self.pending = text[i:]  # "$" or "$(" at the end: decided by what follows
             return len(text)
         top = self.stack[-1]
-        if top.kind is _Kind.CMD and not top.depth:
+        if top.kind is Kind.CMD and not top.depth:
             self._word(plain=False, literal=False)
         if nxt == "((":
-            self.stack.append(_Frame(_Kind.ARITH))
+            self.stack.append(Frame(Kind.ARITH))
             return i + 3
         if nxt.startswith("("):
-            self.stack.append(_Frame(_Kind.CMD, closer=")"))
+            self.stack.append(Frame(Kind.CMD, closer=")"))
             return i + 2
         if nxt.startswith("{"):
-            self.stack.append(_Frame(_Kind.PARAM, in_double=self._in_double()))
+            self.stack.append(Frame(Kind.PARAM, in_double=self._in_double()))
             return i + 2
-        if nxt.startswith("[") and top.kind is not _Kind.ARITH:
+        if nxt.startswith("[") and top.kind is not Kind.ARITH:
             self._lose("$[ ] (bash arithmetic)")
-        elif nxt.startswith("'") and top.kind is _Kind.CMD and not top.depth:
-            self.stack.append(_Frame(_Kind.ANSI))
+        elif nxt.startswith("'") and top.kind is Kind.CMD and not top.depth:
+            self.stack.append(Frame(Kind.ANSI))
             return i + 2
-        name = _NAME.match(text, i + 1)
+        name = NAME.match(text, i + 1)
         if name:
             return name.end()
-        return i + 2 if nxt[:1] in _SPECIAL_PARAMS else i + 1
+        return i + 2 if nxt[:1] in SPECIAL_PARAMS else i + 1
 
     def _in_double(self) -> bool:
         for frame in reversed(self.stack):
-            if frame.kind is _Kind.DOUBLE:
+            if frame.kind is Kind.DOUBLE:
                 return True
-            if frame.kind is _Kind.CMD:
+            if frame.kind is Kind.CMD:
                 return False
         return False
 
@@ -286,9 +229,9 @@ class Scanner:
         elif c in "'\"" and top.in_double:
             self._lose('a quote inside "${...}"')
         elif c == "'":
-            self.stack.append(_Frame(_Kind.SINGLE))
+            self.stack.append(Frame(Kind.SINGLE))
         elif c == '"':
-            self.stack.append(_Frame(_Kind.DOUBLE))
+            self.stack.append(Frame(Kind.DOUBLE))
         return i + 1
 
     def _arith_char(self, text: str, i: int) -> int:
@@ -297,7 +240,7 @@ class Scanner:
         if c == "(":
             top.depth += 1
         elif c == ")":
-            floor = 1 if top.kind is _Kind.CMD else 0
+            floor = 1 if top.kind is Kind.CMD else 0
             if top.depth > floor:
                 top.depth -= 1
             elif i + 1 == len(text):
@@ -306,14 +249,14 @@ class Scanner:
             elif text[i + 1] != ")":
                 self._lose("$(( or (( closed by a single ')'")
             else:
-                if top.kind is _Kind.ARITH:
+                if top.kind is Kind.ARITH:
                     self.stack.pop()
                 else:
                     top.depth, top.cmd_start = 0, False
                 return i + 2
-        elif c not in _ARITH_CHARS and c not in _ARITH_OPS:
+        elif c not in ARITH_CHARS and c not in ARITH_OPS:
             self._lose(f"{c!r} inside arithmetic")
-        elif top.kind is _Kind.CMD and text.startswith("<<", i):
+        elif top.kind is Kind.CMD and text.startswith("<<", i):
             self._lose("<< inside (( )), a here-document to dash")
         return i + 1
 
@@ -322,13 +265,13 @@ class Scanner:
     def _quoted_text(self, c: str) -> None:
         """A quoted character: part of its word's text (`'sh' -c`, `"X=1"`), never a keyword."""
         under = self.stack[-2]
-        if under.kind is _Kind.CMD and under.word is not None:
+        if under.kind is Kind.CMD and under.word is not None:
             under.word.text += c
 
     def _word(self, *, plain: bool = True, literal: bool = True, char: str = "") -> None:
         top = self._cmd()
         if top.word is None:
-            top.word = _Word()
+            top.word = Word()
         top.word.text += char
         top.word.plain = top.word.plain and plain
         top.word.literal = top.word.literal and literal
@@ -344,11 +287,11 @@ class Scanner:
             return self._newline(i)
         if c == "'":
             self._word(plain=False)
-            self.stack.append(_Frame(_Kind.SINGLE))
+            self.stack.append(Frame(Kind.SINGLE))
             return i + 1
         if c == '"':
             self._word(plain=False)
-            self.stack.append(_Frame(_Kind.DOUBLE))
+            self.stack.append(Frame(Kind.DOUBLE))
             return i + 1
         if c == "#" and top.word is None:
             if top.dbracket:
@@ -365,7 +308,7 @@ class Scanner:
         if c == ")":
             self._end_word()
             return self._close_paren(i)
-        run = _WORD_RUN.match(text, i)
+        run = WORD_RUN.match(text, i)
         assert run is not None
         self._word(char=run.group())
         return run.end()
@@ -380,7 +323,7 @@ class Scanner:
             return
         self._end_command_word(word.text if word.plain else None, word)
 
-    def _end_command_word(self, text: str | None, word: _Word | None = None) -> None:
+    def _end_command_word(self, text: str | None, word: Word | None = None) -> None:
         top = self.stack[-1]
         cases = top.cases
         state = cases[-1] if cases else "body"
@@ -423,18 +366,18 @@ class Scanner:
                 top.dbracket = True
                 top.cmd_start = False
                 top.last_operand = ("", False)
-            elif text in _KEEP_START:
+            elif text in KEEP_START:
                 top.cmd_start = True
-            elif text in _END_WORDS:
+            elif text in END_WORDS:
                 top.cmd_start = False
             elif text == "for":
                 top.cmd_start = False
-                top.words = [_Word("for")]
+                top.words = [Word("for")]
             else:
                 self._lose(f"`{text}`")
             return
         assigned = word.text.split("=", 1)[0] if word is not None and "=" in word.text else ""
-        if top.cmd_start and _NAME.fullmatch(assigned):
+        if top.cmd_start and NAME.fullmatch(assigned):
             top.prefix = True  # an assignment: the command name is still to come
             return
         if word is not None:
@@ -442,7 +385,7 @@ class Scanner:
             top.words.append(word)
         top.cmd_start = False
 
-    def _dbracket_operand(self, top: _Frame, word: _Word, text: str | None) -> None:
+    def _dbracket_operand(self, top: Frame, word: Word, text: str | None) -> None:
         """bash evaluates the operands of [[ -eq ]] (-lt, ...) and [[ -v ]] as arithmetic, so a
         subscript in a value would run its $( ): a value beside one is refused."""
         before, before_holds = top.last_operand
@@ -461,7 +404,7 @@ class Scanner:
         if not pipe:
             top.pipe_holds = False
 
-    def _command_end(self, frame: _Frame) -> None:
+    def _command_end(self, frame: Frame) -> None:
         """A simple command ends: refuse it if it runs as shell code a value it reads on its
         input (``echo value | sh``, ``sh <<< value``, ``| xargs sh -c``)."""
         names = [w.text.rsplit("/", 1)[-1] if w.literal else "" for w in frame.words]
@@ -517,7 +460,7 @@ class Scanner:
             self._lose("a redirection in a case pattern")
         if text[i + 1 : i + 2] == "(":  # <( ) and >( ): bash's process substitution
             self._word(plain=False, literal=False)
-            self.stack.append(_Frame(_Kind.CMD, closer=")"))
+            self.stack.append(Frame(Kind.CMD, closer=")"))
             return i + 2
         if text.startswith("<<", i) and not text.startswith("<<<", i):
             return self._heredoc_op(text, i)
@@ -529,9 +472,9 @@ class Scanner:
         return i + op.end()
 
     def _heredoc_op(self, text: str, i: int) -> int:
-        m = _HEREDOC_OP.match(text, i)
+        m = HEREDOC_OP.match(text, i)
         assert m is not None
-        word = _HEREDOC_WORD.match(text, m.end())
+        word = HEREDOC_WORD.match(text, m.end())
         if word is None or word.end() == len(text):
             self.pending = text[i:]  # the delimiter may go on in the next literal
             return len(text)
@@ -553,7 +496,7 @@ class Scanner:
             if text[i + 1 : i + 2] == "(":
                 top.depth = 1  # (( )): bash's arithmetic command, dash's two subshells
                 return i + 2
-            self.stack.append(_Frame(_Kind.CMD, closer=")"))
+            self.stack.append(Frame(Kind.CMD, closer=")"))
             return i + 1
         self._end_word()
         rest = text[i + 1 :].lstrip(" \t")
@@ -575,7 +518,7 @@ class Scanner:
             self._command_end(top)
             self.stack.pop()
             outer = self.stack[-1]
-            if outer.kind is _Kind.CMD and outer.word is None:  # ( ): a compound command ends
+            if outer.kind is Kind.CMD and outer.word is None:  # ( ): a compound command ends
                 outer.cmd_start = False
             return i + 1
         self._lose("a ')' that closes nothing the scanner knows")

@@ -31,7 +31,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import Location
-from ._shellscan import RESERVED, Place, Scanner, Unquotable
+from ._shellgrammar import RESERVED, Place, Unquotable
+from ._shellscan import Scanner
 
 __all__ = ["Place", "Unquotable", "check_command", "places", "quote", "render", "render_command"]
 
