@@ -13,7 +13,10 @@ The package, one concern a file (audit the sandbox by reading ``sandbox``):
 - ``shapes``, ``sharing``: parsing and compiling each expression shape once;
 - ``compiling``: ``Expression`` and ``compile_expression``;
 - ``values``: ``with:`` values holding ``${{ }}``;
-- ``templates``: template files and inline templates, read from the root only.
+- ``templates``: template files and inline templates, read from the root only;
+- ``rules`` and ``checks/``: rules (``when``, ``checks``) compiled from YAML, one check a module;
+- ``shellquote`` (with ``_shellscan``, ``_shellgrammar``, ``_shellcode``): values placed into a
+  ``/bin/sh`` command as data, refused where no quoting keeps them so; ``shellrun`` starts one.
 """
 
 from __future__ import annotations

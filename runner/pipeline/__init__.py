@@ -1,13 +1,13 @@
-"""A pipeline file on its way to something runnable: source -> document -> plan.
+"""A pipeline on its way to a plan: a validated document compiled into something runnable.
 
-- ``source``: YAML text read as YAML 1.2's core schema, every value with its file:line:column.
-- ``loader``: a source checked against the pipeline schema (``_fastschema`` is its fast path),
-  params resolved: the validated document.
+- ``loader``: a document (read by ``runner.source``) checked against the pipeline schema
+  (``runner.source._fastschema`` is its fast path), params resolved: the validated document.
 - ``compiler``: the document compiled into a ``Plan``: expressions, rules, step types, the DAG.
+- ``order``: the order steps run in; a cycle is an error naming its path.
 - ``graphview``: a plan's DAG as text, Graphviz dot or Mermaid.
-- ``paths``: paths named by pipelines or users, kept inside their root.
+- ``prompt_lock``: published prompt versions, immutable once locked.
+- ``schemas/``: the format's JSON Schemas (a link to the project's ``schemas/``).
 
-``source`` and ``paths`` depend only on ``runner.errors``, so steps, checks and templates may use
-them; ``compiler`` sits above the steps. This file imports nothing, so importing one leaf
-module never pulls in the compiler.
+The compiler sits above the step types (it asks each for its schema); reading YAML and keeping
+paths inside their root are below, in ``runner.source``. This file imports nothing.
 """
