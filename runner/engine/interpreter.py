@@ -376,8 +376,14 @@ class Interpreter:
             return self._record_outcome(carried)
         if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
             return None
-        if step.id in self.options.reuse or self.scheduler.blocked(step) is not None:
+        if self.scheduler.blocked(step) is not None:
             return None
+        reused = self.options.reuse.get(step.id)
+        if reused is not None:  # watch's last cycle answers it: no task, as a cached step
+            self.recorder.emit(
+                EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True
+            )
+            return self._record_outcome(self._journal_reused(as_cached(reused)))
         self._set_phase(step)
         started = time.perf_counter()
         try:
