@@ -163,7 +163,8 @@ class Interpreter:
     async def _apply(self) -> RunReport:
         plan = self.plan
         gatestep.check_gates(plan)
-        self.cached = self.journal.cached_results(plan.name)
+        # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
+        self.cached = self.journal.cached_results(plan.name, preload=not self.options.reuse)
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item

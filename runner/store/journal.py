@@ -67,12 +67,15 @@ class CachedResults:
     not what the pipeline's whole history holds (loading every result up front grew with each
     run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). The results of the keys the
     pipeline's latest run named, most of an unchanged pipeline's, are read at once (a query
-    per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known."""
+    per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known. ``preload``
+    False: none read at once (a watch cycle asks only for the few steps its change reaches)."""
 
-    def __init__(self, conn: sqlite3.Connection | None, pipeline: str) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection | None, pipeline: str, *, preload: bool = True
+    ) -> None:
         self._conn, self._pipeline = conn, pipeline
         self._known: dict[tuple[str, str], CachedResult | None] = {}
-        if conn is not None:
+        if conn is not None and preload:
             latest = conn.execute(
                 "SELECT id FROM runs WHERE pipeline=? ORDER BY created_at DESC, rowid DESC LIMIT 1",
                 (pipeline,),
@@ -266,10 +269,10 @@ class Journal(CallLedger):
         values = [*fields.values(), exec_id]
         self._do(lambda: self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", values))
 
-    def cached_results(self, pipeline: str) -> CachedResults:
+    def cached_results(self, pipeline: str, *, preload: bool = True) -> CachedResults:
         """The completed (or partial) executions of a pipeline by (step_id, key), looked up as
         they are asked for."""
-        return CachedResults(self.conn, pipeline)
+        return CachedResults(self.conn, pipeline, preload=preload)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
