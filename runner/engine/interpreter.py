@@ -33,6 +33,7 @@ from . import attempts, gates, gatestep
 from .events import EventType, NullReporter, Reporter
 from .executors import Executor
 from .files import FileHasher
+from .foreach import run_elements
 from .keys import KeyParts, resolve
 from .options import ApplyOptions
 from .outcomes import (
@@ -418,29 +419,15 @@ class Interpreter:
             items = list(items.items())
         if not isinstance(items, list):
             raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
-        limit = asyncio.Semaphore(step.concurrency or len(items) or 1)
-
-        async def one(index: int, item: Any) -> ElementOutcome:
-            # Arguments and key are worked out before the element waits for its turn: an
-            # element answered without running (cached, edited, failed arguments) takes no
-            # turn, and the others are ready to send the moment a turn frees (otherwise each
-            # of a wave's elements did this work, one after another, after the last call came
-            # back: ~0.5 ms each, in every wave).
-            ready = self._prepare(step, index, item, has_item=True)
-            if isinstance(ready, ElementOutcome):
-                return ready
-            async with limit:
-                return await self._execution(step, index, item, has_item=True, ready=ready)
-
-        # Every element ends before an error (a full disk) leaves the step: none is left
-        # running with an exception no one retrieves.
-        results = await asyncio.gather(
-            *(one(i, it) for i, it in enumerate(items)), return_exceptions=True
+        elements = await run_elements(
+            items,
+            width=step.concurrency or len(items) or 1,
+            prepare=lambda index, item: self._prepare(step, index, item, has_item=True),
+            execute=lambda index, item, ready: self._execution(
+                step, index, item, has_item=True, ready=ready
+            ),
+            flush=self.recorder.flush_events,
         )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        elements = [r for r in results if isinstance(r, ElementOutcome)]
         outcome = for_each_outcome(step.id, elements)
         self.recorder.emit(  # the elements had theirs; this says the step itself is done
             EventType.FOR_EACH_ENDED, step.id, status=outcome.status.value, elements=len(elements)
