@@ -65,6 +65,17 @@ def _tolerant(check: Check) -> Check:
     return tolerant
 
 
+def _any_string(schema: Any) -> bool:
+    """The schema accepts every string and nothing but its type is checked (the most common
+    leaf: ``{"type": "string", "description": ...}``)."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind != "string" and not (isinstance(kind, list) and "string" in kind):
+        return False
+    return all(k == "type" or k in _ANNOTATIONS for k in schema)
+
+
 def _is_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -144,7 +155,9 @@ class _Compiler:
 
     def compile(self, schema: Any, *, root: bool = False) -> Check:
         check = self._compile(schema, root=root)
-        return _tolerant(check) if self.tolerate else check
+        if not self.tolerate or _any_string(schema):
+            return check  # an expression is a string: accepted here whether tolerated or not
+        return _tolerant(check)
 
     def _compile(self, schema: Any, *, root: bool = False) -> Check:
         if schema is True:
@@ -269,7 +282,15 @@ class _Compiler:
         if "prefixItems" in schema:
             raise _Unsupported("prefixItems")
         check = self.compile(sub)
-        return lambda v: not isinstance(v, list) or all(check(x) for x in v)
+
+        def items(v: Any) -> bool:
+            if isinstance(v, list):
+                for x in v:  # a loop: all(genexpr) costs a generator per call
+                    if not check(x):
+                        return False
+            return True
+
+        return items
 
     def _kw_minItems(self, n: Any, schema: Any) -> Check:
         return lambda v: not isinstance(v, list) or len(v) >= n
@@ -284,8 +305,11 @@ class _Compiler:
         def check(v: Any) -> bool:
             if not isinstance(v, list):
                 return True
-            if not all(isinstance(x, str) for x in v):
-                raise Unsure
+            if len(v) < 2:
+                return True
+            for x in v:
+                if not isinstance(x, str):
+                    raise Unsure
             return len(set(v)) == len(v)
 
         return check
@@ -319,7 +343,10 @@ class _Compiler:
         )
 
     def _kw_required(self, names: Any, schema: Any) -> Check:
-        return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _Unsupported("required")
+        wanted = frozenset(names)
+        return lambda v: not isinstance(v, dict) or wanted <= v.keys()
 
     def _kw_minProperties(self, n: Any, schema: Any) -> Check:
         return lambda v: not isinstance(v, dict) or len(v) >= n
