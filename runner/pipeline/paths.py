@@ -34,16 +34,17 @@ def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None
     """``inside`` for a check only (validating a step): the same refusals, no Path built. A
     pair that passed is not checked again until ``forget`` (a chain names each file twice: as
     one step's output and the next one's input)."""
-    global _passed_root, _passed_here
+    global _passed_root, _passed_here, _base_here
     if root is not _passed_root:  # one root for every step of a pipeline: one lookup
         _passed_root, _passed_here = root, _passed.setdefault(root, set())
+        _base_here = _real_dir(_absolute(root)) if os.path.isabs(root) else None
     if rel in _passed_here:
         return
     if (root, rel) not in _known:
         simple = _SIMPLE.fullmatch(rel) if rel.isascii() else None
-        if simple is None or not os.path.isabs(root):
+        if simple is None or _base_here is None:
             _checked(root, rel, where)
-        elif _below(_real_dir(_absolute(root)), rel) is None:
+        elif _below(_base_here, rel) is None:
             _checked(root, rel, where)  # it escapes: the full check words the error
     _passed_here.add(rel)
 
@@ -128,6 +129,7 @@ _known: dict[tuple[Path, str], Path] = {}
 _passed: dict[Path, set[str]] = {}  # root -> the paths check_inside found inside it
 _passed_root: Path | None = None  # the last root asked for, and its set
 _passed_here: set[str] = set()
+_base_here: str | None = None  # its real path (None: a relative root, resolved per path)
 _links: dict[str, frozenset[str] | None] = {}  # directory -> its symlinks' names (None: unlisted)
 _asked: dict[str, int] = {}  # directory -> paths asked for in it before it was listed
 
