@@ -10,7 +10,7 @@ import enum
 import gc
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -579,9 +579,13 @@ def _link_files(steps: dict[str, CompiledStep], root: Path) -> None:
             reads = [] if not step.static_args else _static_reads(step, root)
         else:
             reads = [p for p in inputs if isinstance(p, str) and "${{" not in p]
-        extra = {producer[n] for n in map(_normal, reads) if n in producer}
-        extra.discard(sid)
-        if extra and not extra.issubset(step.deps):
+        deps: Collection[str] = step.deps if len(step.deps) < 8 else set(step.deps)
+        extra: set[str] = set()
+        for rel in reads:  # a loop, no sets built: a chain's every step has one to look at
+            found = producer.get(_normal(rel))
+            if found is not None and found != sid and found not in deps:
+                extra.add(found)
+        if extra:
             step.deps = tuple(sorted(extra.union(step.deps)))
 
 
