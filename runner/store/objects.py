@@ -169,7 +169,7 @@ class ObjectStore:
         self._write(Path(target), lambda f: f.write(data), durable=durable, synced=not recoverable)
         return digest
 
-    def put_file(self, source: Path) -> str:
+    def put_file(self, source: str | os.PathLike[str]) -> str:
         with open(source, "rb") as f:
             head = f.read(_CHUNK)
             if len(head) < _CHUNK:  # small (the usual case): hashed and written from one read
