@@ -7,6 +7,11 @@ that frees goes at once to an element ready to send (preparing it only then cost
 element, one after another, in every wave of provider calls). Only that window is held: a task
 and a prepared execution made up front for every element cost ~1.3 KB an element (130 MB for
 100,000), and the events of every element waited in memory for the step to end.
+
+A step whose body never waits (a ``predictable`` type run in this process, tried once, without
+checks, which may wait on a command) has its elements run one after another by the step's own
+task, each prepared just before it runs, as its tasks ran when each had one: without a task
+each, which cost as much as its journal row.
 """
 
 from __future__ import annotations
@@ -34,14 +39,17 @@ async def run_elements(
     prepare: Callable[[int, Any], ElementOutcome | R],
     execute: Callable[[int, Any, R], Awaitable[ElementOutcome]],
     flush: Callable[[], None],
+    inline: bool = False,
 ) -> list[ElementOutcome]:
     """Every element's outcome, in order. ``prepare(index, item)`` answers an element at once or
-    gives what ``execute(index, item, prepared)`` runs it from; at most ``width`` run at once.
-    ``flush()`` writes what the recorder holds.
+    gives what ``execute(index, item, prepared)`` runs it from; at most ``width`` run at once
+    (``inline``: one after another, in this task). ``flush()`` writes what the recorder holds.
 
     An error out of an element (a full disk) starts no other element; it is raised once the
     running ones have ended (none is left running with an exception no one retrieves). A
     cancelled step cancels its running elements and waits for them to record it."""
+    if inline:
+        return await _one_by_one(items, prepare=prepare, execute=execute, flush=flush)
     loop = asyncio.get_running_loop()
     outcomes: list[ElementOutcome | None] = [None] * len(items)
     waiting: deque[tuple[int, Any, R]] = deque()
@@ -104,3 +112,24 @@ async def run_elements(
     done = [o for o in outcomes if o is not None]
     assert len(done) == len(items)
     return done
+
+
+async def _one_by_one(
+    items: Sequence[Any],
+    *,
+    prepare: Callable[[int, Any], ElementOutcome | R],
+    execute: Callable[[int, Any, R], Awaitable[ElementOutcome]],
+    flush: Callable[[], None],
+) -> list[ElementOutcome]:
+    outcomes: list[ElementOutcome] = []
+    for index, item in enumerate(items):
+        ready = prepare(index, item)
+        if isinstance(ready, ElementOutcome):
+            outcomes.append(ready)
+        else:
+            outcomes.append(await execute(index, item, ready))
+        if index % FLUSH_EVERY == FLUSH_EVERY - 1:
+            flush()
+        if index % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # a cancel, a commit's timer and other steps get a turn
+    return outcomes

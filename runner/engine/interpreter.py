@@ -119,7 +119,6 @@ class Interpreter:
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
         self._kept: dict[tuple[str, int], dict[str, str]] = {}  # edits kept before a re-run
-        self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
         self._prepared: dict[str, _Ready] = {}  # by _step_now, for _step to go on from
         self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
@@ -427,6 +426,12 @@ class Interpreter:
                 step, index, item, has_item=True, ready=ready
             ),
             flush=self.recorder.flush_events,
+            inline=(
+                step.type.predictable
+                and self.executor is None
+                and step.retries == 0
+                and not step.checks
+            ),
         )
         outcome = for_each_outcome(step.id, elements)
         self.recorder.emit(  # the elements had theirs; this says the step itself is done
@@ -497,7 +502,9 @@ class Interpreter:
                 return ElementOutcome(el_index, StepStatus.FAILED, key, reason=reason)
         self.executions_started += 1
         async with self.scheduler.slot():
-            return await self._run_attempts(step, index, el_index, args, parts, key, extra)
+            return await self._run_attempts(
+                step, index, el_index, args, parts, key, extra, contract
+            )
 
     def _prepare(
         self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
@@ -516,7 +523,6 @@ class Interpreter:
             self.recorder.failure(step.id, el_index, None, reason, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         contract = self._contract(step, extra, key)
-        self._contract_of[(step.id, el_index)] = contract
         if step.id in self.edited_steps:
             edited = self.reuse.override(step, index, el_index, key, contract)
             if edited is not None:
@@ -538,8 +544,8 @@ class Interpreter:
         parts: KeyParts,
         key: str,
         extra: dict[str, Any],
+        contract: str | None,
     ) -> ElementOutcome:
-        contract = self._contract_of.get((step.id, el_index))
         kept, refused = self.reuse.keep_before_rerun(step, index, args)
         if refused is not None:
             self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
