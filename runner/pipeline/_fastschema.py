@@ -147,6 +147,9 @@ def _equal(one: Any, two: Any) -> bool:
     return bool(one == two)
 
 
+_OBJECT_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties"})
+
+
 class _Compiler:
     def __init__(self, root: Any, tolerate_expressions: bool = False) -> None:
         self.root = root
@@ -166,6 +169,9 @@ class _Compiler:
             return lambda v: False
         if not isinstance(schema, dict):
             raise _Unsupported
+        fused = self._fused(schema, root)
+        if fused is not None:
+            return fused
         checks: list[Check] = []
         for key, arg in schema.items():
             if key in _ANNOTATIONS or key == "$defs" or (root and key == "$id"):
@@ -183,6 +189,55 @@ class _Compiler:
         if len(checks) == 1:
             return checks[0]
         return _all_of(checks)
+
+    # -- the common shapes, in one function each ------------------------------------------------
+
+    def _fused(self, schema: dict[str, Any], root: bool) -> Check | None:
+        """An object of known properties, or an array of one kind of item (most of a pipeline's
+        values), checked by one function instead of one per keyword: the same verdict, since a
+        value passes only when every keyword passes (a keyword that raised Unsure before may
+        now meet a failing one first, or after: either way jsonschema is asked)."""
+        keys = {k for k in schema if k not in _ANNOTATIONS and not (root and k in ("$id", "$defs"))}
+        kind = schema.get("type")
+        if kind == "array" and keys == {"type", "items"} and "prefixItems" not in schema:
+            item = self.compile(schema["items"])
+
+            def array(v: Any) -> bool:
+                if not isinstance(v, list):
+                    return False
+                for x in v:  # noqa: SIM110 - a loop: all(genexpr) costs a generator per call
+                    if not item(x):
+                        return False
+                return True
+
+            return array
+        if kind != "object" or not keys <= _OBJECT_KEYWORDS:
+            return None
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra_schema = schema.get("additionalProperties", True)
+        if not isinstance(props, dict) or not isinstance(required, list):
+            return None
+        if not all(isinstance(n, str) for n in required):
+            return None
+        checks = {name: self.compile(sub) for name, sub in props.items()}
+        wanted = frozenset(required)
+        closed = extra_schema is False
+        extra = None if extra_schema is True or closed else self.compile(extra_schema)
+
+        def mapping(v: Any) -> bool:
+            if not isinstance(v, dict) or not wanted <= v.keys():
+                return False
+            for name, value in v.items():
+                c = checks.get(name)
+                if c is None:
+                    if closed or (extra is not None and not extra(value)):
+                        return False
+                elif not c(value):
+                    return False
+            return True
+
+        return mapping
 
     # -- references -----------------------------------------------------------------------------
 
