@@ -418,6 +418,7 @@ class Interpreter:
             items = list(items.items())
         if not isinstance(items, list):
             raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
+        self.cached.fresh(step.id)  # a first run asks for no result element by element
         elements = await run_elements(
             items,
             width=step.concurrency or len(items) or 1,
