@@ -529,7 +529,7 @@ class Interpreter:
             if edited is not None:
                 return edited
         if step.cache is CachePolicy.USE and step.id not in self.options.force:
-            hit = self.cached.get((step.id, key))
+            hit = self.cached.get((step.id, key), keep=index is None)  # an element asks once
             # A partial result (some iterations failed, a card drifted) is not a cache hit: the
             # next apply runs it again, and idempotency keys make the finished parts free.
             if hit is not None and hit.status == "completed" and self.reuse.usable(hit):

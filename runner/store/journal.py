@@ -82,25 +82,37 @@ class CachedResults:
         self._conn, self._pipeline = conn, pipeline
         self._known: dict[tuple[str, str], CachedResult | None] = {}
         self._fresh: set[str] = set()  # steps known to have had no result (see ``fresh``)
+        # The latest run's rows as read, decoded when asked for: a 100,000-element for_each's
+        # results decoded up front, and remembered after, held ~0.9 KB an element.
+        self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
         if conn is not None and preload:
             latest = conn.execute(
                 "SELECT id FROM runs WHERE pipeline=? ORDER BY created_at DESC, rowid DESC LIMIT 1",
                 (pipeline,),
             ).fetchone()
             if latest is not None:
-                for step_id, key, *rest in conn.execute(_RESULTS_OF_RUN, (latest[0], pipeline)):
-                    self._known[(step_id, key)] = _result(key, *rest)
+                for row in conn.execute(_RESULTS_OF_RUN, (latest[0], pipeline)):
+                    self._rows[(row[0], row[1])] = row  # (the latest of a key last)
 
-    def get(self, where: tuple[str, str]) -> CachedResult | None:
+    def get(self, where: tuple[str, str], *, keep: bool = True) -> CachedResult | None:
+        """The result for (step_id, key), or None. ``keep`` False: not remembered for a later
+        ask (which queries again), as a for_each's element, which asks once, needs."""
         if where[0] in self._fresh:
             return None  # not remembered either: a for_each's keys are asked once each
         if where in self._known:
             return self._known[where]
+        read = self._rows.pop(where, None)
+        if read is not None:
+            found = _result(*read[1:])
+            if keep:
+                self._known[where] = found
+            return found
         row = None
         if self._conn is not None:
             row = self._conn.execute(_RESULT, (self._pipeline, *where)).fetchone()
         hit = None if row is None else _result(where[1], *row)
-        self._known[where] = hit
+        if keep or hit is None:  # a miss is remembered: the key's execution is this run's
+            self._known[where] = hit
         return hit
 
     def __setitem__(self, where: tuple[str, str], hit: CachedResult) -> None:
