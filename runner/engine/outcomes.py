@@ -41,7 +41,7 @@ class RunStatus(enum.Enum):
     REJECTED = "rejected"
 
 
-@dataclass
+@dataclass(slots=True)  # one per element: a 100,000-element for_each holds them all
 class ElementOutcome:
     index: int
     status: StepStatus
