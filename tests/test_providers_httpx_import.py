@@ -22,6 +22,7 @@ def test_a_provider_loads_httpx_without_its_cli_or_trio_and_a_request_goes_out()
         import json, sys
         from runner.providers import openai
         import httpx
+        httpx.AsyncHTTPTransport()  # what a provider's client makes: httpcore's pool
         left = {name: name in sys.modules for name in ("httpx._main", "trio", "rich", "pygments")}
         transport = httpx.MockTransport(lambda request: httpx.Response(200, json={"ok": 1}))
         with httpx.Client(transport=transport) as client:
