@@ -10,6 +10,7 @@ ledger.py.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +92,15 @@ class CachedResults:
                 (pipeline,),
             ).fetchone()
             if latest is not None:
-                for row in conn.execute(_RESULTS_OF_RUN, (latest[0], pipeline)):
-                    self._rows[(row[0], row[1])] = row  # (the latest of a key last)
+                once: dict[Any, Any] = {}  # a text many rows repeat (a step id, "[]") held once
+                for step_id, key, output, *rest in conn.execute(
+                    _RESULTS_OF_RUN, (latest[0], pipeline)
+                ):
+                    self._rows[(once.setdefault(step_id, step_id), key)] = (
+                        key,
+                        output,
+                        *(once.setdefault(v, v) for v in rest),
+                    )  # (the latest of a key last)
 
     def get(self, where: tuple[str, str], *, keep: bool = True) -> CachedResult | None:
         """The result for (step_id, key), or None. ``keep`` False: not remembered for a later
@@ -103,7 +111,7 @@ class CachedResults:
             return self._known[where]
         read = self._rows.pop(where, None)
         if read is not None:
-            found = _result(*read[1:])
+            found = _result(*read)
             if keep:
                 self._known[where] = found
             return found
@@ -139,9 +147,14 @@ def _result(
     run_id: str,
     report: str | None,
 ) -> CachedResult:
+    value = loads(output)
+    if type(value) is dict:
+        # Its field names as the one string each that every output of the step then shares
+        # (decoded, each output had its own: ~170 B of a hash element's 490).
+        value = {sys.intern(k): v for k, v in value.items()}
     return CachedResult(
         key,
-        loads(output),
+        value,
         loads(artifacts) or [],
         loads(files) or {},
         status,
