@@ -61,18 +61,22 @@ async def run_elements(
         running.discard(task)
         if not task.cancelled() and task.exception() is not None:
             errors.append(task.exception())  # type: ignore[arg-type]
+        start()  # the freed turn goes to a prepared element at once, not on the driver's turn
         if wake and not wake[0].done():
             wake[0].set_result(None)
 
     async def run(index: int, item: Any, ready: R) -> None:
         outcomes[index] = await execute(index, item, ready)
 
-    def start() -> None:
+    def start() -> bool:
+        started = False
         while waiting and len(running) < width and not errors:
             index, item, ready = waiting.popleft()
             task = loop.create_task(run(index, item, ready))
             running.add(task)
             task.add_done_callback(ended)
+            started = True
+        return started
 
     async def turn() -> None:
         """Until a running element ends; then the waiting ones take the free turns."""
@@ -90,12 +94,13 @@ async def run_elements(
                 outcomes[index] = ready
             else:
                 waiting.append((index, item, ready))
-                start()
+                if start():  # it sets off (its call is sent) before the next is prepared
+                    await asyncio.sleep(0)
                 while len(waiting) >= width and not errors:
                     await turn()
             if index % FLUSH_EVERY == FLUSH_EVERY - 1:
                 flush()
-            if index % YIELD_EVERY == YIELD_EVERY - 1 and running:
+            if index % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)
         while (running or waiting) and not errors:
             await turn()
