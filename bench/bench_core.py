@@ -48,6 +48,7 @@ class Row:
     tool: str
     seconds: float
     ran: int | None = None
+    cpu: float | None = None  # user + system seconds of the process and its children
 
 
 # Every tool runs with its bytecode cached, as an installed tool does: pip compiles doit's (and
@@ -274,8 +275,9 @@ def scenarios(
     SHAPES[shape](root, n)
     rows: list[Row] = []
     if tool == "floor":  # it has no notion of up to date: only a cold run means anything
+        cpu = _children_cpu()
         seconds, _ = run(root)
-        return [Row(shape, "cold", tool, seconds)]
+        return [Row(shape, "cold", tool, seconds, cpu=_children_cpu() - cpu)]
     for scenario, before in (
         ("cold", None),
         ("noop", None),
@@ -285,8 +287,9 @@ def scenarios(
     ):
         if before:
             edit(root, before, len(rows))
+        cpu = _children_cpu()
         seconds, ran = run(root)
-        rows.append(Row(shape, scenario, tool, seconds, ran))
+        rows.append(Row(shape, scenario, tool, seconds, ran, _children_cpu() - cpu))
     if tool == "runner":
         seconds, _ = timed(runner_cmd("validate", "pipeline.yaml"), root)
         rows.append(Row(shape, "validate", tool, seconds))
@@ -530,6 +533,18 @@ def targets(rows: list[Row], n: int) -> list[str]:
         lines.append(
             f"target fan cold --jobs 2 >= 1.6x faster than doit serial: {serial / fan:.2f}x"
         )
+    fan_make = keyed.get(("fan", "cold", "make"))
+    if fan and fan_make:
+        lines.append(f"target fan cold <= 1.3x make -j2: {fan / fan_make:.2f}x")
+    # Cores busy: CPU seconds (user + system, the process and every child it waited for) over
+    # wall seconds. With 2 jobs a tool that keeps both commands running all the time nears 2.
+    busy = [
+        f"{r.tool} {r.cpu / r.seconds:.2f} (cpu {r.cpu:.2f} s)"
+        for r in rows
+        if r.shape == "fan" and r.scenario == "cold" and r.cpu is not None and r.seconds > 0
+    ]
+    if busy:
+        lines.append("fan cold, cores busy (target runner >= 1.8): " + ", ".join(busy))
     return lines
 
 

@@ -1,9 +1,11 @@
 """Benchmark: a 10,000-element for_each of an in-process step (hash).
 
 Prints the wall time, the per-element overhead of a cold run (every element runs) and of a warm
-run (every element cached), and the peak resident memory (resource.getrusage).
+run (every element cached), and the peak resident memory (resource.getrusage) after each: a
+process applies once, so each run's report is dropped before the next starts.
 
-Run: /work/venv/bin/python bench/bench_foreach.py [N]
+Run: python bench/bench_foreach.py [N]   (PYTHONPATH=<tree> measures another checkout: the tree
+it imports is printed to stderr)
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from runner.pipeline.compiler import compile_pipeline
 
 
 def main(n: int = 10_000) -> None:
+    import runner
+
+    print(f"runner from {Path(runner.__file__).parent}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "pipeline.yaml").write_text(
@@ -52,12 +57,14 @@ def main(n: int = 10_000) -> None:
             counts: dict[str, int] = {}
             for e in each.elements or []:
                 counts[e.status.value] = counts.get(e.status.value, 0) + 1
+            status = report.status.value
+            del report, each  # what a process that applied once would hold no longer
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             print(
                 f"{label}: {n} elements in {wall:.2f}s = {wall / n * 1e6:.0f} us/element "
-                f"({counts}, run {report.status.value})"
+                f"({counts}, run {status}), peak RSS so far {rss / 1024:.1f} MiB"
             )
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(f"peak RSS {rss / 1024:.1f} MiB (was {rss0 / 1024:.1f} MiB before the runs)")
+        print(f"(RSS was {rss0 / 1024:.1f} MiB before the runs)")
 
 
 if __name__ == "__main__":

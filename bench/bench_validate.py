@@ -77,7 +77,7 @@ def main() -> None:
     if peer is None:
         print("  doit: not installed (neither on PATH nor importable); no peer column")
     else:
-        print("  target: runner within 1.5x of doit list")
+        print("  target (issue 31): runner within 1.2x of doit list (cpu)")
 
 
 if __name__ == "__main__":

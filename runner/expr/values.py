@@ -87,10 +87,17 @@ def compile_value(
         if pos < len(value):
             parts.append(value[pos:])
         return Interpolation(parts)
+    # A plain string (most values) is its own compiled form: no call, no path built for it.
     if isinstance(value, dict):
-        return {k: compile_value(v, where_of, (*path, k)) for k, v in value.items()}
+        return {
+            k: v if type(v) is str and "${{" not in v else compile_value(v, where_of, (*path, k))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [compile_value(v, where_of, (*path, i)) for i, v in enumerate(value)]
+        return [
+            v if type(v) is str and "${{" not in v else compile_value(v, where_of, (*path, i))
+            for i, v in enumerate(value)
+        ]
     return value
 
 

@@ -38,7 +38,7 @@ def step_order(doc: PipelineDoc, steps: Mapping[str, Ordered]) -> list[str]:
                 waiting[dep] -= 1
                 if waiting[dep] == 0:
                     after.append(dep)
-        wave = sorted(after, key=position.__getitem__)
+        wave = sorted(after, key=position.__getitem__) if len(after) > 1 else after
     if len(order) < len(steps):
         _raise_cycle(doc, steps)
     return order

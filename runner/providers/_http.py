@@ -30,10 +30,9 @@ from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
-import httpx
-
 from ..errors import ProviderError
 from ..state.canonical import loads_strict
+from ._httpx import httpx
 from .base import OPERATIONAL_SETTINGS, Capabilities, Provider, ProviderConfigError
 from .limits import current_route
 from .pool import (

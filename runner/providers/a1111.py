@@ -25,11 +25,10 @@ import base64
 import time
 from typing import Any, ClassVar
 
-import httpx
-
 from ..errors import Location, ProviderError
 from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode
+from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 
 

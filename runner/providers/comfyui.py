@@ -32,11 +32,10 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
-
 from ..errors import Location, ProviderError
 from ..state.canonical import loads_strict
 from ._http import HttpProvider, backend_message, backend_of
+from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
 from .comfyui_ws import ProgressSocket

@@ -31,9 +31,8 @@ def installed() -> list[dict[str, Any]]:
 
 
 async def _probe(provider: Any, url: str) -> dict[str, Any]:
-    import httpx
-
     from ._http import tls_context
+    from ._httpx import httpx
 
     began = time.perf_counter()
     try:

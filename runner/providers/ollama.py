@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import httpx
-
 from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode, usage_ints
+from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
 
 _USAGE = {"prompt_eval_count": "prompt_tokens", "eval_count": "completion_tokens"}

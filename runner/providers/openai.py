@@ -43,10 +43,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import httpx
-
 from ..errors import ProviderError
 from ._http import HttpProvider, b64decode, b64encode, tls_context, usage_ints
+from ._httpx import httpx
 from .base import (
     Capabilities,
     ImageRequest,

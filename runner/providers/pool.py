@@ -146,7 +146,8 @@ def parse_backends(
 def _url(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise PoolConfigError(f"{what} must be an http:// or https:// URL, got {value!r}")
-    import httpx  # a URL httpx cannot send to is a setting error here, not a crash at the call
+    # a URL httpx cannot send to is a setting error here, not a crash at the call
+    from ._httpx import httpx
 
     try:
         host = httpx.URL(value).host

@@ -66,6 +66,17 @@ def _tolerant(check: Check) -> Check:
     return tolerant
 
 
+def _any_string(schema: Any) -> bool:
+    """The schema accepts every string and nothing but its type is checked (the most common
+    leaf: ``{"type": "string", "description": ...}``)."""
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind != "string" and not (isinstance(kind, list) and "string" in kind):
+        return False
+    return all(k == "type" or k in _ANNOTATIONS for k in schema)
+
+
 def _is_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
@@ -137,6 +148,9 @@ def _equal(one: Any, two: Any) -> bool:
     return bool(one == two)
 
 
+_OBJECT_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties"})
+
+
 class _Compiler:
     def __init__(self, root: Any, tolerate_expressions: bool = False) -> None:
         self.root = root
@@ -145,7 +159,9 @@ class _Compiler:
 
     def compile(self, schema: Any, *, root: bool = False) -> Check:
         check = self._compile(schema, root=root)
-        return _tolerant(check) if self.tolerate else check
+        if not self.tolerate or _any_string(schema):
+            return check  # an expression is a string: accepted here whether tolerated or not
+        return _tolerant(check)
 
     def _compile(self, schema: Any, *, root: bool = False) -> Check:
         if schema is True:
@@ -154,6 +170,9 @@ class _Compiler:
             return lambda v: False
         if not isinstance(schema, dict):
             raise _Unsupported
+        fused = self._fused(schema, root)
+        if fused is not None:
+            return fused
         checks: list[Check] = []
         for key, arg in schema.items():
             if key in _ANNOTATIONS or key == "$defs" or (root and key == "$id"):
@@ -171,6 +190,55 @@ class _Compiler:
         if len(checks) == 1:
             return checks[0]
         return _all_of(checks)
+
+    # -- the common shapes, in one function each ------------------------------------------------
+
+    def _fused(self, schema: dict[str, Any], root: bool) -> Check | None:
+        """An object of known properties, or an array of one kind of item (most of a pipeline's
+        values), checked by one function instead of one per keyword: the same verdict, since a
+        value passes only when every keyword passes (a keyword that raised Unsure before may
+        now meet a failing one first, or after: either way jsonschema is asked)."""
+        keys = {k for k in schema if k not in _ANNOTATIONS and not (root and k in ("$id", "$defs"))}
+        kind = schema.get("type")
+        if kind == "array" and keys == {"type", "items"} and "prefixItems" not in schema:
+            item = self.compile(schema["items"])
+
+            def array(v: Any) -> bool:
+                if not isinstance(v, list):
+                    return False
+                for x in v:  # noqa: SIM110 - a loop: all(genexpr) costs a generator per call
+                    if not item(x):
+                        return False
+                return True
+
+            return array
+        if kind != "object" or not keys <= _OBJECT_KEYWORDS:
+            return None
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra_schema = schema.get("additionalProperties", True)
+        if not isinstance(props, dict) or not isinstance(required, list):
+            return None
+        if not all(isinstance(n, str) for n in required):
+            return None
+        checks = {name: self.compile(sub) for name, sub in props.items()}
+        wanted = frozenset(required)
+        closed = extra_schema is False
+        extra = None if extra_schema is True or closed else self.compile(extra_schema)
+
+        def mapping(v: Any) -> bool:
+            if not isinstance(v, dict) or not wanted <= v.keys():
+                return False
+            for name, value in v.items():
+                c = checks.get(name)
+                if c is None:
+                    if closed or (extra is not None and not extra(value)):
+                        return False
+                elif not c(value):
+                    return False
+            return True
+
+        return mapping
 
     # -- references -----------------------------------------------------------------------------
 
@@ -270,7 +338,15 @@ class _Compiler:
         if "prefixItems" in schema:
             raise _Unsupported("prefixItems")
         check = self.compile(sub)
-        return lambda v: not isinstance(v, list) or all(check(x) for x in v)
+
+        def items(v: Any) -> bool:
+            if isinstance(v, list):
+                for x in v:  # a loop: all(genexpr) costs a generator per call
+                    if not check(x):
+                        return False
+            return True
+
+        return items
 
     def _kw_minItems(self, n: Any, schema: Any) -> Check:
         return lambda v: not isinstance(v, list) or len(v) >= n
@@ -285,8 +361,11 @@ class _Compiler:
         def check(v: Any) -> bool:
             if not isinstance(v, list):
                 return True
-            if not all(isinstance(x, str) for x in v):
-                raise Unsure
+            if len(v) < 2:
+                return True
+            for x in v:
+                if not isinstance(x, str):
+                    raise Unsure
             return len(set(v)) == len(v)
 
         return check
@@ -320,7 +399,10 @@ class _Compiler:
         )
 
     def _kw_required(self, names: Any, schema: Any) -> Check:
-        return lambda v: not isinstance(v, dict) or all(n in v for n in names)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _Unsupported("required")
+        wanted = frozenset(names)
+        return lambda v: not isinstance(v, dict) or wanted <= v.keys()
 
     def _kw_minProperties(self, n: Any, schema: Any) -> Check:
         return lambda v: not isinstance(v, dict) or len(v) >= n

@@ -24,9 +24,9 @@ from .coreschema import FLOAT, INT, NULL, NUMBER, STR, core_tag
 
 # Anything libyaml reads differently from a plain line of printable text, or refuses: tabs,
 # carriage returns, a byte order mark, NEL and the Unicode line separators (line breaks to
-# libyaml), control characters and non-characters. The non-ASCII class costs ~5 ms to compile,
-# so only a non-ASCII text compiles it.
-_UNSURE_ASCII = re.compile("[^\n\x20-\x7e]")
+# libyaml), control characters and non-characters: an ASCII text holds only these bytes, any
+# other text only this class. The class costs ~5 ms to compile, so only a non-ASCII text does.
+_PRINTABLE_ASCII = b"\n" + bytes(range(0x20, 0x7F))
 _UNSURE_TEXT = (
     "[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
 )
@@ -62,8 +62,12 @@ class _Unsure(Exception):
 
 def read(text: str, max_values: int) -> tuple[Any] | None:
     """``(value,)`` of ``text`` when it has the common block shape, else ``None``."""
-    unsure = _UNSURE_ASCII if text.isascii() else re.compile(_UNSURE_TEXT)
-    if unsure.search(text) is not None:
+    if text.isascii():
+        # What is left once the line break and printable ASCII are deleted, in C: a regular
+        # expression's search over a 1.7 MB pipeline took 13 ms, this 1.
+        if text.encode("ascii").translate(None, _PRINTABLE_ASCII):
+            return None
+    elif re.compile(_UNSURE_TEXT).search(text) is not None:
         return None
     try:
         return (_Reader(max_values).read(text),)

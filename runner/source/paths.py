@@ -34,10 +34,64 @@ def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None
     """``inside`` for a check only (validating a step): the same refusals, no Path built. A
     pair that passed is not checked again until ``forget`` (a chain names each file twice: as
     one step's output and the next one's input)."""
-    pair = (root, rel)
-    if pair not in _known and pair not in _passed:
-        _checked(root, rel, where)
-        _passed.add(pair)
+    global _passed_root, _passed_here, _base_here
+    if root is not _passed_root:  # one root for every step of a pipeline: one lookup
+        _passed_root, _passed_here = root, _passed.setdefault(root, set())
+        _base_here = _real_dir(_absolute(root)) if os.path.isabs(root) else None
+    if rel in _passed_here:
+        return
+    if (root, rel) not in _known:
+        simple = _SIMPLE.fullmatch(rel) if rel.isascii() else None
+        if simple is None or _base_here is None:
+            _checked(root, rel, where)
+        elif _below(_base_here, rel) is None:
+            _checked(root, rel, where)  # it escapes: the full check words the error
+    _passed_here.add(rel)
+
+
+# A relative path of plain names: no empty, "." or ".." part, no NUL, ASCII (so no undecodable
+# byte). Its real path is its directory's (cached) plus its leaf, unless the leaf is a symlink.
+_SIMPLE = re.compile(r"(?!\.\.?(?:/|$))[^/\x00]+(?:/(?!\.\.?(?:/|$))[^/\x00]+)*")
+
+
+def _below(base: str, rel: str) -> str | None:
+    """``_resolved(base, rel)`` for a real directory ``base`` and a ``_SIMPLE`` ``rel``."""
+    head, _, leaf = rel.rpartition("/")
+    directory = _real_dir(f"{base}/{head}" if head else base)
+    target = f"{directory}/{leaf}" if directory != "/" else f"/{leaf}"
+    if _is_link(directory, leaf):
+        target = os.path.realpath(target)
+    if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return target
+
+
+_LIST_AFTER = 16  # paths asked for in one directory before its listing answers for it
+
+
+def _is_link(directory: str, leaf: str) -> bool:
+    """Whether ``directory/leaf`` is a symlink: an lstat, or for a directory many paths name
+    (a chain's every output) one listing of its symlinks, taken once until ``forget``."""
+    if directory in _links:
+        links = _links[directory]
+    else:
+        asked = _asked[directory] = _asked.get(directory, 0) + 1
+        if asked < _LIST_AFTER:
+            return os.path.islink(f"{directory}/{leaf}")
+        links = _links[directory] = _symlinks_in(directory)
+    if links is None:  # not listable (no read permission): each name its own lstat
+        return os.path.islink(f"{directory}/{leaf}")
+    return leaf in links
+
+
+def _symlinks_in(directory: str) -> frozenset[str] | None:
+    try:
+        with os.scandir(directory) as entries:
+            return frozenset(e.name for e in entries if e.is_symlink())
+    except FileNotFoundError:
+        return frozenset()  # nothing in it exists yet, so nothing is a symlink
+    except OSError:
+        return None
 
 
 def _checked(root: Path, text: str, where: Location | None) -> str:
@@ -72,15 +126,24 @@ def _checked(root: Path, text: str, where: Location | None) -> str:
 # (root as given, path as given) -> resolved: the same pair is asked for at compile time and
 # again for every execution of the step, and abspath/realpath walks are the costly part.
 _known: dict[tuple[Path, str], Path] = {}
-_passed: set[tuple[Path, str]] = set()  # pairs check_inside found inside
+_passed: dict[Path, set[str]] = {}  # root -> the paths check_inside found inside it
+_passed_root: Path | None = None  # the last root asked for, and its set
+_passed_here: set[str] = set()
+_base_here: str | None = None  # its real path (None: a relative root, resolved per path)
+_links: dict[str, frozenset[str] | None] = {}  # directory -> its symlinks' names (None: unlisted)
+_asked: dict[str, int] = {}  # directory -> paths asked for in it before it was listed
 
 
 def forget() -> None:
     """Drop every remembered resolution: a directory may have become a symlink since. Called as
     a compile begins (every apply compiles first), so a long-lived process (watch, serve) never
     trusts a resolution older than the command it serves."""
+    global _passed_root
     _known.clear()
     _passed.clear()
+    _passed_root = None
+    _links.clear()
+    _asked.clear()
     _resolved.cache_clear()
     _real_dir.cache_clear()
     _absolute.cache_clear()

@@ -80,10 +80,12 @@ class _PendingLocation(Location):
     when first read (an error or warning shown), not when the location is taken."""
 
     def __init__(self, src: Sourced, path: Path_, key: bool) -> None:
-        self.__dict__.update(file=src.file, _ask=(src, path, key), _found=None)  # frozen
+        fields = self.__dict__  # frozen: set through the dict (two stores, no kwargs: a compile
+        fields["file"] = src.file  # makes two of these a step)
+        fields["_ask"] = (src, path, key)
 
     def _settled(self) -> Location:
-        found: Location | None = self.__dict__["_found"]
+        found: Location | None = self.__dict__.get("_found")
         if found is None:
             src, path, key = self.__dict__["_ask"]
             src.find_positions()

@@ -133,11 +133,11 @@ class BatchedJournal:
             else:
                 return
         self.conn.execute("BEGIN IMMEDIATE")
-        self._tx_started = time.monotonic()
+        self._tx_started = started = time.monotonic()
         # Committed after max_age_s even when the engine then sits idle (a long step), so a
         # reader in another process sees it soon; without a loop, end_batch commits it.
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().call_later(self._max_age_s, self._commit_later)
+            asyncio.get_running_loop().call_later(self._max_age_s, self._commit_later, started)
 
     async def settle(self) -> None:
         """Return once every write made so far is committed (a group commit): the writers of
@@ -165,9 +165,12 @@ class BatchedJournal:
         else:
             done.set_result(None)
 
-    def _commit_later(self) -> None:
+    def _commit_later(self, started: float) -> None:
         # A timer's commit: a full disk is recorded (stop_for_full_disk) and raised again at
         # the engine's next write, not in the event loop's callback (no one would catch it).
+        if started != self._tx_started:
+            return  # its batch was committed already: the next one has a timer of its own (it
+            # committed the next one young, doubling the commits of a busy for_each)
         with contextlib.suppress(DiskFull):
             self.commit()
 

@@ -10,6 +10,7 @@ ledger.py.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,12 @@ _RESULT = (
 )
 
 
+_ANY_RESULT = (
+    "SELECT 1 FROM executions WHERE pipeline=? AND step_id=? AND status IN ('completed','partial') "
+    "LIMIT 1"
+)
+
+
 # The results of the (step, key) pairs a run named, in one statement (latest last).
 _RESULTS_OF_RUN = (
     "SELECT e.step_id, e.key, e.output, e.artifacts, e.files, e.status, e.run_id, e.report "
@@ -67,32 +74,68 @@ class CachedResults:
     not what the pipeline's whole history holds (loading every result up front grew with each
     run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). The results of the keys the
     pipeline's latest run named, most of an unchanged pipeline's, are read at once (a query
-    per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known."""
+    per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known. ``preload``
+    False: none read at once (a watch cycle asks only for the few steps its change reaches)."""
 
-    def __init__(self, conn: sqlite3.Connection | None, pipeline: str) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection | None, pipeline: str, *, preload: bool = True
+    ) -> None:
         self._conn, self._pipeline = conn, pipeline
         self._known: dict[tuple[str, str], CachedResult | None] = {}
-        if conn is not None:
+        self._fresh: set[str] = set()  # steps known to have had no result (see ``fresh``)
+        # The latest run's rows as read, decoded when asked for: a 100,000-element for_each's
+        # results decoded up front, and remembered after, held ~0.9 KB an element.
+        self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+        if conn is not None and preload:
             latest = conn.execute(
                 "SELECT id FROM runs WHERE pipeline=? ORDER BY created_at DESC, rowid DESC LIMIT 1",
                 (pipeline,),
             ).fetchone()
             if latest is not None:
-                for step_id, key, *rest in conn.execute(_RESULTS_OF_RUN, (latest[0], pipeline)):
-                    self._known[(step_id, key)] = _result(key, *rest)
+                once: dict[Any, Any] = {}  # a text many rows repeat (a step id, "[]") held once
+                for step_id, key, output, *rest in conn.execute(
+                    _RESULTS_OF_RUN, (latest[0], pipeline)
+                ):
+                    self._rows[(once.setdefault(step_id, step_id), key)] = (
+                        key,
+                        output,
+                        *(once.setdefault(v, v) for v in rest),
+                    )  # (the latest of a key last)
 
-    def get(self, where: tuple[str, str]) -> CachedResult | None:
+    def get(self, where: tuple[str, str], *, keep: bool = True) -> CachedResult | None:
+        """The result for (step_id, key), or None. ``keep`` False: not remembered for a later
+        ask (which queries again), as a for_each's element, which asks once, needs."""
+        if where[0] in self._fresh:
+            return None  # not remembered either: a for_each's keys are asked once each
         if where in self._known:
             return self._known[where]
+        read = self._rows.pop(where, None)
+        if read is not None:
+            found = _result(*read)
+            if keep:
+                self._known[where] = found
+            return found
         row = None
         if self._conn is not None:
             row = self._conn.execute(_RESULT, (self._pipeline, *where)).fetchone()
         hit = None if row is None else _result(where[1], *row)
-        self._known[where] = hit
+        if keep or hit is None:  # a miss is remembered: the key's execution is this run's
+            self._known[where] = hit
         return hit
 
     def __setitem__(self, where: tuple[str, str], hit: CachedResult) -> None:
         self._known[where] = hit
+
+    def fresh(self, step_id: str) -> None:
+        """Ask once whether ``step_id`` has any result; when it has none, every key of it
+        misses for the rest of the run without a query each (the first run of a 100,000-element
+        for_each made 100,000, ~20 us each), as a miss, once asked, is remembered: an element
+        whose key an earlier one of the run completed runs too. A result another process
+        records meanwhile is not seen: that key runs here as well, as when both run at once."""
+        if self._conn is None or step_id in self._fresh:
+            return
+        if self._conn.execute(_ANY_RESULT, (self._pipeline, step_id)).fetchone() is None:
+            self._fresh.add(step_id)
 
 
 def _result(
@@ -104,9 +147,14 @@ def _result(
     run_id: str,
     report: str | None,
 ) -> CachedResult:
+    value = loads(output)
+    if type(value) is dict:
+        # Its field names as the one string each that every output of the step then shares
+        # (decoded, each output had its own: ~170 B of a hash element's 490).
+        value = {sys.intern(k): v for k, v in value.items()}
     return CachedResult(
         key,
-        loads(output),
+        value,
         loads(artifacts) or [],
         loads(files) or {},
         status,
@@ -266,10 +314,10 @@ class Journal(CallLedger):
         values = [*fields.values(), exec_id]
         self._do(lambda: self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", values))
 
-    def cached_results(self, pipeline: str) -> CachedResults:
+    def cached_results(self, pipeline: str, *, preload: bool = True) -> CachedResults:
         """The completed (or partial) executions of a pipeline by (step_id, key), looked up as
         they are asked for."""
-        return CachedResults(self.conn, pipeline)
+        return CachedResults(self.conn, pipeline, preload=preload)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))

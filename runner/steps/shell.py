@@ -9,19 +9,20 @@ from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..expr.shellquote import Unquotable, check_command, render_command
-from ..source.paths import check_inside, inside, inside_now
+from ..source.paths import check_inside, inside, real_below
 from ..source.secretenv import command_environment
 from .base import StepContext, StepResult, StepType, invalid
 
 INLINE_LIMIT = 64 * 1024
 
 
-def _inside_now(root: Path, real_root: str, rel: str) -> Path:
-    """``rel`` under ``root`` (whose real path is ``real_root``) as the disk is now; earlier
-    steps (or this command) may have replaced a directory on its path with a symlink pointing
-    out of the root."""
-    path = inside_now(root, rel, real_root=real_root)
-    if path is None:
+def _inside_now(real_root: str, rel: str) -> str:
+    """``rel``'s real path under the root (whose real path is ``real_root``) as the disk is now;
+    earlier steps (or this command) may have replaced a directory on its path with a symlink
+    pointing out of the root. (pipeline.paths.inside_now, as a string: a Path costs more than
+    the walk, twice an output.)"""
+    path = real_below(real_root, rel)
+    if path != real_root and not path.startswith(real_root.rstrip(os.sep) + os.sep):
         raise StepFailure(
             f"declared output {rel} lies outside the root (a directory on its path is a symlink "
             "pointing out)"
@@ -118,10 +119,11 @@ class ShellStep(StepType):
         # The root's real path is walked once per execution, for the checks before and after
         # the command; each output's own path is still resolved afresh both times.
         real_root = os.path.realpath(ctx.root)
-        targets = {rel: _inside_now(ctx.root, real_root, rel) for rel in outputs}
+        targets = {rel: _inside_now(real_root, rel) for rel in outputs}
         for path in targets.values():
-            if not os.path.isdir(path.parent):  # a stat; mkdir of an existing dir raises
-                path.parent.mkdir(parents=True, exist_ok=True)
+            parent = os.path.dirname(path)
+            if not os.path.isdir(parent):  # a stat; mkdir of an existing dir raises
+                os.makedirs(parent, exist_ok=True)
         env = command_environment(
             args.get("env"),
             pass_env=args.get("pass_env") or (),
@@ -147,7 +149,7 @@ class ShellStep(StepType):
             raise StepFailure(f"command exited with {code}{detail}")
         files: dict[str, str] = {}
         for rel in targets:
-            path = _inside_now(ctx.root, real_root, rel)  # the command may swap a directory
+            path = _inside_now(real_root, rel)  # the command may swap a directory
             if not os.path.isfile(path):
                 raise StepFailure(f"declared output {rel} was not produced")
             files[rel] = ctx.objects.put_file(path)

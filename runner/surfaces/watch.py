@@ -30,6 +30,11 @@ from .watchset import WatchSet, norm_path, sha256_or_none, watch_set_for
 _MAX_SETTLE = 10  # a file written non-stop still triggers after this many debounce periods
 
 
+def _step_ms(debounce_ms: int) -> int:
+    """How long watchfiles waits for no new change before it yields a batch."""
+    return max(5, min(25, debounce_ms // 4))
+
+
 def produced_files(report: RunReport) -> list[str]:
     """Workspace files the run's steps reported writing (``output.files``)."""
     out: list[str] = []
@@ -119,24 +124,33 @@ def work_counts(report: RunReport) -> str:
     return text + f", cached {cached_el + cached}"
 
 
-def _no_longer_hold(state: State, plan: Plan, done: Mapping[str, StepOutcome]) -> set[str]:
+def _no_longer_hold(
+    state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str
+) -> set[str]:
     """Steps whose last-cycle outcome a fresh apply would not find as it was: a `runner edit`
     of the step (made or set aside since), a result gc deleted, an output file deleted or
-    edited by hand (an apply restores it)."""
+    edited by hand (an apply restores it). ``run_id`` is the last cycle's run, which names
+    every result its outcomes stand on."""
     from ..engine.run.files import FileHasher
     from ..state.overrides import any_active
+    from ..state.records import loads
 
     edited = any_active(state.journal, plan.name)
-    cached = state.journal.cached_results(plan.name)
+    # Only each result's files are needed: reading whole results (outputs, reports) was most
+    # of a 1,000-step cycle's start. A pair not found does not hold (the step runs again).
+    rows = state.journal.conn.execute(_RESULT_FILES, (run_id, plan.name))
+    files: dict[tuple[str, str], str | None] = {(sid, key): text for sid, key, text in rows}
     hasher = FileHasher(state.journal)
 
     def holds(outcome: StepOutcome) -> bool:
         keys = [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
         for key in keys:
-            hit = cached.get((outcome.id, key)) if key is not None else None
-            if hit is None:
+            if key is None or (outcome.id, key) not in files:
                 return False
-            for rel, digest in hit.files.items():
+            text = files[(outcome.id, key)]
+            if text is None or text == "{}":  # most steps write no file: nothing to parse
+                continue
+            for rel, digest in loads(text).items():
                 try:
                     if hasher.hash(plan.root / rel) != digest:
                         return False
@@ -145,6 +159,15 @@ def _no_longer_hold(state: State, plan: Plan, done: Mapping[str, StepOutcome]) -
         return True
 
     return {sid for sid, o in done.items() if sid in edited or not holds(o)}
+
+
+# The files of the completed (or partial) results of the (step, key) pairs a run named.
+_RESULT_FILES = (
+    "SELECT e.step_id, e.key, e.files FROM executions AS e "
+    "JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=?) AS r "
+    "ON e.step_id = r.step_id AND e.key = r.key "
+    "WHERE e.pipeline=? AND e.status IN ('completed','partial') ORDER BY e.id"
+)
 
 
 class _RanCollector:
@@ -275,7 +298,7 @@ class Watcher:
         # watchfiles yields once its set of (change, path) stops growing for one step; a file
         # saved repeatedly adds no new pair, so the real debounce is done in ``run``.
         debounce = max(1, self.options.debounce_ms)
-        step = max(5, min(25, debounce // 4))
+        step = _step_ms(debounce)
         restarted = False
         while True:
             self._restart.clear()
@@ -374,7 +397,7 @@ class Watcher:
             or any(norm_path(plan.root / rel) in paths for rel in done[sid].reads)
         }
         assert self._state is not None
-        touched |= _no_longer_hold(self._state, plan, done)
+        touched |= _no_longer_hold(self._state, plan, done, last.run_id)
         affected = plan.downstream(touched)
         return {sid: o for sid, o in done.items() if sid not in affected}
 
@@ -433,7 +456,11 @@ class Watcher:
         debounces), then compared by content. Returns 130 when the stop cancelled a run, else 0.
         """
         loop = asyncio.get_running_loop()
-        quiet = self.options.debounce_ms / 1000
+        debounce = self.options.debounce_ms
+        # A batch arrives once watchfiles saw no new change for its step: that much of the
+        # quiet period has passed already (waiting it again was a fifth of a save's latency).
+        quiet = max(0, debounce - _step_ms(debounce)) / 1000
+        settle_by = debounce * _MAX_SETTLE / 1000
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._state = State.open(self.state_dir)
         self.watch_set = WatchSet(
@@ -452,7 +479,7 @@ class Watcher:
                 waits: set[asyncio.Future[Any]] = {getter, stopper, watcher}
                 if running is not None:
                     waits.add(running)
-                settle_at = min(last_at + quiet, first_at + quiet * _MAX_SETTLE)
+                settle_at = min(last_at + quiet, first_at + settle_by)
                 timeout = max(0.0, settle_at - loop.time()) if buffer else None
                 done, _ = await asyncio.wait(
                     waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -474,7 +501,7 @@ class Watcher:
                     buffer |= getter.result()
                     last_at = loop.time()
                     getter = asyncio.create_task(self._queue.get())
-                if buffer and loop.time() >= min(last_at + quiet, first_at + quiet * _MAX_SETTLE):
+                if buffer and loop.time() >= min(last_at + quiet, first_at + settle_by):
                     changed = self._content_changes(buffer)
                     if self._decided(buffer):
                         changed.append(self._display(self.state_dir.resolve() / "journal.db"))

@@ -12,9 +12,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runner.expr import shellrun
 from runner.expr.shellrun import run_shell
 
 
@@ -192,3 +194,162 @@ def test_a_command_killed_by_a_signal_has_a_negative_code(
 ) -> None:
     done = asyncio.run(run_shell("kill -TERM $$", cwd=tmp_path))
     assert done.code == -signal.SIGTERM and not done.timed_out
+
+
+# -- simple commands, started without the shell where /bin/sh is dash ------------------------
+
+needs_dash = pytest.mark.skipif(
+    not shellrun._sh_is_dash() or not hasattr(os, "pidfd_open"),
+    reason="simple commands start without the shell only where /bin/sh is dash (Linux)",
+)
+
+
+def _both_ways(
+    command: str, root: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: Any
+) -> tuple[tuple[Any, ...], tuple[Any, ...], list[str]]:
+    """``command`` run without the shell, then (from the same files) through /bin/sh: each
+    run's code, output and the files it left; and the programs os.posix_spawn started."""
+    monkeypatch.chdir(root)
+    spawned: list[str] = []
+    real = os.posix_spawn
+
+    def recording(path: str, *args: Any, **kw: Any) -> int:
+        spawned.append(path)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(os, "posix_spawn", recording)
+    runs = []
+    simple = shellrun._simple
+    pristine = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file()}
+    for way in ("direct", "shell"):
+        for p in root.iterdir():
+            if p.is_file() and p.name not in pristine:
+                p.unlink()
+        for name, data in pristine.items():
+            (root / name).write_bytes(data)
+        if way == "shell":
+            monkeypatch.setattr(shellrun, "_simple", lambda _command: None)
+        done = asyncio.run(run_shell(command, cwd=root, **kwargs))
+        files = {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+        runs.append((done.code, done.stdout, done.stderr, files))
+    monkeypatch.setattr(shellrun, "_simple", simple)
+    return runs[0], runs[1], spawned
+
+
+@needs_dash
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat in.txt > out.txt",
+        "  cat in.txt   in.txt\t>  out.txt\n",
+        "cat < in.txt >> log.txt",
+        "> first.txt cat in.txt > second.txt",  # both created, the last one gets the output
+        "cat in.txt missing.txt > out.txt",  # cat's own complaint, exit 1
+        "ls -1 . > listing.txt",
+        "wc -c in.txt",
+        "head -c 3 in.txt > sub=dir,x:y@z%+.txt",
+    ],
+)
+def test_a_simple_command_runs_as_the_shell_would_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    (tmp_path / "in.txt").write_text("hello\n")
+    (tmp_path / "log.txt").write_text("before\n")
+    direct, shell, spawned = _both_ways(command, tmp_path, monkeypatch)
+    assert direct == shell
+    assert spawned[0] != "/bin/sh" and spawned[1:] == ["/bin/sh"]  # the first went direct
+
+
+@needs_dash
+@pytest.mark.parametrize(
+    "command",
+    [
+        "no-such-command > out.txt",  # sh says it is not found (exit 127), out.txt made
+        "cat in.txt > no/such/dir.txt",  # sh cannot create the file (exit 2)
+        "./noshebang > out.txt",  # no #!: sh runs it as a script
+        "./unexecutable",  # sh: permission denied (126)
+        "cat in.txt > .",  # a directory: sh cannot create it
+    ],
+)
+def test_what_cannot_start_directly_is_left_to_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    (tmp_path / "in.txt").write_text("hello\n")
+    (tmp_path / "noshebang").write_text("echo from a script\n")
+    (tmp_path / "noshebang").chmod(0o755)
+    (tmp_path / "unexecutable").write_text("#!/bin/sh\necho no\n")
+    direct, shell, spawned = _both_ways(command, tmp_path, monkeypatch)
+    assert direct == shell
+    assert direct[0] != 0 or command.startswith("./noshebang")
+    assert spawned[-2:] == ["/bin/sh", "/bin/sh"]  # the first run ended up in the shell too
+
+
+@needs_dash
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo $HOME > x",
+        "cat 'in.txt'",
+        "cat in.txt; cat in.txt",
+        "cat in.txt | cat",
+        "cat in.txt 2>err.txt",
+        "cat in.txt >out.txt",
+        "X=1 env",
+        "echo hi",  # a builtin
+        "cat *.txt",
+        "cat ~/in.txt",
+        "cat in.txt &",
+        "cat in.txt # comment",
+        "cat in.txt\ncat in.txt",
+        "cat in.txt \\\n in.txt",
+        "",
+    ],
+)
+def test_anything_else_goes_to_the_shell(command: str) -> None:
+    assert shellrun._simple(command) is None
+
+
+@needs_dash
+def test_the_command_gets_the_environment_dash_would_give_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "GREETING": "hi there",
+        "NOT-A-NAME": "dropped",
+        "IFS": "x",
+        "OPTIND": "5",
+        "PPID": "1",
+        "PWD": "/nowhere",
+        "_": "/some/program",
+        "MULTI": "two\nlines",
+    }
+    direct, shell, spawned = _both_ways("env > env.txt", tmp_path, monkeypatch, env=env)
+    assert direct[:3] == shell[:3] and spawned[0].endswith("/env")
+    lines = direct[3]["env.txt"].decode().splitlines()
+    assert sorted(lines) == sorted(shell[3]["env.txt"].decode().splitlines())  # (dash's order)
+    assert f"PWD={tmp_path}" in lines and "GREETING=hi there" in lines
+    # A PWD that names the directory by another path is kept; no PATH: dash's own search path.
+    link = tmp_path.parent / f"{tmp_path.name}-link"
+    link.symlink_to(tmp_path)
+    env = {"PWD": str(link)}
+    direct, shell, spawned = _both_ways("env > env.txt", tmp_path, monkeypatch, env=env)
+    assert direct == shell and direct[3]["env.txt"] == f"PWD={link}\n".encode()
+    assert spawned[0] != "/bin/sh"
+
+
+@needs_dash
+def test_a_signal_that_ends_a_simple_command_is_said_as_dash_says_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dash reports a command a signal ended with code 128+N and the signal's name on stderr
+    (not for SIGINT or SIGPIPE); started without it, runner says the same."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        script = tmp_path / "selfkill"
+        script.write_text(f"#!/bin/sh\necho before\nkill -{int(number)} $$\n")
+        script.chmod(0o755)
+        direct, shell, spawned = _both_ways("./selfkill > out.txt", tmp_path, monkeypatch)
+        assert direct == shell
+        assert direct[0] == 128 + number
+        assert direct[2] == (b"Terminated\n" if number == signal.SIGTERM else b"")
+        assert spawned[0].endswith("selfkill")

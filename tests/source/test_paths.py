@@ -78,3 +78,31 @@ def test_real_below_equals_realpath_of_the_joined_path(tmp_path: Path) -> None:
     assert real_below(real, "/etc") == os.path.realpath("/etc")
     assert real_below("/", "tmp") == os.path.realpath("/tmp")
     assert checked == 12 + 144 + 1728
+
+
+def test_a_directory_many_paths_name_refuses_its_symlinks_as_one_path_alone(root: Path) -> None:
+    """Past a few names, a directory's symlinks come from one listing of it, not an lstat a
+    name: a link pointing out is refused the same, wherever it stands among the names, and a
+    directory that cannot be listed (no read permission) is asked name by name."""
+    many = root / "many"
+    many.mkdir()
+    os.symlink(root.parent / "outside" / "f", many / "z_out")
+    os.symlink(root / "src" / "in.txt", many / "z_in")
+    names = [f"many/f{i:03d}.txt" for i in range(40)]
+    for rel in names:
+        check_inside(root, rel, where=WHERE)
+    with pytest.raises(InvalidPipeline) as checked:
+        check_inside(root, "many/z_out", where=WHERE)
+    with pytest.raises(InvalidPipeline) as resolved:
+        inside(root, "many/z_out", where=WHERE)
+    assert str(checked.value) == str(resolved.value)
+    check_inside(root, "many/z_in", where=WHERE)  # a link that stays inside is fine
+    forget()
+    os.chmod(many, 0o300)  # may be walked through, not listed
+    try:
+        for rel in names:
+            check_inside(root, rel, where=WHERE)
+        with pytest.raises(InvalidPipeline):
+            check_inside(root, "many/z_out", where=WHERE)
+    finally:
+        os.chmod(many, 0o700)

@@ -62,7 +62,7 @@ def test_the_history_is_not_read_up_front(tmp_path: Path) -> None:
         _execution(journal, "p", "s", f"old{n}", "completed", "history", run="r1")
     _execution(journal, "p", "s", "new", "completed", "latest", run="r2")
     results = journal.cached_results("p")
-    assert set(results._known) == {("s", "new")}
+    assert set(results._rows) == {("s", "new")}  # read, decoded when first asked for
     statements: list[str] = []
     journal.conn.set_trace_callback(statements.append)
     for _ in range(3):

@@ -1,4 +1,5 @@
-"""The object store's durability modes: grouped fsyncs during an apply, and durable puts."""
+"""The object store's durability modes: grouped fsyncs (or one syncfs) during an apply, and
+durable puts."""
 
 from __future__ import annotations
 
@@ -57,6 +58,74 @@ def test_durable_put_of_a_pending_object_settles_it(tmp_path: Path, synced: list
     synced.clear()
     store.sync()
     assert synced == []
+
+
+@pytest.fixture
+def syncfs_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every store root a group syncfs was asked for; the real one still runs (when the kernel
+    has it: otherwise the group falls back to fsyncs)."""
+    seen: list[str] = []
+    real = objects_mod._syncfs
+
+    def recording(root: str) -> bool:
+        seen.append(root)
+        return real(root)
+
+    monkeypatch.setattr(objects_mod, "_syncfs", recording)
+    return seen
+
+
+def test_a_group_is_made_durable_by_one_syncfs(
+    tmp_path: Path, synced: list[Path], syncfs_calls: list[str]
+) -> None:
+    store = ObjectStore(tmp_path / "objects")
+    store.defer_sync()
+    digests = [store.put_bytes(f"object {i}".encode()) for i in range(objects_mod.SYNCFS_FROM)]
+    store.sync()
+    assert syncfs_calls == [str(tmp_path / "objects")]
+    if objects_mod._syncfs_call() is not None:
+        assert synced == []  # no fsync of its own for any of them
+    else:  # no syncfs here: each file, then each directory
+        assert set(synced) == {store.path(d) for d in digests} | {
+            store.path(d).parent for d in digests
+        }
+    store.sync()
+    assert len(syncfs_calls) == 1  # nothing pending: nothing to do
+
+
+def test_a_lone_object_keeps_its_own_fsyncs(
+    tmp_path: Path, synced: list[Path], syncfs_calls: list[str]
+) -> None:
+    store = ObjectStore(tmp_path / "objects")
+    store.defer_sync()
+    digest = store.put_bytes(b"alone")
+    store.sync()
+    assert syncfs_calls == [] and synced == [store.path(digest), store.path(digest).parent]
+
+
+def test_where_there_is_no_syncfs_a_group_is_fsynced_file_by_file(
+    tmp_path: Path, synced: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(objects_mod, "_syncfs_call", lambda: None)
+    store = ObjectStore(tmp_path / "objects")
+    store.defer_sync()
+    digests = [store.put_bytes(f"object {i}".encode()) for i in range(objects_mod.SYNCFS_FROM)]
+    store.sync()
+    files = {store.path(d) for d in digests}
+    assert set(synced[: len(files)]) == files  # the files first, then their directories
+    assert set(synced[len(files) :]) == {p.parent for p in files}
+
+
+def test_a_failed_syncfs_is_a_store_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writeback the kernel reports failed: the journal must not commit (the error reaches
+    the commit that called sync)."""
+    monkeypatch.setattr(objects_mod, "_syncfs_call", lambda: lambda _fd: -1)
+    store = ObjectStore(tmp_path / "objects")
+    store.defer_sync()
+    for i in range(objects_mod.SYNCFS_FROM):
+        store.put_bytes(f"object {i}".encode())
+    with pytest.raises(StoreError, match="cannot make objects durable"):
+        store.sync()
 
 
 def test_size_and_has(tmp_path: Path) -> None:

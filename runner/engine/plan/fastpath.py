@@ -185,12 +185,10 @@ def record(
         # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
         # a directory swapped for a symlink changes the real path (see check)
         "workspace": {
-            str(plan.root / rel): [
-                *(_sig(str(plan.root / rel)) or [-1, -1, -1]),
-                digest,
-                real(str(plan.root / rel)),
-            ]
-            for rel, digest in sorted(report.workspace.items())
+            path: [*(_sig(path) or [-1, -1, -1]), digest, real(path)]
+            for path, digest in (
+                (str(plan.root / rel), digest) for rel, digest in sorted(report.workspace.items())
+            )
         },
         # every object the run's results name, output files' copies included, with the
         # signature it had when the run hashed or wrote it

@@ -185,6 +185,11 @@ def check_budget_first(
     max_cost: float | None,
 ) -> None:
     """Before an apply: when any budget is set, plan and refuse (OverBudget) above it."""
+    if max_cost is None and plan.limits.max_cost is None:
+        from ...source.tomlfile import find_runner_toml
+
+        if find_runner_toml(plan.directory) is None:
+            return  # no budget anywhere: the cost model is not even imported (~10 ms)
     from .costs import check_budget, estimate, load_prices
 
     prices = load_prices(plan.directory)

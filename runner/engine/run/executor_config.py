@@ -13,7 +13,6 @@ threads = 2                          # ... with 2 threads each
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -80,6 +79,8 @@ def read_executor_settings(start: Path) -> ExecutorSettings:
         return ExecutorSettings()  # the provider config reports an unreadable file
     if "executor" not in text:
         return ExecutorSettings()
+    import tomllib  # only for a file that mentions the table
+
     try:
         section = tomllib.loads(text).get("executor")
     except tomllib.TOMLDecodeError as exc:

@@ -28,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import UsageError
 from ...source import secretmask
 from ...steps.base import StepContext, StepResult, StepType
-from .dask_worker import Job, job_for, run_batch
+
+if TYPE_CHECKING:  # the worker's side loads with the Dask executor, not with every apply
+    from .dask_worker import Job
 
 
 class Executor(Protocol):
@@ -182,6 +184,8 @@ class DaskExecutor:
     ) -> StepResult:
         if not step_type.runs_anywhere:
             return await step_type.run(ctx, args)
+        from .dask_worker import job_for
+
         job = job_for(step_type, ctx, args)
         loop = asyncio.get_running_loop()
         pending = _Pending(
@@ -232,6 +236,8 @@ class DaskExecutor:
         groups: dict[tuple[tuple[str, float], ...], list[_Batch]] = {}
         for batch in batches:
             groups.setdefault(batch.members[0].resources, []).append(batch)
+        from .dask_worker import run_batch
+
         for resources, same in groups.items():
             futures = self.client.map(
                 run_batch,

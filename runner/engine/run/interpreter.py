@@ -34,6 +34,7 @@ from . import attempts, gates, gatestep
 from .events import EventType, NullReporter, Reporter
 from .executors import Executor
 from .files import FileHasher
+from .foreach import run_elements
 from .keys import KeyParts, resolve
 from .options import ApplyOptions
 from .outcomes import (
@@ -119,7 +120,6 @@ class Interpreter:
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
         self._kept: dict[tuple[str, int], dict[str, str]] = {}  # edits kept before a re-run
-        self._contract_of: dict[tuple[str, int], str | None] = {}
         self.edited_steps: set[str] = set()
         self._prepared: dict[str, _Ready] = {}  # by _step_now, for _step to go on from
         self.remote: RemoteLink | None = None  # set by apply when a remote cache is configured
@@ -164,7 +164,8 @@ class Interpreter:
     async def _apply(self) -> RunReport:
         plan = self.plan
         gatestep.check_gates(plan)
-        self.cached = self.journal.cached_results(plan.name)
+        # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
+        self.cached = self.journal.cached_results(plan.name, preload=not self.options.reuse)
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item
@@ -377,8 +378,14 @@ class Interpreter:
             return self._record_outcome(carried)
         if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
             return None
-        if step.id in self.options.reuse or self.scheduler.blocked(step) is not None:
+        if self.scheduler.blocked(step) is not None:
             return None
+        reused = self.options.reuse.get(step.id)
+        if reused is not None:  # watch's last cycle answers it: no task, as a cached step
+            self.recorder.emit(
+                EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True
+            )
+            return self._record_outcome(self._journal_reused(as_cached(reused)))
         self._set_phase(step)
         started = time.perf_counter()
         try:
@@ -412,29 +419,22 @@ class Interpreter:
             items = list(items.items())
         if not isinstance(items, list):
             raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
-        limit = asyncio.Semaphore(step.concurrency or len(items) or 1)
-
-        async def one(index: int, item: Any) -> ElementOutcome:
-            # Arguments and key are worked out before the element waits for its turn: an
-            # element answered without running (cached, edited, failed arguments) takes no
-            # turn, and the others are ready to send the moment a turn frees (otherwise each
-            # of a wave's elements did this work, one after another, after the last call came
-            # back: ~0.5 ms each, in every wave).
-            ready = self._prepare(step, index, item, has_item=True)
-            if isinstance(ready, ElementOutcome):
-                return ready
-            async with limit:
-                return await self._execution(step, index, item, has_item=True, ready=ready)
-
-        # Every element ends before an error (a full disk) leaves the step: none is left
-        # running with an exception no one retrieves.
-        results = await asyncio.gather(
-            *(one(i, it) for i, it in enumerate(items)), return_exceptions=True
+        self.cached.fresh(step.id)  # a first run asks for no result element by element
+        elements = await run_elements(
+            items,
+            width=step.concurrency or len(items) or 1,
+            prepare=lambda index, item: self._prepare(step, index, item, has_item=True),
+            execute=lambda index, item, ready: self._execution(
+                step, index, item, has_item=True, ready=ready
+            ),
+            flush=self.recorder.flush_events,
+            inline=(
+                step.type.predictable
+                and self.executor is None
+                and step.retries == 0
+                and not step.checks
+            ),
         )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        elements = [r for r in results if isinstance(r, ElementOutcome)]
         outcome = for_each_outcome(step.id, elements)
         self.recorder.emit(  # the elements had theirs; this says the step itself is done
             EventType.FOR_EACH_ENDED, step.id, status=outcome.status.value, elements=len(elements)
@@ -504,7 +504,9 @@ class Interpreter:
                 return ElementOutcome(el_index, StepStatus.FAILED, key, reason=reason)
         self.executions_started += 1
         async with self.scheduler.slot():
-            return await self._run_attempts(step, index, el_index, args, parts, key, extra)
+            return await self._run_attempts(
+                step, index, el_index, args, parts, key, extra, contract
+            )
 
     def _prepare(
         self, step: CompiledStep, index: int | None, item: Any, *, has_item: bool
@@ -523,13 +525,12 @@ class Interpreter:
             self.recorder.failure(step.id, el_index, None, reason, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         contract = self._contract(step, extra, key)
-        self._contract_of[(step.id, el_index)] = contract
         if step.id in self.edited_steps:
             edited = self.reuse.override(step, index, el_index, key, contract)
             if edited is not None:
                 return edited
         if step.cache is CachePolicy.USE and step.id not in self.options.force:
-            hit = self.cached.get((step.id, key))
+            hit = self.cached.get((step.id, key), keep=index is None)  # an element asks once
             # A partial result (some iterations failed, a card drifted) is not a cache hit: the
             # next apply runs it again, and idempotency keys make the finished parts free.
             if hit is not None and hit.status == "completed" and self.reuse.usable(hit):
@@ -545,8 +546,8 @@ class Interpreter:
         parts: KeyParts,
         key: str,
         extra: dict[str, Any],
+        contract: str | None,
     ) -> ElementOutcome:
-        contract = self._contract_of.get((step.id, el_index))
         kept, refused = self.reuse.keep_before_rerun(step, index, args)
         if refused is not None:
             self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)

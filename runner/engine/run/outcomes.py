@@ -5,6 +5,7 @@ Plain data shared by the scheduler, the recorder and the CLI; nothing here touch
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class RunStatus(enum.Enum):
     REJECTED = "rejected"
 
 
-@dataclass
+@dataclass(slots=True)  # one per element: a 100,000-element for_each holds them all
 class ElementOutcome:
     index: int
     status: StepStatus
@@ -225,4 +226,8 @@ def as_cached(outcome: StepOutcome) -> StepOutcome:
             dataclasses.replace(e, status=StepStatus.CACHED) if e.status is StepStatus.RAN else e
             for e in outcome.elements
         ]
-    return dataclasses.replace(outcome, status=StepStatus.CACHED, duration_s=0.0, elements=elements)
+    # A copy with three fields set: dataclasses.replace (~5 µs) ran for each of a watch
+    # cycle's reused steps before the first changed one could start.
+    cached = copy.copy(outcome)
+    cached.status, cached.duration_s, cached.elements = StepStatus.CACHED, 0.0, elements
+    return cached

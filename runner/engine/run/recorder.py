@@ -447,8 +447,8 @@ class Recorder:
             "attempts": attempts,
             "duration_s": duration,
             "output": dumps(result.output),
-            "artifacts": dumps(sorted(sizes)),
-            "files": dumps(result.files),
+            "artifacts": dumps(sorted(sizes)) if sizes else "[]",  # (most steps store none)
+            "files": dumps(result.files) if result.files else "{}",
             "report": dumps(result.report) if result.report is not None else None,
             "usage": dumps(result.usage) if result.usage else None,
         }
