@@ -32,6 +32,7 @@ from .loader import (
     schema_errors,
 )
 from .order import step_order
+from .refs import check_refs, rule_refs, unknown_step
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -269,7 +270,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
     if "item" in data:
         item = ex.compile_value(data["item"], lambda p: doc.where("item", *p))
         for e in ex.iter_expressions(item):
-            _check_refs(e, doc, None, declared_params, set(), allow=("params",))
+            check_refs(e, doc, None, declared_params, set(), allow=("params",))
     from .prompt_lock import enforce
 
     enforce(root)
@@ -346,7 +347,7 @@ def _compile_step(
     allowed = EXPRESSION_ROOTS if has_for_each else EXPRESSION_ROOTS[:-2]
     refs: set[str] = set()
     for e in ex.iter_expressions(args):
-        refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
+        refs |= check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
 
     for_each = None
     if has_for_each:
@@ -354,7 +355,7 @@ def _compile_step(
             raw["for_each"], lambda p: doc.where("steps", sid, "for_each", *p)
         )
         for e in ex.iter_expressions(for_each):
-            refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=EXPRESSION_ROOTS[:-2])
+            refs |= check_refs(e, doc, sid, declared_params, step_ids, allow=EXPRESSION_ROOTS[:-2])
 
     contract = None
     if "contract" in raw:
@@ -362,7 +363,7 @@ def _compile_step(
             raw["contract"], lambda p: doc.where("steps", sid, "contract", *p)
         )
         for e in ex.iter_expressions(contract):
-            refs |= _check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
+            refs |= check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
 
     when = None
     checks: list[Rule] = []
@@ -377,12 +378,12 @@ def _compile_step(
             raise
         when = compiled_rules.when
         if when is not None:
-            refs |= _rule_refs(when, doc, sid, ("when",), allowed, declared_params, step_ids)
+            refs |= rule_refs(when, doc, sid, ("when",), allowed, declared_params, step_ids)
         # A check also sees `output`: the output of the attempt it judges.
         check_names = (*allowed, "output") if compiled_rules.checks else allowed
         for i, rule in enumerate(compiled_rules.checks):
             path: tuple[Any, ...] = ("check", i) if isinstance(check_raw, list) else ("check",)
-            refs |= _rule_refs(rule, doc, sid, path, check_names, declared_params, step_ids)
+            refs |= rule_refs(rule, doc, sid, path, check_names, declared_params, step_ids)
             checks.append(rule)
     if step_type.requires_check and not checks:
         raise InvalidPipeline(
@@ -396,7 +397,7 @@ def _compile_step(
     needs = list(raw.get("needs") or [])
     for i, need in enumerate(needs):
         if need not in step_ids:
-            raise _unknown_step(doc, sid, need, step_ids, ("needs", i))
+            raise unknown_step(doc, sid, need, step_ids, ("needs", i))
         if need == sid:
             raise InvalidPipeline(
                 "a step cannot need itself", where=doc.where("steps", sid, "needs", i), step=sid
@@ -493,97 +494,6 @@ def _literal(value: Any) -> bool:
                 return False
         return True
     return kind in (int, float, bool, type(None))
-
-
-def _unknown_step(
-    doc: PipelineDoc, sid: str, name: str, ids: set[str], base: tuple[Any, ...]
-) -> InvalidPipeline:
-    return InvalidPipeline(
-        f"unknown step '{name}'",
-        where=doc.where("steps", sid, *base),
-        step=sid,
-        hint=did_you_mean(name, ids) or "steps: " + ", ".join(sorted(ids)),
-    )
-
-
-def _unknown_param(
-    doc: PipelineDoc, sid: str | None, name: str, declared: set[str], base: tuple[Any, ...]
-) -> InvalidPipeline:
-    return InvalidPipeline(
-        f"unknown param '{name}'",
-        where=doc.where("steps", sid, *base) if sid else doc.where(*base),
-        step=sid,
-        hint=did_you_mean(name, declared)
-        or (
-            "declared params: " + ", ".join(sorted(declared))
-            if declared
-            else "the pipeline declares no params"
-        ),
-    )
-
-
-def _rule_refs(
-    rule: Rule,
-    doc: PipelineDoc,
-    sid: str,
-    base: tuple[Any, ...],
-    names: tuple[str, ...],
-    declared_params: set[str],
-    step_ids: set[str],
-) -> set[str]:
-    """The steps a rule of step ``sid`` reads; an unknown name, param or step is an error
-    located at the rule (``base`` under the step)."""
-    found: set[str] = set()
-    for r in rule.refs:
-        root, attr = r.root, r.attr
-        if root not in names:
-            raise InvalidPipeline(
-                f"unknown name '{root}' in expression",
-                where=doc.where("steps", sid, *base),
-                step=sid,
-                hint=did_you_mean(root, names) or "names: " + ", ".join(names),
-            )
-        if attr is None:
-            continue
-        if root == "steps":
-            if attr not in step_ids:
-                raise _unknown_step(doc, sid, attr, step_ids, base)
-            found.add(attr)
-        elif root == "params" and attr not in declared_params:
-            raise _unknown_param(doc, sid, attr, declared_params, base)
-    return found
-
-
-def _check_refs(
-    e: ex.Expression,
-    doc: PipelineDoc,
-    sid: str | None,
-    declared_params: set[str],
-    step_ids: set[str],
-    *,
-    allow: tuple[str, ...],
-) -> set[str]:
-    found: set[str] = set()
-    for r in e.refs:
-        if r.root not in allow:
-            extra = " (only inside a for_each step)" if r.root in ("item", "index") else ""
-            raise InvalidPipeline(
-                f"unknown name '{r.root}' in '${{{{ {e.source} }}}}'{extra}",
-                where=e.where,
-                step=sid,
-                hint=did_you_mean(r.root, allow) or "names: " + ", ".join(allow),
-            )
-        if r.root == "params" and r.attr is not None and r.attr not in declared_params:
-            err = _unknown_param(doc, sid, r.attr, declared_params, ())
-            err.where = e.where
-            raise err
-        if r.root == "steps" and r.attr is not None:
-            if r.attr not in step_ids:
-                err = _unknown_step(doc, sid or "", r.attr, step_ids, ())
-                err.where = e.where
-                raise err
-            found.add(r.attr)
-    return found
 
 
 def _link_files(steps: dict[str, CompiledStep], root: Path) -> None:

@@ -7,7 +7,7 @@ completed execution whose objects are present), *restore* (cached, but an output
 or was edited by hand), *run* (with why: never ran, which key part changed, cache off, forced), or
 *unknown*: its key reads an upstream result that does not exist yet (an upstream that would run).
 Unknown is found exactly, not guessed from the graph: upstream results that would change are an
-``_Unknown`` value in the expression context, and evaluating anything that touches one (an
+``Unknown`` value in the expression context, and evaluating anything that touches one (an
 attribute, an index, its text, its length) marks the element unknown. So
 ``steps.card.elements[index].output`` makes only element ``index`` unknown when only that card
 would change.
@@ -32,7 +32,6 @@ from ...state.journal import CachedResult, Journal
 from ...state.objects import ObjectStore
 from ...state.records import loads
 from ..run import gates, gatestep
-from ..run.files import FileHasher
 from ..run.keys import KeyParts, changed_parts
 from .forecast import (
     Action,
@@ -44,81 +43,9 @@ from .forecast import (
 )
 from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
 from .planparts import last_keyed, provider_calls
+from .unknowns import ArgReader, PlanHasher, Touched, Unknown, holds_unknown
 
 MAX_PASSES = 32  # as the interpreter's: one pass more per remembered revision
-
-
-class _Touched(Exception):
-    """An expression read a result that is not known before the apply runs."""
-
-
-class _Unknown:
-    """Stands for an upstream result that would be produced by the apply: any use raises."""
-
-    __slots__ = ("source",)
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def _touch(self, *_a: Any, **_k: Any) -> Any:
-        raise _Touched(self.source)
-
-    __getattr__ = _touch
-    __getitem__ = _touch
-    __str__ = _touch
-    __bool__ = _touch
-    __len__ = _touch
-    __iter__ = _touch
-    __eq__ = _touch
-    __lt__ = _touch
-    __gt__ = _touch
-    __add__ = _touch
-    __contains__ = _touch
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"<result of {self.source}, not known yet>"
-
-
-def _holds_unknown(value: Any) -> str | None:
-    """The source of an _Unknown anywhere inside ``value`` (a whole-value reference), or None."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if type(v) is _Unknown:
-            return v.source
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-    return None
-
-
-class _PlanHasher(FileHasher):
-    """File hashes as they would be during the apply, saving nothing.
-
-    Files an earlier step would restore hash to their stored digest; files a would-run step
-    writes are not known yet.
-    """
-
-    def __init__(self, journal: Journal | None) -> None:
-        super().__init__(journal)
-        self.overlay: dict[str, str] = {}  # path -> digest after restores
-        self.pending: dict[str, str] = {}  # path -> step that would rewrite it
-
-    def hash(self, path: Path) -> str:
-        key = str(path)
-        if key in self.pending:
-            raise _Touched(self.pending[key])
-        if key in self.overlay:
-            return self.overlay[key]
-        return super().hash(path)
-
-    def actual(self, path: Path) -> str:
-        return super().hash(path)
-
-    def flush(self) -> None:
-        self.dirty = []  # a plan writes nothing, not even the stat cache
 
 
 def forecast(
@@ -158,7 +85,7 @@ class _Planner:
         self.interp = interp
         self.journal: Journal = interp.journal
         self.force = force
-        self.hasher = _PlanHasher(self.journal)
+        self.hasher = PlanHasher(self.journal)
         interp.reuse.hasher = self.hasher
         self.cached = self.journal.cached_results(plan.name)
         self.edited = overrides.any_active(self.journal, plan.name)
@@ -185,7 +112,7 @@ class _Planner:
                 return Forecast(self.plan.name, steps)
             self.outcomes, self.predicted, self.rejected = {}, {}, set()
             self.interp.context_steps = {}
-            self.hasher = _PlanHasher(self.journal)
+            self.hasher = PlanHasher(self.journal)
             self.interp.reuse.hasher = self.hasher
         return Forecast(self.plan.name, steps)
 
@@ -222,10 +149,10 @@ class _Planner:
             return sf
         try:
             items = ex.evaluate_value(step.for_each, self._ctx())
-            bad = _holds_unknown(items)
+            bad = holds_unknown(items)
             if bad is not None:
-                raise _Touched(bad)
-        except _Touched as t:
+                raise Touched(bad)
+        except Touched as t:
             sf = StepForecast(
                 step.id,
                 step.uses,
@@ -268,7 +195,7 @@ class _Planner:
             return None  # decided by a command at apply time: plan the step as if it runs
         try:
             verdict = step.when.evaluate_sync(self._ctx(), root=self.plan.root)
-        except _Touched as t:
+        except Touched as t:
             sf = StepForecast(
                 step.id,
                 step.uses,
@@ -286,7 +213,7 @@ class _Planner:
         src = step.id
         if sf.elements is None:
             if el is None:
-                self.interp.context_steps[src] = _Unknown(src)
+                self.interp.context_steps[src] = Unknown(src)
             else:
                 output = self._output(step.id, el, src)
                 self.interp.context_steps[src] = {"status": "cached", "output": output}
@@ -311,17 +238,17 @@ class _Planner:
                 return hit.output
         if (sid, el.index) in self.predicted:
             return self.predicted[(sid, el.index)]
-        return _Unknown(src)
+        return Unknown(src)
 
     # -- one execution ----------------------------------------------------------------------
 
     def _element(self, step: CompiledStep, index: int, extra: dict[str, Any]) -> ElementForecast:
         try:
             args, parts = self.interp._resolve(step, extra)
-            bad = _holds_unknown(args)
+            bad = holds_unknown(args)
             if bad is not None:
-                raise _Touched(bad)
-        except _Touched as t:
+                raise Touched(bad)
+        except Touched as t:
             el = ElementForecast(
                 index,
                 Action.UNKNOWN,
@@ -444,7 +371,7 @@ class _Planner:
             return None
         try:
             contract = self.interp._contract(step, extra, key)
-        except _Touched as t:
+        except Touched as t:
             return ElementForecast(
                 index,
                 Action.UNKNOWN,
@@ -476,14 +403,14 @@ class _Planner:
         try:
             _args, parts = self.interp._resolve(step, {})
             upstream = {d: self._upstream_key(d) for d in step.deps}
-        except _Touched as t:
+        except Touched as t:
             sf = StepForecast(
                 step.id,
                 step.uses,
                 Action.ASK,
                 [f"would ask for a decision once '{t.args[0]}' has run"],
             )
-            self.interp.context_steps[step.id] = _Unknown(step.id)
+            self.interp.context_steps[step.id] = Unknown(step.id)
             return sf
         key = canonical_digest(
             {"args": parts.key(), "item": self.interp.options.item, "upstream": upstream}
@@ -524,12 +451,12 @@ class _Planner:
         if old is not None and old.decision is gates.Decision.APPROVE:
             # no result to answer from (the approval was recorded, never applied): the apply
             # takes it again (gatestep._recalled) and goes on past the gate
-            self.interp.context_steps[step.id] = _Unknown(step.id)
+            self.interp.context_steps[step.id] = Unknown(step.id)
             why = f"approved before with the same inputs (by {old.by}, run {old.run_id})"
             return StepForecast(step.id, step.uses, Action.RUN, [why, *revised[-1:]], key)
         if old is not None and old.decision is gates.Decision.REJECT:
             self.rejected.add(step.id)
-            self.interp.context_steps[step.id] = _Unknown(step.id)
+            self.interp.context_steps[step.id] = Unknown(step.id)
             why = (
                 f"rejected before with the same inputs (by {old.by}, run {old.run_id}); "
                 f"ask again with --reask {step.id}"
@@ -540,7 +467,7 @@ class _Planner:
             again = self._decided_here(step, key, [*own, old], old)
             if again is not None:
                 return again
-        self.interp.context_steps[step.id] = _Unknown(step.id)
+        self.interp.context_steps[step.id] = Unknown(step.id)
         return StepForecast(step.id, step.uses, Action.ASK, ["would ask for a decision"], key)
 
     def _decided_here(
@@ -555,12 +482,12 @@ class _Planner:
         than asking; a revision sends its target round again with the review, as the apply's
         next pass does."""
         if row.decision is gates.Decision.APPROVE:
-            self.interp.context_steps[step.id] = _Unknown(step.id)
+            self.interp.context_steps[step.id] = Unknown(step.id)
             why = f"approved by {row.by} (round {row.round}): would go on past the gate"
             return StepForecast(step.id, step.uses, Action.RUN, [why], key)
         if row.decision is gates.Decision.REJECT:
             self.rejected.add(step.id)
-            self.interp.context_steps[step.id] = _Unknown(step.id)
+            self.interp.context_steps[step.id] = Unknown(step.id)
             why = f"rejected by {row.by} (round {row.round})"
             return StepForecast(step.id, step.uses, Action.CACHED, [why], key)
         target = gatestep.revise_target(step)
@@ -580,7 +507,7 @@ class _Planner:
     def _upstream_key(self, sid: str) -> Any:
         up = self.outcomes[sid]
         if up.action not in (Action.CACHED, Action.RESTORE):
-            raise _Touched(sid)
+            raise Touched(sid)
         return up.key or [e.key for e in up.elements or []]
 
     # -- provider calls ---------------------------------------------------------------------
@@ -590,27 +517,8 @@ class _Planner:
     ) -> list[Call]:
         if step.uses not in CALL_STEPS:
             return []
-        arg = _ArgReader(step, self._ctx(**extra), args)
+        arg = ArgReader(step, self._ctx(**extra), args)
         return provider_calls(step.uses, arg.get, self.interp.env.providers, args)
-
-
-class _ArgReader:
-    """One argument of a step, evaluated alone (the others may depend on unknown results)."""
-
-    def __init__(
-        self, step: CompiledStep, ctx: dict[str, Any], args: Mapping[str, Any] | None
-    ) -> None:
-        self.step, self.ctx, self.args = step, ctx, args
-
-    def get(self, name: str) -> Any:
-        if self.args is not None:
-            return self.args.get(name)
-        raw = self.step.args.get(name) if isinstance(self.step.args, dict) else None
-        try:
-            value = ex.evaluate_value(raw, self.ctx)
-        except (_Touched, RunnerError):
-            return None
-        return None if _holds_unknown(value) else value
 
 
 def _message(exc: RunnerError) -> str:
