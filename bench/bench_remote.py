@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' S3 server helper
 from bench._common import ENV, REPO, apply, compile_tree
-from tests.remote.s3server import S3Server, s3_server
+from tests.state.remote.s3server import S3Server, s3_server
 
 
 def _apply(

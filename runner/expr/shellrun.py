@@ -284,6 +284,8 @@ def _spawn_simple(
     stdin, inherited = _devnull(), _inheritable_fds()
     if inherited is None or min(stdin, out, err) <= 2:
         return None
+    if not all(_opens_at_once(name, flags) for _fd, name, flags in simple.redirects):
+        return None
     source = os.environ if env is None else env
     path = _command_path(simple.argv[0], source.get("PATH", _DASH_PATH))
     if path is None:
@@ -296,6 +298,21 @@ def _spawn_simple(
     except OSError:  # a redirection's file, a script without #!, an unreadable binary...
         return None
     return _Spawned(pid)
+
+
+def _opens_at_once(name: str, flags: int) -> bool:
+    """Whether opening a redirection's file cannot wait: a regular file (or none yet, to be
+    created), or /dev/null. A FIFO's open waits for the other end, and here it would wait inside
+    posix_spawn, holding the event loop (the other end may be a command runner has yet to
+    start); dash opens it in its own process."""
+    if name == "/dev/null":
+        return True
+    try:
+        return stat.S_ISREG(os.stat(name).st_mode)
+    except FileNotFoundError:
+        return bool(flags & os.O_CREAT)
+    except OSError:
+        return False
 
 
 def _command_path(name: str, search: str) -> str | None:

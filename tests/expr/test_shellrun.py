@@ -353,3 +353,32 @@ def test_a_signal_that_ends_a_simple_command_is_said_as_dash_says_it(
         assert direct[0] == 128 + number
         assert direct[2] == (b"Terminated\n" if number == signal.SIGTERM else b"")
         assert spawned[0].endswith("selfkill")
+
+
+@needs_dash
+def test_a_fifo_redirection_is_left_to_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a FIFO waits for its other end: inside posix_spawn that would hold the event
+    loop, and the other end here is a command the loop has yet to start."""
+    monkeypatch.chdir(tmp_path)
+    spawned: list[str] = []
+    real = os.posix_spawn
+
+    def recording(path: str, *args: Any, **kw: Any) -> int:
+        spawned.append(path)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(os, "posix_spawn", recording)
+    (tmp_path / "in.txt").write_text("through the pipe\n")
+    os.mkfifo(tmp_path / "pipe")
+
+    async def both() -> list[Any]:
+        writer = run_shell("cat in.txt > pipe", cwd=tmp_path, timeout=20)
+        reader = run_shell("cat < pipe", cwd=tmp_path, timeout=20)
+        return list(await asyncio.wait_for(asyncio.gather(writer, reader), 30))
+
+    wrote, read = asyncio.run(both())
+    assert (wrote.code, read.code, read.stdout) == (0, 0, b"through the pipe\n")
+    assert spawned == ["/bin/sh", "/bin/sh"]
+    assert shellrun._simple("cat in.txt > pipe") is not None  # simple, but not started so

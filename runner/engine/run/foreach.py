@@ -68,15 +68,12 @@ async def run_elements(
     async def run(index: int, item: Any, ready: R) -> None:
         outcomes[index] = await execute(index, item, ready)
 
-    def start() -> bool:
-        started = False
+    def start() -> None:
         while waiting and len(running) < width and not errors:
             index, item, ready = waiting.popleft()
             task = loop.create_task(run(index, item, ready))
             running.add(task)
             task.add_done_callback(ended)
-            started = True
-        return started
 
     async def turn() -> None:
         """Until a running element ends; then the waiting ones take the free turns."""
@@ -94,8 +91,9 @@ async def run_elements(
                 outcomes[index] = ready
             else:
                 waiting.append((index, item, ready))
-                if start():  # it sets off (its call is sent) before the next is prepared
-                    await asyncio.sleep(0)
+                # Started now, it runs at the driver's next wait, beside the others started
+                # since: the calls of one moment share their journal commits.
+                start()
                 while len(waiting) >= width and not errors:
                     await turn()
             if index % FLUSH_EVERY == FLUSH_EVERY - 1:
