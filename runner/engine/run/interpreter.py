@@ -5,11 +5,12 @@ its objects present is not run (``cached``); a deleted output file is restored f
 Step failures are recorded values: they stop the failing step's dependents and let independent
 branches finish.
 
-This is the coordinator: it resolves each step's arguments and key, decides between reuse and a
-run, retries and checks. Around it: the scheduler (scheduler.py: what is ready, the ``--jobs``
-slots, cancellation), the step body's side of the seam (stepbody.py, run through an executor:
-executors.py), the recorder (recorder.py: journal rows and events), reuse.py (cache, user
-edits, remote cache) and gatestep.py (human gates).
+This is the coordinator: it resolves each step's arguments and key and decides between reuse
+and a run. Around it: an execution run for real (execution.py: attempts, checks, the pass
+recorded), the scheduler (scheduler.py: what is ready, the ``--jobs`` slots, cancellation), the
+step body's side of the seam (stepbody.py, run through an executor: executors.py), the recorder
+(recorder.py: journal rows and events), reuse.py (cache, user edits, remote cache), foreach.py
+(elements through a window) and gatestep.py (human gates).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import expr as ex
-from ...errors import DiskFull, ExpressionError, RunnerError, StepFailure, StoreError
+from ...errors import DiskFull, ExpressionError, RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
@@ -29,9 +30,10 @@ from ...state import overrides
 from ...state.canonical import CanonicalError
 from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
-from ...steps.base import ProviderAccess, ResultStatus, StepContext, StepEnv, StepResult
-from . import attempts, gates, gatestep
+from ...steps.base import ProviderAccess, StepEnv
+from . import gates, gatestep
 from .events import EventType, NullReporter, Reporter
+from .execution import Executions
 from .executors import Executor
 from .files import FileHasher
 from .foreach import run_elements
@@ -48,7 +50,7 @@ from .outcomes import (
     run_status,
     settle,
 )
-from .recorder import JournalLedger, Progress, Recorder, new_run_id
+from .recorder import Progress, Recorder, new_run_id
 from .remote_link import RemoteLink
 from .reuse import Reuse
 from .scheduler import Scheduler
@@ -67,7 +69,7 @@ def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
 MAX_PASSES = 32
 
 
-class Interpreter:
+class Interpreter(Executions):
     """Runs one plan against one state directory. Use ``await Interpreter(...).apply()``."""
 
     def __init__(
@@ -287,17 +289,6 @@ class Interpreter:
         )
 
     # -- one step ------------------------------------------------------------------------------
-
-    def _context(self, **extra: Any) -> dict[str, Any]:
-        ctx = {
-            "params": self.plan.params,
-            "steps": self.context_steps,
-            "run": {"id": self.run_id, "item": self.options.item},
-            "feedback": [],
-            "attempt": 1,
-        }
-        ctx.update(extra)
-        return ctx
 
     def _set_phase(self, step: CompiledStep) -> None:
         if step.phase and step.phase != self.current_phase:
@@ -536,167 +527,3 @@ class Interpreter:
             if hit is not None and hit.status == "completed" and self.reuse.usable(hit):
                 return self.reuse.cached(step, index, el_index, key, hit, contract)
         return (extra, el_index, args, parts, key, contract)
-
-    async def _run_attempts(
-        self,
-        step: CompiledStep,
-        index: int | None,
-        el_index: int,
-        args: dict[str, Any],
-        parts: KeyParts,
-        key: str,
-        extra: dict[str, Any],
-        contract: str | None,
-    ) -> ElementOutcome:
-        kept, refused = self.reuse.keep_before_rerun(step, index, args)
-        if refused is not None:
-            self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
-            self.recorder.failure(step.id, el_index, key, refused, 0)
-            return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
-        exec_id = self.recorder.started(step.id, el_index, key, parts, contract)
-        if kept:  # referenced at once, so no gc collects the kept bytes whatever happens next
-            self._kept[(step.id, el_index)] = kept
-            self.recorder.kept_edits(exec_id, kept)
-        # A revision's reviewer input is the first attempt's feedback.
-        review = self.reviews.get(step.id)
-        review_feedback: list[str] = list(review["feedback"]) if review else []
-        if review is not None:
-            extra = {**extra, "review": review}
-
-        def context(attempt: int, feedback: list[str]) -> StepContext:
-            return StepContext(
-                env=self.env,
-                run_id=self.run_id,
-                step_id=step.id,
-                element=index,
-                attempt=attempt,
-                feedback=feedback,
-                ledger=JournalLedger(self.journal, self.run_id, step.id),
-                log=self.recorder.logger(step.id, index),
-            )
-
-        def evaluate(attempt: int, feedback: list[str]) -> dict[str, Any]:
-            ctx = self._context(**{**extra, "feedback": feedback, "attempt": attempt})
-            args: dict[str, Any] = step.type.evaluate(step.args, ctx)
-            return args
-
-        async def checks(result: StepResult, attempt: int) -> list[str]:
-            return await self._checks(step, result, extra, attempt)
-
-        done = await attempts.attempt(
-            step,
-            index,
-            el_index,
-            key,
-            args,
-            exec_id=exec_id,
-            review_feedback=review_feedback,
-            context=context,
-            evaluate=evaluate,
-            checks=checks,
-            executor=self.executor,
-            recorder=self.recorder,
-            forced=step.id in self.options.force,
-        )
-        if isinstance(done, ElementOutcome):
-            return done
-        return self._passed(step, index, el_index, exec_id, key, done.result, done.attempt, done.t0)
-
-    async def _checks(
-        self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
-    ) -> list[str]:
-        if not step.checks:
-            return []
-        steps_view = dict(self.context_steps)
-        steps_view[step.id] = {"status": "ran", "output": result.output}
-        ctx = self._context(**extra, steps=steps_view, output=result.output, attempt=attempt)
-        reasons: list[str] = []
-        for rule in step.checks:
-            verdict = await rule.evaluate(ctx, root=self.plan.root)
-            if not verdict.passed:
-                reasons.extend(verdict.reasons or ["check failed"])
-        return reasons
-
-    def _passed(
-        self,
-        step: CompiledStep,
-        index: int | None,
-        el_index: int,
-        exec_id: int,
-        key: str,
-        result: StepResult,
-        attempt: int,
-        t0: float,
-    ) -> ElementOutcome:
-        kept = self._kept.pop((step.id, el_index), None)
-        if kept:
-            result.report = {**(result.report or {}), "edited_outputs_kept": kept}
-        digests = set(result.artifacts) | set(result.files.values())
-        self.reuse.objects_used.update(result.artifacts)
-        self.reuse.workspace_used.update(result.files)
-        sizes = {}
-        for d in digests:
-            try:
-                sizes[d] = self.objects.size(d)
-            except StoreError:
-                raise StepFailure(
-                    f"step type '{step.uses}' referenced object {d[:12]} it never stored"
-                ) from None
-        status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
-        duration = time.perf_counter() - t0
-        # Where the body ran (a Dask worker), journaled with the execution and its event.
-        where = getattr(self.executor, "where", {}).pop((step.id, index), None)
-        # A plain step's record is written once its dependents started; an element's now.
-        self.recorder.passed(
-            exec_id,
-            result,
-            sizes,
-            status=status,
-            attempts=attempt,
-            duration=duration,
-            defer=index is None,
-            worker=where,
-        )
-        if self.remote is not None and status == "completed" and step.type.shareable:
-            self.remote.push(
-                key=key,
-                step_type=f"{step.uses}@{step.type.version}",
-                output=result.output,
-                artifacts=sizes,
-                files=dict(result.files),
-                report=result.report,
-            )
-        if result.usage:
-            self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
-            budget = self.options.token_budget or self.plan.limits.token_budget
-            if budget is not None and self.tokens_used > budget:
-                self.abort_reason = (
-                    f"limit token_budget of {budget} reached ({self.tokens_used} tokens used)"
-                )
-        if result.status is ResultStatus.PARTIAL:
-            self.recorder.emit(
-                EventType.STEP_FAILED,
-                step.id,
-                index,
-                partial=True,
-                report=result.report,
-                reason="partial",
-            )
-            return ElementOutcome(
-                el_index,
-                StepStatus.PARTIAL,
-                key,
-                result.output,
-                reason="partial",
-                duration_s=duration,
-            )
-        self.recorder.emit(
-            EventType.STEP_PASSED,
-            step.id,
-            index,
-            key=key,
-            duration_s=round(duration, 6),
-            attempts=attempt,
-            **({"worker": where} if where else {}),
-        )
-        return ElementOutcome(el_index, StepStatus.RAN, key, result.output, duration_s=duration)
