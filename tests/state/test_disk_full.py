@@ -263,3 +263,51 @@ def test_disk_full_at_a_ledger_write_stops_the_run_at_once(
         )
         [execution] = json.loads(shown.stdout)["executions"]
         assert execution["output"]["text"] == json.loads(result)["text"]
+
+
+@pytest.mark.parametrize("for_each", [True, False])
+def test_a_full_disk_met_by_the_object_store_stops_the_run_not_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, for_each: bool
+) -> None:
+    """Which write meets a full disk first is a race on a real one: the object store's own
+    DiskFull (a StoreError, so a RunnerError) was once taken as the step's failure, the run
+    finished `failed` with an execution left `running`. Met at the third stored output here, the
+    run stops and is marked interrupted, and the step is not recorded failed."""
+    from runner.errors import DiskFull
+    from runner.state.objects import ObjectStore
+    from tests.conftest import Project
+
+    project = Project(tmp_path)
+    many = "    for_each: [0, 1, 2, 3, 4, 5]\n    concurrency: 2\n" if for_each else ""
+    name = "s#-${{ index }}.txt" if for_each else "s#.txt"
+    steps = "".join(
+        f"  s{i}:\n    uses: shell\n{many}    with:\n"
+        f"      run: \"mkdir -p out && echo {i} > out/{name.replace('#', str(i))}\"\n"
+        f"      outputs: [\"out/{name.replace('#', str(i))}\"]\n"
+        for i in range(4)
+    )
+    project.write("pipeline.yaml", "runner: 1\nname: objects\nsteps:\n" + steps)
+    real = ObjectStore.put_file
+    stored: list[object] = []
+
+    def put_file(self: ObjectStore, source: object) -> str:
+        stored.append(source)
+        if len(stored) == 3:
+            raise DiskFull("cannot store an output: [Errno 28] No space left on device")
+        return real(self, source)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ObjectStore, "put_file", put_file)
+    doc = project.apply()
+    assert doc["_exit"] == 1, doc["_stderr"]
+    assert "full" in doc["_stderr"], doc["_stderr"]
+    conn = sqlite3.connect(tmp_path / ".runner" / "journal.db")
+    try:
+        runs = conn.execute("SELECT status, reason FROM runs").fetchall()
+        left = conn.execute(
+            "SELECT status, count(*) FROM executions WHERE status IN ('running', 'failed') "
+            "GROUP BY status"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert [r[0] for r in runs] == ["interrupted"] and "disk is full" in runs[0][1], runs
+    assert left == [], left

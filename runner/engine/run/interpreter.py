@@ -336,6 +336,8 @@ class Interpreter(Executions):
                 outcome = await self._for_each(step)
             else:
                 outcome = _plain(step, await self._execution(step, None, None, has_item=False))
+        except DiskFull:  # not this step's failure: the run stops (apply marks it interrupted)
+            raise
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
             outcome = self._failed(step, exc)
         outcome.duration_s = time.perf_counter() - started
@@ -385,6 +387,8 @@ class Interpreter(Executions):
                 self._prepared[step.id] = ready
                 return None
             outcome = _plain(step, ready)
+        except DiskFull:
+            raise
         except (RunnerError, StepFailure) as exc:
             outcome = self._failed(step, exc)
         outcome.duration_s = time.perf_counter() - started
