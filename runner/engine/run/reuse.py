@@ -6,6 +6,7 @@ step wrote when they are missing or were edited by hand (as the step's ``on_edit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,6 +43,15 @@ class Reuse:
         self.recorder = recorder
         self.workspace_used: dict[str, str] = {}
         self.objects_used: set[str] = set()
+        self._real_root: str | None = None
+
+    def _inside_now(self, rel: str) -> Path | None:
+        """``paths.inside_now`` below the root, whose own real path is found once per run
+        (steps write below the root, never above it; each output's own components are still
+        looked at as the disk is now)."""
+        if self._real_root is None:
+            self._real_root = os.path.realpath(self.plan.root)
+        return paths.inside_now(self.plan.root, rel, real_root=self._real_root)
 
     def usable(self, cached: CachedResult) -> bool:
         """Every object of ``cached`` is present (noted as used when so)."""
@@ -169,7 +179,7 @@ class Reuse:
         for rel, digest in files.items():
             # Resolved now, not from compile time: an earlier step may have swapped a directory
             # on the path for a symlink pointing out of the root.
-            path = paths.inside_now(self.plan.root, rel)
+            path = self._inside_now(rel)
             if path is None:
                 raise StepFailure(
                     f"cached output {rel} now lies outside the root (a directory on its path is "
@@ -221,7 +231,7 @@ class Reuse:
         Returns ({file: object digest of the kept bytes}, the reason to fail or None)."""
         kept: dict[str, str] = {}
         for rel in step.type.produces(args):
-            path = paths.inside_now(self.plan.root, rel)
+            path = self._inside_now(rel)
             if path is None or not path.is_file():
                 continue  # missing (nothing to lose), or refused by the step itself
             try:
