@@ -19,29 +19,17 @@ SECRET_NAME = re.compile(
 )
 
 
-
 def toml_env_names(root: Path) -> frozenset[str]:
     """Every variable a ``*_env`` setting of the nearest runner.toml names, in any table
     ([providers.*] api_key_env, [cache] sign_key_env, ...)."""
-    candidate = find_runner_toml(root)
-    if candidate is None:
-        return frozenset()
-    try:
-        st = candidate.stat()
-    except OSError:
-        return frozenset()
-    return _all_names_in(str(candidate), st.st_mtime_ns, st.st_size)
-
+    found = _nearest_toml(root)
+    return frozenset() if found is None else _all_names_in(*found)
 
 
 @lru_cache(maxsize=16)
 def _all_names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    data = _load(path)
+    if data is None:
         return frozenset()
     names: set[str] = set()
 
@@ -54,7 +42,6 @@ def _all_names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
 
     walk(data, 0)
     return frozenset(names)
-
 
 
 def wipe_initial_environ(names: Iterable[str]) -> int:
@@ -88,7 +75,6 @@ def wipe_initial_environ(names: Iterable[str]) -> int:
     return wiped
 
 
-
 def _environ_region() -> tuple[int, int] | None:
     """(env_start, env_end) of this process, from /proc/self/stat (fields 50 and 51)."""
     try:
@@ -101,30 +87,18 @@ def _environ_region() -> tuple[int, int] | None:
     return (start, end) if 0 < start < end else None
 
 
-
 def provider_env_names(root: Path) -> frozenset[str]:
     """The variables named by ``*_env`` settings of the providers in the nearest runner.toml
     (api_key_env, password_env, ...). Read directly, so a shell-only pipeline imports no
     provider code; a file that cannot be read names none (the apply reports it elsewhere)."""
-    candidate = find_runner_toml(root)
-    if candidate is None:
-        return frozenset()
-    try:
-        st = candidate.stat()
-    except OSError:
-        return frozenset()
-    return _names_in(str(candidate), st.st_mtime_ns, st.st_size)
-
+    found = _nearest_toml(root)
+    return frozenset() if found is None else _names_in(*found)
 
 
 @lru_cache(maxsize=16)
 def _names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
-    import tomllib
-
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    data = _load(path)
+    if data is None:
         return frozenset()
     sections = data.get("providers")
     if not isinstance(sections, dict):
@@ -137,3 +111,26 @@ def _names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
         if key.endswith("_env") and isinstance(value, str)
     )
 
+
+def _nearest_toml(root: Path) -> tuple[str, int, int] | None:
+    """The nearest runner.toml as (path, mtime_ns, size): the key its parsed names are cached
+    under (an edited file is read again), or None when there is none."""
+    candidate = find_runner_toml(root)
+    if candidate is None:
+        return None
+    try:
+        st = candidate.stat()
+    except OSError:
+        return None
+    return str(candidate), st.st_mtime_ns, st.st_size
+
+
+def _load(path: str) -> dict[str, Any] | None:
+    """runner.toml's tables; None when it cannot be read (the apply reports that elsewhere)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None

@@ -303,6 +303,15 @@ def test_what_cannot_start_directly_is_left_to_the_shell(
         "cat in.txt\ncat in.txt",
         "cat in.txt \\\n in.txt",
         "",
+        # hostile bytes a value could carry: each is shell syntax or no word at all
+        "cat `id`",
+        "cat $(id)",
+        'cat "a b"',
+        "cat <script>",
+        "cat in.txt\x1b[31m",
+        "cat in.txt\r",
+        "cat in.txt\x00",
+        "cat in\u202etxt",
     ],
 )
 def test_anything_else_goes_to_the_shell(command: str) -> None:
