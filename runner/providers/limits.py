@@ -2,7 +2,7 @@
 
 The engine lends each execution one of its ``--jobs`` slots for CPU work. Waiting on a provider is
 not CPU work, so ``waiting()`` hands the slot back for as long as the call (and its backoff)
-lasts; the engine installs how that is done with ``lend_slots``. What does bound the calls is the
+lasts; the engine installs how that is done with ``LendSlots``. What does bound the calls is the
 step's ``concurrency`` and ``ProviderGate``: one per provider instance, so a provider's
 ``max_concurrency`` holds across every step and element of a run. On Dask workers (a step type
 that runs anywhere and calls a provider) each provider's gate is a ``ClusterGate`` instead: one
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
@@ -29,14 +29,21 @@ SlotRelease = Callable[[], AbstractAsyncContextManager[None]]
 _release: ContextVar[SlotRelease | None] = ContextVar("runner_slot_release", default=None)
 
 
-@contextlib.contextmanager
-def lend_slots(release: SlotRelease) -> Iterator[None]:
-    """Within this block, ``waiting()`` enters ``release()`` (the engine gives back a slot)."""
-    token = _release.set(release)
-    try:
-        yield
-    finally:
-        _release.reset(token)
+class LendSlots:
+    """``with LendSlots(release):`` within it, ``waiting()`` enters ``release()`` (the engine
+    gives back a slot). A class: entered once for every execution."""
+
+    def __init__(self, release: SlotRelease) -> None:
+        self._release = release
+        self._token: Token[SlotRelease | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _release.set(self._release)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _release.reset(self._token)
+            self._token = None
 
 
 def waiting() -> AbstractAsyncContextManager[None]:

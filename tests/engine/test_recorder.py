@@ -17,6 +17,7 @@ from runner.engine.run.outcomes import RunStatus, StepStatus
 from runner.engine.run.recorder import Progress, Recorder
 from runner.pipeline.compiler import Plan, compile_pipeline
 from runner.state.journal import Journal
+from runner.state.records import dumps
 from runner.steps.base import StepResult
 
 PIPELINE = """\
@@ -93,11 +94,21 @@ def test_a_plain_steps_record_waits_for_its_dependents_an_elements_does_not(
     plain = recorder.started("a", -1, "k-a", _parts(), "k-a")
     element = recorder.started("b", 0, "k-b", _parts(), "k-b")
     result = StepResult(output={"n": 1})
-    recorder.passed(plain, result, {}, status="completed", attempts=1, duration=0.5, defer=True)
+    recorder.passed(
+        plain,
+        result,
+        {},
+        output_text=dumps(result.output),  # encoded as the body returned it (stepbody.py)
+        status="completed",
+        attempts=1,
+        duration=0.5,
+        defer=True,
+    )
     recorder.passed(
         element,
         StepResult(output={"n": 2}),
         {},
+        output_text='{"n":2}',
         status="completed",
         attempts=1,
         duration=0.5,
@@ -163,3 +174,51 @@ def test_a_cancel_asked_in_the_journal_is_seen(recorder: Recorder, journal: Jour
     assert not recorder.cancel_requested()
     journal.update_run("run-1", cancel_requested=1)
     assert recorder.cancel_requested()
+
+
+def test_a_held_execution_is_written_once_whole_when_it_ends_in_order_with_the_others(
+    recorder: Recorder, journal: Journal
+) -> None:
+    ran = recorder.started("each", 0, "k-0", _parts(), "k-0", hold=True)
+    failed = recorder.started("each", 1, "k-1", _parts(), "k-1", hold=True)
+    cancelled = recorder.started("each", 2, "k-2", _parts(), "k-2", hold=True)
+    assert min(ran, failed, cancelled) < 0  # stand-ins: nothing is written yet
+    assert journal.executions("run-1") == []
+    recorder.passed(
+        ran,
+        StepResult(output={"n": 0}),
+        {},
+        output_text='{"n":0}',
+        status="completed",
+        attempts=1,
+        duration=0.25,
+        defer=False,
+    )
+    recorder.reused("other", -1, "k-o", {"n": 5}, why="cached")
+    recorder.failed(failed, 1, "boom", 0.5, {"partial": True})
+    recorder.cancelled(cancelled, 1)
+    assert journal.executions("run-1") == []  # held for one statement
+    recorder.flush_events()
+    rows = journal.executions("run-1")
+    assert [(r["step_id"], r["element"], r["status"]) for r in rows] == [
+        ("each", 0, "completed"),
+        ("other", -1, "cached"),
+        ("each", 1, "failed"),
+        ("each", 2, "cancelled"),
+    ]
+    done, _, bad, stopped = rows
+    assert json.loads(done["output"]) == {"n": 0}
+    assert json.loads(done["key_parts"]) == _parts().summary()
+    assert done["started_at"] <= done["finished_at"] and done["duration_s"] == 0.25
+    assert (bad["error"], json.loads(bad["output"]), bad["attempts"]) == (
+        "boom",
+        {"partial": True},
+        1,
+    )
+    assert (stopped["error"], stopped["key"]) == ("cancelled", "k-2")
+
+
+def test_an_execution_keeping_edits_is_never_held(recorder: Recorder) -> None:
+    held = recorder.started("each", 0, "k-0", _parts(), "k-0", hold=True)
+    with pytest.raises(ValueError, match="not held"):
+        recorder.kept_edits(held, {"out.txt": "ab" * 32})

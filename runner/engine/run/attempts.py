@@ -30,6 +30,7 @@ class Passed:
     result: StepResult
     attempt: int
     t0: float  # perf_counter when the first attempt began
+    output_text: str  # the output's JSON, encoded as the body returned it
 
 
 async def attempt(
@@ -102,7 +103,7 @@ async def attempt(
         if body.result is not None:
             failed_checks = await checks(body.result, n)
             if not failed_checks:
-                return Passed(body.result, n, t0)
+                return Passed(body.result, n, t0, body.output_text)
             reason = "; ".join(failed_checks)
             retryable, check_failure = True, True
             feedback = review_feedback + failed_checks

@@ -56,6 +56,18 @@ class Executions:
         ctx.update(extra)
         return ctx
 
+    def _never_waits(self, step: CompiledStep) -> bool:
+        """Whether an execution of ``step`` runs from start to end without a wait: a
+        predictable body (no provider, files or objects) in this process, tried once, without
+        checks (a check may wait on a command) or a mark for a body not safe to repeat."""
+        return (
+            step.type.predictable
+            and self.executor is None
+            and step.retries == 0
+            and not step.checks
+            and step.repeat_safe
+        )
+
     async def _run_attempts(
         self,
         step: CompiledStep,
@@ -72,7 +84,8 @@ class Executions:
             self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
             self.recorder.failure(step.id, el_index, key, refused, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
-        exec_id = self.recorder.started(step.id, el_index, key, parts, contract)
+        hold = not kept and self._never_waits(step)
+        exec_id = self.recorder.started(step.id, el_index, key, parts, contract, hold=hold)
         if kept:  # referenced at once, so no gc collects the kept bytes whatever happens next
             self._kept[(step.id, el_index)] = kept
             self.recorder.kept_edits(exec_id, kept)
@@ -119,7 +132,7 @@ class Executions:
         )
         if isinstance(done, ElementOutcome):
             return done
-        return self._passed(step, index, el_index, exec_id, key, done.result, done.attempt, done.t0)
+        return self._passed(step, index, el_index, exec_id, key, done)
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
@@ -143,10 +156,9 @@ class Executions:
         el_index: int,
         exec_id: int,
         key: str,
-        result: StepResult,
-        attempt: int,
-        t0: float,
+        done: attempts.Passed,
     ) -> ElementOutcome:
+        result, attempt = done.result, done.attempt
         kept = self._kept.pop((step.id, el_index), None)
         if kept:
             result.report = {**(result.report or {}), "edited_outputs_kept": kept}
@@ -162,7 +174,7 @@ class Executions:
                     f"step type '{step.uses}' referenced object {d[:12]} it never stored"
                 ) from None
         status = "partial" if result.status is ResultStatus.PARTIAL else "completed"
-        duration = time.perf_counter() - t0
+        duration = time.perf_counter() - done.t0
         # Where the body ran (a Dask worker), journaled with the execution and its event.
         where = getattr(self.executor, "where", {}).pop((step.id, index), None)
         # A plain step's record is written once its dependents started; an element's now.
@@ -170,6 +182,7 @@ class Executions:
             exec_id,
             result,
             sizes,
+            output_text=done.output_text,
             status=status,
             attempts=attempt,
             duration=duration,

@@ -153,7 +153,7 @@ class Interpreter(Executions):
         except DiskFull as exc:
             # the pending batch and "interrupted" go in on the space the journal kept aside
             with contextlib.suppress(DiskFull):
-                self.recorder.write_cached()
+                self.recorder.write_held()
             self.journal.stop_for_full_disk(exc)
             raise
         finally:
@@ -243,7 +243,7 @@ class Interpreter(Executions):
         if not follow:
             self._only = None
         self.current_phase = None  # each phase of the pass is entered (and shown) in order again
-        self.recorder.write_cached()
+        self.recorder.write_held()
         self.review_rows.update(self.next_reviews)
         self.next_reviews = {}
         reviews = {t: r for t, rows in self.review_rows.items() if (r := gates.review_for(rows))}
@@ -423,12 +423,7 @@ class Interpreter(Executions):
                 step, index, item, has_item=True, ready=ready
             ),
             flush=self.recorder.flush_events,
-            inline=(
-                step.type.predictable
-                and self.executor is None
-                and step.retries == 0
-                and not step.checks
-            ),
+            inline=self._never_waits(step),
         )
         outcome = for_each_outcome(step.id, elements)
         self.recorder.emit(  # the elements had theirs; this says the step itself is done

@@ -438,7 +438,7 @@ class _Scratch:
             )
         outcome = await interp._execution(step, index, item, has_item=has_item, ready=ready)
         interp.recorder.flush_deferred()
-        interp.recorder.write_cached()
+        interp.recorder.write_held()
         if not outcome.status.succeeded:
             return f"the step failed where it once passed: {outcome.reason}"
         row = self.journal.query(

@@ -27,9 +27,10 @@ from .options import ApplyOptions
 from .outcomes import RunStatus, StepOutcome, StepStatus
 
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
-# Cached executions' rows and events are written in groups, at least this often (the journal
-# commits its batch at the same pace, so a reader elsewhere sees them about as soon) and
-# before any other execution row (their ids stay in the order the steps finished).
+# Held execution rows (cached ones, and those of elements run start to end without a wait) and
+# events are written in groups, at least this often (the journal commits its batch at the same
+# pace, so a reader elsewhere sees them about as soon) and before any other execution row
+# (their ids stay in the order the executions finished).
 GROUP_S = 0.05
 GROUP_ROWS = 500
 _CACHED_COLUMNS = (
@@ -146,7 +147,13 @@ class Recorder:
         # (see Scheduler.run): the records are not on the path from one process to the next.
         self._deferred: list[Callable[[], None]] = []
         self._progress_written = 0.0
-        self._cached_rows: list[tuple[Any, ...]] = []
+        # Rows held for one statement, in order: (columns, values), a run of equal columns each.
+        self._held: list[tuple[tuple[str, ...], tuple[Any, ...]]] = []
+        # Rows of executions started with hold=True, by their (negative) ids: written, whole,
+        # once they end. A body that never waits has no moment at which its row saying it
+        # runs could be read; writing it and then rewriting it cost two statements an element.
+        self._unstarted: dict[int, dict[str, Any]] = {}
+        self._last_held_id = 0
         self._grouped_since = time.monotonic()
 
     # -- events --------------------------------------------------------------------------------
@@ -180,23 +187,42 @@ class Recorder:
                 write()
         if (
             time.monotonic() - self._grouped_since > GROUP_S
-            or len(self._pending_events) + len(self._cached_rows) > GROUP_ROWS
+            or len(self._pending_events) + len(self._held) > GROUP_ROWS
         ):
             self.flush_events()
 
     def flush_events(self) -> None:
-        """Write the cached executions' rows and the events held so far."""
-        self.write_cached()
+        """Write the execution rows and the events held so far."""
+        self.write_held()
         if self._pending_events:
             self.journal.add_events(self._pending_events)
             self._pending_events = []
         self._grouped_since = time.monotonic()
 
-    def write_cached(self) -> None:
-        """Write the cached executions' rows held so far, in one statement."""
-        if self._cached_rows:
-            rows, self._cached_rows = self._cached_rows, []
-            self.journal.add_executions(_CACHED_COLUMNS, rows)
+    def write_held(self) -> None:
+        """Write the execution rows held so far, one statement for each run of one shape."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        start = 0
+        for end in range(1, len(held) + 1):
+            if end == len(held) or held[end][0] != held[start][0]:
+                self.journal.add_executions(held[start][0], [v for _, v in held[start:end]])
+                start = end
+
+    def _hold(self, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
+        self._held.append((columns, values))
+        if len(self._held) >= GROUP_ROWS:
+            self.write_held()
+
+    def _finish(self, exec_id: int, fields: dict[str, Any]) -> None:
+        """An execution's end: its row rewritten, or written whole if it was held."""
+        if exec_id < 0:
+            row = self._unstarted.pop(exec_id)
+            row.update(fields)
+            self._hold(tuple(row), tuple(row.values()))
+        else:
+            self.journal.finish_execution(exec_id, **fields)
 
     # -- the run's row -------------------------------------------------------------------------
 
@@ -254,7 +280,7 @@ class Recorder:
     ) -> list[StepOutcome]:
         """Each step's outcome in plan order; a step never reached (cancelled, aborted) is
         shown skipped, in the event stream as well."""
-        self.write_cached()  # what settles the run may read them
+        self.write_held()  # what settles the run may read them
         steps = []
         for sid in order:
             outcome = outcomes.get(sid)
@@ -300,7 +326,7 @@ class Recorder:
         self, step_id: str, el_index: int, key: str | None, reason: str, attempts: int
     ) -> None:
         """An execution that failed before its body ran (its arguments, a refused restore)."""
-        self.write_cached()
+        self.write_held()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,
@@ -328,14 +354,13 @@ class Recorder:
     ) -> None:
         """An execution answered without running (cache, approval, user edit)."""
         now = time.time()
-        self._cached_rows.append(
+        self._hold(
+            _CACHED_COLUMNS,
             (
                 *(self.run_id, step_id, el_index, key, "cached", self.pipeline, dumps(output)),
                 *(now, now, 0, contract, why, dumps(report) if report is not None else None),
-            )
+            ),
         )
-        if len(self._cached_rows) >= GROUP_ROWS:
-            self.write_cached()
 
     def fetched(
         self,
@@ -354,7 +379,7 @@ class Recorder:
         """An execution answered by the remote cache: a completed row, so the next apply finds
         it locally."""
         now = time.time()
-        self.write_cached()
+        self.write_held()
         self.journal.record_artifacts(sizes)
         self.journal.start_execution(
             {
@@ -378,50 +403,64 @@ class Recorder:
         )
 
     def started(
-        self, step_id: str, el_index: int, key: str, parts: KeyParts, contract: str | None
+        self,
+        step_id: str,
+        el_index: int,
+        key: str,
+        parts: KeyParts,
+        contract: str | None,
+        *,
+        hold: bool = False,
     ) -> int:
-        """The row of an execution about to run its body; returns its id."""
-        self.write_cached()
-        return self.journal.start_execution(
-            {
-                "run_id": self.run_id,
-                "step_id": step_id,
-                "element": el_index,
-                "key": key,
-                "status": "running",
-                "pipeline": self.pipeline,
-                "started_at": time.time(),
-                "attempts": 0,
-                "key_parts": dumps(parts.summary()),
-                "contract": contract,
-            }
-        )
+        """The row of an execution about to run its body; returns its id. ``hold``: the body
+        never waits (nothing can happen, or be seen, between its start and its end), so the
+        row is written once, whole, when it ends; the id is then a stand-in (negative)."""
+        row = {
+            "run_id": self.run_id,
+            "step_id": step_id,
+            "element": el_index,
+            "key": key,
+            "status": "running",
+            "pipeline": self.pipeline,
+            "started_at": time.time(),
+            "attempts": 0,
+            "key_parts": dumps(parts.summary()),
+            "contract": contract,
+        }
+        if hold:
+            self._last_held_id -= 1
+            self._unstarted[self._last_held_id] = row
+            return self._last_held_id
+        self.write_held()
+        return self.journal.start_execution(row)
 
     def kept_edits(self, exec_id: int, kept: Mapping[str, str]) -> None:
         """Output files edited by hand, kept in the store before the execution writes them
-        again: named in its report (gc keeps what a report names)."""
+        again: named in its report at once (gc keeps what a report names), so never held."""
+        if exec_id < 0:
+            raise ValueError("an execution keeping edits is journaled as it starts, not held")
         self.journal.finish_execution(exec_id, report=dumps({"edited_outputs_kept": dict(kept)}))
 
     def cancelled(self, exec_id: int, attempts: int) -> None:
-        self.journal.finish_execution(
+        self._finish(
             exec_id,
-            status="cancelled",
-            finished_at=time.time(),
-            attempts=attempts,
-            error="cancelled",
-        )
+            {"status": "cancelled", "finished_at": time.time(), "attempts": attempts,
+             "error": "cancelled"},
+        )  # fmt: skip
 
     def failed(
         self, exec_id: int, attempts: int, reason: str, duration: float, output: Any
     ) -> None:
-        self.journal.finish_execution(
+        self._finish(
             exec_id,
-            status="failed",
-            finished_at=time.time(),
-            attempts=attempts,
-            error=reason,
-            duration_s=duration,
-            output=dumps(output) if output is not None else None,
+            {
+                "status": "failed",
+                "finished_at": time.time(),
+                "attempts": attempts,
+                "error": reason,
+                "duration_s": duration,
+                "output": dumps(output) if output is not None else None,
+            },
         )
 
     def passed(
@@ -430,6 +469,7 @@ class Recorder:
         result: StepResult,
         sizes: dict[str, int],
         *,
+        output_text: str,
         status: str,
         attempts: int,
         duration: float,
@@ -438,7 +478,8 @@ class Recorder:
     ) -> None:
         """A body that returned and passed its checks. ``defer``: written once the step's
         dependents have started (a plain step), else now (an element: a for_each may hold
-        thousands). ``worker``: the Dask worker that ran the body (None: this process)."""
+        thousands). ``worker``: the Dask worker that ran the body (None: this process).
+        ``output_text``: the output's JSON, encoded as the body returned it (stepbody.py)."""
         # Serialised now, written maybe a moment later: what is recorded is the output as it
         # was returned, whatever a later step does with the objects.
         row = {
@@ -446,7 +487,7 @@ class Recorder:
             "finished_at": time.time(),
             "attempts": attempts,
             "duration_s": duration,
-            "output": dumps(result.output),
+            "output": output_text,
             "artifacts": dumps(sorted(sizes)) if sizes else "[]",  # (most steps store none)
             "files": dumps(result.files) if result.files else "{}",
             "report": dumps(result.report) if result.report is not None else None,
@@ -456,8 +497,9 @@ class Recorder:
             row["worker"] = worker
 
         def record() -> None:
-            self.journal.record_artifacts(sizes)
-            self.journal.finish_execution(exec_id, **row)
+            if sizes:
+                self.journal.record_artifacts(sizes)
+            self._finish(exec_id, row)
 
         if defer:
             self._deferred.append(record)
@@ -466,7 +508,7 @@ class Recorder:
 
     def awaiting(self, step_id: str, key: str, round_: int) -> None:
         """A gate asking for a decision (round ``round_``)."""
-        self.write_cached()
+        self.write_held()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,
@@ -486,7 +528,7 @@ class Recorder:
         self, step_id: str, key: str, *, status: str, output: Any, artifacts: list[str], why: str
     ) -> None:
         """A gate's decision (approved: completed; rejected)."""
-        self.write_cached()
+        self.write_held()
         self.journal.start_execution(
             {
                 "run_id": self.run_id,

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ...pipeline.compiler import CompiledStep, Plan
-from ...providers.limits import lend_slots
+from ...providers.limits import LendSlots
 from .outcomes import StepOutcome, StepStatus
 from .slots import CpuSlot
 
@@ -141,12 +140,10 @@ class Scheduler:
                 main.cancel()
                 return
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one ``--jobs`` slot; a provider call gives it back while it waits (slots.py)."""
-        async with CpuSlot(self.jobs) as slot:
-            with lend_slots(slot.released):
-                yield
+    def slot(self) -> HeldSlot:
+        """``async with``: hold one ``--jobs`` slot; a provider call gives it back while it
+        waits (slots.py)."""
+        return HeldSlot(self.jobs)
 
     def blocked(self, step: CompiledStep) -> str | None:
         """Why ``step`` must not run given its dependencies' outcomes, or None."""
@@ -165,3 +162,20 @@ class Scheduler:
             ):
                 return f"upstream '{d}' is partial"
         return None
+
+
+class HeldSlot:
+    """One execution's slot with its lending installed (a class: the generator-based context
+    manager it was cost ~3 us of each for_each element's ~90)."""
+
+    def __init__(self, jobs: asyncio.Semaphore) -> None:
+        self._slot = CpuSlot(jobs)
+        self._lending = LendSlots(self._slot.released)
+
+    async def __aenter__(self) -> None:
+        await self._slot.__aenter__()
+        self._lending.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lending.__exit__()
+        await self._slot.__aexit__()

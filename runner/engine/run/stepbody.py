@@ -34,6 +34,7 @@ class BodyRun:
     check: bool | None = False
     failure: StepFailure | None = None  # a StepFailure the body raised (it may carry output)
     traceback: str | None = None  # a bug in the step type: where it happened
+    output_text: str = ""  # the result's output as JSON, as the body returned it
 
 
 async def run_body(
@@ -77,7 +78,7 @@ async def run_body(
         reason = f"internal error in step type '{uses}': {type(exc).__name__}: {exc}"
         return BodyRun(reason=reason, check=None, traceback=tb)
     try:  # what the journal cannot hold fails this step, not the run's record of it
-        dumps(result.output)
+        text = dumps(result.output)
     except CanonicalError as exc:
         return BodyRun(reason=f"step type '{uses}' gave an output that cannot be recorded: {exc}")
-    return BodyRun(result=result)
+    return BodyRun(result=result, output_text=text)
