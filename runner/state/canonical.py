@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 JSONValue = Any
@@ -31,6 +32,27 @@ _ENCODER = json.JSONEncoder(
     allow_nan=False,
     check_circular=False,
 )
+
+
+def _not_json(value: object) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+if c_make_encoder is not None:
+    # What _ENCODER.encode runs, made once: encode() builds this C encoder again at every call
+    # (~1 us of a small record's ~1.7). Same options, so the same text, byte for byte.
+    _CHUNKS = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
+
+    def compact_json(value: JSONValue) -> str:
+        """``value`` as JSON with sorted keys and no spaces, not validated first: ValueError
+        for a NaN or infinity, TypeError for what JSON has not, RecursionError for a value
+        that holds itself (no cycle bookkeeping)."""
+        return "".join(_CHUNKS(value, 0))
+
+else:  # an interpreter without the C accelerator
+
+    def compact_json(value: JSONValue) -> str:
+        return _ENCODER.encode(value)
 
 
 class _NotPlain(Exception):
@@ -188,7 +210,7 @@ def prepare(
 def canonical_json(value: JSONValue) -> str:
     """The canonical JSON text of ``value``; raises CanonicalError for non-JSON values."""
     _validate(value)
-    return _ENCODER.encode(value)
+    return compact_json(value)
 
 
 def canonical_bytes(value: JSONValue) -> bytes:
@@ -223,7 +245,7 @@ def short_hash(value: JSONValue, length: int = 16) -> str:
 def prepared_short_hash(doc: JSONValue, length: int = 16) -> str:
     """short_hash of a value returned by ``prepare`` (already checked and plain JSON after its
     round trip, so it is not walked again: card hashing does this twice per card)."""
-    return sha256_hex(utf8(_ENCODER.encode(doc)))[:length]
+    return sha256_hex(utf8(compact_json(doc)))[:length]
 
 
 def _no_constant(token: str) -> Any:

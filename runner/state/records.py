@@ -14,28 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DiskFull, StoreError
-from .canonical import CanonicalError
+from .canonical import CanonicalError, compact_json
 
 
 def now() -> float:
     return time.time()
 
 
-# One encoder for every record: json.dumps with options builds a new encoder per call. Strict
-# JSON only: a NaN written here would reach `runs show --json` and every reader as invalid JSON.
-_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-)
-
-
 def dumps(value: Any) -> str:
-    """A record's JSON text. Raises CanonicalError (a ValueError) for a number JSON has not;
-    every value runner records was checked before (expressions, data files, provider replies),
-    so this is the last guard, not the place that explains."""
+    """A record's JSON text, strict (a NaN written here would reach `runs show --json` and
+    every reader as invalid JSON). Raises CanonicalError (a ValueError) for a number JSON has
+    not or a value that holds itself; every value runner records was checked before
+    (expressions, data files, provider replies), so this is the last guard, not the place
+    that explains."""
     try:
-        text = _ENCODER.encode(value)
+        text = compact_json(value)
     except ValueError as exc:
         raise CanonicalError(f"a value cannot be recorded as JSON: {exc}") from None
+    except RecursionError:
+        raise CanonicalError(
+            "a value cannot be recorded as JSON: it holds itself, or is nested too deeply"
+        ) from None
     # SQLite refuses a text over 1e9 bytes with DataError: say so first, in words
     if (
         len(text) > MAX_RECORD_BYTES // 4

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.state.canonical import CanonicalError, canonical_json, digest, prepare, sha256_hex
+from runner.state import records
+from runner.state.canonical import (
+    CanonicalError,
+    canonical_json,
+    compact_json,
+    digest,
+    prepare,
+    sha256_hex,
+)
 from tests.conftest import REPO, SHARED
 
 # The design's vectors, copied into the repo so the suite runs without ../shared; when the shared
@@ -91,3 +99,22 @@ def test_prepared_short_hash_equals_short_hash(doc: dict) -> None:
 
     prepared = prepare(doc)
     assert prepared_short_hash(prepared) == short_hash(prepared) == short_hash(doc)
+
+
+@given(json_values)
+def test_the_encoder_made_once_writes_what_json_dumps_writes(value: object) -> None:
+    expected = json.dumps(
+        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+    assert compact_json(value) == expected
+    assert records.dumps(value) == expected
+
+
+def test_a_record_that_holds_itself_is_refused_in_words() -> None:
+    looped: dict[str, object] = {"a": 1}
+    looped["self"] = looped
+    with pytest.raises(CanonicalError, match="holds itself"):
+        records.dumps(looped)
+    assert records.dumps({"after": [1.5, "é"]}) == '{"after":[1.5,"é"]}'  # nothing left behind
+    with pytest.raises(TypeError, match="bytes is not JSON serializable"):
+        records.dumps({"b": b"x"})
