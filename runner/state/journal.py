@@ -318,6 +318,12 @@ class Journal(CallLedger):
         cols, marks = ",".join(columns), ",".join("?" for _ in columns)
         self._many(f"INSERT INTO executions ({cols}) VALUES ({marks})", rows)
 
+    def finish_executions(self, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+        """Execution rows of one shape rewritten in one statement: each row holds the values
+        of ``columns`` (the engine's own names), then the execution's id."""
+        sets = ",".join(f"{c}=?" for c in columns)
+        self._many(f"UPDATE executions SET {sets} WHERE id=?", rows)
+
     def finish_execution(self, exec_id: int, **fields: Any) -> None:
         sets = ",".join(f"{k}=?" for k in fields)
         self._write()

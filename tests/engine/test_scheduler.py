@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.engine.run.apply import State, apply_plan
+from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import StepOutcome, StepStatus
 from runner.engine.run.scheduler import Scheduler
+from runner.expr.shellrun import run_shell
 from runner.pipeline.compiler import CompiledStep, Plan, compile_pipeline
 
 PIPELINE = """\
@@ -112,6 +115,68 @@ def test_no_more_executions_hold_a_slot_than_jobs(plan: Plan) -> None:
 
     asyncio.run(main())
     assert most == 2
+
+
+def test_a_command_gives_its_slot_to_the_next_one_when_its_process_exits(
+    plan: Plan, tmp_path: Path
+) -> None:
+    """With one slot: the second execution's command starts while the first execution is
+    still busy after its own command (storing, journaling), not once it is done; a command
+    run after that by the first (a retry, a check) waits for a slot like any other."""
+    scheduler = Scheduler(plan, jobs=1)
+    events: list[str] = []
+
+    async def execution(name: str, commands: int) -> None:
+        async with scheduler.slot():
+            for n in range(commands):
+                await run_shell(f"echo {name}{n}", cwd=tmp_path)
+                events.append(f"{name}{n} exited")
+                await asyncio.sleep(0.05)  # the work after a command
+                events.append(f"{name}{n} stored")
+
+    async def main() -> None:
+        await asyncio.gather(execution("a", 2), execution("b", 1))
+
+    asyncio.run(main())
+    assert events == [
+        "a0 exited",  # a's slot goes to b's command, which runs while a stores
+        "b0 exited",
+        "a0 stored",
+        "b0 stored",
+        "a1 exited",  # a's second command waited for b to give the slot back
+        "a1 stored",
+    ], events
+
+
+def test_no_more_commands_run_at_once_than_jobs(tmp_path: Path) -> None:
+    """Real processes: each command notes when it started and ended; however the slots are
+    handed over, never more than --jobs overlap, a check's command and a retry's included."""
+    span = "s=$(date +%s.%N); sleep 0.1; echo $s $(date +%s.%N) >> t/{}.spans"
+    again = "test -e t/again || (touch t/again; false)"
+    steps = (  # first, so its check and its retry run beside the others
+        f"\n  s0:\n    uses: shell\n    retries: 1\n    with: {{run: '{span.format(0)}'}}\n"
+        f"    check: [{{exec: {{run: '{span.format('check')}; {again}'}}}}]\n"
+    )
+    steps += "".join(
+        f"\n  s{i}:\n    uses: shell\n    with: {{run: '{span.format(i)}'}}\n" for i in range(1, 9)
+    )
+    (tmp_path / "t").mkdir()
+    (tmp_path / "pipeline.yaml").write_text("runner: 1\nname: lanes\nsteps:" + steps)
+    plan = compile_pipeline(tmp_path / "pipeline.yaml")
+    state = State.open(tmp_path / ".runner")
+    try:
+        report = apply_plan(plan, state, ApplyOptions(jobs=2))
+    finally:
+        state.close()
+    assert report.status.value == "completed", [(s.id, s.status, s.reason) for s in report.steps]
+    spans = [
+        (float(start), float(end))
+        for f in (tmp_path / "t").glob("*.spans")
+        for start, end in (line.split() for line in f.read_text().splitlines())
+    ]
+    assert len(spans) == 8 + 2 + 2  # s0 and its check ran twice
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most == 2, sorted(spans)
 
 
 def test_a_cancel_asked_from_elsewhere_cancels_the_run(plan: Plan) -> None:

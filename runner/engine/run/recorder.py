@@ -145,7 +145,8 @@ class Recorder:
         self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
         # Journal writes of finished plain steps, done once their dependents have started
         # (see Scheduler.run): the records are not on the path from one process to the next.
-        self._deferred: list[Callable[[], None]] = []
+        # (execution id, its finished fields, its objects' sizes), written together.
+        self._deferred: list[tuple[int, dict[str, Any], dict[str, int]]] = []
         self._progress_written = 0.0
         # Rows held for one statement, in order: (columns, values), a run of equal columns each.
         self._held: list[tuple[tuple[str, ...], tuple[Any, ...]]] = []
@@ -181,10 +182,21 @@ class Recorder:
         return log
 
     def flush_deferred(self) -> None:
-        while self._deferred:
+        """Write the finished plain steps' records: their objects in one statement, their rows
+        in one for each shape (a statement each was ~8% of a 1,000-command fan-out's loop)."""
+        if self._deferred:
             batch, self._deferred = self._deferred, []
-            for write in batch:
-                write()
+            sizes = {d: n for _, _, step_sizes in batch for d, n in step_sizes.items()}
+            if sizes:
+                self.journal.record_artifacts(sizes)
+            shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+            for exec_id, row, _ in batch:
+                if exec_id < 0:
+                    self._finish(exec_id, row)
+                else:
+                    shapes.setdefault(tuple(row), []).append((*row.values(), exec_id))
+            for columns, rows in shapes.items():
+                self.journal.finish_executions(columns, rows)
         if (
             time.monotonic() - self._grouped_since > GROUP_S
             or len(self._pending_events) + len(self._held) > GROUP_ROWS
@@ -496,15 +508,12 @@ class Recorder:
         if worker is not None:
             row["worker"] = worker
 
-        def record() -> None:
-            if sizes:
-                self.journal.record_artifacts(sizes)
-            self._finish(exec_id, row)
-
         if defer:
-            self._deferred.append(record)
-        else:
-            record()
+            self._deferred.append((exec_id, row, sizes))
+            return
+        if sizes:
+            self.journal.record_artifacts(sizes)
+        self._finish(exec_id, row)
 
     def awaiting(self, step_id: str, key: str, round_: int) -> None:
         """A gate asking for a decision (round ``round_``)."""

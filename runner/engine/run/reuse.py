@@ -231,6 +231,8 @@ class Reuse:
         Returns ({file: object digest of the kept bytes}, the reason to fail or None)."""
         kept: dict[str, str] = {}
         for rel in step.type.produces(args):
+            if not os.path.lexists(os.path.join(self.plan.root, rel)):
+                continue  # nothing there by any way (one lstat; a first run's usual case)
             path = self._inside_now(rel)
             if path is None or not path.is_file():
                 continue  # missing (nothing to lose), or refused by the step itself

@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from contextvars import Token
 from typing import Any
 
+from ...expr.commandslot import command_slot
 from ...pipeline.compiler import CompiledStep, Plan
 from ...providers.limits import LendSlots
 from .outcomes import StepOutcome, StepStatus
@@ -171,11 +174,16 @@ class HeldSlot:
     def __init__(self, jobs: asyncio.Semaphore) -> None:
         self._slot = CpuSlot(jobs)
         self._lending = LendSlots(self._slot.released)
+        self._commands: Token[Callable[[], AbstractAsyncContextManager[None]] | None] | None = None
 
     async def __aenter__(self) -> None:
         await self._slot.__aenter__()
         self._lending.__enter__()
+        self._commands = command_slot.set(self._slot.command)
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._commands is not None:
+            command_slot.reset(self._commands)
+            self._commands = None
         self._lending.__exit__()
         await self._slot.__aexit__()

@@ -5,6 +5,11 @@ of its provider calls is waiting (an image step's iterations wait side by side):
 waiting call gives the slot back, the last one to finish takes a slot again before the step goes
 on with CPU work (storing, checks). How many calls wait at once is bounded by the step's
 ``concurrency`` and the provider's ``max_concurrency``, not here.
+
+A command (a `shell` step's, an `exec` check's) runs on its execution's slot and gives it back
+when its process exits (``command``): what follows runs on the event loop's one thread, which
+bounds it already, while the next command takes the slot. Another command of the same
+execution (a retry, a check) takes a slot again before it starts.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class CpuSlot:
         self.jobs = jobs
         self.held = False
         self.waiting = 0
+        self.commands = 0  # of this execution's commands, running
 
     async def __aenter__(self) -> CpuSlot:
         await self.jobs.acquire()
@@ -31,6 +37,13 @@ class CpuSlot:
         if self.held:
             self.held = False
             self.jobs.release()
+
+    def command(self) -> _ForCommand:
+        """``async with``: a command's process runs (expr/commandslot.py). It runs on this
+        execution's slot, taken again first if it was given back; at its exit the slot is
+        given back, and the next command waiting for one starts before this execution goes
+        on with its own work on the event loop (storing, the journal), which no slot bounds."""
+        return _ForCommand(self)
 
     @asynccontextmanager
     async def released(self) -> AsyncIterator[None]:
@@ -49,3 +62,24 @@ class CpuSlot:
                     self.jobs.release()
                 else:
                     self.held = True
+
+
+class _ForCommand:
+    def __init__(self, slot: CpuSlot) -> None:
+        self.slot = slot
+
+    async def __aenter__(self) -> None:
+        slot = self.slot
+        if not slot.held:
+            await slot.jobs.acquire()
+            slot.held = True
+        slot.commands += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        slot = self.slot
+        slot.commands -= 1
+        if slot.held and not slot.commands and not slot.waiting:
+            slot.held = False
+            slot.jobs.release()
+            if slot.jobs.locked():  # one was waiting: its command starts now, not after ours
+                await asyncio.sleep(0)
