@@ -24,7 +24,11 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
     known = _known.get((root, text))
     if known is not None:
         return known
-    target = Path(_checked(root, text, where))
+    below = None
+    if os.path.isabs(root) and text.isascii() and _SIMPLE.fullmatch(text):
+        # as check_inside: a directory many outputs name is listed once, not an lstat each
+        below = _below(_real_dir(_absolute(root)), text)
+    target = Path(below if below is not None else _checked(root, text, where))
     if len(_known) < 65536 and os.path.isabs(root):  # a relative root depends on the cwd
         _known[(root, text)] = target
     return target

@@ -165,7 +165,7 @@ def _outputs(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None)
         if not isinstance(rel, str):
             continue
         path = inside(plan.root, rel, where=step.where)
-        if path.is_dir():
+        if os.path.isdir(path):
             _fail(step, f"output '{rel}' is a folder; outputs name files")
 
 
