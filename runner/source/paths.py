@@ -24,14 +24,20 @@ def inside(root: Path, rel: str | os.PathLike[str], *, where: Location | None = 
     known = _known.get((root, text))
     if known is not None:
         return known
-    below = None
-    if os.path.isabs(root) and text.isascii() and _SIMPLE.fullmatch(text):
-        # as check_inside: a directory many outputs name is listed once, not an lstat each
-        below = _below(_real_dir(_absolute(root)), text)
-    target = Path(below if below is not None else _checked(root, text, where))
+    target = Path(inside_text(root, text, where=where))
     if len(_known) < 65536 and os.path.isabs(root):  # a relative root depends on the cwd
         _known[(root, text)] = target
     return target
+
+
+def inside_text(root: Path, rel: str, *, where: Location | None = None) -> str:
+    """``inside`` as text, not remembered: for a check of many paths once (no Path built).
+    As check_inside, a directory many of them name is listed once, not an lstat each."""
+    if os.path.isabs(root) and rel.isascii() and _SIMPLE.fullmatch(rel):
+        below = _below(_real_dir(_absolute(root)), rel)
+        if below is not None:
+            return below
+    return _checked(root, rel, where)  # (raises for one that escapes, saying why)
 
 
 def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None:

@@ -31,11 +31,16 @@ WORTH_IT = frozenset({"llm", "image", "human_gate", "ingest", "shell"})
 _UNKNOWN = object()
 
 
-def known_args(step: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's top-level arguments whose value depends on params only, evaluated."""
+def known_args(
+    step: Any, params: Mapping[str, Any], only: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The step's top-level arguments whose value depends on params only, evaluated (of
+    ``only``, when given)."""
     args = step.args if isinstance(step.args, dict) else {}
     out: dict[str, Any] = {}
     for key, value in args.items():
+        if only is not None and key not in only:
+            continue
         if any(r.root not in KNOWN_ROOTS for e in ex.iter_expressions(value) for r in e.refs):
             continue
         try:
@@ -53,12 +58,13 @@ def check_plan(
         return
     env = os.environ if environ is None else environ
     providers: Any = None
+    folders = _Folders()
     for sid in plan.order:
         step = plan.steps[sid]
         check = _CHECKS.get(step.uses)
         if check is None:
             continue
-        args = known_args(step, plan.params)
+        args = known_args(step, plan.params, _READS.get(step.uses))
         if not args:
             continue
         try:
@@ -68,6 +74,8 @@ def check_plan(
 
                     providers = load_access(plan.root, environ=env)
                 _provider(step, args, providers, env)
+            elif step.uses == "shell":
+                _outputs(plan, step, args, folders)
             else:
                 check(plan, step, args, state_dir)
         except RunnerError as exc:
@@ -155,18 +163,48 @@ def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) 
             )
 
 
-def _outputs(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) -> None:
+def _outputs(plan: Any, step: Any, args: dict[str, Any], folders: _Folders) -> None:
     outputs = args.get("outputs")
     if not isinstance(outputs, list):
         return
-    from ...source.paths import inside
+    from ...source.paths import inside_text
 
     for rel in outputs:
         if not isinstance(rel, str):
             continue
-        path = inside(plan.root, rel, where=step.where)
-        if os.path.isdir(path):
+        if folders.is_folder(inside_text(plan.root, rel, where=step.where)):
             _fail(step, f"output '{rel}' is a folder; outputs name files")
+
+
+class _Folders:
+    """Whether a path is a folder: a stat, or for a directory many outputs are in (a fan-out's
+    every output) one listing of the folders in it."""
+
+    LIST_AFTER = 16
+
+    def __init__(self) -> None:
+        self._asked: dict[str, int] = {}
+        self._listed: dict[str, frozenset[str] | None] = {}
+
+    def is_folder(self, path: str) -> bool:
+        directory, name = os.path.split(path)
+        if directory not in self._listed:
+            asked = self._asked[directory] = self._asked.get(directory, 0) + 1
+            if asked < self.LIST_AFTER:
+                return os.path.isdir(path)
+            self._listed[directory] = _folders_in(directory)
+        folders = self._listed[directory]
+        return os.path.isdir(path) if folders is None else name in folders
+
+
+def _folders_in(directory: str) -> frozenset[str] | None:
+    try:
+        with os.scandir(directory) as entries:
+            return frozenset(e.name for e in entries if e.is_dir())  # (a link to one counts)
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:
+        return None
 
 
 def _fail(step: Any, message: str, hint: str | None = None) -> NoReturn:
@@ -179,8 +217,10 @@ _CHECKS: dict[str, Any] = {
     "llm": _provider,
     "image": _provider,
     "ingest": _ingest,
-    "shell": _outputs,
+    "shell": _outputs,  # (given the run's folder listings, not the state dir)
 }
+# The arguments a check reads (None: all of them): a shell step's command is not evaluated.
+_READS: dict[str, tuple[str, ...] | None] = {"shell": ("outputs",)}
 
 
 def check_out_dir(plan: Any, out_dir: str | None) -> None:
