@@ -43,6 +43,7 @@ class BatchedJournal:
         self._settling: asyncio.Future[None] | None = None  # the group commit on its way
 
     def close(self) -> None:
+        self._tx_started = -1.0  # (a timer still set finds nothing to commit)
         self.conn.close()
 
     def transaction(self) -> _Tx:
@@ -76,6 +77,7 @@ class BatchedJournal:
                 raise
             self.stop_for_full_disk(exc)
         self._ops.clear()
+        self._tx_started = -1.0  # no batch open: a timer set for the one just ended does nothing
 
     def _do(self, op: Callable[[], Any]) -> Any:
         """Run one write; kept for replay while a batch is open (see stop_for_full_disk)."""

@@ -134,3 +134,23 @@ def test_an_llm_fan_out_commits_less_often_than_it_has_elements(
         (completed,) = db.execute("SELECT COUNT(*) FROM calls WHERE status='completed'").fetchone()
     assert completed == n
     assert 0 < len(commits) < n, len(commits)
+
+
+def test_a_batch_timer_outliving_its_batch_and_the_journal_does_nothing(tmp_path: Path) -> None:
+    """A batch ended (committed) and its journal closed before the batch's timer fires: the
+    timer finds nothing to commit (it raised in the loop's callback, on a closed database)."""
+    journal = Journal.open(tmp_path / "state")
+    journal.batch_commits(max_age_s=0.02)
+    ledger = JournalLedger(journal, "run-1", "gen")
+    raised: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: raised.append(ctx))
+        ledger.begin("k1", {"n": 1})  # opens a batch, with its timer
+        journal.end_batch()
+        journal.close()
+        await asyncio.sleep(0.1)  # the timer's moment passes
+
+    asyncio.run(main())
+    assert raised == []
+    assert _committed(tmp_path / "state", "k1") == "in_flight"
