@@ -227,7 +227,8 @@ def jobs_option(fn: F) -> F:
         "-j",
         type=click.IntRange(min=1),
         default=None,
-        help="Steps in flight at once (default: number of cores).",
+        help="CPU work at once: commands running, step bodies (default: number of cores); "
+        "waiting on a provider holds none.",
     )(fn)
 
 
