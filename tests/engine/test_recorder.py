@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from runner.engine.run import recorder as recorder_module
 from runner.engine.run.events import EventType, RecordingReporter
 from runner.engine.run.keys import KeyParts
 from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import RunStatus, StepStatus
-from runner.engine.run.recorder import Progress, Recorder
+from runner.engine.run.recorder import GROUP_S, Progress, Recorder
 from runner.pipeline.compiler import Plan, compile_pipeline
 from runner.state.journal import Journal
 from runner.state.records import dumps
@@ -177,8 +179,9 @@ def test_a_cancel_asked_in_the_journal_is_seen(recorder: Recorder, journal: Jour
 
 
 def test_a_held_execution_is_written_once_whole_when_it_ends_in_order_with_the_others(
-    recorder: Recorder, journal: Journal
+    recorder: Recorder, journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(recorder_module, "GROUP_S", 60.0)  # a slow moment writes nothing early
     ran = recorder.started("each", 0, "k-0", _parts(), "k-0", hold=True)
     failed = recorder.started("each", 1, "k-1", _parts(), "k-1", hold=True)
     cancelled = recorder.started("each", 2, "k-2", _parts(), "k-2", hold=True)
@@ -222,3 +225,18 @@ def test_an_execution_keeping_edits_is_never_held(recorder: Recorder) -> None:
     held = recorder.started("each", 0, "k-0", _parts(), "k-0", hold=True)
     with pytest.raises(ValueError, match="not held"):
         recorder.kept_edits(held, {"out.txt": "ab" * 32})
+
+
+def test_held_rows_and_events_are_written_once_the_first_is_old(
+    recorder: Recorder, journal: Journal
+) -> None:
+    """Elements that never wait but take their time: what is held goes to the journal every
+    GROUP_S, not only every GROUP_ROWS rows, so a reader elsewhere sees the step progress."""
+    recorder.flush_events()  # (the group's clock starts now)
+    recorder.reused("each", 0, "k-0", {"n": 0}, why="cached")
+    recorder.emit(EventType.STEP_SKIPPED, "each", 0)
+    assert journal.executions("run-1") == []
+    time.sleep(GROUP_S * 1.5)
+    recorder.reused("each", 1, "k-1", {"n": 1}, why="cached")
+    assert [r["element"] for r in journal.executions("run-1")] == [0, 1]
+    assert [r["type"] for r in journal.events("run-1")] == [EventType.STEP_SKIPPED.value]

@@ -224,8 +224,10 @@ class Recorder:
 
     def _hold(self, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
         self._held.append((columns, values))
-        if len(self._held) >= GROUP_ROWS:
-            self.write_held()
+        # Written with the events held so far once there are enough, or once the first is old:
+        # a for_each of slow elements that never wait shows its progress as others do.
+        if len(self._held) >= GROUP_ROWS or time.monotonic() - self._grouped_since > GROUP_S:
+            self.flush_events()
 
     def _finish(self, exec_id: int, fields: dict[str, Any]) -> None:
         """An execution's end: its row rewritten, or written whole if it was held."""
