@@ -26,8 +26,8 @@ timeout, a cancel, or a normal exit that left background children, the whole gro
 Under the engine a command holds one of the run's ``--jobs`` slots while its process runs, and
 only then (commandslot.py): what runner does before and after it (the key, storing the
 outputs, the journal) is done on the event loop's one thread, and the next command waiting for
-a slot starts while it is done (a 1,000-command fan-out kept its two lanes idle a third of the
-time waiting for that bookkeeping).
+a slot starts while it is done (in a model of a 1,000-command fan-out with 0.6 ms of such
+work a command: 1.04 -> 0.94 s; see bench/README.md).
 """
 
 from __future__ import annotations
