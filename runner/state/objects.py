@@ -36,8 +36,10 @@ from typing import BinaryIO
 
 from ..errors import DiskFull, StoreError
 from . import lease
+from .filedigest import read_small
 
 _CHUNK = 1 << 20
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 DAMAGED = ".damaged"  # where damaged objects are set aside (gc deletes them)
 
@@ -150,6 +152,10 @@ class ObjectStore:
         self._set_aside(digest, opened)
         return False
 
+    def verified_signatures(self) -> dict[str, Signature]:
+        """The signature of every object this process verified or wrote, as it was then."""
+        return dict(self._trusted)
+
     def trusted_signature(self, digest: str) -> Signature | None:
         """The stat signature of a present, whole object (hashing it unless known already)."""
         return self._trusted.get(digest) if self.has(digest) else None
@@ -179,15 +185,18 @@ class ObjectStore:
         return digest
 
     def put_file(self, source: str | os.PathLike[str]) -> str:
-        with open(source, "rb") as f:
-            head = f.read(_CHUNK)
-            if len(head) < _CHUNK:  # small (the usual case): hashed and written from one read
+        fd = os.open(source, _READ_FLAGS)
+        try:
+            head, whole = read_small(fd, _CHUNK)
+            if whole:  # small (the usual case): hashed and written from what was read
                 return self.put_bytes(head)
             h = hashlib.sha256(head)
             size = len(head)
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
+            while chunk := os.read(fd, _CHUNK):
                 h.update(chunk)
                 size += len(chunk)
+        finally:
+            os.close(fd)
         digest = h.hexdigest()
         target = self.path(digest)
         if not self._whole(digest, str(target), size):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from .. import expr as ex
 from ..pipeline.compiler import Plan
+from ..state.filedigest import sha256_file
 
 # Editor droppings: vim backups (file~), swap files (.file.swp/.swo/...), vim's write test file
 # (4913, 5036, ...), emacs lock files (.#file), LibreOffice locks.
@@ -49,8 +49,7 @@ def _existing_dir(path: Path) -> Path:
 def sha256_or_none(path: Path) -> str | None:
     """Content hash of ``path``; None when it does not exist or is not a regular file."""
     try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        return sha256_file(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
         return None
 

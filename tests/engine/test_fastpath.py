@@ -390,6 +390,89 @@ def test_fast_right_after_a_run_and_racy_rewrites_are_caught(project: Project) -
     assert ran(doc) == {"s1", "s2", "s3", "s4"}
 
 
+EDITED_WHILE_RUNNING = """\
+runner: 1
+name: p
+steps:
+  a:
+    uses: shell
+    with: {run: "echo one > out/a.txt", outputs: [out/a.txt]}
+  b:
+    uses: shell
+    needs: [a]
+    with: {run: "sleep 0.8 && echo two > out/b.txt", outputs: [out/b.txt]}
+"""
+
+
+@pytest.mark.parametrize("edit", ["other size", "same size"])
+def test_an_output_edited_by_hand_while_later_steps_ran_is_not_vouched_for(
+    project: Project, monkeypatch: pytest.MonkeyPatch, edit: str
+) -> None:
+    """The fingerprint must not pair the edited file's signature with the digest the run
+    stored: the next apply sees the edit, as the full path does (here: a shorter racy window,
+    so that the edit lies before it when the run ends)."""
+    import threading
+
+    from runner.engine.plan import fastpath
+
+    monkeypatch.setattr(fastpath, "_RACY_NS", 300_000_000)
+    project.write("pipeline.yaml", EDITED_WHILE_RUNNING)
+    (project.root / "out").mkdir()
+    target = project.root / "out" / "a.txt"
+
+    def edit_once_written() -> None:
+        deadline = time.monotonic() + 10
+        while not (project.root / "out" / "a.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        target.write_text("ONE\n" if edit == "same size" else "edited by hand\n")
+
+    editor = threading.Thread(target=edit_once_written)
+    editor.start()
+    first = project.apply()
+    editor.join()
+    assert ran(first) == {"a", "b"}
+    assert not list((project.root / ".runner" / "converged").glob("*.json"))
+    second = project.apply()
+    assert not fast(second, project)
+    assert target.read_text() == "one\n"  # restored; the hand edit is kept in the store
+    assert "out/a.txt was edited by hand" in second["_stderr"]
+    # with nothing edited since, a later run is answered by the fingerprint again
+    age_files(project.root)
+    project.apply()
+    assert fast(project.apply(), project)
+
+
+def test_an_object_damaged_while_later_steps_ran_is_not_vouched_for(project: Project) -> None:
+    """An object the run verified, damaged before the fingerprint is written, is not recorded
+    with its new signature: the next apply hashes it, sets it aside and makes it again."""
+    import threading
+
+    project.write("pipeline.yaml", EDITED_WHILE_RUNNING)
+    (project.root / "out").mkdir()
+    digest = hashlib.sha256(b"one\n").hexdigest()
+    obj = project.root / ".runner" / "objects" / digest[:2] / digest[2:]
+
+    def damage_once_stored() -> None:
+        deadline = time.monotonic() + 10
+        while not obj.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        obj.chmod(0o644)
+        obj.write_bytes(b"two\n")  # the same size: only the hash tells
+
+    damager = threading.Thread(target=damage_once_stored)
+    damager.start()
+    first = project.apply()
+    damager.join()
+    assert ran(first) == {"a", "b"}
+    assert not list((project.root / ".runner" / "converged").glob("*.json"))
+    second = project.apply()
+    assert not fast(second, project)
+    assert obj.read_bytes() == b"one\n"  # made again from the workspace's file
+    assert project.cli("verify", "--state", ".runner").exit_code == 0
+
+
 GLOB_LLM = """\
 runner: 1
 name: p

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
+from ...state.filedigest import sha256_file
 from . import fastdoc
 
 FORMAT = 10  # 3: workspace files carry their real paths; 4: and their signature and digest;
@@ -66,8 +67,7 @@ def _object_sig(path: str) -> list[int] | None:
 
 def _sha256(path: str) -> str | None:
     try:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 
@@ -152,6 +152,21 @@ def record(
     real = _RealPaths()
     # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
+    root = str(plan.root)
+    workspace = {
+        path: [*(_sig(path) or [-1, -1, -1]), digest, real(path)]
+        for path, digest in (
+            (_joined(root, rel), digest) for rel, digest in sorted(report.workspace.items())
+        )
+    }
+    if not _still_as_used(inputs, workspace, report.started_ns, now):
+        return
+    objects = {
+        d: _object_sig(f"{state_dir}/objects/{d[:2]}/{d[2:]}")
+        for d in sorted(set(report.objects) | set(report.workspace.values()))
+    }
+    if not _objects_as_verified(objects, report.verified, f"{state_dir}/objects"):
+        return
     from ...state.records import dumps
 
     sha, (document, keyed) = fastdoc.of_plan(plan)
@@ -180,22 +195,14 @@ def record(
         "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
         # a new file matching a glob is invisible to the inputs' stat checks: each glob's
         # matches are recorded and listed again (see check)
-        "root": str(plan.root),
+        "root": root,
         "globs": globs,
         # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
         # a directory swapped for a symlink changes the real path (see check)
-        "workspace": {
-            path: [*(_sig(path) or [-1, -1, -1]), digest, real(path)]
-            for path, digest in (
-                (str(plan.root / rel), digest) for rel, digest in sorted(report.workspace.items())
-            )
-        },
+        "workspace": workspace,
         # every object the run's results name, output files' copies included, with the
         # signature it had when the run hashed or wrote it
-        "objects": {
-            d: _object_sig(f"{state_dir}/objects/{d[:2]}/{d[2:]}")
-            for d in sorted(set(report.objects) | set(report.workspace.values()))
-        },
+        "objects": objects,
         "steps": [o.to_json() for o in report.steps],
         # what `runner plan` says while the fingerprint holds: every step and element cached
         # (and the keys the no-op journals, element by element, as the full path does)
@@ -210,6 +217,48 @@ def record(
     path = _record_path(state_dir, _tag(pipeline, overrides, item))
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, doc)
+
+
+def _joined(root: str, rel: str) -> str:
+    """str(Path(root) / rel), without building the Path when ``rel`` is plain already."""
+    plain = rel and rel[0] != "/" and rel[-1] != "/" and "//" not in rel
+    if plain and "." not in rel.split("/"):  # pathlib drops "." parts; it keeps ".."
+        return f"{root}/{rel}" if root != "/" else f"/{rel}"
+    return str(Path(root) / rel)
+
+
+def _still_as_used(
+    inputs: dict[str, list[Any]], workspace: dict[str, list[Any]], started_ns: int, now: int
+) -> bool:
+    """Whether every file the run hashed or wrote still holds the bytes it used, as far as the
+    fingerprint can tell. The fingerprint pairs a signature with a digest, and check() trusts
+    a signature older than the racy window. A file written during the run, then rewritten
+    before the window began (a hand edit while later steps ran, or a same-size rewrite within
+    the clock's granularity after it was hashed), would pair its new signature with the old
+    digest: such a file is hashed again now, and a difference means no fingerprint (the next
+    apply takes the full path, which sees the edit). A file within the window is hashed by
+    check() itself; one older than the run was not written by it."""
+    written_from = started_ns - _RACY_NS
+    racy_before = now - _RACY_NS
+    for path, recorded in (*inputs.items(), *workspace.items()):
+        digest = recorded[3]
+        if written_from <= recorded[1] < racy_before and _sha256(path) != digest:
+            return False
+    return True
+
+
+def _objects_as_verified(
+    objects: dict[str, list[int] | None], verified: dict[str, Any], root: str
+) -> bool:
+    """Whether each object still has the signature it had when this run verified or wrote it;
+    one this process never looked at, or one changed since (damaged), is hashed now. The
+    check trusts the recorded signature, so it must be of bytes known to be whole."""
+    for d, sig in objects.items():
+        if sig is None or tuple(sig) == verified.get(d):
+            continue
+        if _sha256(f"{root}/{d[:2]}/{d[2:]}") != d:
+            return False
+    return True
 
 
 def _progress(plan: Any) -> dict[str, dict[str, int]]:
@@ -358,12 +407,13 @@ class _RealPaths:
     directory share its walk)."""
 
     def __init__(self) -> None:
-        self._dirs: dict[str, str] = {}
-
-    def __call__(self, path: str) -> str:
         from ...source.paths import real_file
 
-        return real_file(path, self._dir)
+        self._dirs: dict[str, str] = {}
+        self._real_file = real_file
+
+    def __call__(self, path: str) -> str:
+        return self._real_file(path, self._dir)
 
     def _dir(self, head: str) -> str:
         base = self._dirs.get(head)

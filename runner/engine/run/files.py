@@ -6,23 +6,14 @@ downstream re-runs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
 
+from ...state.filedigest import sha256_file
 from ...state.journal import Journal
 
-_CHUNK = 1 << 20
 _RACY_NS = 2_000_000_000
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class FileHasher:

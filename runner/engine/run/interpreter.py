@@ -286,6 +286,8 @@ class Interpreter(Executions):
             inputs=dict(self.hasher.used),
             workspace=self.reuse.workspace_used,
             objects=self.reuse.objects_used,
+            started_ns=int(started * 1e9),
+            verified=self.objects.verified_signatures(),
         )
 
     # -- one step ------------------------------------------------------------------------------

@@ -101,6 +101,9 @@ class RunReport:
     workspace: dict[str, str] = field(default_factory=dict)
     objects: set[str] = field(default_factory=set)
     remote: dict[str, Any] | None = None  # the remote cache's hits, pushes and requests
+    started_ns: int = 0  # when the run began (0: unknown), to tell the files it may have written
+    # object -> its stat signature when this process last verified or wrote it
+    verified: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, int]:
         s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
