@@ -8,6 +8,7 @@ import re
 import shutil
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -471,6 +472,67 @@ def test_an_object_damaged_while_later_steps_ran_is_not_vouched_for(project: Pro
     assert not fast(second, project)
     assert obj.read_bytes() == b"one\n"  # made again from the workspace's file
     assert project.cli("verify", "--state", ".runner").exit_code == 0
+
+
+GLOB_THEN_SLOW = """\
+runner: 1
+name: p
+steps:
+  files: {uses: read, with: {path: "docs/*.md", as: paths}}
+  slow:
+    uses: shell
+    needs: [files]
+    with: {run: "sleep 0.8 && echo done > out/slow.txt", outputs: [out/slow.txt]}
+"""
+
+
+def _while_running(project: Project, act: Callable[[], object]) -> dict:
+    """Apply, doing ``act`` once the slow step has started."""
+    import threading
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if list(project.root.glob(".runner/journal.db*")) and (project.root / "out").is_dir():
+                break
+            time.sleep(0.005)
+        time.sleep(0.3)
+        act()
+
+    actor = threading.Thread(target=watch)
+    actor.start()
+    doc = project.apply()
+    actor.join()
+    return doc
+
+
+def test_a_file_a_glob_matches_added_while_the_run_ran_is_not_vouched_for(
+    project: Project,
+) -> None:
+    """The fingerprint records a glob's matches as the run read them: a file added after the
+    read step read the glob makes the next apply read it, as the full path does."""
+    project.write("pipeline.yaml", GLOB_THEN_SLOW)
+    project.write("docs/a.md", "alpha\n")
+    (project.root / "out").mkdir()
+    first = _while_running(project, lambda: project.write("docs/b.md", "beta\n"))
+    assert ran(first) == {"files", "slow"}
+    second = project.apply()
+    assert not fast(second, project) and "files" in ran(second)
+
+
+def test_a_config_file_edited_while_the_run_ran_is_not_vouched_for(project: Project) -> None:
+    """runner.toml may be read before the edit: the fingerprint does not name its new
+    signature, so the next apply reads it again."""
+    project.write("pipeline.yaml", GLOB_THEN_SLOW)
+    project.write("docs/a.md", "alpha\n")
+    (project.root / "out").mkdir()
+    age_files(project.root)
+    first = _while_running(
+        project, lambda: project.write("runner.toml", '[providers.fake]\ntype = "fake"\n')
+    )
+    assert ran(first) == {"files", "slow"}
+    assert not list((project.root / ".runner" / "converged").glob("*.json"))
+    assert not fast(project.apply(), project)
 
 
 GLOB_LLM = """\

@@ -112,11 +112,11 @@ def read_pattern(step: Any, params: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _globs(plan: Any) -> dict[str, list[str]] | None:
-    """Each glob the `read` steps read, with the files it matched; None when one cannot be
-    listed (the run reports why)."""
-    from ...errors import InvalidPipeline
-    from ...source.globs import WILD, matches
+def _globs(plan: Any, reads: dict[str, list[str]]) -> dict[str, list[str]] | None:
+    """Each glob the `read` steps read, with the files it matched when the run read it (not as
+    the disk is now: a file added while later steps ran was not read); None when a read step
+    was not resolved in this run, or two saw the same glob differently."""
+    from ...source.globs import WILD
 
     out: dict[str, list[str]] = {}
     for step in plan.steps.values():
@@ -124,9 +124,8 @@ def _globs(plan: Any) -> dict[str, list[str]] | None:
             continue
         pattern = read_pattern(step, plan.params)
         if pattern is not None and any(c in pattern for c in WILD):
-            try:
-                out[pattern] = matches(plan.root, pattern)
-            except (InvalidPipeline, OSError):
+            seen = reads.get(step.id)
+            if seen is None or out.setdefault(pattern, seen) != seen:
                 return None
     return out
 
@@ -138,14 +137,17 @@ def record(
     item: str | None,
     plan: Any,
     report: Any,
+    *,
+    began_ns: int | None = None,
 ) -> None:
-    """Write the fingerprint of a converged run (best effort: a failure only costs speed)."""
+    """Write the fingerprint of a converged run (best effort: a failure only costs speed).
+    ``began_ns``: when the command began, before the pipeline and config files were read."""
     if report.exit_code != 0 or report.status.value != "completed":
         return
     outcomes = {o.id: o for o in report.steps}
     if set(outcomes) != set(plan.order):
         return  # the forecast, and the no-op's rows per element, need every step's outcome
-    globs = _globs(plan)
+    globs = _globs(plan, report.reads)
     if globs is None:
         return
     now = time.time_ns()
@@ -159,8 +161,12 @@ def record(
             (_joined(root, rel), digest) for rel, digest in sorted(report.workspace.items())
         )
     }
-    if not _still_as_used(inputs, workspace, report.started_ns, now):
+    began = min(began_ns or report.started_ns, report.started_ns)
+    if not _still_as_used(inputs, workspace, began, now):
         return
+    configs = {p: _sig(p) for p in _config_candidates(plan.root)}
+    if any(sig is not None and sig[1] >= began - _RACY_NS for sig in configs.values()):
+        return  # edited as the run began or while it ran: maybe not the bytes it read
     objects = {
         d: _object_sig(f"{state_dir}/objects/{d[:2]}/{d[2:]}")
         for d in sorted(set(report.objects) | set(report.workspace.values()))
@@ -192,7 +198,7 @@ def record(
             (plan.steps[s].phase for s in reversed(plan.order) if plan.steps[s].phase), None
         ),
         "inputs": inputs,
-        "configs": {p: _sig(p) for p in _config_candidates(plan.root)},
+        "configs": configs,
         # a new file matching a glob is invisible to the inputs' stat checks: each glob's
         # matches are recorded and listed again (see check)
         "root": root,

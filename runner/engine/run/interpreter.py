@@ -121,6 +121,7 @@ class Interpreter(Executions):
         self._only: frozenset[str] | None = None  # the first pass's steps (gatestep.first_pass)
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
+        self.reads: dict[str, list[str]] = {}  # read step -> what it read, for the fingerprint
         self._kept: dict[tuple[str, int], dict[str, str]] = {}  # edits kept before a re-run
         self.edited_steps: set[str] = set()
         self._prepared: dict[str, _Ready] = {}  # by _step_now, for _step to go on from
@@ -288,6 +289,7 @@ class Interpreter(Executions):
             objects=self.reuse.objects_used,
             started_ns=int(started * 1e9),
             verified=self.objects.verified_signatures(),
+            reads=self.reads,
         )
 
     # -- one step ------------------------------------------------------------------------------
@@ -441,7 +443,12 @@ class Interpreter(Executions):
             extra = {"feedback": list(review["feedback"]), "review": review, **extra}
         context, item = self._context(**extra), extra.get("item")
         env, has_item = self.env, "item" in extra
-        return resolve(step, context, self.plan.root, self.hasher, env, review, item, has_item)
+        args, parts = resolve(
+            step, context, self.plan.root, self.hasher, env, review, item, has_item
+        )
+        if step.uses == "read" and not has_item:  # the files a glob matched, as the key has them
+            self.reads[step.id] = list(parts.files)
+        return args, parts
 
     def _contract(self, step: CompiledStep, extra: dict[str, Any], key: str) -> str | None:
         """What this execution's output is made under (see runner/state/overrides.py)."""

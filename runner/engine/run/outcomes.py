@@ -104,6 +104,7 @@ class RunReport:
     started_ns: int = 0  # when the run began (0: unknown), to tell the files it may have written
     # object -> its stat signature when this process last verified or wrote it
     verified: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    reads: dict[str, list[str]] = field(default_factory=dict)  # read step -> the files it read
 
     def summary(self) -> dict[str, int]:
         s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}

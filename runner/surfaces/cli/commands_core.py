@@ -6,6 +6,7 @@ import gc
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,7 @@ def apply(
     from ...engine.plan import fastpath
     from ...engine.run.locate import state_dir_for
 
+    began_ns = time.time_ns()  # before any file the fingerprint names is read
     overrides = parse_params(params)
     if dry_run:
         from ...engine.plan.plandoc import plan_document
@@ -236,7 +238,9 @@ def apply(
     reporter.close()
     try:
         if fastpath.eligible(plan, options):
-            fastpath.record(state_path, pipeline_path, overrides, item, plan, report)
+            fastpath.record(
+                state_path, pipeline_path, overrides, item, plan, report, began_ns=began_ns
+            )
         else:
             fastpath.forget(state_path, pipeline_path, overrides, item)
         doc = report.to_json()
