@@ -134,7 +134,36 @@ class Executions:
         )
         if isinstance(done, ElementOutcome):
             return done
+        moved = self.reuse.hasher.changed(
+            self.plan.root, parts.files, frozenset(step.type.produces(args))
+        )
+        if moved is not None:
+            return self._inputs_moved(step, index, el_index, exec_id, key, done, moved)
         return self._passed(step, index, el_index, exec_id, key, done)
+
+    def _inputs_moved(
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        exec_id: int,
+        key: str,
+        done: attempts.Passed,
+        rel: str,
+    ) -> ElementOutcome:
+        """A pass whose input changed while the body ran is not kept: its result would be
+        reused for the inputs its key names, which it may not have been made from."""
+        self._kept.pop((step.id, el_index), None)
+        reason = (
+            f"input {rel} changed while the step ran, so its result was not kept "
+            "(it may not be what the old bytes give); apply again to run it on the new ones"
+        )
+        duration = time.perf_counter() - done.t0
+        self.recorder.failed(exec_id, done.attempt, reason, duration, None)
+        self.recorder.emit(
+            EventType.STEP_FAILED, step.id, index, reason=reason, attempts=done.attempt
+        )
+        return ElementOutcome(el_index, StepStatus.FAILED, key, None, reason, False, duration)
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int

@@ -42,6 +42,30 @@ class FileHasher:
             self.dirty.append((key, *sig, digest))
         return digest
 
+    def changed(self, root: Path, files: dict[str, str], skip: frozenset[str]) -> str | None:
+        """The first of ``files`` (path relative to ``root`` -> the digest a key was made of)
+        whose bytes are not those any more, else None: a step's input changed while its body
+        ran, so what the body made may not be what the key names. One stat each; a file whose
+        signature moved is hashed again (a touch alone changes nothing). ``skip``: the
+        step's own outputs (a step editing a file in place changes its input by design)."""
+        for rel, digest in files.items():
+            if rel in skip:
+                continue
+            path = root / rel
+            try:
+                st = os.stat(path)
+            except OSError:
+                return rel
+            seen = self.used.get(str(path))
+            if seen is not None and seen[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
+                continue
+            try:
+                if sha256_file(path) != digest:
+                    return rel
+            except OSError:
+                return rel
+        return None
+
     def forget(self, path: Path) -> None:
         """Drop what is known of ``path`` (it was just rewritten)."""
         self.known.pop(str(path), None)

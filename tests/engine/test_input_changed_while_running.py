@@ -1,0 +1,93 @@
+"""An input that changes while its step runs: the result is not kept under the key of the old
+bytes, since a later apply with those bytes back would reuse a result made from others."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Project, ran, statuses
+
+SLOW_READER = """\
+runner: 1
+name: p
+steps:
+  copy:
+    uses: shell
+    with:
+      run: "touch out/started && sleep 0.6 && cat in.txt > out/copy.txt"
+      inputs: [in.txt]
+      outputs: [out/copy.txt]
+  after:
+    uses: shell
+    needs: [copy]
+    with: {run: "cat out/copy.txt > out/after.txt", inputs: [out/copy.txt], outputs: [out/after.txt]}
+"""
+
+
+def _edit_soon(path: Path, text: str) -> threading.Thread:
+    """Write ``text`` to ``path`` once the slow step's command has started."""
+    started = path.parent / "out" / "started"
+
+    def edit() -> None:
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        path.write_text(text)
+
+    thread = threading.Thread(target=edit)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("edit", ["edited\n", "EDITED\n"], ids=["other size", "same size"])
+def test_an_input_edited_while_its_step_ran_is_not_kept_under_the_old_key(
+    project: Project, edit: str
+) -> None:
+    project.write("pipeline.yaml", SLOW_READER)
+    source = project.write("in.txt", "edited\n" if edit == "EDITED\n" else "original\n")
+    original = source.read_text()
+    (project.root / "out").mkdir()
+    editor = _edit_soon(source, edit)
+    first = project.apply()
+    editor.join()
+    assert statuses(first) == {"copy": "failed", "after": "skipped"}
+    failed = next(s for s in first["steps"] if s["id"] == "copy")
+    assert "in.txt changed while the step ran" in failed["reason"]
+    # The old bytes back: the step runs again, on them, and nothing made from others is reused.
+    source.write_text(original)
+    second = project.apply()
+    assert ran(second) == {"copy", "after"}
+    assert (project.root / "out" / "copy.txt").read_text() == original
+    assert project.apply()["summary"]["cached"] == 2
+
+
+def test_a_touch_while_the_step_ran_keeps_the_result(project: Project) -> None:
+    """Only the bytes count: a new mtime with the same content is the same input."""
+    project.write("pipeline.yaml", SLOW_READER)
+    source = project.write("in.txt", "original\n")
+    (project.root / "out").mkdir()
+    editor = _edit_soon(source, "original\n")
+    doc = project.apply()
+    editor.join()
+    assert ran(doc) == {"copy", "after"}
+
+
+def test_a_step_editing_its_own_input_in_place_is_not_refused(project: Project) -> None:
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: p
+        steps:
+          fmt:
+            uses: shell
+            with: {run: "echo formatted >> data.txt", inputs: [data.txt], outputs: [data.txt]}
+        """,
+    )
+    project.write("data.txt", "raw\n")
+    doc = project.apply()
+    assert ran(doc) == {"fmt"}
