@@ -25,6 +25,10 @@ from .recorder import JournalLedger, Recorder
 from .remote_link import RemoteLink
 from .reuse import Reuse
 
+# The journal key of a result not kept for reuse: no key a lookup asks for starts so (keys are
+# hex digests), and `runs show` still shows which key the run worked out.
+UNKEPT = "unkept:"
+
 
 class Executions:
     """The part of the Interpreter that runs an execution; the Interpreter sets these."""
@@ -134,36 +138,12 @@ class Executions:
         )
         if isinstance(done, ElementOutcome):
             return done
+        # An input that changed while the body ran: the result is what the command made now,
+        # used by this run, but not from the bytes the key names, so never reused for them.
         moved = self.reuse.hasher.changed(
             self.plan.root, parts.files, frozenset(step.type.produces(args))
         )
-        if moved is not None:
-            return self._inputs_moved(step, index, el_index, exec_id, key, done, moved)
-        return self._passed(step, index, el_index, exec_id, key, done)
-
-    def _inputs_moved(
-        self,
-        step: CompiledStep,
-        index: int | None,
-        el_index: int,
-        exec_id: int,
-        key: str,
-        done: attempts.Passed,
-        rel: str,
-    ) -> ElementOutcome:
-        """A pass whose input changed while the body ran is not kept: its result would be
-        reused for the inputs its key names, which it may not have been made from."""
-        self._kept.pop((step.id, el_index), None)
-        reason = (
-            f"input {rel} changed while the step ran, so its result was not kept "
-            "(it may not be what the old bytes give); apply again to run it on the new ones"
-        )
-        duration = time.perf_counter() - done.t0
-        self.recorder.failed(exec_id, done.attempt, reason, duration, None)
-        self.recorder.emit(
-            EventType.STEP_FAILED, step.id, index, reason=reason, attempts=done.attempt
-        )
-        return ElementOutcome(el_index, StepStatus.FAILED, key, None, reason, False, duration)
+        return self._passed(step, index, el_index, exec_id, key, done, moved=moved)
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
@@ -188,11 +168,23 @@ class Executions:
         exec_id: int,
         key: str,
         done: attempts.Passed,
+        *,
+        moved: str | None = None,
     ) -> ElementOutcome:
+        """A pass recorded. ``moved``: an input that changed while the body ran; the row is
+        then journaled under a key no lookup matches, and nothing is pushed to a remote."""
         result, attempt = done.result, done.attempt
         kept = self._kept.pop((step.id, el_index), None)
         if kept:
             result.report = {**(result.report or {}), "edited_outputs_kept": kept}
+        if moved is not None:
+            note = (
+                f"input {moved} changed while the step ran: its result is used in this run, "
+                "not kept for reuse"
+            )
+            result.report = {**(result.report or {}), "not_kept": note}
+            label = step.id if index is None else f"{step.id}[{index}]"
+            self.recorder.emit_warning(f"{label}: {note}")
         digests = set(result.artifacts) | set(result.files.values())
         self.reuse.objects_used.update(result.artifacts)
         self.reuse.workspace_used.update(result.files)
@@ -219,8 +211,10 @@ class Executions:
             duration=duration,
             defer=index is None,
             worker=where,
+            key=None if moved is None else f"{UNKEPT}{key}",
         )
-        if self.remote is not None and status == "completed" and step.type.shareable:
+        shared = moved is None and step.type.shareable
+        if self.remote is not None and status == "completed" and shared:
             self.remote.push(
                 key=key,
                 step_type=f"{step.uses}@{step.type.version}",

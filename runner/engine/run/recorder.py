@@ -489,11 +489,13 @@ class Recorder:
         duration: float,
         defer: bool,
         worker: str | None = None,
+        key: str | None = None,
     ) -> None:
         """A body that returned and passed its checks. ``defer``: written once the step's
         dependents have started (a plain step), else now (an element: a for_each may hold
         thousands). ``worker``: the Dask worker that ran the body (None: this process).
-        ``output_text``: the output's JSON, encoded as the body returned it (stepbody.py)."""
+        ``output_text``: the output's JSON, encoded as the body returned it (stepbody.py).
+        ``key``: the key to journal the row under instead of the one it started with."""
         # Serialised now, written maybe a moment later: what is recorded is the output as it
         # was returned, whatever a later step does with the objects.
         row = {
@@ -509,6 +511,8 @@ class Recorder:
         }
         if worker is not None:
             row["worker"] = worker
+        if key is not None:
+            row["key"] = key
 
         if defer:
             self._deferred.append((exec_id, row, sizes))
