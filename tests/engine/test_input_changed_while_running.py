@@ -4,6 +4,7 @@ bytes back would reuse a result made from others."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_an_input_edited_while_its_step_ran_is_not_kept_under_the_old_key(
     shown = project.cli("runs", "show", first["run"]["id"], "--json")
     row = next(e for e in shown.json["executions"] if e["step_id"] == "copy")
     assert row["key"].startswith("unkept:") and row["status"] == "completed"
+    db = sqlite3.connect(project.root / ".runner" / "journal.db")
+    try:
+        (contract,) = db.execute(
+            "SELECT contract FROM executions WHERE step_id='copy' AND run_id=?",
+            (first["run"]["id"],),
+        ).fetchone()
+    finally:
+        db.close()
+    assert contract == row["key"]  # no hand edit of it is taken for the old bytes either
     # The old bytes back: the step runs again, on them, and nothing made from others is reused.
     source.write_text(original)
     second = project.apply()

@@ -143,7 +143,9 @@ class Executions:
         moved = self.reuse.hasher.changed(
             self.plan.root, parts.files, frozenset(step.type.produces(args))
         )
-        return self._passed(step, index, el_index, exec_id, key, done, moved=moved)
+        return self._passed(
+            step, index, el_index, exec_id, key, done, moved=moved, by_key=contract == key
+        )
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
@@ -170,9 +172,12 @@ class Executions:
         done: attempts.Passed,
         *,
         moved: str | None = None,
+        by_key: bool = True,
     ) -> ElementOutcome:
         """A pass recorded. ``moved``: an input that changed while the body ran; the row is
-        then journaled under a key no lookup matches, and nothing is pushed to a remote."""
+        then journaled under a key no lookup matches, and nothing is pushed to a remote; a
+        contract that was the key (``by_key``: the step has no `contract:`) goes with it, so
+        that no hand edit of this result is taken for the key's inputs either."""
         result, attempt = done.result, done.attempt
         kept = self._kept.pop((step.id, el_index), None)
         if kept:
@@ -212,6 +217,7 @@ class Executions:
             defer=index is None,
             worker=where,
             key=None if moved is None else f"{UNKEPT}{key}",
+            contract=f"{UNKEPT}{key}" if moved is not None and by_key else None,
         )
         shared = moved is None and step.type.shareable
         if self.remote is not None and status == "completed" and shared:

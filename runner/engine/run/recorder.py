@@ -490,12 +490,13 @@ class Recorder:
         defer: bool,
         worker: str | None = None,
         key: str | None = None,
+        contract: str | None = None,
     ) -> None:
         """A body that returned and passed its checks. ``defer``: written once the step's
         dependents have started (a plain step), else now (an element: a for_each may hold
         thousands). ``worker``: the Dask worker that ran the body (None: this process).
         ``output_text``: the output's JSON, encoded as the body returned it (stepbody.py).
-        ``key``: the key to journal the row under instead of the one it started with."""
+        ``key``, ``contract``: what to journal the row under instead of what it started with."""
         # Serialised now, written maybe a moment later: what is recorded is the output as it
         # was returned, whatever a later step does with the objects.
         row = {
@@ -513,6 +514,8 @@ class Recorder:
             row["worker"] = worker
         if key is not None:
             row["key"] = key
+        if contract is not None:
+            row["contract"] = contract
 
         if defer:
             self._deferred.append((exec_id, row, sizes))
