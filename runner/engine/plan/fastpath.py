@@ -200,7 +200,7 @@ def record(
         "inputs": inputs,
         "configs": configs,
         # a new file matching a glob is invisible to the inputs' stat checks: each glob's
-        # matches are recorded and listed again (see check)
+        # matches as its read step read them are recorded, and listed again (see check)
         "root": root,
         "globs": globs,
         # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
