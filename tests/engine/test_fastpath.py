@@ -412,26 +412,17 @@ def test_an_output_edited_by_hand_while_later_steps_ran_is_not_vouched_for(
     """The fingerprint must not pair the edited file's signature with the digest the run
     stored: the next apply sees the edit, as the full path does (here: a shorter racy window,
     so that the edit lies before it when the run ends)."""
-    import threading
-
     from runner.engine.plan import fastpath
 
     monkeypatch.setattr(fastpath, "_RACY_NS", 300_000_000)
     project.write("pipeline.yaml", EDITED_WHILE_RUNNING)
     (project.root / "out").mkdir()
     target = project.root / "out" / "a.txt"
-
-    def edit_once_written() -> None:
-        deadline = time.monotonic() + 10
-        while not (project.root / "out" / "a.txt").exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.05)
-        target.write_text("ONE\n" if edit == "same size" else "edited by hand\n")
-
-    editor = threading.Thread(target=edit_once_written)
-    editor.start()
-    first = project.apply()
-    editor.join()
+    first = _apply_acting(
+        project,
+        target.exists,
+        lambda: target.write_text("ONE\n" if edit == "same size" else "edited by hand\n"),
+    )
     assert ran(first) == {"a", "b"}
     assert not list((project.root / ".runner" / "converged").glob("*.json"))
     second = project.apply()
@@ -447,25 +438,16 @@ def test_an_output_edited_by_hand_while_later_steps_ran_is_not_vouched_for(
 def test_an_object_damaged_while_later_steps_ran_is_not_vouched_for(project: Project) -> None:
     """An object the run verified, damaged before the fingerprint is written, is not recorded
     with its new signature: the next apply hashes it, sets it aside and makes it again."""
-    import threading
-
     project.write("pipeline.yaml", EDITED_WHILE_RUNNING)
     (project.root / "out").mkdir()
     digest = hashlib.sha256(b"one\n").hexdigest()
     obj = project.root / ".runner" / "objects" / digest[:2] / digest[2:]
 
-    def damage_once_stored() -> None:
-        deadline = time.monotonic() + 10
-        while not obj.exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.05)
+    def damage() -> None:
         obj.chmod(0o644)
         obj.write_bytes(b"two\n")  # the same size: only the hash tells
 
-    damager = threading.Thread(target=damage_once_stored)
-    damager.start()
-    first = project.apply()
-    damager.join()
+    first = _apply_acting(project, obj.exists, damage)
     assert ran(first) == {"a", "b"}
     assert not list((project.root / ".runner" / "converged").glob("*.json"))
     second = project.apply()
@@ -486,24 +468,34 @@ steps:
 """
 
 
-def _while_running(project: Project, act: Callable[[], object]) -> dict:
-    """Apply, doing ``act`` once the slow step has started."""
+def _apply_acting(
+    project: Project, ready: Callable[[], bool], act: Callable[[], object], settle: float = 0.05
+) -> dict:
+    """Apply, doing ``act`` in another thread once ``ready()`` holds (and ``settle`` s more)."""
     import threading
 
     def watch() -> None:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if list(project.root.glob(".runner/journal.db*")) and (project.root / "out").is_dir():
-                break
+        while not ready() and time.monotonic() < deadline:
             time.sleep(0.005)
-        time.sleep(0.3)
+        time.sleep(settle)
         act()
 
     actor = threading.Thread(target=watch)
     actor.start()
-    doc = project.apply()
-    actor.join()
-    return doc
+    try:
+        return project.apply()
+    finally:
+        actor.join()
+
+
+def _while_running(project: Project, act: Callable[[], object]) -> dict:
+    """Apply, doing ``act`` once the slow step has started."""
+
+    def started() -> bool:
+        return bool(list(project.root.glob(".runner/journal.db*")))
+
+    return _apply_acting(project, started, act, settle=0.3)
 
 
 def test_a_file_a_glob_matches_added_while_the_run_ran_is_not_vouched_for(

@@ -4,6 +4,7 @@ bytes back would reuse a result made from others."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -105,3 +106,21 @@ def test_a_step_editing_its_own_input_in_place_is_not_refused(project: Project) 
     project.write("data.txt", "raw\n")
     doc = project.apply()
     assert ran(doc) == {"fmt"}
+
+
+def test_the_warning_shows_a_hostile_input_name_as_data(project: Project) -> None:
+    name = "in $(touch pwned) `touch pwned2` 'q' <script>.txt"
+    project.write(
+        "pipeline.yaml",
+        SLOW_READER.replace("inputs: [in.txt]", f"inputs: [{json.dumps(name)}]").replace(
+            "cat in.txt", "cat in*.txt"
+        ),
+    )
+    source = project.write(name, "original\n")
+    (project.root / "out").mkdir()
+    editor = _edit_soon(source, "edited\n")
+    doc = project.apply()
+    editor.join()
+    assert ran(doc) == {"copy", "after"}
+    assert f"input {name} changed while the step ran" in doc["_stderr"]
+    assert not (project.root / "pwned").exists() and not (project.root / "pwned2").exists()
