@@ -27,6 +27,21 @@ class NotRegularFile(OSError):
     """The path names something other than a regular file."""
 
 
+def describe_mode(mode: int) -> str:
+    """What a file of ``mode`` is, for a message ("a FIFO (named pipe)", "a directory")."""
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (following symlinks), else
+    None: so a check that finds no file to read says "a FIFO", not "file not found"."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else describe_mode(mode)
+
+
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """``path`` opened for reading in binary; raises NotRegularFile (an OSError) for anything
     but a regular file (a symlink to one is fine), FileNotFoundError and the like as open does.
@@ -35,8 +50,9 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = next((name for test, name in _KINDS if test(mode)), "not a file")
-            raise NotRegularFile(errno.EINVAL, f"{what}, not a regular file", os.fspath(path))
+            raise NotRegularFile(
+                errno.EINVAL, f"{describe_mode(mode)}, not a regular file", os.fspath(path)
+            )
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
+
+from ...errors import UsageError
+from ...source.beneath import SymlinkRefused, open_nofollow
 
 PIPELINE = """\
 runner: 1
@@ -42,6 +47,10 @@ Write a one-line greeting for: {{ title }}
 
 
 def init_project(directory: Path) -> list[str]:
+    """Writes the files of a minimal project into ``directory`` (kept where they exist) and the
+    state's lines into its .gitignore. Nothing is written through a symlink below
+    ``directory``: a symlinked .gitignore would get lines appended to a file outside the project,
+    a dangling pipeline.yaml link would create one outside. Raises UsageError naming the link."""
     directory.mkdir(parents=True, exist_ok=True)
     created: list[str] = []
     files = {
@@ -50,18 +59,43 @@ def init_project(directory: Path) -> list[str]:
         "prompts/hello.j2": PROMPT,
     }
     for rel, text in files.items():
-        path = directory / rel
-        if path.exists():
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # an existing file (or link) is kept
+        try:
+            fd = _open(directory, rel, flags)
+        except FileExistsError:
+            path = directory / rel
+            if os.path.islink(path) and not os.path.exists(path):  # dangling: O_EXCL said so
+                raise _refused(directory, rel) from None
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         created.append(rel)
-    gitignore = directory / ".gitignore"
-    lines = gitignore.read_text(encoding="utf-8").splitlines() if gitignore.exists() else []
+    try:
+        with os.fdopen(_open(directory, ".gitignore", os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise UsageError(f"{directory / '.gitignore'} is not a regular file")
+            lines = f.read().decode("utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
     # The state, and the folder the web page exports to by default (runner serve).
     missing = [entry for entry in (".runner/", "exports/") if entry not in lines]
     if missing:
-        lines.extend(missing)
-        gitignore.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        fd = _open(directory, ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join([*lines, *missing]) + "\n")
         created.append(".gitignore")
     return created
+
+
+def _open(directory: Path, rel: str, flags: int) -> int:
+    try:
+        return open_nofollow(directory, rel, flags, make_parents=True, mode=0o666)
+    except SymlinkRefused as exc:
+        raise _refused(directory, str(exc.filename)) from None
+
+
+def _refused(directory: Path, rel: str) -> UsageError:
+    return UsageError(
+        f"{directory / rel} is a symlink; runner init does not write through one",
+        hint="remove the link (or replace it with the file itself) and run runner init again",
+    )
