@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from ..errors import InvalidPipeline, Location, TemplateError
+from ..source.beneath import OutsideRoot, read_beneath
 from ..source.document import decode_utf8
 from ..source.paths import inside
 from .sandbox import (
@@ -53,7 +54,11 @@ class _RootLoader(jinja2.BaseLoader):
             raise SandboxRefused(
                 f"template '{template}' is over the limit of {MAX_TEMPLATE_CHARS} bytes"
             )
-        text = decode_utf8(path.read_bytes(), template)  # InvalidPipeline at the bad byte
+        try:  # as opened now: an earlier step may have swapped a directory on its path
+            source = read_beneath(self.root, template)
+        except OutsideRoot as exc:
+            raise SandboxRefused(f"template '{template}' {exc.strerror}") from None
+        text = decode_utf8(source, template)  # InvalidPipeline at the bad byte
         if too_deep(text):
             raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
 

@@ -34,6 +34,7 @@ from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
 from ..providers.requestkey import request_key
 from ..source.paths import inside
+from ..source.beneath import read_beneath
 from .base import (
     ProviderAccess,
     ResultStatus,
@@ -134,9 +135,9 @@ def load_reference(ctx: StepContext, ref: str) -> bytes:
     """An object digest from the store, or a workspace path inside the pipeline root."""
     if _DIGEST.match(ref) and ctx.objects.has(ref):
         return ctx.objects.read_bytes(ref)
-    path: Path = inside(ctx.root, ref, where=Location(ref))
+    inside(ctx.root, ref, where=Location(ref))  # words a path that was never inside
     try:
-        return path.read_bytes()
+        return read_beneath(ctx.root, ref)  # as opened now: a directory may have been swapped
     except OSError as exc:
         raise StoreError(f"reference image '{ref}' cannot be read: {exc}") from None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, NotFound, StepFailure, UsageError
+from ..source.beneath import read_beneath
 from ..source.paths import inside
 from .base import StepContext, StepResult, StepType, invalid
 
@@ -103,9 +104,11 @@ class IngestStep(StepType):
                     raise StepFailure(f"ingest: documents[{i}] has neither `text` nor `path`")
                 inside(ctx.root, str(path))
                 try:
-                    text = (ctx.root / str(path)).read_text(encoding="utf-8")
+                    text = read_beneath(ctx.root, str(path)).decode("utf-8")  # as opened now
                 except FileNotFoundError:
                     raise StepFailure(f"ingest: file not found: {path}") from None
+                except OSError as exc:  # outside the root by now, a FIFO, no permission
+                    raise StepFailure(f"ingest: cannot read {path}: {exc.strerror}") from None
             prepared.append(
                 Document(
                     str(doc_id),

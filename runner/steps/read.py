@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import InvalidPipeline, Location, StepFailure
+from ..source.beneath import read_beneath
 from ..source.datafiles import load_json, load_yaml
 from ..source.document import decode_utf8
 from ..source.globs import WILD, check_pattern, matches
 from ..source.paths import inside
-from ..source.regularfile import read_regular
+from ..source.regularfile import not_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 
@@ -50,6 +51,9 @@ class ReadStep(StepType):
             check_pattern(root, path, where)
         elif isinstance(path, str) and "${{" not in path:
             inside(root, path, where=where)
+            what = not_regular(root / path)
+            if what is not None:
+                raise invalid(f"{path} is {what}, not a regular file", where)
             if not (root / path).is_file():
                 raise invalid(f"file not found: {path}", where)
 
@@ -68,7 +72,8 @@ class ReadStep(StepType):
             entry: dict[str, Any] = {"path": rel}
             if mode != "paths":
                 try:
-                    text = decode_utf8(read_regular(ctx.root / rel), rel)
+                    # as the disk is now: an earlier step may have swapped a directory
+                    text = decode_utf8(read_beneath(ctx.root, rel), rel)
                     if mode in ("json", "yaml"):
                         entry["data"] = (load_json if mode == "json" else load_yaml)(text, rel)
                     else:

@@ -11,9 +11,10 @@ from typing import Any, ClassVar
 
 from .. import expr as ex
 from ..errors import InvalidPipeline, Location, TemplateError
+from ..source.beneath import read_beneath
 from ..source.document import decode_utf8
 from ..source.paths import inside
-from ..source.regularfile import open_regular, read_regular
+from ..source.regularfile import not_regular, open_regular, read_regular
 from .base import StepContext, StepResult, StepType, invalid
 
 
@@ -80,6 +81,9 @@ class TemplateStep(StepType):
         label: str
         if isinstance(name, str) and "${{" not in name:
             path = inside(root, name, where=where)
+            what = not_regular(path)
+            if what is not None:
+                raise invalid(f"template {name} is {what}, not a regular file", where)
             if not path.is_file():
                 raise invalid(f"template file not found: {name}", where)
             label = name
@@ -135,7 +139,7 @@ class TemplateStep(StepType):
         output = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
         if args.get("template"):
             # The template's own content hash: the "template spec" part of idempotency keys.
-            source = read_regular(ctx.root / args["template"])
+            source = read_beneath(ctx.root, args["template"])  # as opened now
             output["template_sha256"] = hashlib.sha256(source).hexdigest()
         return StepResult(output=output)
 

@@ -6,14 +6,21 @@ downstream re-runs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
 
+from ...source.beneath import open_beneath
 from ...state.filedigest import sha256_file
 from ...state.journal import Journal
 
 _RACY_NS = 2_000_000_000
+
+
+def _sha256_beneath(root: Path, path: Path) -> str:
+    with os.fdopen(open_beneath(root, path.relative_to(root).as_posix()), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class FileHasher:
@@ -24,8 +31,11 @@ class FileHasher:
         # every file hashed in this run: (size, mtime_ns, inode, sha256)
         self.used: dict[str, tuple[int, int, int, str]] = {}
 
-    def hash(self, path: Path) -> str:
-        """sha256 of the file at ``path``; raises FileNotFoundError when it is missing."""
+    def hash(self, path: Path, *, root: Path | None = None) -> str:
+        """sha256 of the file at ``path``; raises FileNotFoundError when it is missing. With
+        ``root`` (``path`` lies beneath it), the bytes hashed are those of the file as opened
+        now, refused (source.beneath.OutsideRoot, NotRegularFile: OSErrors) when a directory
+        on its path became a symlink pointing out since the pipeline compiled."""
         st = os.stat(path)
         key = str(path)
         sig = (st.st_size, st.st_mtime_ns, st.st_ino)
@@ -33,7 +43,7 @@ class FileHasher:
         if cached is not None and cached[:3] == sig:
             self.used[key] = (*sig, cached[3])
             return cached[3]
-        digest = sha256_file(path)
+        digest = sha256_file(path) if root is None else _sha256_beneath(root, path)
         self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its
         # (size, mtime) changing ("racily clean"): only trust signatures that are old enough.

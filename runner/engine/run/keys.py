@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StepFailure
+from ...source.beneath import OutsideRoot
+from ...source.regularfile import NotRegularFile
 from ...state.canonical import CanonicalError, canonical_json, sha256_hex, utf8
 
 if TYPE_CHECKING:
@@ -121,9 +123,11 @@ def resolve(
     files: dict[str, str] = {}
     for rel in step.type.reads(args, root=root):
         try:
-            files[rel] = hasher.hash(root / rel)
+            files[rel] = hasher.hash(root / rel, root=root)  # as opened now, beneath root
         except FileNotFoundError:
             raise StepFailure(f"input file {rel} does not exist") from None
+        except (OutsideRoot, NotRegularFile) as exc:
+            raise StepFailure(f"input file {rel}: {exc.strerror}") from None
     key_extra = step.type.key_extra(args, env)
     if step.checks:  # a result that passed other checks is not what a run now would give
         key_extra = {**key_extra, "checks": [rule.fingerprint() for rule in step.checks]}

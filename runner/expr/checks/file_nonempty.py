@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidPipeline, Location
+from ...source.beneath import OutsideRoot, open_beneath
 from ...source.paths import inside
 from .. import Compiled, evaluate_value, is_static
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check, show
@@ -35,10 +37,18 @@ class FileNonemptyRule(Rule):
         expected = f"file_nonempty: expected a non-empty file at {show(rel)}, found"
         if target.is_dir():
             return Verdict(False, [f"{expected} a directory"])
-        try:
-            size = target.stat().st_size
+        try:  # the file as opened now: an earlier step may have swapped a directory on its path
+            fd = open_beneath(root, rel)
         except FileNotFoundError:
             return Verdict(False, [f"{expected} no file"])
+        except OutsideRoot as exc:
+            return Verdict(False, [f"file_nonempty: {show(rel)} {exc.strerror}"], error=True)
+        except OSError as exc:  # a FIFO, a device, no permission
+            return Verdict(False, [f"{expected} {exc.strerror}"])
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         if size == 0:
             return Verdict(False, [f"{expected} an empty file"])
         return Verdict(True)
