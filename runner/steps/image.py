@@ -33,8 +33,8 @@ from ..providers.calls import (
 from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
 from ..providers.requestkey import request_key
-from ..source.paths import inside
 from ..source.beneath import read_beneath
+from ..source.paths import inside
 from .base import (
     ProviderAccess,
     ResultStatus,
