@@ -17,6 +17,7 @@ message is kept (redacted) whatever its error shape, so the user sees why it ref
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import functools
@@ -309,10 +310,10 @@ class HttpProvider(Provider):
         then on leaves the call marked sent, so it is never silently paid twice (tracking.py).
         """
         what = f"{method} {url}"
-        sent = False
+        sent = answering = False
 
         async def trace(event: str, info: dict[str, Any]) -> None:
-            nonlocal sent
+            nonlocal sent, answering
             # Journal the attempt before its first byte goes out: journaled after the body, a
             # kill between the backend receiving it and the journal's commit left a call that
             # looked never sent, and the next apply paid for it again. The record is committed
@@ -322,10 +323,25 @@ class HttpProvider(Provider):
                 await tracker.settled()
             elif event.endswith("send_request_body.complete"):
                 sent = True  # a lost reply from here on is maybe-executed
+            elif event.endswith("receive_response_headers.complete"):
+                answering = True
 
         extensions = {**kwargs.pop("extensions", {}), "trace": trace}
+        # httpx's read timeout bounds each wait for bytes, not the reply: a backend sending one
+        # byte a second kept a call with timeout 10 waiting for minutes. The whole request is
+        # bounded too, by the same number (none when the caller asked for no read timeout).
+        limit = _whole_request_limit(client, kwargs.get("timeout", httpx.USE_CLIENT_DEFAULT))
         try:
-            resp = await client.request(method, url, extensions=extensions, **kwargs)
+            async with asyncio.timeout(limit):
+                resp = await client.request(method, url, extensions=extensions, **kwargs)
+        except TimeoutError:
+            # Before the reply began this is the read timeout's case, said as it says it.
+            said = (
+                f"no complete reply within {limit} s (the reply came too slowly)"
+                if answering
+                else f"no reply within {limit} s (read timeout)"
+            )
+            raise self.lost(method, sent, f"{what}: {said}") from None
         except httpx.TimeoutException as exc:
             kind = type(exc).__name__.replace("Timeout", " timeout").lower().strip()
             raise self.lost(
@@ -409,6 +425,18 @@ class HttpProvider(Provider):
     @staticmethod
     def _timeout_of(client: httpx.AsyncClient) -> float | None:
         return client.timeout.read
+
+
+def _whole_request_limit(client: httpx.AsyncClient, asked: Any) -> float | None:
+    """Seconds the whole request (connect, send, every byte of the reply) may take: the read
+    timeout asked for this request, else the client's."""
+    if isinstance(asked, httpx.Timeout):
+        return asked.read
+    if isinstance(asked, (int, float)) and not isinstance(asked, bool):
+        return float(asked)
+    if asked is None:
+        return None
+    return client.timeout.read
 
 
 def usage_ints(raw: Any, mapping: dict[str, str]) -> dict[str, int]:

@@ -13,6 +13,7 @@ user says so: ``retry_uncertain = true`` in the provider's runner.toml section, 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import time
@@ -154,6 +155,18 @@ def tracker(ledger: Any, key: str) -> CallTracker:
         on_remote=lambda job: ledger.remote_id(key, job),
         settle=lambda: ledger.durable(stops=False),
     )
+
+
+def cancelled_in_flight(
+    ledger: Any, key: str, call: CallTracker | None, exc: asyncio.CancelledError
+) -> None:
+    """Journal call ``key``, cancelled (the step's timeout, a cancelled run) after its request
+    went out, as maybe-executed: the backend may finish and bill it, so it is not sent again
+    blindly (a job-queue provider re-attaches to it instead). The cancel's message says why."""
+    if ledger is None or call is None or call.submitted_at is None:
+        return  # never sent: nothing was done, a later attempt may send it
+    why = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "the run was cancelled"
+    ledger.fail(key, f"{why} while its request was in flight", CallStatus.MAYBE_EXECUTED.value)
 
 
 def failed_status(exc: ProviderError) -> str:

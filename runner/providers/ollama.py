@@ -4,8 +4,8 @@ Text: POST /api/chat {model, messages[{role, content, images[b64]}], format, opt
 seed, num_predict}, stream: false} (or /api/generate when params.endpoint is "generate").
 ``params: {stream: true}`` is honoured: the reply is then NDJSON (one object a line, the last with
 ``done: true`` and the counters), read line by line; an ``{"error": ...}`` line after the stream
-began fails the call with Ollama's message. Streaming keeps a long generation inside the read
-timeout, which bounds each chunk rather than the whole reply.
+began fails the call with Ollama's message. ``timeout`` bounds the whole request, streamed or
+not (_http.HttpProvider.send).
 Images (experimental, marked so in ``runner providers``): POST /api/generate with width/height;
 image models of the experimental builds answer with ``image`` or ``images``; current Ollama
 refuses them ("image generation models are not currently supported"), which reaches the user.

@@ -97,7 +97,11 @@ class StepContext:
     step_id: str
     element: int | None = None
     attempt: int = 1
+    # Why the previous attempt failed its checks: only a failed check is feedback. A transient
+    # failure (a 5xx, a timeout) is retried with the very same request, never described to it.
     feedback: list[str] = field(default_factory=list)
+    check_round: int = 0  # how many check failures the feedback has followed (0: none yet)
+    review: list[str] = field(default_factory=list)  # a reviewer's `revise` words, as given
     ledger: Ledger | None = None
     log: Callable[[str], None] = lambda _line: None
     # A step not safe to repeat: where its body marks that it began (engine/run/once.py)

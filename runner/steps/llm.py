@@ -3,14 +3,17 @@
 The request is keyed like an image call: the ledger records the key before the call and the
 reply after, so a resume reuses a reply it already paid for. When a previous attempt failed a
 check, the reasons are appended to the user prompt ("Previous attempt failed because:") and the
-attempt number joins the key, so the retry is a new call that carries the feedback.
+check round joins the key, so the retry is a new call that carries the feedback. A transient
+failure is retried with the same request and key (engine/run/attempts.py): error text never
+reaches the model. A reviewer's `revise` words are the reviewer's, under their own heading.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +22,7 @@ from ..providers.base import Provider, TextRequest, TextResult
 from ..providers.calls import (
     CallLog,
     Event,
+    cancelled_in_flight,
     error_summary,
     failed_status,
     failure_reason,
@@ -35,6 +39,7 @@ from .image import load_reference, resolve_provider
 from .ordered import in_order
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
+REVIEW_HEADING = "A reviewer asked for these changes:"
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 _MESSAGE_SCHEMA = {
@@ -53,11 +58,19 @@ _MESSAGE_SCHEMA = {
 }
 
 
-def with_feedback(messages: list[dict[str, Any]], feedback: list[str]) -> list[dict[str, Any]]:
-    """A copy of ``messages`` whose last user message ends with the feedback section."""
-    if not feedback:
+def with_feedback(
+    messages: list[dict[str, Any]], feedback: Sequence[str], review: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """A copy of ``messages`` whose last user message ends with the reviewer's words, then the
+    failed checks' reasons, each under its own heading."""
+    if not feedback and not review:
         return messages
-    section = FEEDBACK_HEADING + "\n" + "\n".join(f"- {reason}" for reason in feedback)
+    parts = [
+        heading + "\n" + "\n".join(f"- {line}" for line in lines)
+        for heading, lines in ((REVIEW_HEADING, review), (FEEDBACK_HEADING, feedback))
+        if lines
+    ]
+    section = "\n\n".join(parts)
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m["role"] == "user":
@@ -96,16 +109,17 @@ def check_schema(value: Any, schema: Mapping[str, Any]) -> None:
         )
 
 
-def _unlike_earlier_attempts(ctx: StepContext, request: TextRequest, profile: str) -> None:
-    """A retry whose check feedback did not change would send an earlier attempt's very request
+def _unlike_earlier_rounds(ctx: StepContext, request: TextRequest, profile: str) -> None:
+    """A retry whose check feedback did not change would send an earlier round's very request
     (its reply paid for again, to be refused again): it goes out with another seed instead, or,
     at temperature 0 where no seed changes the reply, it is not sent and the step says why."""
     if ctx.ledger is None:
         return
+    round_ = ctx.check_round
     same = next(
         (
             n
-            for n in range(2, ctx.attempt)
+            for n in range(1, round_)
             if ctx.ledger.record(request_key(request, profile, n)) is not None
         ),
         None,
@@ -114,11 +128,12 @@ def _unlike_earlier_attempts(ctx: StepContext, request: TextRequest, profile: st
         return
     if request.temperature == 0:
         raise StepFailure(
-            f"the check's feedback did not change since attempt {same}, and at temperature 0 "
-            f"the same request gets the same reply: attempt {ctx.attempt} is not sent"
+            f"the check's feedback did not change since check failure {same}, and at "
+            f"temperature 0 the same request gets the same reply: attempt {ctx.attempt} is not "
+            "sent"
         )
-    request.seed = (request.seed or 0) + ctx.attempt - 1
-    request.idempotency_key = request_key(request, profile, ctx.attempt)
+    request.seed = (request.seed or 0) + round_
+    request.idempotency_key = request_key(request, profile, round_)
 
 
 class LlmStep(StepType):
@@ -203,7 +218,7 @@ class LlmStep(StepType):
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
         provider = resolve_provider(ctx.env, args.get("provider"), "text", ctx.step_id)
         profile = provider.profile()
-        messages = with_feedback(self._messages(args), list(ctx.feedback))
+        messages = with_feedback(self._messages(args), list(ctx.feedback), list(ctx.review))
         loaded: list[dict[str, Any]] = []
         for m in messages:
             images = [load_reference(ctx, ref) for ref in m.get("images", [])]
@@ -220,11 +235,12 @@ class LlmStep(StepType):
             max_tokens=args.get("max_tokens"),
             params=dict(args.get("params") or {}),
         )
-        # A retry with check feedback is a new request; the attempt keeps their keys apart.
-        attempt = ctx.attempt if ctx.feedback else None
-        request.idempotency_key = request_key(request, profile, attempt)
-        if attempt is not None:
-            _unlike_earlier_attempts(ctx, request, profile)
+        # A retry with check feedback is a new request, its round keeps their keys apart; a
+        # transient retry is the same request under the same key (the ledger decides on it).
+        round_ = ctx.check_round if ctx.feedback else None
+        request.idempotency_key = request_key(request, profile, round_)
+        if round_ is not None:
+            _unlike_earlier_rounds(ctx, request, profile)
         canonical = canonical_request(request)
         record = await self._call(ctx, provider, request, canonical)
         refusal = (record.get("metadata") or {}).get("refusal")
@@ -303,6 +319,9 @@ class LlmStep(StepType):
                 on_retry=retrying,
                 retry_uncertain=ctx.env.retry_uncertain,
             )
+        except asyncio.CancelledError as exc:  # the step's timeout, or a cancelled run
+            cancelled_in_flight(ctx.ledger, key, request.tracker, exc)
+            raise
         except ProviderError as exc:
             if ctx.ledger is not None:  # the ledger first: what was paid matters more than a log
                 ctx.ledger.fail(key, exc.message, failed_status(exc))

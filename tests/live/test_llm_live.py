@@ -363,4 +363,4 @@ def test_at_temperature_0_an_unchanged_feedback_stops_the_retries(
     assert run.code != 0
     assert proxy.requests == 2  # the third would be the second's request, and its reply
     [ask] = executions(tmp_path, run.doc["run"]["id"], "ask")
-    assert "feedback did not change since attempt 2" in ask["error"], ask["error"]
+    assert "feedback did not change since check failure 1" in ask["error"], ask["error"]

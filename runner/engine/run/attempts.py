@@ -1,8 +1,12 @@
 """An execution's attempts: its body run (stepbody.py), its checks, and retries with feedback.
 
-A transient failure is retried after a jittered backoff with its reason as feedback; a failed
-``check:`` is retried at once with the checks' reasons. What the attempts came to is journaled
-through the recorder: a failure here, a pass by the caller (it has more to do with it).
+Only a failed check is feedback: a failed ``check:`` (or a reply the step type itself refuses,
+such as JSON that breaks the step's schema) is retried at once with the reasons, which the next
+attempt's request carries. A transient failure (a 5xx, a dropped connection, the step's timeout)
+is retried after a jittered backoff with the very same request: the same call key, so the
+ledger's rules hold (a request that may have been executed is not sent again blindly), and no
+error text ever reaches a model as if the user had written it. What the attempts came to is
+journaled through the recorder: a failure here, a pass by the caller (it has more to do with it).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ async def attempt(
     *,
     exec_id: int,
     review_feedback: list[str],
-    context: Callable[[int, list[str]], StepContext],
+    context: Callable[[int, list[str], int], StepContext],
     evaluate: Callable[[int, list[str]], dict[str, Any]],
     checks: Callable[[StepResult, int], Awaitable[list[str]]],
     executor: Executor | None,
@@ -50,13 +54,15 @@ async def attempt(
     forced: bool = False,
 ) -> Passed | ElementOutcome:
     """Attempt ``step`` up to ``step.retries + 1`` times: the first attempt whose body returns
-    and passes its checks, else the failed element (journaled). ``context(attempt, feedback)``
-    makes an attempt's StepContext, ``evaluate(attempt, feedback)`` its arguments after the
-    first, ``checks(result, attempt)`` the reasons its result fails the step's checks. A step
-    not safe to repeat (``repeat_safe: false``) whose body began before and was never seen to
-    end fails without running unless ``forced`` (engine/run/once.py)."""
+    and passes its checks, else the failed element (journaled). ``context(attempt, feedback,
+    check_round)`` makes an attempt's StepContext, ``evaluate(attempt, feedback)`` its arguments
+    after the first (``feedback``: the reviewer's words, then the last failed check's reasons),
+    ``checks(result, attempt)`` the reasons its result fails the step's checks. A step not safe
+    to repeat (``repeat_safe: false``) whose body began before and was never seen to end fails
+    without running unless ``forced`` (engine/run/once.py)."""
     emit = recorder.emit
-    feedback: list[str] = list(review_feedback)
+    feedback: list[str] = []  # the last failed check's reasons; nothing else is feedback
+    check_round = 0
     reason = ""
     check_failure = False
     t0 = time.perf_counter()
@@ -67,8 +73,8 @@ async def attempt(
     for n in range(1, max_attempts + 1):
         emit(EventType.STEP_STARTED, step.id, index, attempt=n, key=key)
         if n > 1:
-            args = evaluate(n, feedback)
-        ctx = context(n, list(feedback))
+            args = evaluate(n, [*review_feedback, *feedback])
+        ctx = context(n, list(feedback), check_round)
         if not step.repeat_safe:
             mark = once.mark_path(ctx.env.state_dir, key)
             before = once.seen(mark) if n == 1 else None
@@ -106,7 +112,9 @@ async def attempt(
                 return Passed(body.result, n, t0, body.output_text)
             reason = "; ".join(failed_checks)
             retryable, check_failure = True, True
-            feedback = review_feedback + failed_checks
+            feedback, check_round = failed_checks, check_round + 1
+        elif body.check:  # the body refused its own result (a schema, a compliance check)
+            feedback, check_round = [reason], check_round + 1
         if n < max_attempts and retryable:
             delay = (
                 0.0 if check_failure else (min(30.0, 0.2 * 2 ** (n - 1)) * random.uniform(0.5, 1.0))
@@ -119,8 +127,6 @@ async def attempt(
                 reason=reason,
                 delay_s=round(delay, 3),
             )
-            if not check_failure:
-                feedback = [*review_feedback, reason]
             if delay:
                 await asyncio.sleep(delay)
             continue

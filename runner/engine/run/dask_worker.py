@@ -37,6 +37,8 @@ class Job:
     element: int | None
     attempt: int
     feedback: list[str] = field(default_factory=list)
+    check_round: int = 0
+    review: list[str] = field(default_factory=list)
     # "module:Class" of the step type the coordinator used: a type that is neither built in nor
     # an entry point (an embedding program's own) loads on the worker from there.
     type_path: str | None = None
@@ -56,6 +58,8 @@ def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
         element=ctx.element,
         attempt=ctx.attempt,
         feedback=list(ctx.feedback),
+        check_round=ctx.check_round,
+        review=list(ctx.review),
         type_path=f"{cls.__module__}:{cls.__qualname__}",
         retry_uncertain=ctx.env.retry_uncertain,
         once=ctx.once,
@@ -187,6 +191,8 @@ def _run_body(job: Job) -> tuple[StepResult, list[str]]:
         element=job.element,
         attempt=job.attempt,
         feedback=list(job.feedback),
+        check_round=job.check_round,
+        review=list(job.review),
         ledger=_WorkerLedger(journal, job.run_id, job.step_id),
         log=lines.append,
     )

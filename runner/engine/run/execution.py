@@ -101,7 +101,7 @@ class Executions:
         if review is not None:
             extra = {**extra, "review": review}
 
-        def context(attempt: int, feedback: list[str]) -> StepContext:
+        def context(attempt: int, feedback: list[str], check_round: int) -> StepContext:
             return StepContext(
                 env=self.env,
                 run_id=self.run_id,
@@ -109,6 +109,8 @@ class Executions:
                 element=index,
                 attempt=attempt,
                 feedback=feedback,
+                check_round=check_round,
+                review=review_feedback,
                 ledger=JournalLedger(self.journal, self.run_id, step.id),
                 log=self.recorder.logger(step.id, index),
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import traceback
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,31 @@ class BodyRun:
     output_text: str = ""  # the result's output as JSON, as the body returned it
 
 
+def timeout_reason(timeout: float | None) -> str:
+    return f"the step's timeout fired after {timeout:g}s"
+
+
+async def within(coro: Awaitable[StepResult], timeout: float) -> StepResult:
+    """``coro`` bounded by the step's ``timeout``, as ``asyncio.wait_for`` bounds it, except that
+    the body is cancelled with the reason as the CancelledError's message: a paid call in flight
+    journals it (the call may have been executed: providers/calls.py ``cancelled_in_flight``).
+
+    Raises TimeoutError when the timeout fired and the body ended cancelled."""
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait((task,))  # unwound (its journal writes made) before the run goes on
+        raise
+    if not done:
+        task.cancel(timeout_reason(timeout))
+        await asyncio.wait((task,))
+        if task.cancelled():
+            raise TimeoutError
+    return task.result()  # the body's result or exception, even one it raised while cancelled
+
+
 async def run_body(
     executor: Executor | None,
     step_type: StepType,
@@ -59,9 +85,9 @@ async def run_body(
             if executor is not None
             else step_type.run(ctx, args)
         )
-        result: StepResult = await (asyncio.wait_for(coro, timeout) if timeout else coro)
+        result: StepResult = await (within(coro, timeout) if timeout else coro)
     except TimeoutError:
-        return BodyRun(reason=f"timed out after {timeout:g}s", retryable=True)
+        return BodyRun(reason=timeout_reason(timeout), retryable=True)
     except StepFailure as exc:
         # A check failure raised by the step body itself (e.g. compliance) is deterministic.
         return BodyRun(reason=exc.reason, retryable=exc.retryable, check=exc.check, failure=exc)
