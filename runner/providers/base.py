@@ -152,6 +152,9 @@ class Provider:
     default_timeout: ClassVar[float] = 120.0
     # A job-queue backend: its image calls carry a RemoteJob the step journals (see jobs.py).
     remote_jobs: ClassVar[bool] = False
+    # Request fields, by kind ("image", "text"), that this provider never puts on the wire: kept
+    # out of its calls' keys (requestkey.py), so changing one does not send the same request again.
+    not_sent: ClassVar[Mapping[str, frozenset[str]]] = {}
     default_retry: ClassVar[RetryPolicy] = RetryPolicy()
 
     def __init__(

@@ -125,6 +125,10 @@ class OpenAIProvider(HttpProvider):
         max_concurrency=4,
         accepts_idempotency_key=False,  # not in OpenAI's API reference: never relied upon
     )
+    # The images API has neither a negative prompt nor a seed: generate_image never sends them.
+    not_sent: ClassVar[Mapping[str, frozenset[str]]] = {
+        "image": frozenset({"negative_prompt", "seed"})
+    }
     known_settings: ClassVar[frozenset[str]] = frozenset(
         {
             "base_url",

@@ -77,10 +77,12 @@ def call_key(
     part: str = "",
     ordinal: int | None = None,
     run_id: str | None = None,
+    unsent: frozenset[str] = frozenset(),
 ) -> str:
     """The key of one paid image call (32 hex chars): the digest of the canonical request it
-    sends (every keyed field, references by content) and the provider profile, scoped to the
-    thumbnail's template, item and part (design/thumbnail.md).
+    sends (every keyed field the provider puts on the wire, references by content; ``unsent``:
+    the fields it does not) and the provider profile, scoped to the thumbnail's template, item
+    and part (design/thumbnail.md).
 
     ``ordinal`` joins only for seedless providers (so n iterations get n keys); ``run_id`` only
     when calls must not be shared across runs.
@@ -90,7 +92,7 @@ def call_key(
         scope["ordinal"] = ordinal
     if run_id is not None:
         scope["run"] = run_id
-    return request_key(request, provider_profile, scope)
+    return request_key(request, provider_profile, scope, unsent=unsent)
 
 
 def provider_access(env: StepEnv) -> ProviderAccess:
@@ -259,6 +261,9 @@ class ImageStep(StepType):
         provider = resolve_provider(ctx.env, args.get("provider"), "image", ctx.step_id)
         profile = provider.profile()
         caps = provider.capabilities
+        unsent = provider.not_sent.get("image", frozenset())
+        # A seed the provider never sends cannot tell iterations apart: their ordinal does.
+        seeded = caps.supports_seed and "seed" not in unsent
         n = int(args.get("n", 1))
         base_seed = int(args.get("seed", 0))
         size = parse_size(args.get("size", DEFAULT_SIZE))
@@ -279,7 +284,7 @@ class ImageStep(StepType):
                 prompt=prompt,
                 negative_prompt=str(args.get("negative_prompt", "")),
                 size=size,
-                seed=base_seed + k - 1 if caps.supports_seed else None,
+                seed=base_seed + k - 1 if seeded else None,
                 references=refs if caps.supports_reference_image else [],
                 params=dict(args.get("params") or {}),
             )
@@ -289,8 +294,9 @@ class ImageStep(StepType):
                 template_hash=str(args.get("template_hash", "")),
                 item=item,
                 part=str(args.get("part", "")),
-                ordinal=None if caps.supports_seed else k,
+                ordinal=None if seeded else k,
                 run_id=ctx.run_id if args.get("dedupe_run") else None,
+                unsent=unsent,
             )
             return await self._one(calls, k, request)
 
