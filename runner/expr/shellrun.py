@@ -171,6 +171,19 @@ class _Spawned:
 _DEFAULT_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
 )
+# And those a shell ignores in what it starts in the background (`runner apply ... &` from a
+# script, nohup-like launchers), which an ignored disposition would pass on through exec: a
+# command runs in its own session, out of reach of the terminal's ^C that the ignoring guards
+# against, so it gets them with their default action however runner was started. Otherwise a
+# step's result (a `kill -INT`, `timeout -s INT`, a tool's own SIGINT) would depend on how
+# runner was launched, and /bin/sh could not undo it: a signal ignored on entry stays ignored.
+_JOB_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def _reset_job_signals() -> None:
+    """In the child before exec (the Popen path, only when one is ignored): default action."""
+    for number in _JOB_SIGNALS:
+        signal.signal(number, signal.SIG_DFL)
 
 
 def _spawn(argv: list[str], cwd: Path, env: Mapping[str, str] | None, out: int, err: int) -> _Child:
@@ -178,6 +191,8 @@ def _spawn(argv: list[str], cwd: Path, env: Mapping[str, str] | None, out: int, 
     inherited = _inheritable_fds() if hasattr(os, "pidfd_open") and _is_cwd(cwd) else None
     if inherited is not None and min(stdin, out, err) > 2:
         return _Spawned(_posix_spawn(argv[0], argv, env, inherited, stdin, out, err))
+    # A preexec_fn costs a Python call between fork and exec: only when there is one to undo.
+    ignored = any(signal.getsignal(n) == signal.SIG_IGN for n in _JOB_SIGNALS)
     return subprocess.Popen(
         argv,
         cwd=cwd,
@@ -186,6 +201,7 @@ def _spawn(argv: list[str], cwd: Path, env: Mapping[str, str] | None, out: int, 
         stdout=out,
         stderr=err,
         start_new_session=True,
+        preexec_fn=_reset_job_signals if ignored else None,
     )
 
 
@@ -213,7 +229,7 @@ def _posix_spawn(
             *((os.POSIX_SPAWN_OPEN, fd, name, flags, 0o666) for fd, name, flags in redirects),
         ],
         setsid=True,
-        setsigdef=_DEFAULT_SIGNALS,
+        setsigdef=(*_DEFAULT_SIGNALS, *_JOB_SIGNALS),
     )
 
 
