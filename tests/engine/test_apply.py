@@ -258,7 +258,7 @@ def test_init_project_applies(tmp_path: Path) -> None:
     assert res.exit_code == 0
     sub = Project(tmp_path / "demo")
     doc = sub.apply()
-    assert doc["_exit"] == 0 and doc["summary"]["ran"] == 2
+    assert doc["_exit"] == 0 and doc["summary"]["ran"] == 3  # template, llm, shell
     ignored = (tmp_path / "demo/.gitignore").read_text().splitlines()
     assert ".runner/" in ignored and "exports/" in ignored  # the web page exports there
 

@@ -413,15 +413,22 @@ def init(directory: Path, as_json: bool) -> None:
 
     Example: runner init myproject && cd myproject && runner apply pipeline.yaml
     """
-    from .scaffold import init_project
+    import shlex
+
+    from .scaffold import FILES, init_project
 
     created = init_project(directory)
+    kept = [rel for rel in FILES if rel not in created]  # there already: never overwritten
     if as_json:
-        emit_json({"directory": str(directory), "created": created, "exit_code": 0})
+        emit_json({"directory": str(directory), "created": created, "kept": kept, "exit_code": 0})
         return
     for c in created:
         echo(f"created {c}")
-    echo(f"next: cd {directory} && runner apply pipeline.yaml")
+    if kept:
+        echo(f"kept {', '.join(kept)}: already there, left as they are (init never overwrites)")
+    here = directory.resolve() == Path.cwd().resolve()  # `init .`: no cd to suggest
+    cd = "" if here else f"cd {shlex.quote(str(directory))} && "
+    echo(f"next: {cd}runner apply pipeline.yaml")
 
 
 @cli.command()

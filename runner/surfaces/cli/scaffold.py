@@ -12,7 +12,7 @@ from ...source.beneath import SymlinkRefused, open_nofollow
 PIPELINE = """\
 runner: 1
 name: hello
-description: A first pipeline - render a prompt, then shout it.
+description: A first pipeline - render a prompt, ask a model, then shout its reply.
 params:
   title: {type: string, default: "hello, world"}
 steps:
@@ -21,13 +21,21 @@ steps:
     with:
       template: prompts/hello.j2
       vars: {title: "${{ params.title }}"}
+  greet:
+    # The model call: on runner.toml's default provider (`fake`, offline and free, until you
+    # configure a real one). A reply is journaled: re-applying never pays for it twice.
+    uses: llm
+    with:
+      prompt: "${{ steps.prompt.output.text }}"
+    check:
+      - "${{ output.text | trim | length > 0 }}"
   shout:
     uses: shell
     with:
       run: >-
-        mkdir -p out && printf '%s' '${{ steps.prompt.output.sha256 }}' > out/prompt.sha
-        && tr a-z A-Z < out/prompt.sha > out/shout.txt
-      outputs: [out/prompt.sha, out/shout.txt]
+        mkdir -p out && printf '%s\\n' ${{ steps.greet.output.text }} > out/greeting.txt
+        && tr a-z A-Z < out/greeting.txt > out/shout.txt
+      outputs: [out/greeting.txt, out/shout.txt]
 tests:
   default:
     params: {title: "snapshot me"}
@@ -45,6 +53,13 @@ PROMPT = """\
 Write a one-line greeting for: {{ title }}
 """
 
+# The starter files, by path in the project; one already there is kept (`runner init` says so).
+FILES = {
+    "runner.toml": CONFIG,
+    "pipeline.yaml": PIPELINE,
+    "prompts/hello.j2": PROMPT,
+}
+
 
 def init_project(directory: Path) -> list[str]:
     """Writes the files of a minimal project into ``directory`` (kept where they exist) and the
@@ -53,12 +68,7 @@ def init_project(directory: Path) -> list[str]:
     a dangling pipeline.yaml link would create one outside. Raises UsageError naming the link."""
     directory.mkdir(parents=True, exist_ok=True)
     created: list[str] = []
-    files = {
-        "runner.toml": CONFIG,
-        "pipeline.yaml": PIPELINE,
-        "prompts/hello.j2": PROMPT,
-    }
-    for rel, text in files.items():
+    for rel, text in FILES.items():
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # an existing file (or link) is kept
         try:
             fd = _open(directory, rel, flags)
