@@ -80,7 +80,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     except ImportError:  # pragma: no cover - fsspec comes with the [remote] extra
         raise StoreError(
             f"cannot open {url}: fsspec is not installed",
-            hint="pip install 'runner[remote]'",
+            hint="pip install 'runner-pipelines[remote]'",
         ) from None
     protocol, path = split_url(url)
     options: dict[str, Any] = {}
@@ -103,7 +103,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     except (ImportError, ValueError) as exc:
         raise StoreError(
             f"cannot open {url}: {exc}",
-            hint="s3:// needs s3fs (pip install 'runner[remote]'), gs:// needs gcsfs",
+            hint="s3:// needs s3fs (pip install 'runner-pipelines[remote]'), gs:// needs gcsfs",
         ) from None
     return fs, path.rstrip("/")
 

@@ -20,7 +20,7 @@ writes objects atomically and durably (temp file, fsync, rename) before its resu
 so a half-written object is never recorded. The journal lives with the coordinator: a
 coordinator killed with -9 resumes on the next apply exactly as the local executor does.
 
-dask is imported only when a Dask executor is opened (the ``runner[dask]`` extra).
+dask is imported only when a Dask executor is opened (the ``runner-pipelines[dask]`` extra).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class DaskExecutor:
         except ImportError:
             raise UsageError(
                 "--executor dask needs dask's distributed scheduler",
-                hint="pip install 'runner[dask]'",
+                hint="pip install 'runner-pipelines[dask]'",
             ) from None
         cluster = None
         if scheduler:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ... import __version__
 from ...engine.run.locate import STATE_HELP
 from ...errors import RunnerError, StoreError, UsageError
 from .termtext import json_line
@@ -257,7 +258,10 @@ def pipeline_arg(fn: F) -> F:
 
 
 @click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="runner", prog_name="runner")
+# The version is the package's own (runner.__version__, which pyproject.toml reads too), not the
+# installed distribution's metadata: the distribution is named runner-pipelines, and a source
+# tree on sys.path has no metadata at all.
+@click.version_option(version=__version__, prog_name="runner")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """runner: declarative, journaled pipelines for generative-AI production work.

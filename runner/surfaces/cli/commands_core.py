@@ -98,8 +98,8 @@ def _install_sigterm() -> None:
     "--executor",
     type=click.Choice(["local", "dask"]),
     default=None,
-    help="Where step bodies run: here, or on a Dask cluster (pip install 'runner[dask]'). "
-    "Default: [executor] kind in runner.toml, else local.",
+    help="Where step bodies run: here, or on a Dask cluster "
+    "(pip install 'runner-pipelines[dask]'). Default: [executor] kind in runner.toml, else local.",
 )
 @click.option(
     "--scheduler",
