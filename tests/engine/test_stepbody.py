@@ -121,7 +121,7 @@ def test_a_bug_in_a_step_type_is_a_failure_with_its_traceback(tmp_path: Path) ->
 
 def test_a_body_past_its_timeout_is_a_retryable_failure(tmp_path: Path) -> None:
     body = _run(Slow(), tmp_path, {}, timeout=0.05)
-    assert (body.reason, body.retryable, body.check) == ("timed out after 0.05s", True, False)
+    assert (body.reason, body.retryable, body.check) == ("the step's timeout fired after 0.05s", True, False)
 
 
 def test_a_full_disk_is_not_the_steps_failure_it_stops_the_run(tmp_path: Path) -> None:
