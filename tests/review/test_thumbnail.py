@@ -286,3 +286,19 @@ def test_a_changed_size_or_negative_prompt_makes_a_new_image(project: Project) -
     assert _first_iteration(project, second)["reused"] is False
     third = project.apply("-p", "size=32x32", "-p", "negative=fog")
     assert third["_exit"] == 0 and _first_iteration(project, third)["reused"] is False
+
+
+def test_prompt_append_follows_one_blank_line_and_the_shown_prompt_is_the_sent_one(
+    thumbs: Project,
+) -> None:
+    run_id = apply(thumbs)["run"]["id"]
+    cli(thumbs, "pick", run_id, "1")
+    res = cli(thumbs, "iterate", run_id, "--n", "1", "--prompt-append", "warmer colours", "--json")
+    assert res.exit_code == 0, res.stderr
+    shown = res.json["iterate"]["prompt"]
+    view = cli(thumbs, "runs", "show", res.json["run"]["id"], "--json").json
+    (generate,) = [e for e in view["executions"] if e["step_id"] == "generate"]
+    # the fake provider answers with the prompt it was sent
+    sent = generate["output"]["iterations"][0]["metadata"]["revised_prompt"]
+    assert sent.endswith("no watermarks.\n\nwarmer colours"), repr(sent)  # was "\n\n\nwarmer"
+    assert sent == shown

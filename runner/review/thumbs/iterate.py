@@ -95,7 +95,8 @@ def explain_child(parent: dict[str, Any], plan: Any) -> dict[str, Any]:
                 unread = [k for k in child_vars if _render_without(plan, step, k) == text]
                 break
     append = str(plan.params.get("prompt_append") or "")
-    prompt = (text or "").strip("\n")
+    # as pipelines/thumbnail.yaml joins them: the text trimmed, one blank line, the append
+    prompt = (text or "").strip()
     if append:
         prompt = f"{prompt}\n\n{append}" if prompt else append
     first = next((line for line in (text or "").splitlines() if line.strip()), "")
