@@ -223,6 +223,19 @@ def apply(
     if jobs:
         options.jobs = jobs
         options.jobs_given = True
+    from ...engine.run.locate import unmarked_new_state
+
+    if unmarked_new_state(file, state_path, state_dir):
+        from ...source.termtext import shown_path
+
+        # docs/state.md: a state made where no project is found is said, with the ways out
+        folder = shown_path(pipeline_path.parent)
+        echo(
+            f"runner: no runner.toml or .runner/ {'here' if folder == '.' else 'in ' + folder} or "
+            f"above: created a new state in {shown_path(state_path)}/ (`runner init` marks a "
+            "project root; --state DIR or $RUNNER_STATE puts the state elsewhere)",
+            err=True,
+        )
     state = State.open(state_path)
     reporter = _reporter(as_json, len(plan.order), events_file, quiet, plan)
     _install_sigterm()
