@@ -30,6 +30,10 @@ from .sandbox import (
 )
 
 
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
 class _RootLoader(jinja2.BaseLoader):
     """Loads templates from the pipeline root only.
 
@@ -63,8 +67,11 @@ class _RootLoader(jinja2.BaseLoader):
             raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
 
         def uptodate() -> bool:
+            # The whole signature, ctime included: a same-size rewrite with its mtime set back
+            # keeps (size, mtime), and a long-lived process (watch, serve) would render the old
+            # compiled template.
             try:
-                return os.stat(path).st_mtime_ns == stat.st_mtime_ns
+                return _signature(os.stat(path)) == _signature(stat)
             except OSError:
                 return False
 

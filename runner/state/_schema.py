@@ -2,7 +2,7 @@
 do not edit (a test compares it with what the migrations build)."""
 # ruff: noqa: E501
 
-VERSION = 7
+VERSION = 8
 
 STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL)',
@@ -14,7 +14,7 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "events" (\n   "seq" INTEGER PRIMARY KEY,\n   "run_id" TEXT,\n   "ts" REAL,\n   "type" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "data" TEXT\n)',
     'CREATE INDEX "idx_events_run_id_seq"\n    ON "events" ("run_id", "seq")',
     'CREATE TABLE "calls" (\n   "key" TEXT PRIMARY KEY,\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "status" TEXT,\n   "meta" TEXT,\n   "result" TEXT,\n   "error" TEXT,\n   "started_at" REAL,\n   "finished_at" REAL,\n   "attempts" INTEGER\n, "submitted_at" REAL, "remote_id" TEXT)',
-    'CREATE TABLE "file_hashes" (\n   "path" TEXT PRIMARY KEY,\n   "size" INTEGER,\n   "mtime_ns" INTEGER,\n   "inode" INTEGER,\n   "sha256" TEXT\n)',
+    'CREATE TABLE "file_hashes" (\n   "path" TEXT PRIMARY KEY,\n   "size" INTEGER,\n   "mtime_ns" INTEGER,\n   "inode" INTEGER,\n   "sha256" TEXT\n, "ctime_ns" INTEGER)',
     'CREATE TABLE "iterations" (\n   "id" TEXT PRIMARY KEY,\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "ordinal" INTEGER,\n   "seed" INTEGER,\n   "idempotency_key" TEXT,\n   "raw" TEXT,\n   "final" TEXT,\n   "ext" TEXT,\n   "compliant" INTEGER,\n   "compliance" TEXT,\n   "picked" INTEGER,\n   "status" TEXT,\n   "error" TEXT,\n   "metadata" TEXT,\n   "created_at" REAL\n)',
     'CREATE UNIQUE INDEX "idx_iterations_run_id_ordinal"\n    ON "iterations" ("run_id", "ordinal")',
     'CREATE INDEX "idx_iterations_idempotency_key"\n    ON "iterations" ("idempotency_key")',

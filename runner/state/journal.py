@@ -431,17 +431,19 @@ class Journal(CallLedger):
 
     # -- file hash cache -----------------------------------------------------------------------
 
-    def file_hashes(self) -> dict[str, tuple[int, int, int, str]]:
+    def file_hashes(self) -> dict[str, tuple[int, int, int, int, str]]:
+        """path -> (size, mtime_ns, ctime_ns, inode, sha256) of each file hashed before."""
         return {
-            r[0]: (r[1], r[2], r[3], r[4])
+            r[0]: (r[1], r[2], r[3], r[4], r[5])
             for r in self.conn.execute(
-                "SELECT path, size, mtime_ns, inode, sha256 FROM file_hashes"
+                "SELECT path, size, mtime_ns, ctime_ns, inode, sha256 FROM file_hashes"
             )
         }
 
-    def save_file_hashes(self, rows: list[tuple[str, int, int, int, str]]) -> None:
+    def save_file_hashes(self, rows: list[tuple[str, int, int, int, int, str]]) -> None:
+        """Rows of (path, size, mtime_ns, ctime_ns, inode, sha256)."""
         self._many(
-            "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256) "
-            "VALUES (?,?,?,?,?)",
+            "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, ctime_ns, inode, sha256) "
+            "VALUES (?,?,?,?,?,?)",
             rows,
         )

@@ -181,6 +181,13 @@ def _m7_execution_worker(db: Any) -> None:
     db["executions"].add_column("worker", str)
 
 
+def _m8_file_ctime(db: Any) -> None:
+    # A file's ctime joins its cached signature: a same-size rewrite with its mtime set back
+    # (cp -p, rsync -t --inplace) keeps (size, mtime, inode) but not ctime. Rows from before
+    # have none, so they match no file and are hashed again.
+    db["file_hashes"].add_column("ctime_ns", int)
+
+
 TABLES = (
     "runs",
     "executions",
@@ -201,6 +208,7 @@ MIGRATIONS: list[Migration] = [
     _m5_overrides,
     _m6_call_records,
     _m7_execution_worker,
+    _m8_file_ctime,
 ]
 
 

@@ -144,14 +144,15 @@ class TemplateStep(StepType):
         return StepResult(output=output)
 
 
-_NEEDED: dict[tuple[str, int, int], frozenset[str]] = {}
+_NEEDED: dict[tuple[str, int, int, int, int], frozenset[str]] = {}
 
 
 def _needed_variables(env: ex.HardenedEnvironment, path: str, name: str) -> frozenset[str]:
     """Variables a template file reads; parsed once per file version (many steps share one).
     Raises InvalidPipeline (not UTF-8, located) or jinja2.TemplateSyntaxError."""
     st = os.stat(path)
-    sig = (path, st.st_mtime_ns, st.st_size)
+    # by the whole signature: an mtime set back after a same-size rewrite is no proof
+    sig = (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     found = _NEEDED.get(sig)
     if found is None:
         with open_regular(path) as f:  # a FIFO is refused, not waited on
@@ -175,7 +176,7 @@ def _referenced(env: ex.HardenedEnvironment, root: Path, name: str, seen: set[st
     return out
 
 
-_INCLUDES: dict[tuple[str, int, int], tuple[str, ...]] = {}
+_INCLUDES: dict[tuple[str, int, int, int, int], tuple[str, ...]] = {}
 
 
 def _includes(env: ex.HardenedEnvironment, path: Path) -> tuple[str, ...] | None:
@@ -186,7 +187,7 @@ def _includes(env: ex.HardenedEnvironment, path: Path) -> tuple[str, ...] | None
 
     try:
         st = os.stat(path)
-        sig = (str(path), st.st_mtime_ns, st.st_size)
+        sig = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
         found = _INCLUDES.get(sig)
         if found is None:
             source = read_regular(path).decode("utf-8")

@@ -2,13 +2,14 @@
 
 After an apply that converged (completed, nothing forced, every step cacheable), a fingerprint
 records what the run depended on: the pipeline file's bytes, the params given, every input file
-with its (size, mtime, inode) signature, the config files that could change providers, the
-workspace files (by signature: an edit by hand is seen) and objects that must exist, and each
-step's key. The next apply with the same arguments checks that fingerprint with stat calls and
-one hash of the pipeline file (when the bytes differ, a parse proves the document is the same:
-an edit of comments or layout keeps the fingerprint); when it holds, the run is journaled as
-fully cached without importing the compiler, jsonschema or Jinja. Anything it cannot vouch for
-falls through to the normal path, which is always correct.
+with its (size, mtime, ctime, inode) signature (ctime: an mtime can be set back), the config
+files that could change providers, the workspace files (by signature: an edit by hand is seen)
+and objects that must exist, and each step's key. The next apply with the same arguments checks
+that fingerprint with stat calls and one hash of the pipeline file (when the bytes differ, a
+parse proves the document is the same: an edit of comments or layout keeps the fingerprint);
+when it holds, the run is journaled as fully cached without importing the compiler, jsonschema
+or Jinja. Anything it cannot vouch for falls through to the normal path, which is always
+correct.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from ... import __version__
 from ...state.filedigest import sha256_file
 from . import fastdoc
 
-FORMAT = 10  # 3: workspace files carry their real paths; 4: and their signature and digest;
+FORMAT = 11  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
 # 6: the matches of each glob read; 7: and the keyed digest (engine/plan/fastdoc.py); 8: a forecast
-# always (the no-op journals its element keys); 9: the run's params; 10: progress, phase
+# always (the no-op journals its element keys); 9: the run's params; 10: progress, phase;
+# 11: ctime in every file's signature (an mtime set back after a same-size rewrite is seen)
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (image records, gates,
@@ -52,7 +54,13 @@ def _sig(path: str) -> list[int] | None:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return [st.st_size, st.st_mtime_ns, st.st_ino]
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _changed_ns(sig: list[Any]) -> int:
+    """When a signature's file last changed: its ctime, which every write and utime moves (an
+    mtime may have been set back to long ago)."""
+    return max(int(sig[1]), int(sig[2]))
 
 
 def _object_sig(path: str) -> list[int] | None:
@@ -152,11 +160,12 @@ def record(
         return
     now = time.time_ns()
     real = _RealPaths()
-    # [size, mtime_ns, inode, sha256]: a signature too close to now is checked by content.
+    # [size, mtime_ns, ctime_ns, inode, sha256]: a signature too close to now is checked by
+    # content.
     inputs = {p: list(sig) for p, sig in report.inputs.items()}
     root = str(plan.root)
     workspace = {
-        path: [*(_sig(path) or [-1, -1, -1]), digest, real(path)]
+        path: [*(_sig(path) or [-1, -1, -1, -1]), digest, real(path)]
         for path, digest in (
             (_joined(root, rel), digest) for rel, digest in sorted(report.workspace.items())
         )
@@ -165,7 +174,7 @@ def record(
     if not _still_as_used(inputs, workspace, began, now):
         return
     configs = {p: _sig(p) for p in _config_candidates(plan.root)}
-    if any(sig is not None and sig[1] >= began - _RACY_NS for sig in configs.values()):
+    if any(sig is not None and _changed_ns(sig) >= began - _RACY_NS for sig in configs.values()):
         return  # edited as the run began or while it ran: maybe not the bytes it read
     objects = {
         d: _object_sig(f"{state_dir}/objects/{d[:2]}/{d[2:]}")
@@ -203,7 +212,8 @@ def record(
         # matches as its read step read them are recorded, and listed again (see check)
         "root": root,
         "globs": globs,
-        # path -> [size, mtime_ns, inode, sha256, real path]: an edit by hand is seen by stat;
+        # path -> [size, mtime_ns, ctime_ns, inode, sha256, real path]: an edit by hand is seen
+        # by stat;
         # a directory swapped for a symlink changes the real path (see check)
         "workspace": workspace,
         # every object the run's results name, output files' copies included, with the
@@ -247,8 +257,8 @@ def _still_as_used(
     written_from = started_ns - _RACY_NS
     racy_before = now - _RACY_NS
     for path, recorded in (*inputs.items(), *workspace.items()):
-        digest = recorded[3]
-        if written_from <= recorded[1] < racy_before and _sha256(path) != digest:
+        digest = recorded[4]
+        if written_from <= _changed_ns(recorded) < racy_before and _sha256(path) != digest:
             return False
     return True
 
@@ -340,11 +350,11 @@ def check(
     sha = hashlib.sha256(data).hexdigest()
     racy_before = int(doc["recorded_at_ns"]) - _RACY_NS
     for p, recorded in doc["inputs"].items():
-        if _sig(p) != recorded[:3]:
+        if _sig(p) != recorded[:4]:
             return None
         # Racily clean: written so close to the recording that a same-size rewrite within the
         # clock's granularity would keep its signature. Compare its content instead.
-        if recorded[1] >= racy_before and _sha256(p) != recorded[3]:
+        if _changed_ns(recorded) >= racy_before and _sha256(p) != recorded[4]:
             return None
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
@@ -355,9 +365,9 @@ def check(
     for p, recorded in doc["workspace"].items():
         # The normal path restores outputs and refuses one reached through a symlink pointing
         # out of the root; a file merely existing there must not vouch for the run.
-        if _sig(p) != recorded[:3] or real(p) != recorded[4]:
+        if _sig(p) != recorded[:4] or real(p) != recorded[5]:
             return None
-        if recorded[1] >= racy_before and _sha256(p) != recorded[3]:
+        if _changed_ns(recorded) >= racy_before and _sha256(p) != recorded[4]:
             return None
     objects = f"{state_dir}/objects"
     for d, sig in doc["objects"].items():

@@ -1,7 +1,10 @@
-"""Content hashes of workspace files, cached by (size, mtime, inode) in the journal.
+"""Content hashes of workspace files, cached by (size, mtime, ctime, inode) in the journal.
 
 Touching a file changes its mtime: it is re-hashed, its content hash is unchanged, so nothing
-downstream re-runs.
+downstream re-runs. ctime is in the signature because mtime can be set back: a file rewritten in
+place with the same size and its old mtime (`cp -p`, `rsync -t --inplace`, an archive with fixed
+mtimes) keeps (size, mtime, inode), but every write or utime moves its ctime, which no one can
+set.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from ...state.journal import Journal
 
 _RACY_NS = 2_000_000_000
 
+Signature = tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
+
+
+def signature(st: os.stat_result) -> Signature:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
 
 def _sha256_beneath(root: Path, path: Path) -> str:
     with os.fdopen(open_beneath(root, path.relative_to(root).as_posix()), "rb") as f:
@@ -27,9 +36,9 @@ class FileHasher:
     def __init__(self, journal: Journal | None) -> None:
         self.journal = journal
         self.known = journal.file_hashes() if journal is not None else {}
-        self.dirty: list[tuple[str, int, int, int, str]] = []
-        # every file hashed in this run: (size, mtime_ns, inode, sha256)
-        self.used: dict[str, tuple[int, int, int, str]] = {}
+        self.dirty: list[tuple[str, int, int, int, int, str]] = []
+        # every file hashed in this run: (size, mtime_ns, ctime_ns, inode, sha256)
+        self.used: dict[str, tuple[int, int, int, int, str]] = {}
 
     def hash(self, path: Path, *, root: Path | None = None) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing. With
@@ -38,16 +47,17 @@ class FileHasher:
         on its path became a symlink pointing out since the pipeline compiled."""
         st = os.stat(path)
         key = str(path)
-        sig = (st.st_size, st.st_mtime_ns, st.st_ino)
+        sig = signature(st)
         cached = self.known.get(key)
-        if cached is not None and cached[:3] == sig:
-            self.used[key] = (*sig, cached[3])
-            return cached[3]
+        if cached is not None and cached[:4] == sig:
+            self.used[key] = (*sig, cached[4])
+            return cached[4]
         digest = sha256_file(path) if root is None else _sha256_beneath(root, path)
         self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its
-        # (size, mtime) changing ("racily clean"): only trust signatures that are old enough.
-        if time.time_ns() - st.st_mtime_ns > _RACY_NS:
+        # signature changing ("racily clean"): only trust signatures that are old enough. By
+        # ctime, as every change moves it (an mtime may have been set back to long ago).
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
             self.known[key] = (*sig, digest)
             self.dirty.append((key, *sig, digest))
         return digest
@@ -67,7 +77,7 @@ class FileHasher:
             except OSError:
                 return rel
             seen = self.used.get(str(path))
-            if seen is not None and seen[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
+            if seen is not None and seen[:4] == signature(st):
                 continue
             try:
                 if sha256_file(path) != digest:

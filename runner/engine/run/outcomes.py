@@ -97,7 +97,7 @@ class RunReport:
     reason: str | None = None
     # What this run depended on, for the no-op fast path (engine/plan/fastpath.py): input files with
     # their stat signatures, workspace files that must exist, objects that must be present.
-    inputs: dict[str, tuple[int, int, int, str]] = field(default_factory=dict)
+    inputs: dict[str, tuple[int, int, int, int, str]] = field(default_factory=dict)
     workspace: dict[str, str] = field(default_factory=dict)
     objects: set[str] = field(default_factory=set)
     remote: dict[str, Any] | None = None  # the remote cache's hits, pushes and requests

@@ -1,0 +1,66 @@
+"""A file's signature cannot be fooled by its mtime (issue 44): a file rewritten in place with
+the same size and its mtime set back (`cp -p`, `rsync -t --inplace`, archives with fixed mtimes)
+is read again, by the file-hash cache and by the no-op fast path alike. Its ctime moved."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Project
+from tests.engine.test_fastpath import age_files, fast
+
+READS = """\
+runner: 1
+name: sigs
+steps:
+  r:
+    uses: shell
+    with: {run: "cat data.txt > out.txt", inputs: [data.txt], outputs: [out.txt]}
+"""
+
+
+def _rewrite_keeping_mtime(path: Path, text: str) -> None:
+    """Same size, same inode, the old mtime put back: only ctime tells."""
+    st = os.stat(path)
+    assert len(text.encode()) == st.st_size
+    time.sleep(0.01)  # a ctime a clock tick later, on coarse clocks too
+    with open(path, "r+b") as f:
+        f.write(text.encode())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = os.stat(path)
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _text(doc: dict[str, Any], project: Project) -> str:
+    assert doc["_exit"] == 0, doc
+    return (project.root / "out.txt").read_text(encoding="utf-8")
+
+
+def test_a_same_size_rewrite_with_its_mtime_set_back_is_read_again(project: Project) -> None:
+    project.write("pipeline.yaml", READS)
+    project.write("data.txt", "old words\n")
+    age_files(project.root)  # past the racily-clean window: the signature is trusted
+    first = project.apply()
+    assert first["_exit"] == 0 and _text(first, project) == "old words\n"
+    _rewrite_keeping_mtime(project.root / "data.txt", "new words\n")
+    second = project.apply()
+    assert second["_exit"] == 0
+    # today's main answered "old words": the hash cache trusted (size, mtime, inode)
+    assert _text(second, project) == "new words\n"
+
+
+def test_the_fast_path_sees_a_rewrite_with_its_mtime_set_back(project: Project) -> None:
+    project.write("pipeline.yaml", READS)
+    project.write("data.txt", "old words\n")
+    project.apply()
+    age_files(project.root)
+    project.apply()  # re-hashes the aged file and records the fingerprint
+    third = project.apply()
+    assert fast(third, project)  # the fingerprint holds while nothing changed
+    _rewrite_keeping_mtime(project.root / "data.txt", "new words\n")
+    fourth = project.apply()
+    assert not fast(fourth, project)
+    assert _text(fourth, project) == "new words\n"
