@@ -131,6 +131,7 @@ def resolve(
     key_extra = step.type.key_extra(args, env)
     if step.checks:  # a result that passed other checks is not what a run now would give
         key_extra = {**key_extra, "checks": [rule.fingerprint() for rule in step.checks]}
+        _hash_check_files(step, root, hasher, files)
     if review is not None:  # a revision is an input: it and its downstream re-run
         key_extra = {**key_extra, "review": review}
     neutral = step.type.key_neutral
@@ -139,6 +140,26 @@ def resolve(
         step.uses, step.type.version, keyed, files, key_extra, step.version, item, has_item
     )
     return args, parts
+
+
+def _hash_check_files(
+    step: CompiledStep, root: Path, hasher: FileHasher, files: dict[str, str]
+) -> None:
+    """The files the step's checks read (a schema file, an exec check's script and declared
+    inputs) into ``files``: hashed through the same hasher as the body's inputs, so the no-op
+    fingerprint, which lists every file hashed, can never miss one a key names."""
+    for rule in step.checks:
+        for rel, required in rule.files().items():
+            if rel in files:
+                continue
+            try:
+                files[rel] = hasher.hash(root / rel, root=root)
+            except FileNotFoundError:
+                if required:
+                    raise StepFailure(f"input file {rel} of a check does not exist") from None
+            except (OutsideRoot, NotRegularFile) as exc:
+                if required:
+                    raise StepFailure(f"input file {rel} of a check: {exc.strerror}") from None
 
 
 def changed_parts(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

@@ -123,6 +123,22 @@ class Rule:
         """What the rule holds beyond its source text (None when nothing)."""
         return None
 
+    def own_files(self) -> dict[str, bool]:
+        """The files (relative to the root) this rule reads when it is evaluated, each with
+        whether it must exist (a declared input) or is keyed only while it does (a script a
+        command names)."""
+        return {}
+
+    def files(self) -> dict[str, bool]:
+        """Every file this rule and its children read: the step's key hashes them, so the
+        no-op fingerprint lists them too (what it lists is what keys hashed). A result whose
+        check read other bytes is not what running the step now would give."""
+        out = dict(self.own_files())
+        for child in self.children():
+            for rel, required in child.files().items():
+                out[rel] = out.get(rel, False) or required
+        return out
+
     # -- evaluation --------------------------------------------------------------------------
 
     def _check(self, context: Mapping[str, Any], root: Path) -> Verdict:

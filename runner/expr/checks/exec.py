@@ -8,11 +8,14 @@ Values of ``${{ }}`` inside ``run`` are quoted for where they stand, as in the s
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidPipeline, Location
+from ...source.paths import inside
 from .. import Compiled, evaluate_value
 from ..shellquote import Unquotable, check_command, render_command
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
@@ -41,6 +44,8 @@ class ExecRule(Rule):
         where: Location | None,
         raw_shell: bool = False,
         pass_env: tuple[str, ...] = (),
+        inputs: tuple[str, ...] = (),
+        script: str | None = None,
     ) -> None:
         super().__init__(raw=raw, where=where)
         self.raw_shell = raw_shell
@@ -48,9 +53,20 @@ class ExecRule(Rule):
         self.run = run
         self.env = env
         self.timeout = timeout
+        self.inputs = inputs
+        self.script = script
 
     def own_values(self) -> Iterable[Compiled]:
         return (self.run, self.env)
+
+    def own_files(self) -> dict[str, bool]:
+        # The declared inputs must exist; the script the command names is keyed while it does
+        # (a command that copes with its absence, `sh x.sh || true`, still runs without it).
+        found: dict[str, bool] = {}
+        if self.script is not None:
+            found[self.script] = False
+        found.update(dict.fromkeys(self.inputs, True))
+        return found
 
     def command(self, context: Mapping[str, Any]) -> str:
         """The command text, with every expression's value quoted where it stands. Raises
@@ -91,6 +107,59 @@ class ExecRule(Rule):
         if done.code != 0:
             return Verdict(False, [f"exec: `{shown}` exited with {done.code}{detail}"])
         return Verdict(True)
+
+
+# Interpreters whose first operand is the script they run, with the options that take their
+# code from the command line instead (then no file is run).
+_INTERPRETERS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("sh", "bash", "dash", "zsh", "ksh"), frozenset({"-c"})),
+    **dict.fromkeys(("python", "python3"), frozenset({"-c", "-m"})),
+    "node": frozenset({"-e", "-p", "--eval", "--print"}),
+    **dict.fromkeys(("perl", "ruby"), frozenset({"-e", "-E"})),
+    "Rscript": frozenset({"-e"}),
+}
+_OPERATORS = frozenset("|&;<>()")
+
+
+def script_of(run: str) -> str | None:
+    """The project file the command runs, when its first simple command says so plainly:
+    ``sh check.sh``, ``python3 -u tools/check.py``, ``./check.sh`` (a word before any
+    ``${{ }}``, operator or redirection, relative, with no shell expansion in it). None
+    otherwise: what a command reads beyond that is for ``inputs:`` to declare."""
+    head = run.split("${{", 1)[0]
+    lexer = shlex.shlex(head, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote: cut at the expression, or a command not plain
+        return None
+    simple: list[str] = []
+    for word in words:
+        if set(word) <= _OPERATORS:
+            break
+        simple.append(word)
+    if not simple:
+        return None
+    first, rest = simple[0], simple[1:]
+    if "/" in first:  # ./check.sh, tools/check: runs the file itself
+        return _plain_path(first)
+    code_flags = _INTERPRETERS.get(os.path.basename(first))
+    if code_flags is None:
+        return None
+    for word in rest:
+        if word in code_flags:
+            return None  # the code is on the command line
+        if word.startswith("-"):
+            continue
+        return _plain_path(word)
+    return None
+
+
+def _plain_path(word: str) -> str | None:
+    """A relative path with nothing the shell would expand, else None."""
+    if not word or word.startswith(("/", "~")) or any(c in word for c in "$`*?[{="):
+        return None
+    return os.path.normpath(word)
 
 
 def _text(value: Any) -> str:
@@ -140,6 +209,13 @@ class Exec(CheckType):
                 "additionalProperties": {"type": ["string", "number", "boolean"]},
                 "description": "Extra environment variables (values may be ${{ }}).",
             },
+            "inputs": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "description": "Files the command reads, relative to the root: part of the "
+                "step's key, so editing one runs the step and its checks again (the script "
+                "the command runs, `sh check.sh`, is found without being listed).",
+            },
         },
     }
 
@@ -148,6 +224,19 @@ class Exec(CheckType):
         if not isinstance(raw_shell, bool):
             raise InvalidPipeline("exec: raw must be true or false", where=scope.where(path))
         check_command(args["run"], raw=raw_shell, where=scope.where((*path, "run")))
+        inputs: list[str] = []
+        for i, rel in enumerate(args.get("inputs") or ()):
+            try:
+                inside(scope.root, rel)
+            except InvalidPipeline as exc:
+                raise scope.error(f"exec: inputs: {exc.message}", (*path, "inputs", i)) from None
+            inputs.append(os.path.normpath(rel))
+        script = script_of(args["run"])
+        if script is not None:
+            try:
+                inside(scope.root, script)
+            except InvalidPipeline:
+                script = None  # outside the project: the environment's, not an input
         return ExecRule(
             scope.value(args["run"], (*path, "run")),
             scope.value(args.get("env", {}), (*path, "env")),
@@ -156,6 +245,8 @@ class Exec(CheckType):
             where=scope.where(path),
             raw_shell=raw_shell,
             pass_env=tuple(args.get("pass_env") or ()),
+            inputs=tuple(inputs),
+            script=script,
         )
 
 

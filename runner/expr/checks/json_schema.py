@@ -33,14 +33,21 @@ class JsonSchemaRule(Rule):
         *,
         raw: Any,
         where: Location | None,
+        schema_file: str | None = None,
     ) -> None:
         super().__init__(raw=raw, where=where)
         self.value = value
         self.validator = validator
         self.parse = parse
+        self.schema_file = schema_file
 
     def compiled_from(self) -> Any:
         return self.validator.schema  # a schema_file's content, not only its name
+
+    def own_files(self) -> dict[str, bool]:
+        # Loaded when the pipeline compiles; named too, so the no-op fingerprint (which never
+        # compiles) sees it edited.
+        return {self.schema_file: True} if self.schema_file is not None else {}
 
     def own_values(self) -> Iterable[Compiled]:
         return (self.value,)
@@ -126,6 +133,7 @@ class JsonSchema(CheckType):
             bool(args.get("parse", False)),
             raw=args,
             where=scope.where(path),
+            schema_file=args.get("schema_file"),
         )
 
 
