@@ -30,7 +30,8 @@ def call_json(row: dict[str, Any]) -> dict[str, Any]:
         "submitted": submitted_at is not None,
         "submitted_at": submitted_at,
         "remote_id": row.get("remote_id") or job.get("prompt_id"),
-        "outcome": row["status"],  # completed, failed, maybe_executed (or in_flight)
+        # completed, failed, maybe_executed (or in_flight); "?" for a NULL verify names
+        "outcome": row["status"] or "?",
         "attempts": attempts,
         "error": row.get("error"),
     }
@@ -123,7 +124,8 @@ class RunView:
         for e in self.latest():
             name = e["step_id"] + (f"[{e['element']}]" if e["element"] not in (None, -1) else "")
             dur = f"{e['duration_s']:.2f}s" if e.get("duration_s") else "-"
-            rows.append((name, e["status"], str(e["attempts"] or 0), dur, (e["key"] or "")[:12]))
+            status = e["status"] or "?"  # NULL in a damaged journal: verify names it
+            rows.append((name, status, str(e["attempts"] or 0), dur, (e["key"] or "")[:12]))
         head = ("step", "status", "attempts", "time", "key")
         w = [
             max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)

@@ -41,6 +41,12 @@ from .filedigest import read_small
 _CHUNK = 1 << 20
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` is an object's name (64 lowercase hex): a journal value that is not
+    one names no object (damage), and asking the store about it raises StoreError."""
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 DAMAGED = ".damaged"  # where damaged objects are set aside (gc deletes them)
 
 Signature = tuple[int, int, int, int]
@@ -120,7 +126,12 @@ class ObjectStore:
     def _file(self, digest: str) -> str:
         # A string: pathlib's joins cost more than everything else in has()/size() together.
         if _DIGEST.fullmatch(digest) is None:
-            raise StoreError(f"not an object digest: {digest!r}")
+            raise StoreError(
+                f"not an object digest: {digest!r}",
+                # the usual source is a damaged journal record; verify names it, repair mends it
+                hint="if the journal holds it: runner verify finds it, runner verify --repair "
+                "mends it",
+            )
         return f"{self._root}/{digest[:2]}/{digest[2:]}"
 
     def exists(self, digest: str) -> bool:

@@ -7,6 +7,11 @@ Planned first, changed only when the user agrees (the CLI asks, or takes --yes):
 - a journal that is missing or empty beside an object store starts again, adopting the objects
   (the ledger of paid calls is gone: that is said, not hidden);
 - a record with bad JSON loses that value (an execution or call holding it counts as lost);
+- a value where an object's digest belongs that is not one is no longer relied on (its execution
+  or iteration is lost, a decision's artifact or an artifacts row is dropped);
+- a status left NULL gets the reading that promises least (verify.NULL_STATUS);
+- an object the journal relies on that is whole in the store but missing from the artifacts
+  table is recorded there again;
 - objects that are missing or damaged are marked lost where the journal relies on them: those
   executions stop being cache entries (the next apply re-creates them), the paid calls whose
   result was only that object are marked lost (the next apply pays for them again: listed
@@ -28,7 +33,7 @@ from .cells import BadCell, bad_cells, mend
 from .journal import Journal
 from .objects import ObjectStore
 from .records import dumps
-from .verify import referenced
+from .verify import NULL_STATUS, BadRef, bad_refs, null_statuses, referenced
 
 
 @dataclass
@@ -47,10 +52,20 @@ class RepairPlan:
     iterations: list[str] = field(default_factory=list)
     decisions: list[int] = field(default_factory=list)
     work: Path | None = None  # the new journal waiting to replace the damaged one
+    bad_refs: list[BadRef] = field(default_factory=list)  # not digests: no longer relied on
+    null_status: list[tuple[str, int]] = field(default_factory=list)  # (table, rowid)
+    unrecorded: list[str] = field(default_factory=list)  # whole objects the artifacts table lost
 
     @property
     def empty(self) -> bool:
-        return self.journal == "ok" and not (self.bad_json or self.mended or self.lost)
+        return self.journal == "ok" and not (
+            self.bad_json
+            or self.mended
+            or self.lost
+            or self.bad_refs
+            or self.null_status
+            or self.unrecorded
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +82,14 @@ class RepairPlan:
             "paid_calls_to_make_again": self.calls,
             "iterations_lost": self.iterations,
             "decision_documents_lost": self.decisions,
+            "not_digests": [
+                {"table": b.table, "rowid": b.rowid, "column": b.column, "where": b.label}
+                for b in self.bad_refs
+            ],
+            "null_statuses": [
+                {"table": t, "rowid": r, "becomes": NULL_STATUS[t]} for t, r in self.null_status
+            ],
+            "objects_recorded_again": self.unrecorded,
         }
 
     def lines(self) -> list[str]:
@@ -92,6 +115,13 @@ class RepairPlan:
                 f"record {m.table} #{m.rowid}: {m.column} is not UTF-8 text; its bad bytes "
                 "become U+FFFD"
             )
+        for b in self.bad_refs:
+            then = "the row is dropped" if b.table == "artifacts" else "it is no longer relied on"
+            out.append(f"{b.line()}; {then}")
+        for table, rowid in self.null_status:
+            out.append(f"record {table} #{rowid}: status is NULL; it becomes {NULL_STATUS[table]}")
+        for digest in self.unrecorded:
+            out.append(f"object {digest[:12]} is whole in the store: record it as an artifact")
         for digest, where in sorted(self.lost.items()):
             state = "damaged" if digest in self.damaged else "missing"
             out.append(f"object {digest[:12]} ({where}) is {state}")
@@ -167,15 +197,22 @@ def _plan_records(conn: sqlite3.Connection, objects: ObjectStore, plan: RepairPl
     cells = list(bad_cells(conn))
     plan.bad_json = [(c.table, c.column, c.rowid) for c in cells if c.mended is None]
     plan.mended = [c for c in cells if c.mended is not None]
+    plan.bad_refs = list(bad_refs(conn))
+    plan.null_status = list(null_statuses(conn))
     refs = referenced(conn)
+    recorded = {r[0] for r in conn.execute("SELECT digest FROM artifacts")}
     for digest, where in refs.items():
         if not objects.exists(digest):
             plan.lost[digest] = where
         elif not objects.verify(digest):
             plan.lost[digest] = where
             plan.damaged.append(digest)
+        elif digest not in recorded:
+            plan.unrecorded.append(digest)
+    plan.unrecorded.sort()
     lost = set(plan.lost)
     bad_exec = {r for t, _, r in plan.bad_json if t == "executions"}
+    bad_exec |= {b.rowid for b in plan.bad_refs if b.table == "executions"}
     for row in conn.execute(
         "SELECT id, run_id, step_id, element, artifacts, files FROM executions "
         "WHERE status IN ('completed','partial')"
@@ -199,11 +236,13 @@ def _plan_records(conn: sqlite3.Connection, objects: ObjectStore, plan: RepairPl
             plan.calls.append(
                 {"key": key, "step_id": step_id, "run_id": run_id, "provider": info.get("provider")}
             )
-    for it_id, raw, final in conn.execute("SELECT id, raw, final FROM iterations"):
-        if {raw, final} & lost:
+    bad_it = {b.rowid for b in plan.bad_refs if b.table == "iterations"}
+    for rowid, it_id, raw, final in conn.execute("SELECT rowid, id, raw, final FROM iterations"):
+        if {raw, final} & lost or rowid in bad_it:
             plan.iterations.append(it_id)
+    bad_dec = {b.rowid for b in plan.bad_refs if b.table == "decisions"}
     for dec_id, artifact in conn.execute("SELECT id, artifact FROM decisions"):
-        if artifact in lost:
+        if artifact in lost or dec_id in bad_dec:
             plan.decisions.append(dec_id)
 
 
@@ -237,6 +276,19 @@ def _mark(conn: sqlite3.Connection, plan: RepairPlan) -> None:
     for table, col, rowid in plan.bad_json:
         conn.execute(f"UPDATE {table} SET {col}=NULL WHERE rowid=?", (rowid,))
     mend(conn, plan.mended)
+    for table, rowid in plan.null_status:
+        conn.execute(f'UPDATE "{table}" SET status=? WHERE rowid=?', (NULL_STATUS[table], rowid))
+    for b in plan.bad_refs:
+        if b.table == "artifacts":
+            conn.execute("DELETE FROM artifacts WHERE rowid=?", (b.rowid,))
+        elif b.table == "iterations":  # (lost below) and naming nothing a run folder shows
+            conn.execute(f'UPDATE iterations SET "{b.column}"=NULL WHERE rowid=?', (b.rowid,))
+    now = time.time()
+    objects = ObjectStore(plan.state_dir / "objects")
+    conn.executemany(
+        "INSERT OR IGNORE INTO artifacts (digest, size, created_at) VALUES (?,?,?)",
+        [(d, objects.size(d), now) for d in plan.unrecorded],
+    )
     for e in plan.executions:
         conn.execute("UPDATE executions SET status='lost', error=? WHERE id=?", (note, e["id"]))
     for c in plan.calls:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .cells import bad_cells
 from .interrupt import process_alive
+from .objects import is_digest
 
 
 def bad_json(conn: sqlite3.Connection) -> Iterator[tuple[str, str, int]]:
@@ -29,28 +31,107 @@ def _json(text: str | None, default: Any) -> Any:
         return default  # reported by bad_cells
 
 
-def referenced(conn: sqlite3.Connection) -> dict[str, str]:
-    """Digest -> where the journal relies on it (completed executions, iterations, decisions)."""
-    refs: dict[str, str] = {}
+# What `--repair` writes in a status left NULL (a hand edit, a damaged page): the reading that
+# promises least. A run ended somehow (interrupted); an execution's result is not trusted (lost:
+# the next apply runs it again); a call may have been sent and billed (maybe_executed: never sent
+# again unless asked, the ledger's rule); an iteration is lost; a pending gate asks again
+# (superseded); a hand edit no longer applies (superseded).
+NULL_STATUS = {
+    "runs": "interrupted",
+    "executions": "lost",
+    "calls": "maybe_executed",
+    "iterations": "lost",
+    "decisions": "superseded",
+    "overrides": "superseded",
+}
+
+
+@dataclass(frozen=True)
+class BadRef:
+    """A journal value that should name an object but is not a digest (64 lowercase hex)."""
+
+    table: str
+    rowid: int
+    column: str
+    value: Any
+    label: str
+
+    def line(self) -> str:
+        shown = json.dumps(self.value, ensure_ascii=True)[:80]
+        return (
+            f"journal record {self.table} #{self.rowid} ({self.label}): {self.column} holds "
+            f"{shown}, not an object digest"
+        )
+
+
+def _executions(conn: sqlite3.Connection) -> Iterator[tuple[int, str, list[Any], list[Any]]]:
+    """(rowid, label, artifact values, file digest values) of each completed execution."""
     for row in conn.execute(
-        "SELECT run_id, step_id, element, artifacts, files FROM executions "
+        "SELECT rowid, run_id, step_id, element, artifacts, files FROM executions "
         "WHERE status IN ('completed','partial')"
     ):
-        run_id, step_id, element, artifacts, files = row
+        rowid, run_id, step_id, element, artifacts, files = row
         label = f"run {run_id} step {step_id}" + (
             f"[{element}]" if element not in (None, -1) else ""
         )
-        for d in _json(artifacts, []) or []:
-            refs.setdefault(d, label)
-        for d in (_json(files, {}) or {}).values():
-            refs.setdefault(d, label)
+        listed = _json(artifacts, None) or []  # a JSON null relies on nothing, as none does
+        named = _json(files, None) or {}
+        yield (
+            rowid,
+            label,
+            listed if isinstance(listed, list) else [listed],
+            list(named.values()) if isinstance(named, dict) else [named],
+        )
+
+
+def referenced(conn: sqlite3.Connection) -> dict[str, str]:
+    """Digest -> where the journal relies on it (completed executions, iterations, decisions).
+    A value that is not a digest names no object: ``bad_refs`` reports it."""
+    refs: dict[str, str] = {}
+    for _, label, artifacts, files in _executions(conn):
+        for d in (*artifacts, *files):
+            if is_digest(d):
+                refs.setdefault(d, label)
     for row in conn.execute("SELECT run_id, raw, final FROM iterations WHERE status IS NOT 'lost'"):
         for d in row[1:]:
-            if d:
+            if is_digest(d):
                 refs.setdefault(d, f"iterations of run {row[0]}")
     for row in conn.execute("SELECT run_id, artifact FROM decisions WHERE artifact IS NOT NULL"):
-        refs.setdefault(row[1], f"decisions of run {row[0]}")
+        if is_digest(row[1]):
+            refs.setdefault(row[1], f"decisions of run {row[0]}")
     return refs
+
+
+def bad_refs(conn: sqlite3.Connection) -> Iterator[BadRef]:
+    """Every value the journal holds where an object's digest belongs that is not one: an apply
+    restoring it, and verify looking it up, would stop at it. Repair stops relying on each (the
+    execution or iteration is lost, the decision's artifact or the artifacts row dropped)."""
+    for rowid, label, artifacts, files in _executions(conn):
+        for column, values in (("artifacts", artifacts), ("files", files)):
+            for value in values:
+                if not is_digest(value):
+                    yield BadRef("executions", rowid, column, value, label)
+    for rowid, run_id, raw, final in conn.execute(
+        "SELECT rowid, run_id, raw, final FROM iterations WHERE status IS NOT 'lost'"
+    ):
+        for column, value in (("raw", raw), ("final", final)):
+            if value is not None and not is_digest(value):
+                yield BadRef("iterations", rowid, column, value, f"iterations of run {run_id}")
+    for rowid, run_id, value in conn.execute(
+        "SELECT rowid, run_id, artifact FROM decisions WHERE artifact IS NOT NULL"
+    ):
+        if not is_digest(value):
+            yield BadRef("decisions", rowid, "artifact", value, f"decisions of run {run_id}")
+    for rowid, value in conn.execute("SELECT rowid, digest FROM artifacts"):
+        if not is_digest(value):
+            yield BadRef("artifacts", rowid, "digest", value, "the artifacts table")
+
+
+def null_statuses(conn: sqlite3.Connection) -> Iterator[tuple[str, int]]:
+    """(table, rowid) of every row whose status is NULL (every reader takes a status as given)."""
+    for table in NULL_STATUS:
+        for (rowid,) in conn.execute(f'SELECT rowid FROM "{table}" WHERE status IS NULL'):
+            yield table, int(rowid)
 
 
 def _run_folders(state: Any) -> list[str]:
@@ -84,6 +165,10 @@ def verify_state(state: Any) -> tuple[list[str], int]:
         problems.append(f"journal integrity: {result}")
     # every stored text and JSON value, read as its bytes: what a command would choke on
     problems += [cell.line() for cell in bad_cells(conn)]
+    problems += [bad.line() for bad in bad_refs(conn)]
+    problems += [
+        f"journal record {table} #{rowid}: status is NULL" for table, rowid in null_statuses(conn)
+    ]
     refs = referenced(conn)
     recorded = state.journal.artifact_digests()
     for digest, label in sorted(refs.items()):

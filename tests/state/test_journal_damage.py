@@ -50,6 +50,9 @@ def damage_journal(path: Path, case: dict[str, Any]) -> None:
                     "bytes": "CAST(X'7b2261223a22ff227d' AS TEXT)",
                     "deep": "'" + "[" * 100_000 + "]" * 100_000 + "'",
                     "nan": "'{\"a\": NaN}'",
+                    "null": "NULL",
+                    # a value that parses but is not what the column must hold (a digest)
+                    "value": "'" + str(case.get("value", "")).replace("'", "''") + "'",
                 }[how]
                 conn.execute(
                     f"UPDATE {table} SET {col}={value} "
@@ -94,6 +97,10 @@ def test_damaged_journal_gets_a_message_and_a_way_forward(
             "apply"
         ].stderr
     assert results["verify"].exit_code in (0, 1)
+    if case.get("verify_finds"):  # not "ok" over a record no reader can use
+        assert results["verify"].exit_code == 1, results["verify"].stdout
+    if case.get("apply_runs"):  # a record that names no object is a miss, not a failure
+        assert results["apply"].exit_code == 0, results["apply"].stderr
     repair = thumb_cli(thumbs, "verify", "--repair", "--yes", "--json")
     _no_traceback(repair)
     assert repair.exit_code == 0 and repair.json["ok"] is True, repair.stdout

@@ -15,7 +15,7 @@ from ...pipeline.compiler import CompiledStep, Plan
 from ...source import paths
 from ...state import overrides
 from ...state.journal import CachedResult, Journal
-from ...state.objects import ObjectStore
+from ...state.objects import ObjectStore, is_digest
 from . import remote_check
 from .events import EventType
 from .files import FileHasher
@@ -54,10 +54,10 @@ class Reuse:
         return paths.inside_now(self.plan.root, rel, real_root=self._real_root)
 
     def usable(self, cached: CachedResult) -> bool:
-        """Every object of ``cached`` is present (noted as used when so)."""
-        usable = all(self.objects.has(d) for d in cached.artifacts) and all(
-            self.objects.has(d) for d in cached.files.values()
-        )
+        """Every object of ``cached`` is present (noted as used when so). A value that is not
+        a digest (a damaged record) names nothing: the step runs again, not every apply fails."""
+        named = (*cached.artifacts, *cached.files.values())
+        usable = all(is_digest(d) and self.objects.has(d) for d in named)
         if usable:
             self.objects_used.update(cached.artifacts)
             self.workspace_used.update(cached.files)

@@ -103,7 +103,7 @@ def table_lines(state: Any, its: list[Iteration]) -> list[str]:
         seed = "-" if it.seed is None else str(it.seed)
         star = STAR if it.picked else ""
         lines.append(
-            f"{it.ordinal:>3}  {it.status:<10} {comp:<9} {seed:>6}  "
+            f"{it.ordinal:>3}  {it.status or '?':<10} {comp:<9} {seed:>6}  "
             f"{it.idempotency_key[:12]:<12}  {star}".rstrip()
         )
         if it.error:

@@ -71,7 +71,8 @@ def runs_list(
     echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
     for r in rows:
         run_id, pipeline, item = safe(r["id"]), safe(r["pipeline"]), safe(r["item"] or "")
-        echo(f"{run_id:<22}  {pipeline:<20} {r['status']:<15} {item}")
+        status = r["status"] or "?"  # NULL in a damaged journal: verify names it
+        echo(f"{run_id:<22}  {pipeline:<20} {status:<15} {item}")
 
 
 @runs.command("show")
