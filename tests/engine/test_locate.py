@@ -168,3 +168,34 @@ def test_every_state_option_documents_the_lookup_and_env() -> None:
                     name
                 )
     assert with_state >= 15
+
+
+def test_apply_in_a_bare_folder_says_it_made_a_state_and_where(project: Project) -> None:
+    project.write("pipelines/p.yaml", PIPE)
+    assert project_root(project.root) is None
+    first = cli_in(project, "pipelines", "apply", "p.yaml", "--json")
+    assert first.exit_code == 0, first.stderr
+    assert (
+        "runner: no runner.toml or .runner/ here or above: created a new state in .runner/ "
+        "(`runner init` marks a project root; --state DIR or $RUNNER_STATE puts the state "
+        "elsewhere)"
+    ) in first.stderr.splitlines()
+    assert (project.root / "pipelines/.runner/journal.db").is_file()
+    # from the folder above, the state is named from there; a second apply says nothing
+    (project.root / "other").mkdir()
+    project.write("other/p.yaml", PIPE)
+    other = project.cli("apply", "other/p.yaml", "-q")
+    assert "no runner.toml or .runner/ in other or above: created a new state in other/.runner/" in other.stderr
+    again = cli_in(project, "pipelines", "apply", "p.yaml", "-q")
+    assert again.exit_code == 0 and "new state" not in again.stderr
+
+
+def test_apply_in_a_project_or_with_state_says_nothing_of_a_new_state(
+    project: Project, tmp_path: Path
+) -> None:
+    project.write("p.yaml", PIPE)
+    named = project.cli("apply", "p.yaml", "-q", "--state", str(tmp_path / "elsewhere"))
+    assert named.exit_code == 0 and "new state" not in named.stderr
+    project.write("runner.toml", "")
+    marked = project.cli("apply", "p.yaml", "-q")
+    assert marked.exit_code == 0 and "new state" not in marked.stderr

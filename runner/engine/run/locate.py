@@ -57,6 +57,17 @@ def state_dir_for(pipeline_file: Path, override: str | os.PathLike[str] | None =
     return state
 
 
+def unmarked_new_state(
+    pipeline_file: Path, state: Path, override: str | os.PathLike[str] | None = None
+) -> bool:
+    """True when ``state`` (from ``state_dir_for``) does not exist yet and nothing chose it: no
+    ``--state``, no $RUNNER_STATE, no runner.toml or .runner/ above the pipeline. An apply is
+    then about to make a new state in the pipeline's folder, which the user should be told."""
+    if _override(override) is not None or (state / "journal.db").exists():
+        return False
+    return project_root(pipeline_file.resolve().parent) is None
+
+
 def state_dir_here(override: str | os.PathLike[str] | None = None) -> Path:
     """The state for a command given no pipeline file: found from the working directory."""
     explicit = _override(override)
