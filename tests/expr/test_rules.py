@@ -74,13 +74,56 @@ def test_expression_forms_pass(raw: Any) -> None:
 
 
 def test_expression_fails_with_what_it_found() -> None:
+    # a comparison shows what it measured, not only False (issue 42)
     assert fails("${{ output.n > 5 }}", OUT) == [
-        "expr: expected `output.n > 5` to be true, found False"
+        "expr: expected `output.n > 5` to be true: `output.n` is 3, wanted > 5"
     ]
     assert fails("output.text|length < 2", OUT) == [
-        "expr: expected `output.text|length < 2` to be true, found False"
+        "expr: expected `output.text|length < 2` to be true: `output.text|length` is 5, wanted < 2"
     ]
     assert fails(False, OUT) == ["the rule is `false`"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "reading"),
+    [
+        ("output.text | trim | length > 10", "`output.text | trim | length` is 5, wanted > 10"),
+        ("output.label == 'cat'", "`output.label` is 'cow', wanted == 'cat'"),
+        (
+            "output.label not in ['cow', 'pig']",
+            "`output.label` is 'cow', wanted not in ['cow', 'pig']",
+        ),
+        ("'o' in output.label ~ 'x' and false", None),  # `and` at the top: no one reading
+        (
+            "output.n < output.text | length - 3",
+            "`output.n` is 3, wanted < `output.text | length - 3` (2)",
+        ),
+        ("(output.n > 1) == false", "`(output.n > 1)` is True, wanted == false"),
+        (
+            "output.n >= output.label | length + 1",
+            "`output.n` is 3, wanted >= `output.label | length + 1` (4)",
+        ),
+        ("output.n > -1 * 9 + 20", "`output.n` is 3, wanted > -1 * 9 + 20"),
+        ("1 < output.n < 2", None),  # a chain
+        ("not output.n > 1", None),
+        ("output.n > 1 if false else false", None),
+        ("output.n - 3", None),
+        ("output.n is odd and false", None),
+    ],
+)
+def test_a_failed_comparison_shows_its_measured_side(raw: str, reading: str | None) -> None:
+    (reason,) = fails(raw, OUT)
+    if reading is None:
+        assert reason.startswith(f"expr: expected `{raw}` to be true, found "), reason
+    else:
+        assert reason == f"expr: expected `{raw}` to be true: {reading}"
+
+
+def test_a_side_that_cannot_be_read_leaves_the_plain_message() -> None:
+    from runner.expr.checks._measured import measured
+
+    assert measured("output.missing > 1", OUT) is None  # the side is undefined
+    assert measured("output.n > 'a' ~", OUT) is None  # not an expression
 
 
 def test_expression_error_is_a_failed_verdict_marked_error() -> None:
@@ -274,7 +317,9 @@ def test_collection_has_asks_the_installed_backend() -> None:
 
 def test_all_stops_at_the_first_failure_and_reports_it() -> None:
     raw = {"all": ["output.n > 1", "output.n > 5", {"fail": "never reached"}]}
-    assert fails(raw, OUT) == ["expr: expected `output.n > 5` to be true, found False"]
+    assert fails(raw, OUT) == [
+        "expr: expected `output.n > 5` to be true: `output.n` is 3, wanted > 5"
+    ]
     assert verdict({"all": ["output.n > 1", "true"]}, OUT).passed
     assert fails(["output.n > 1", {"fail": "list is all"}], OUT) == ["list is all"]
 

@@ -36,9 +36,11 @@ class ExprRule(Rule):
         value = self.expression.evaluate(context)
         if value:
             return Verdict(True)
-        return Verdict(
-            False, [f"expr: expected `{self.expression.source}` to be true, found {show(value)}"]
-        )
+        from ._measured import measured  # only a failure pays for the reading
+
+        reading = measured(self.expression.source, context)
+        found = f", found {show(value)}" if reading is None else f": {reading}"
+        return Verdict(False, [f"expr: expected `{self.expression.source}` to be true{found}"])
 
 
 class Expr(CheckType):
