@@ -9,7 +9,10 @@ Layout under the remote's URL (nothing in it names a local path):
 A record is written only after every object it names is in the remote, so a visible record is
 whole. Objects are idempotent (their name is their digest); two machines pushing the same key
 write records for the same key, each whole: last writer wins. A record is untrusted input:
-its shape is checked, its objects verified, its files must stay inside the project.
+it is read with bounds before anything parses it (remoteread.py: a regular file of at most
+MAX_RECORD_BYTES, an object of exactly the size its record gives), its shape is checked, its
+objects verified, its files must stay inside the project. A record or object refused is said,
+and its step runs here; the rest of the remote is still used.
 
 Configured in runner.toml (credentials never: they come from the environment, as fsspec and
 botocore read them):
@@ -39,6 +42,7 @@ from ..errors import Location, StoreError
 from ..source.tomlfile import find_runner_toml
 from .backends import FsspecObjectStore, ObjectBackend, check_digest, filesystem
 from .canonical import canonical_json, loads_strict
+from .remoteread import MAX_OBJECT_BYTES, MAX_RECORD_BYTES, Refused, read_bounded
 
 RECORD_FORMAT = 1
 
@@ -194,6 +198,11 @@ class RemoteRecord:
             check_digest(digest)
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise StoreError(f"record {key[:12]} gives object {digest[:12]} a bad size")
+            if size > MAX_OBJECT_BYTES:
+                raise StoreError(
+                    f"record {key[:12]} names object {digest[:12]} of {size:,} bytes, more "
+                    f"than the {MAX_OBJECT_BYTES:,} taken from a remote"
+                )
         for rel, digest in files.items():
             check_digest(digest)
             if not _inside_project(rel):
@@ -260,21 +269,15 @@ class RemoteCache:
         if not paths:
             return {}
         self.requests += 1
-        try:
-            got = self.fs.cat(list(paths), on_error="return")
-        except OSError as exc:
-            raise StoreError(f"cannot reach the remote cache {self.url}: {exc}") from exc
-        if not isinstance(got, dict):  # one path: fsspec may hand back the bytes alone
-            got = {next(iter(paths)): got}
+        got = read_bounded(self.fs, dict.fromkeys(paths, MAX_RECORD_BYTES), url=self.url)
         out: dict[str, RemoteRecord | StoreError] = {}
         for path, key in paths.items():
             data = got.get(path)
-            if isinstance(data, FileNotFoundError) or data is None:
+            if data is None:
                 continue
-            if isinstance(data, BaseException):
-                # Not "absent" and not bytes: the remote itself is failing (unreachable,
-                # refused credentials, a library error). The caller goes on without it.
-                raise StoreError(f"cannot reach the remote cache {self.url}: {data}")
+            if isinstance(data, Refused):
+                out[key] = StoreError(f"record {key[:12]} refused: {data.message}")
+                continue
             try:
                 out[key] = RemoteRecord.from_bytes(data, key, self.sign_key)
             except StoreError as exc:
@@ -286,22 +289,54 @@ class RemoteCache:
         each verified. Returns the records (by key) that cannot be used, with why; raises
         StoreError when the remote cannot be reached."""
         records = list(records)
-        wanted = sorted({d for r in records for d in r.artifacts if not local.has(d)})
+        # Each object is read up to the size its record gives (the largest, when records
+        # disagree: the others then fail the size check below), never further.
+        wanted: dict[str, int] = {}
+        for r in records:
+            for digest, size in r.artifacts.items():
+                if digest not in wanted and local.has(digest):
+                    continue
+                wanted[digest] = max(size, wanted.get(digest, 0))
         got: dict[str, bytes | StoreError] = {}
         if wanted:
             self.requests += 1
-            got = self.objects.read_many(wanted)
+            got = self._read_objects(wanted)
         for data in got.values():
             if isinstance(data, bytes):
                 local.put_bytes(data)
         bad: dict[str, StoreError] = {}
         for r in records:
-            for digest in sorted(r.artifacts):
+            for digest, size in sorted(r.artifacts.items()):
                 problem = got.get(digest)
                 if isinstance(problem, StoreError):
                     bad[r.key] = problem
                     break
+                if isinstance(problem, bytes) and len(problem) != size:
+                    bad[r.key] = StoreError(
+                        f"object {digest[:12]} holds {len(problem):,} bytes, its record says "
+                        f"{size:,}"
+                    )
+                    break
         return bad
+
+    def _read_objects(self, wanted: Mapping[str, int]) -> dict[str, bytes | StoreError]:
+        """Objects by digest, each read bounded by its size (remoteread.py) and verified."""
+        paths = {self.objects._file(d): d for d in wanted}
+        got = read_bounded(self.fs, {p: wanted[d] for p, d in paths.items()}, url=self.url)
+        out: dict[str, bytes | StoreError] = {}
+        for path, digest in paths.items():
+            data = got.get(path)
+            if data is None:
+                out[digest] = StoreError(f"object {digest[:12]} is missing from {self.url}")
+            elif isinstance(data, Refused):
+                out[digest] = StoreError(f"object {digest[:12]} refused: {data.message}")
+            elif hashlib.sha256(data).hexdigest() != digest:
+                out[digest] = StoreError(
+                    f"object {digest[:12]} in {self.url} is damaged (digest mismatch)"
+                )
+            else:
+                out[digest] = data
+        return out
 
     def push(
         self,

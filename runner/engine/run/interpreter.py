@@ -489,7 +489,9 @@ class Interpreter(Executions):
                 return remote_hit
         emit = self.recorder.emit
         if self.options.remote_only:
-            reason = "not in the remote cache"
+            # A record the remote holds but that was refused is said so, never as absent.
+            why = self.remote.why_unused(key) if self.remote is not None else None
+            reason = f"refused by the remote cache: {why}" if why else "not in the remote cache"
             emit(EventType.STEP_SKIPPED, step.id, index, reason=reason, key=key)
             return ElementOutcome(el_index, StepStatus.SKIPPED, key, reason=reason)
         if self.options.dry_run:

@@ -51,6 +51,7 @@ class RemoteLink:
         self.fetched_objects = 0
         self.damaged: set[str] = set()  # object digests found damaged in the remote
         self.refused: dict[str, str] = {}  # key -> why its record was refused (first reason)
+        self.ignored: dict[str, str] = {}  # key -> why its objects could not be used
         self._pending: dict[str, asyncio.Future[RemoteRecord | StoreError | None]] = {}
         self._flush_scheduled = False
         self._queue: list[RemoteRecord] = []
@@ -88,6 +89,10 @@ class RemoteLink:
             record.report,
         )
 
+    def why_unused(self, key: str) -> str | None:
+        """Why the remote's record of ``key`` was not used, when it has one (None: absent)."""
+        return self.refused.get(key) or self.ignored.get(key)
+
     def refuse(self, key: str, why: str) -> None:
         """Never use the record of ``key`` (said once, with the others, by ``drain``)."""
         self.refused.setdefault(key, why)
@@ -113,6 +118,7 @@ class RemoteLink:
                 record = found.pop(key)
                 assert isinstance(record, RemoteRecord)
                 self.damaged.update(d for d in record.artifacts if not self.objects.has(d))
+                self.ignored.setdefault(key, problem.message)
                 self.warn(f"remote cache: ignored the record of {key[:12]}: {problem.message}")
             after = sum(1 for r in records for d in r.artifacts if self.objects.has(d))
             self.fetched_objects += max(0, after - before)

@@ -112,8 +112,9 @@ def cache_pull(
 ) -> None:
     """Take every result of FILE's steps the remote holds; run nothing.
 
-    Steps the remote lacks are reported skipped ("not in the remote cache"); a later
-    `runner apply` runs only those.
+    Steps the remote lacks are reported skipped ("not in the remote cache"), and those whose
+    record it refused (unsigned, malformed, too large, not a regular file) skipped with why;
+    a later `runner apply` runs only those.
 
     Example: runner cache pull pipelines/thumbnail.yaml -p video_id=abc
     """
@@ -136,8 +137,12 @@ def cache_pull(
     if as_json:
         emit_json(doc)
     else:
+        refused = sum(
+            1 for step in doc["steps"] if str(step.get("reason") or "").startswith("refused")
+        )
+        said = f"; {refused} refused by the remote" if refused else ""
         echo(
-            f"pulled {s['cached']} step results; {s['skipped']} not in the remote "
-            f"(run {report.run_id})"
+            f"pulled {s['cached']} step results; {s['skipped'] - refused} not in the remote"
+            f"{said} (run {report.run_id})"
         )
     sys.exit(report.exit_code)
