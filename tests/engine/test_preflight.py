@@ -61,7 +61,53 @@ def test_unknown_provider_names_the_step(shipped: Project) -> None:
     res = _apply(shipped, "report", "provider=nope")
     assert res.exit_code == 2
     assert re.search(r"report\.yaml:\d+:\d+: step 'draft': unknown provider 'nope'", res.stderr)
-    assert "installed providers: fake" in res.stderr
+    assert "providers installed: fake" in res.stderr
+
+
+def _line_col(path: object, needle: str) -> str:
+    """`LINE:COL` (1-based) of the first ``needle`` in the file."""
+    for n, line in enumerate(str(path).splitlines(), 1):
+        if needle in line:
+            return f"{n}:{line.index(needle) + 1}"
+    raise AssertionError(needle)
+
+
+def test_unknown_provider_points_at_the_provider_value_with_the_nearest_name(
+    shipped: Project,
+) -> None:
+    text = (shipped.root / "pipelines/report.yaml").read_text()
+    at = _line_col(text, '"${{ params.provider or none }}"')
+    res = _apply(shipped, "report", "provider=opena")
+    assert res.exit_code == 2
+    assert f"report.yaml:{at}: step 'draft': unknown provider 'opena'" in res.stderr
+    assert "did you mean 'openai'?" in res.stderr
+    # a name configured in runner.toml is a candidate too, and listed
+    shipped.write("runner.toml", '[providers.farm]\ntype = "fake"\n')
+    shipped.write(
+        "ask.yaml",
+        """\
+        runner: 1
+        name: ask
+        steps:
+          ask:
+            uses: llm
+            check: ["${{ output.text | length > 0 }}"]
+            with: {prompt: hi, provider: frm}
+        """,
+    )
+    res = shipped.cli("apply", "ask.yaml", "--state", ".runner")
+    assert res.exit_code == 2
+    at = _line_col((shipped.root / "ask.yaml").read_text(), "frm")
+    assert f"ask.yaml:{at}: step 'ask': unknown provider 'frm'" in res.stderr
+    assert "did you mean 'farm'? (configured in runner.toml: farm; installed: fake" in res.stderr
+    # none named: the default from runner.toml is what is unknown, and said so
+    shipped.write("runner.toml", '[general]\ndefault_provider = "fakee"\n')
+    shipped.write(
+        "ask.yaml", (shipped.root / "ask.yaml").read_text().replace(", provider: frm", "")
+    )
+    res = shipped.cli("apply", "ask.yaml", "--state", ".runner")
+    assert "step 'ask': unknown provider 'fakee' (runner.toml's default_provider)" in res.stderr
+    assert "did you mean 'fake'?" in res.stderr
 
 
 def test_an_llm_step_needs_a_text_provider(project: Project) -> None:

@@ -73,7 +73,7 @@ def check_plan(
                     from ...providers.config import load_access
 
                     providers = load_access(plan.root, environ=env)
-                _provider(step, args, providers, env)
+                _provider(step, args, providers, env, _arg_where(plan, sid, "provider"))
             elif step.uses == "shell":
                 _outputs(plan, step, args, folders)
             else:
@@ -100,10 +100,23 @@ def _template(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None
     )
 
 
-def _provider(step: Any, args: dict[str, Any], providers: Any, env: Mapping[str, str]) -> None:
+def _arg_where(plan: Any, sid: str, arg: str) -> Any:
+    """The file:line:column of the value the step's ``with:`` gives ``arg``, or None."""
+    step = (plan.doc.data.get("steps") or {}).get(sid)
+    given = step.get("with") if isinstance(step, dict) else None
+    if not (isinstance(given, dict) and arg in given):
+        return None
+    return plan.doc.where("steps", sid, "with", arg)
+
+
+def _provider(
+    step: Any, args: dict[str, Any], providers: Any, env: Mapping[str, str], where: Any = None
+) -> None:
     if "provider" not in args and "provider" in (step.args if isinstance(step.args, dict) else {}):
         return  # chosen by an upstream output
-    name = args.get("provider") or providers.default_name()
+    named = args.get("provider")
+    name = named or providers.default_name()  # none named: runner.toml's default_provider
+    _known_provider(step, name, providers, where, default=not named)
     provider = providers.get(name)
     kind = "image" if step.uses == "image" else "text"
     caps = provider.capabilities
@@ -123,6 +136,35 @@ def _provider(step: Any, args: dict[str, Any], providers: Any, env: Mapping[str,
         )
     if kind == "image" and "size" in args:
         _image_size(step, args, provider, name)
+
+
+def _known_provider(step: Any, name: str, providers: Any, where: Any, *, default: bool) -> None:
+    """An unknown name fails at the `provider:` value (else the step), with the nearest known
+    name: a typo is the usual cause, and the registry's error knew neither."""
+    from ...providers.registry import BUILTINS, names
+
+    configured = [n for n in providers.config.providers if isinstance(n, str)]
+    if name in configured or name in BUILTINS:
+        return
+    installed = names()  # plugins too: their entry points are read only here
+    if name in installed:
+        return
+    import difflib
+
+    known = [*configured, *(n for n in installed if n not in configured)]
+    # closer than the loader's 0.6: provider names are short, and 'nope' is not 'openai'
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.75)
+    guess = f"did you mean '{close[0]}'?" if close else None
+    listed = f"installed: {', '.join(installed)}"
+    if configured:
+        listed = f"configured in runner.toml: {', '.join(configured)}; {listed}"
+    whose = " (runner.toml's default_provider)" if default else ""
+    raise InvalidPipeline(
+        f"unknown provider '{name}'{whose}",
+        where=step.where if default or where is None else where,
+        step=step.id,
+        hint=f"{guess} ({listed})" if guess else f"providers {listed}",
+    )
 
 
 def _image_size(step: Any, args: dict[str, Any], provider: Any, name: str) -> None:
