@@ -14,7 +14,7 @@ import jinja2
 from jinja2 import nodes
 
 from ..errors import ExpressionError, Location
-from .parsing import Reference, check_names, clip, parse, reference, refs_of
+from .parsing import Reference, check_names, clip, parse, paths_of, reference, refs_of
 from .results import NotJSON, as_json
 from .sandbox import (
     BUDGET,
@@ -58,6 +58,14 @@ class Expression:
     @property
     def tree(self) -> nodes.Expr | None:
         return self._compiled().expr
+
+    @property
+    def paths(self) -> list[tuple[Any, ...]]:
+        """The names read with their constant attributes (``parsing.paths_of``)."""
+        if self.path is not None:
+            return [self.path]
+        tree = self.tree
+        return [] if tree is None else paths_of(nodes.Output([tree], lineno=1))
 
     def _compiled(self) -> Lazy:
         if self._fn is None:

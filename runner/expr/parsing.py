@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jinja2
 from jinja2 import nodes
@@ -81,6 +82,38 @@ def refs_of(tree: nodes.Node) -> frozenset[Reference]:
         if name.ctx == "load" and id(name) not in attrs:
             found.add(Reference(name.name, None))
     return frozenset(found)
+
+
+def paths_of(tree: nodes.Node) -> list[tuple[Any, ...]]:
+    """Each name read with the constant attributes and indexes read from it, the longest chain
+    only: ``steps.a.output.files[0].path`` is ("steps", "a", "output", "files", 0, "path"). A
+    chain ends before a method called on it, and starts again above an index that is not a
+    constant (``files[i].path`` gives ``files``)."""
+    chains: list[tuple[Any, ...]] = []
+    inner: set[int] = set()
+    called = {id(n.node) for n in tree.find_all(nodes.Call)}
+    lookups: list[nodes.Getattr | nodes.Getitem] = list(
+        tree.find_all((nodes.Getattr, nodes.Getitem))
+    )
+    for node in lookups:
+        inner.add(id(node.node))
+    for node in lookups:
+        if id(node) in inner:
+            continue  # part of a longer chain
+        parts: list[Any] = []
+        cur: nodes.Node = node
+        while isinstance(cur, (nodes.Getattr, nodes.Getitem)):
+            if isinstance(cur, nodes.Getattr):
+                parts.append(cur.attr)
+            elif isinstance(cur.arg, nodes.Const) and isinstance(cur.arg.value, (str, int)):
+                parts.append(cur.arg.value)
+            else:
+                parts = []  # what is read past a computed index is not known
+            cur = cur.node
+        if isinstance(cur, nodes.Name) and cur.ctx == "load":
+            path = (cur.name, *reversed(parts))
+            chains.append(path[:-1] if id(node) in called else path)
+    return chains
 
 
 def clip(text: str, n: int = 80) -> str:

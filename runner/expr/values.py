@@ -38,11 +38,14 @@ class Interpolation:
             if isinstance(p, str):
                 out.append(p)
             else:
-                out.append(_to_text(p.evaluate(context)))
+                out.append(as_text(p.evaluate(context)))
         return "".join(out)
 
 
-def _to_text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A value as text, the one rule wherever a value becomes a string: inside a string with
+    ``${{ }}``, and as an environment variable (`env:` of a command). true/false, a number as
+    written, null as empty, a list or an object as JSON."""
     if isinstance(value, str):
         return value
     if value is None:

@@ -32,6 +32,7 @@ from .loader import (
     schema_errors,
 )
 from .order import step_order
+from .outputrefs import check_output_reads
 from .refs import check_refs, rule_refs, unknown_step
 
 if TYPE_CHECKING:
@@ -258,6 +259,7 @@ def compile_document(doc: PipelineDoc, params: dict[str, Any], *, registry: Step
         )
 
     _link_files(compiled, root)
+    check_output_reads(doc, compiled)
     order = step_order(doc, compiled)
     limits_raw = data.get("limits") or {}
     limits = Limits(

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..errors import InvalidPipeline, Location
 from ..state.objects import ObjectStore
+from .outputshape import Shape, from_doc
 
 
 class Ledger(Protocol):
@@ -181,6 +182,12 @@ class StepType:
 
         ``args`` may still hold unevaluated ``${{ }}`` strings. Raise InvalidPipeline.
         """
+
+    def output_shape(self, args: Mapping[str, Any]) -> Shape:
+        """What ``run`` returns (steps/outputshape.py), for ``args`` as written (``${{ }}``
+        strings unevaluated). Default: the fields ``output_doc`` names, of the kinds its words
+        say; a type whose output depends on its arguments says so here."""
+        return from_doc(self.output_doc)
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         """Files (relative to root) whose content is part of this step's key; watched by watch.

@@ -22,6 +22,7 @@ from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfig
 from ..providers.calls import (
     CallLog,
     Event,
+    cancelled_in_flight,
     error_summary,
     failed_status,
     failure_reason,
@@ -44,6 +45,16 @@ from .base import (
     StepType,
     invalid,
     reference_files,
+)
+from .outputshape import (
+    BOOLEAN,
+    INTEGER,
+    MAPPING,
+    STRING,
+    Shape,
+    closed,
+    from_doc,
+    list_of,
 )
 
 DEFAULT_SIZE = "1536x1024"
@@ -162,6 +173,16 @@ class ImageStep(StepType):
         "completed": "integer: images made",
         "failed": "integer: images that failed",
     }
+    iteration_shape: ClassVar[Shape] = closed(
+        ordinal=INTEGER,
+        seed=INTEGER,
+        idempotency_key=STRING,
+        raw=STRING,
+        status=STRING,
+        error=STRING,
+        metadata=MAPPING,
+        reused=BOOLEAN,
+    )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
@@ -234,6 +255,11 @@ class ImageStep(StepType):
             except ValueError as exc:
                 raise invalid(str(exc), where) from None
         check_provider(args, root, where)
+
+    def output_shape(self, args: Mapping[str, Any]) -> Shape:
+        shape = from_doc(self.output_doc)
+        fields = {**shape.fields, "iterations": list_of(self.iteration_shape)}
+        return Shape("object", fields=fields, closed=True)
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         return reference_files(args.get("references"), root)
@@ -388,6 +414,9 @@ class ImageStep(StepType):
                     provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
                 )
             stored = await calls.keep(result.image)
+        except asyncio.CancelledError as exc:  # the step's timeout, or a cancelled run
+            cancelled_in_flight(ctx.ledger, key, request.tracker, exc)
+            raise
         except ProviderError as exc:
             if ctx.ledger is not None:  # the ledger first: what was paid matters more than a log
                 ctx.ledger.fail(key, exc.message, failed_status(exc))

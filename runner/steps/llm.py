@@ -37,6 +37,7 @@ from ..source.datafiles import load_json
 from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
 from .image import load_reference, resolve_provider
 from .ordered import in_order
+from .outputshape import Shape, from_doc, from_json_schema
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
 REVIEW_HEADING = "A reviewer asked for these changes:"
@@ -192,6 +193,15 @@ class LlmStep(StepType):
                 raise invalid(
                     f"`schema` is not a valid JSON Schema: {exc.message}", where
                 ) from None
+
+    def output_shape(self, args: Mapping[str, Any]) -> Shape:
+        shape = from_doc(self.output_doc)
+        schema = args.get("schema")
+        if not isinstance(schema, dict):
+            return shape
+        # `json` holds the reply as the step's schema promises it (checked before it passes).
+        fields = {**shape.fields, "json": from_json_schema(schema)}
+        return Shape("object", fields=fields, closed=True)
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         messages = args.get("messages") or []

@@ -14,6 +14,7 @@ from ..source.globs import WILD, check_pattern, matches
 from ..source.paths import inside
 from ..source.regularfile import not_regular
 from .base import StepContext, StepResult, StepType, invalid
+from .outputshape import ANY, STRING, Shape, closed, from_doc, list_of
 
 
 class ReadStep(StepType):
@@ -56,6 +57,16 @@ class ReadStep(StepType):
                 raise invalid(f"{path} is {what}, not a regular file", where)
             if not (root / path).is_file():
                 raise invalid(f"file not found: {path}", where)
+
+    def output_shape(self, args: Mapping[str, Any]) -> Shape:
+        path, mode = args.get("path"), args.get("as", "text")
+        if not isinstance(mode, str) or not isinstance(path, str) or "${{" in path + mode:
+            return from_doc(self.output_doc)  # decided at run time: any of the fields
+        content = {"text": STRING} if mode == "text" else {} if mode == "paths" else {"data": ANY}
+        if any(ch in path for ch in WILD):
+            entry = closed(path=STRING, **content)
+            return closed(files=list_of(entry), paths=list_of(STRING))
+        return closed(path=STRING, paths=list_of(STRING), **content)
 
     def reads(self, args: Mapping[str, Any], *, root: Path) -> list[str]:
         return matches(root, str(args["path"]))

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..expr.shellquote import Unquotable, check_command, render_command
+from ..expr.values import as_text
 from ..source.paths import check_inside, inside, real_below
 from ..source.secretenv import command_environment
 from .base import StepContext, StepResult, StepType, invalid
@@ -61,8 +62,10 @@ class ShellStep(StepType):
             },
             "env": {
                 "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "Extra environment variables.",
+                "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+                "description": "Extra environment variables. A value that is not a string "
+                "becomes text as it would inside a string: true/false, a number as written, "
+                "null as empty, a list or an object (from an expression) as JSON.",
             },
             "pass_env": {
                 "type": "array",
@@ -124,8 +127,9 @@ class ShellStep(StepType):
             parent = os.path.dirname(path)
             if not os.path.isdir(parent):  # a stat; mkdir of an existing dir raises
                 os.makedirs(parent, exist_ok=True)
+        own = {str(k): as_text(v) for k, v in (args.get("env") or {}).items()}
         env = command_environment(
-            args.get("env"),
+            own,
             pass_env=args.get("pass_env") or (),
             named=ctx.env.secret_names,
         )

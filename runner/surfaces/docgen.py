@@ -55,6 +55,7 @@ def _limits(schema: dict[str, Any]) -> str:
 
 def steps_markdown() -> str:
     """The step reference: every built-in type, its `with:` arguments and its output."""
+    from ..steps.outputshape import spell
     from ..steps.registry import BUILTINS, default_registry, describe
 
     reg = default_registry()
@@ -63,7 +64,10 @@ def steps_markdown() -> str:
         HEADER,
         "Each step names its type with `uses:` and gives its arguments under `with:`; an "
         "expression reads a step's output as `steps.ID.output.FIELD` (a `for_each` step's "
-        "output is the list of its elements' outputs). `runner steps NAME` prints the same "
+        "output is the list of its elements' outputs). Each read of an output field is "
+        "checked against the declared shape when the pipeline compiles: a field a type does "
+        "not declare is an error at its file:line:column, before anything runs. "
+        "`runner steps NAME` prints the same "
         "from the installed code (`--json` for the full JSON Schema). Concepts: "
         "[step types](../steps.md).\n\n",
         "| type | version | what it does |\n|---|---|---|\n",
@@ -108,9 +112,14 @@ def steps_markdown() -> str:
         else:
             out.append("No arguments.\n")
         if d["output"]:
-            out.append("\nOutput (`steps.ID.output.FIELD`):\n\n| field | holds |\n|---|---|\n")
+            shape = reg.get(d["name"]).output_shape({})  # type: ignore[union-attr]
+            out.append(
+                "\nOutput (`steps.ID.output.FIELD`):\n\n| field | declared | holds |\n"
+                "|---|---|---|\n"
+            )
             for field, doc in d["output"].items():
-                out.append(f"| `{field}` | {_cell(doc)} |\n")
+                declared = spell(shape.fields.get(field))
+                out.append(f"| `{field}` | {_cell(declared)} | {_cell(doc)} |\n")
     return "".join(out)
 
 

@@ -18,6 +18,7 @@ from ...errors import InvalidPipeline, Location
 from ...source.paths import inside
 from .. import Compiled, evaluate_value
 from ..shellquote import Unquotable, check_command, render_command
+from ..values import as_text
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 
 DEFAULT_TIMEOUT = 60.0
@@ -83,7 +84,7 @@ class ExecRule(Rule):
         from ...source.secretenv import command_environment
         from ...source.secretnames import provider_env_names
 
-        own = {k: _text(v) for k, v in evaluate_value(self.env, context).items()}
+        own = {k: as_text(v) for k, v in evaluate_value(self.env, context).items()}
         env = command_environment(own, pass_env=self.pass_env, named=provider_env_names(root))
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
@@ -160,12 +161,6 @@ def _plain_path(word: str) -> str | None:
     if not word or word.startswith(("/", "~")) or any(c in word for c in "$`*?[{="):
         return None
     return os.path.normpath(word)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 class Exec(CheckType):
