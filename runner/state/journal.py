@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFound, StoreError
+from ..errors import NotFound, StoreError, UsageError
 from .ledger import CallLedger
 from .masked import MaskedConnection
 from .migrations import TABLES, migrate
@@ -175,6 +175,20 @@ def _result(
     )
 
 
+AMBIGUOUS_SHOWN = 10  # candidates an ambiguous run id prefix names
+
+
+def ambiguous_run(prefix: str, rows: Sequence[Mapping[str, Any]]) -> UsageError:
+    """The error for a run id prefix that begins several runs: each candidate with its pipeline
+    and status, so the user can pick one by a longer prefix."""
+    shown = [f"{r['id']} ({r['pipeline']}, {r['status']})" for r in rows[:AMBIGUOUS_SHOWN]]
+    count = f"more than {AMBIGUOUS_SHOWN}" if len(rows) > AMBIGUOUS_SHOWN else str(len(rows))
+    return UsageError(
+        f"run '{prefix}' is ambiguous: it begins {count} runs: {', '.join(shown)}",
+        hint="give more of the id (or 'latest' for the newest run)",
+    )
+
+
 class Journal(CallLedger):
     """One SQLite journal. Open with ``Journal.open(state_dir)``; close when done."""
 
@@ -277,14 +291,28 @@ class Journal(CallLedger):
         self._do(lambda: self.conn.execute(f"UPDATE runs SET {sets} WHERE id=?", values))
 
     def get_run(self, run_id: str) -> dict[str, Any]:
+        """The run ``run_id`` names: its id, ``latest`` (the newest run), or a unique prefix of
+        its id, as git takes commits. Raises NotFound; UsageError for a prefix several runs
+        share, naming them (newest first)."""
         row = self._one("SELECT * FROM runs WHERE id=?", (run_id,))
-        if row is None:
-            # Allow unique prefixes, as git does for commits.
-            rows = self._all("SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (run_id + "%",))
-            if len(rows) == 1 and len(run_id) >= 4:
-                return rows[0]
-            raise NotFound(f"unknown run '{run_id}'", hint="list runs with: runner runs list")
-        return row
+        if row is not None:
+            return row
+        if run_id == "latest":
+            row = self._one("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC LIMIT 1")
+            if row is None:
+                raise NotFound("no run yet: 'latest' names none", hint="runner apply makes one")
+            return row
+        # substr, not LIKE: a % or _ the user typed is a character of the id, not a wildcard
+        rows = self._all(
+            "SELECT id, pipeline, status FROM runs WHERE substr(id, 1, ?) = ? "
+            "ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (len(run_id), run_id, AMBIGUOUS_SHOWN + 1),
+        )
+        if len(rows) == 1 and run_id:
+            return self.get_run(rows[0]["id"])
+        if len(rows) > 1 and run_id:
+            raise ambiguous_run(run_id, rows)
+        raise NotFound(f"unknown run '{run_id}'", hint="list runs with: runner runs list")
 
     def list_runs(
         self,
