@@ -1,23 +1,48 @@
-"""The environment of the commands steps run: runner's own, without the secrets it holds.
+"""The environment of the commands steps run: a short base set from runner's, and what the
+step names.
 
-Provider keys live in runner's environment (``api_key_env = "OPENAI_API_KEY"``), so a shell
-step or an ``exec`` check that simply inherited it would hand every key to every command (and
-to whatever the command prints or uploads). A command gets none of them unless the step names
-them in ``pass_env``:
+runner's own environment holds secrets (provider keys, ``[cache] sign_key_env``'s team key that
+signs remote records, a CI's tokens) and whatever else the user's shell exported. A command that
+inherited it, less the names a list recognised as secret, got every secret the list missed: the
+cache signing key reached every shell step, which printed it in base64 into the journal and the
+team's remote. So the environment is built up, not filtered down. A command gets
 
-- every variable a configured provider names with a ``*_env`` setting (api_key_env,
-  password_env, ...), and
-- every variable whose name looks like a credential: ``*API_KEY*``, ``*SECRET*``,
-  ``*PASSWORD*``/``*PASSWD*``, ``*_TOKEN``, ``*ACCESS_KEY*``, ``*PRIVATE_KEY*``.
+- the base set ``BASE_NAMES`` (what programs need to find themselves, their user, their home,
+  their language and their terminal: PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, the
+  LC_* categories, TZ, TERM, TMPDIR), when runner has them;
+- the variables its own step names in ``pass_env``, and only that step's (a variable passed
+  to one step is given to no other);
+- its ``env:``, which the pipeline wrote.
+
+Nothing else of runner's environment. Even a base name is withheld when it looks like a
+credential (``CREDENTIAL_NAME``) or a configured provider reads a secret from it, unless
+``pass_env`` names it. A variable named in ``pass_env`` is learnt as a secret
+(secretmask.learn): masked wherever it shows, and wiped from /proc/<runner>/environ.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from .secretnames import SECRET_NAME
+
+# What every command is given from runner's environment (docs/steps.md, "What a command is
+# given"). A fixed list, so what a step sees does not depend on what else the user exported.
+BASE_NAMES: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ", "TERM", "LANG", "LANGUAGE",
+    "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME",
+    "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE",
+)  # fmt: skip
+
+# Names that look like a credential: *_KEY, *_TOKEN, *_SECRET, *PASSWORD*, *_PAT, and those
+# secretnames.SECRET_NAME knows (API keys, access keys, credentials...). Never given unless a
+# step's pass_env names them.
+CREDENTIAL_NAME = re.compile(
+    r"(?i)(_key$|^key$|_token$|^token$|secret|passw(or)?d|_pat$|^pat$|api_?key|access_?key"
+    r"|private_?key|credential)"
+)
 
 
 def command_environment(
@@ -27,47 +52,28 @@ def command_environment(
     named: Iterable[str] = (),
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """``base`` (runner's environment) without secret variables, except those in ``pass_env``,
-    then ``extra`` (the step's own ``env:``, which it wrote itself) on top. A new dict."""
+    """The environment of one command: from ``base`` (runner's environment), the base set less
+    credential-looking names and ``named`` (the variables providers read secrets from), and the
+    names in ``pass_env``; then ``extra`` (the step's own ``env:``) on top. A new dict."""
     keep, withheld = frozenset(pass_env), frozenset(named)
     if keep or withheld:
         from .secretmask import learn  # masked wherever they show, wiped from /proc
 
         learn(keep | withheld)
-    source = _scrubbed_environ(keep, withheld) if base is None else _scrub(base, keep, withheld)
-    env = dict(source)
+    source = os.environ if base is None else base
+    env: dict[str, str] = {}
+    for name in BASE_NAMES:
+        value = source.get(name)
+        if value is not None and name not in withheld and not is_credential_name(name):
+            env[name] = value
+    for name in keep:
+        value = source.get(name)
+        if value is not None:
+            env[name] = value
     env.update(extra or {})
     return env
 
 
-
-def _scrub(
-    source: Mapping[str, str], keep: frozenset[str], named: frozenset[str]
-) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in source.items()
-        if k in keep or not (k in named or SECRET_NAME.search(k) is not None)
-    }
-
-
-
-_SCRUBBED: dict[tuple[frozenset[str], frozenset[str]], tuple[dict[Any, Any], dict[str, str]]] = {}
-
-
-
-def _scrubbed_environ(keep: frozenset[str], named: frozenset[str]) -> dict[str, str]:
-    """Read-only: callers copy it."""
-    raw = getattr(os.environ, "_data", None)  # CPython's os.environ keeps it; others scrub anew
-    if not isinstance(raw, dict):
-        return _scrub(os.environ, keep, named)
-    memo = _SCRUBBED.get((keep, named))
-    if memo is not None and memo[0] == raw:
-        return memo[1]
-    snapshot = dict(raw)
-    env = _scrub(os.environ, keep, named)
-    if len(_SCRUBBED) >= 64:  # steps with many different pass_env lists: stay small
-        _SCRUBBED.clear()
-    _SCRUBBED[(keep, named)] = (snapshot, env)
-    return env
-
+def is_credential_name(name: str) -> bool:
+    """Whether a variable's name looks like it holds a credential."""
+    return CREDENTIAL_NAME.search(name) is not None or SECRET_NAME.search(name) is not None

@@ -70,8 +70,10 @@ class ShellStep(StepType):
             "pass_env": {
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                "description": "Secret environment variables the command may inherit (provider "
-                "keys and *API_KEY*/*TOKEN/*PASSWORD*-like names are withheld otherwise).",
+                "description": "Variables of runner's environment the command is given "
+                "besides the base set (PATH, HOME, USER, LOGNAME, SHELL, TMPDIR, TZ, TERM, "
+                "LANG, LANGUAGE, LC_*); nothing else of it reaches the command, and a secret "
+                "named here is masked wherever it shows.",
             },
             "raw": {
                 "type": "boolean",

@@ -7,7 +7,8 @@ Classes (each list below is the corpus; add members as they are found):
   a loopback OpenAI-compatible server; no 8-character piece of the key may survive anywhere;
 - ECHO: a reply (text, metadata) that repeats the key is masked before it is stored;
 - ENV: shell steps and exec checks get neither the variables providers read keys from nor
-  credential-looking ones, unless named in `pass_env`.
+  credential-looking ones, unless named in `pass_env` (tests/security/test_step_environment.py:
+  nothing but the base set and their own pass_env).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ password_env = "A1111_PW"
     done = _apply(tmp_path, "apply", "pipeline.yaml", "--json", env=env)
     assert done.returncode == 0, done.stderr
     plain = (tmp_path / "out" / "plain.txt").read_text()
-    assert "PLAIN_SETTING=kept" in plain and "PATH=" in plain
+    # Only the base set: a plain variable runner was given is not passed on unless asked.
+    assert "PLAIN_SETTING" not in plain and "PATH=" in plain
     for name, value in WITHHELD.items():
         assert f"{name}=" not in plain and value not in plain, name
     asked = (tmp_path / "out" / "asked.txt").read_text()
@@ -225,30 +227,30 @@ password_env = "A1111_PW"
 
 
 def test_the_step_env_it_writes_itself_is_kept() -> None:
-    env = command_environment({"MY_TOKEN": "given"}, base={"MY_TOKEN": "inherited", "A": "1"})
-    assert env == {"MY_TOKEN": "given", "A": "1"}
+    env = command_environment(
+        {"MY_TOKEN": "given"}, base={"MY_TOKEN": "inherited", "A": "1", "PATH": "/bin"}
+    )
+    assert env == {"MY_TOKEN": "given", "PATH": "/bin"}
 
 
 def test_a_change_to_runners_environment_is_seen_by_the_next_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The scrubbed environment is remembered between commands, never past a change: a secret
-    set after the first command is withheld from the next, a plain variable reaches it."""
+    """Each command's environment is built from runner's as it is now: a variable set or
+    changed after the first command reaches the next when it is asked for, and only then."""
     monkeypatch.delenv("LATE_API_KEY", raising=False)
-    monkeypatch.delenv("LATE_SETTING", raising=False)
+    monkeypatch.setenv("TZ", "UTC")
     first = command_environment(named={"NAMED_ONLY"})
     first["SCRIBBLED"] = "on the copy"  # every caller gets its own dict
     monkeypatch.setenv("LATE_API_KEY", "late-secret-value")
-    monkeypatch.setenv("LATE_SETTING", "late")
-    monkeypatch.setenv("NAMED_ONLY", "named-secret")
+    monkeypatch.setenv("TZ", "Europe/Paris")
     second = command_environment(named={"NAMED_ONLY"})
-    assert "SCRIBBLED" not in second and second["LATE_SETTING"] == "late"
-    assert "LATE_API_KEY" not in second and "NAMED_ONLY" not in second
+    assert "SCRIBBLED" not in second and second["TZ"] == "Europe/Paris"
+    assert "LATE_API_KEY" not in second
     asked = command_environment(pass_env=["LATE_API_KEY"], named={"NAMED_ONLY"})
-    assert asked["LATE_API_KEY"] == "late-secret-value" and "NAMED_ONLY" not in asked
-    assert command_environment(named={"OTHER"})["NAMED_ONLY"] == "named-secret"
-    monkeypatch.delenv("LATE_SETTING")
-    assert "LATE_SETTING" not in command_environment(named={"NAMED_ONLY"})
+    assert asked["LATE_API_KEY"] == "late-secret-value"
+    monkeypatch.delenv("TZ")
+    assert "TZ" not in command_environment(named={"NAMED_ONLY"})
 
 
 CUTS = [(KEY, 10), (KEY, 20), ("x" * 5 + KEY, 30), (KEY + "tail", 47), ("pre " + KEY, 25)]
