@@ -3,13 +3,20 @@
 Besides exact secret values, anything that looks like a credential header (``Authorization:
 Bearer ...``, ``"api_key": "..."``) is masked too, so a backend echoing a key we did not know
 about still does not leak it.
+
+A secret is also masked as it reads encoded (``encoded_forms``): in base64 (standard and
+URL-safe, wherever it starts in an encoded stream: ``Basic base64(user:key)``) and URL-encoded
+(``%2B``/``%2b``, ``+`` for a space). A backend echoing the request it refused (its
+``Authorization`` header, a query string) hands the key back in those forms as often as plain.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 MASK = "***"
 # Shorter values would mask ordinary words and numbers everywhere (a 1-7 character value:
@@ -30,6 +37,28 @@ _HEADER = re.compile(
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
 
 
+def encoded_forms(secret: str) -> set[str]:
+    """``secret`` as base64 and URL encoding show it, without itself.
+
+    Base64 encodes three bytes as four characters, so how a secret reads inside an encoded
+    stream depends on where it starts (its offset modulo 3) and the characters at its two ends
+    depend on its neighbours: for each offset, the characters that only the secret's bytes decide
+    (``encode(pad + secret)`` less those the pad or what follows touch). Those are in any base64
+    text holding the secret at that offset, standard or URL-safe."""
+    raw = secret.encode("utf-8", "surrogatepass")
+    forms: set[str] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        first = -(-8 * offset // 6)  # the first character made of the secret's bits only
+        last = 8 * (offset + len(raw)) // 6  # ... and one past the last
+        core = encoded[first:last]
+        forms |= {core, core.replace("+", "-").replace("/", "_")}
+    for url in (quote(secret, safe=""), quote_plus(secret, safe="")):
+        forms |= {url, re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), url)}
+    forms.discard(secret)
+    return forms
+
+
 class Redactor:
     """Replaces the given secret values (and credential-looking headers) with ``***``."""
 
@@ -37,6 +66,7 @@ class Redactor:
         self, secrets: Iterable[str] = (), *, headers: bool = True, pieces: bool = True
     ) -> None:
         found = {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
+        found |= {e for s in found for e in encoded_forms(s) if len(e) >= MIN_SECRET_CHARS}
         # Longest first so a secret containing another is masked whole.
         self.secrets: tuple[str, ...] = tuple(sorted(found, key=len, reverse=True))
         # Credential-looking headers and keys too (a backend's messages); off for data a

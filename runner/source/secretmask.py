@@ -8,6 +8,8 @@ As CI systems mask registered secrets, runner masks the values of
 - every variable whose name looks like a credential (secretnames.SECRET_NAME: the variables
   runner already withholds from commands).
 
+A value is masked as base64 and URL encoding write it too (redact.encoded_forms).
+
 Values shorter than ``MIN_SECRET_CHARS`` (8) are not masked: a 1-7 character value (``1``,
 ``true``, ``admin``) would mask ordinary words and numbers everywhere; real keys and tokens
 are far longer. Nor are values naming an existing file or directory (a credentials file's
@@ -147,11 +149,12 @@ def mask_json(value: Any) -> Any:
 
 
 def holds_secret(value: Any) -> bool:
-    """Whether a known secret appears in any string of ``value``."""
+    """Whether a known secret appears in any string of ``value``, plain or encoded (base64,
+    URL: redact.encoded_forms)."""
     if not _known:
         return False
     if isinstance(value, str):
-        return any(s in value for s in _known)
+        return may_hold(value) and any(s in value for s in _redactor.secrets)
     if isinstance(value, dict):
         return any(holds_secret(k) or holds_secret(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
