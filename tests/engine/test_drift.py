@@ -50,7 +50,9 @@ def test_a_hand_edited_output_is_seen_by_all_four_and_kept(inited: Project) -> N
     res = inited.cli("apply", "pipeline.yaml")
     assert res.exit_code == 0 and "nothing changed" not in res.stdout
     line = next(x for x in res.stderr.splitlines() if "edited by hand" in x)
-    kept_at = Path(line.split("your version is kept at ")[1].split(" and ")[0])
+    shown = line.split("your version is kept at ")[1].split(" and ")[0]
+    assert shown.startswith(".runner/objects/")  # from the project root, not absolute
+    kept_at = inited.root / shown
     assert kept_at.read_bytes() == edited
     assert (inited.root / "out/shout.txt").read_bytes() == recorded
     # everything agrees again, and gc keeps the edited bytes (the run's record names them)
@@ -137,7 +139,9 @@ def test_an_edited_output_is_kept_before_its_step_runs_again(project: Project) -
     assert out.read_text(encoding="utf-8") == "two\n"
     line = next(x for x in res.stderr.splitlines() if "edited by hand" in x)
     assert "make: out/made.txt" in line and "before the step writes it again" in line
-    kept_at = Path(line.split("kept at ")[1].split(" before ")[0])
+    shown = line.split("kept at ")[1].split(" before ")[0]
+    assert shown.startswith(".runner/objects/")
+    kept_at = project.root / shown
     assert kept_at.read_text(encoding="utf-8") == "my careful edit\n"
     assert project.cli("gc", "--keep-last", "1").exit_code == 0
     assert kept_at.read_text(encoding="utf-8") == "my careful edit\n"

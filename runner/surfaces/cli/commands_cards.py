@@ -38,7 +38,10 @@ def prompts_lock(root: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"lock": str(path), "versions": sorted(versions), "exit_code": 0})
     else:
-        echo(f"locked {len(versions)} prompt versions in {path}")
+        from ...source.termtext import shown_path
+
+        counted = f"{len(versions)} prompt version{'' if len(versions) == 1 else 's'}"
+        echo(f"locked {counted} in {shown_path(path)}")
 
 
 @prompts.command("check")
@@ -58,8 +61,14 @@ def prompts_check(root: Path, as_json: bool) -> None:
         if as_json:
             emit_json({"ok": True, "locked": False, "exit_code": 0})
         else:
-            echo(f"no {LOCK_NAME} in {lock.parent}: no prompt version is locked (runner prompts "
-                 "lock makes one)")
+            from ...source.termtext import shown_path
+
+            folder = shown_path(lock.parent)
+            where = "here" if folder == "." else f"in {folder}"
+            echo(
+                f"no {LOCK_NAME} {where}: no prompt version is locked "
+                "(runner prompts lock makes one)"
+            )
         return
     enforce(root.resolve())
     if as_json:

@@ -83,7 +83,12 @@ def serve(
             "network unencrypted",
             err=True,
         )
-    echo(f"runner serve: {login_url(url, token)}  (state {path}; Ctrl-C stops)", err=True)
+    from ...source.termtext import shown_path
+
+    echo(
+        f"runner serve: {login_url(url, token)}  (state {shown_path(path)}; Ctrl-C stops)",
+        err=True,
+    )
     echo("open that URL once; API clients send the token as X-Runner-Token", err=True)
     if open_browser:
         import threading

@@ -6,9 +6,11 @@ stderr): it goes through ``termtext.safe``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from ...engine.run.events import Event, EventType
@@ -115,6 +117,7 @@ class PlainReporter:
         # With the plan, lines go under their own phase, phases in pipeline order; without it
         # (a resumed run), under the phase the engine entered last.
         self.order = PhaseOrder.of(plan)
+        self.root: Path | None = getattr(plan, "root", None)  # paths are shown from there
         self.phase: str | None = None  # a phase header waits until a step of it prints
         self.step: str | None = None  # the step the event being printed is about
         self.gone = False  # the stream's reader closed it
@@ -172,7 +175,7 @@ class PlainReporter:
         elif t is EventType.GATE_AWAITING:
             self._line(f"  waiting {sid}: a decision is needed")
         elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
-            self._line(f"  {notice(event)}")
+            self._line(f"  {notice(event, self.root)}")
         elif t is EventType.RUN_FINISHED:
             self.phase = None
             if self.order is not None:
@@ -231,6 +234,7 @@ class LiveReporter:
         self.phase: str | None = None
         self._markup_escape = escape
         self.order = PhaseOrder.of(plan, header=lambda p: f"[bold]== phase {self.escape(p)}[/bold]")
+        self.root: Path | None = getattr(plan, "root", None)
         self.step: str | None = None
         self.progress.start()
 
@@ -283,7 +287,7 @@ class LiveReporter:
                 f"[yellow]retry[/yellow] {label}: {self.escape(d.get('reason'))}", highlight=False
             )
         elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
-            self._print(self.escape(notice(event)), highlight=False)
+            self._print(self.escape(notice(event, self.root)), highlight=False)
         elif t is EventType.PHASE_ENTERED:
             self.phase = str(d.get("phase"))
         elif t is EventType.RUN_FINISHED:
@@ -299,9 +303,12 @@ class LiveReporter:
         self.progress.stop()
 
 
-def notice(event: Event) -> str:
-    """What a person must not miss: their edit of an output, or of a step, was set aside."""
+def notice(event: Event, root: Path | None = None) -> str:
+    """What a person must not miss: their edit of an output, or of a step, was set aside. The
+    kept copy's path is shown from ``root`` (the pipeline's root, as the edited file's is)."""
     d, el = event.data, f"[{event.element}]" if event.element is not None else ""
+    if d.get("kept_at"):
+        d = {**d, "kept_at": _from_root(str(d["kept_at"]), root)}
     if event.type is EventType.OVERRIDE_SET_ASIDE:
         return f"edit    {event.step_id}{el}: {d.get('reason')}"
     if d.get("action") == "kept before re-run":
@@ -318,6 +325,18 @@ def notice(event: Event) -> str:
         f"edited  {event.step_id}{el}: {d.get('file')} was edited by hand; your version is kept at "
         f"{d.get('kept_at')} and the recorded output was restored"
     )
+
+
+def _from_root(path: str, root: Path | None) -> str:
+    """``path`` relative to ``root`` when it lies inside (the state's objects usually do), else
+    as the user can open it from where they stand."""
+    from ...source.termtext import shown_path
+
+    if root is not None:
+        relative = os.path.relpath(path, root)
+        if not relative.startswith(".."):
+            return relative
+    return shown_path(Path(path))
 
 
 def skip_detail(reason: str) -> str:

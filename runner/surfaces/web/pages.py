@@ -109,7 +109,11 @@ def render(
     arriving before its last row is laid out)."""
     cfg = api.settings(request)
     template = environment().get_template(name)
-    values = {"state_dir": str(cfg.state_dir), "path": request.url.path, "tab": _tab(request)}
+    # The header names the state by its project's folder (myproject/.runner), not by the whole
+    # absolute path: the page is about the project, and its folder is what a person knows it by.
+    state = cfg.state_dir
+    values = {"state_dir": f"{state.parent.name}/{state.name}", "path": request.url.path}
+    values["tab"] = _tab(request)
     headers = {"Cache-Control": "no-store"}
     if stream:
         return StreamingResponse(
