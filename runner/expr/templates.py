@@ -1,12 +1,20 @@
 """Templates (the ``template`` step, prompt cards): read from the pipeline root only, rendered
-in the sandbox under a budget, every failure a TemplateError."""
+in the sandbox under a budget, every failure a TemplateError.
+
+What a render reads is recorded, not predicted: within ``recording_reads()`` every template file
+the loader opens (the one rendered, and whatever it includes, imports or extends, by a constant
+name or a computed one) is noted with the sha256 of the bytes it was compiled from, so a step's
+key can name the files its body actually read (engine/run/recorded.py).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,35 @@ def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+# The reads of the render in progress in this context (None: nobody is recording).
+_READS: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "template_reads", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[dict[str, str]]:
+    """Record the template files opened within: name (as the root-relative path asked for) ->
+    sha256 of the bytes compiled. A template answered from the environment's cache is
+    recorded too (its up-to-date check stands for the read)."""
+    reads: dict[str, str] = {}
+    token = _READS.set(reads)
+    try:
+        yield reads
+    finally:
+        _READS.reset(token)
+
+
+# The digest recorded for a template looked for and not found.
+ABSENT = "absent"
+
+
+def _note(name: str, digest: str) -> None:
+    reads = _READS.get()
+    if reads is not None:
+        reads[name] = digest
+
+
 class _RootLoader(jinja2.BaseLoader):
     """Loads templates from the pipeline root only.
 
@@ -52,6 +89,7 @@ class _RootLoader(jinja2.BaseLoader):
         except InvalidPipeline as exc:
             raise SandboxRefused(f"template '{template}': {exc.message}") from None
         if not path.is_file():
+            _note(template, ABSENT)  # `ignore missing`: the file appearing changes the render
             raise jinja2.TemplateNotFound(template)
         stat = path.stat()
         if stat.st_size > MAX_TEMPLATE_CHARS:
@@ -65,15 +103,20 @@ class _RootLoader(jinja2.BaseLoader):
         text = decode_utf8(source, template)  # InvalidPipeline at the bad byte
         if too_deep(text):
             raise SandboxRefused(f"template '{template}' nests deeper than {MAX_NESTING}")
+        digest = hashlib.sha256(source).hexdigest()
+        _note(template, digest)
 
         def uptodate() -> bool:
             # The whole signature, ctime included: a same-size rewrite with its mtime set back
             # keeps (size, mtime), and a long-lived process (watch, serve) would render the old
             # compiled template.
             try:
-                return _signature(os.stat(path)) == _signature(stat)
+                same = _signature(os.stat(path)) == _signature(stat)
             except OSError:
                 return False
+            if same:  # Jinja asks on every load from its cache: this render reads it too
+                _note(template, digest)
+            return same
 
         return text, str(path), uptodate
 

@@ -132,6 +132,10 @@ class StepResult:
 
     ``files`` maps workspace paths (relative to the root) to object digests: the engine restores
     them from the store when they are deleted, without running the step.
+
+    ``reads``: the files the body read (relative to the root) with the sha256 of the bytes it
+    read, as a type with ``records_reads`` recorded them: the key names them (recorded reads,
+    not predicted ones; engine/run/recorded.py).
     """
 
     output: dict[str, Any]
@@ -140,6 +144,7 @@ class StepResult:
     status: ResultStatus = ResultStatus.OK
     report: dict[str, Any] | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    reads: dict[str, str] = field(default_factory=dict)
 
 
 class StepType:
@@ -163,6 +168,9 @@ class StepType:
         concurrency cap), each with why: kept out of the step's key and its calls' keys. Every
         other argument is a key part; tests/engine/test_key_completeness.py holds every registered
         type to that.
+      records_reads: the body returns in ``StepResult.reads`` what it read beyond ``reads()``
+        (a template's computed include): the key names those files, as the last execution with
+        the same other parts recorded them (engine/run/recorded.py).
     """
 
     name: ClassVar[str]
@@ -176,6 +184,7 @@ class StepType:
     shareable: ClassVar[bool] = True
     runs_anywhere: ClassVar[bool] = False
     key_neutral: ClassVar[Mapping[str, str]] = {}
+    records_reads: ClassVar[bool] = False
 
     def validate(self, args: Mapping[str, Any], *, root: Path, where: Location | None) -> None:
         """Extra compile-time checks beyond the schema (e.g. a template file exists).

@@ -52,6 +52,7 @@ class TemplateStep(StepType):
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it
+    records_reads: ClassVar[bool] = True
     output_doc: ClassVar[dict[str, str]] = {
         "text": "string: the rendered text",
         "sha256": "string: its sha256",
@@ -127,21 +128,26 @@ class TemplateStep(StepType):
         return out
 
     async def run(self, ctx: StepContext, args: dict[str, Any]) -> StepResult:
+        from ..expr.templates import recording_reads  # jinja2 loads when a template renders
+
         variables = dict(args.get("vars") or {})
         variables.setdefault("feedback", ctx.feedback)
         variables.setdefault("attempt", ctx.attempt)
-        text = ex.render_template(
-            environment_for(ctx.root),
-            name=args.get("template"),
-            text=args.get("text"),
-            variables=variables,
-        )
+        # Every file the render opens, by a constant name or a computed one: the key names
+        # them (a static parse sees only `{% include "x.j2" %}`, not `"parts/" ~ tone`).
+        with recording_reads() as reads:
+            text = ex.render_template(
+                environment_for(ctx.root),
+                name=args.get("template"),
+                text=args.get("text"),
+                variables=variables,
+            )
         output = {"text": text, "sha256": hashlib.sha256(text.encode()).hexdigest()}
         if args.get("template"):
             # The template's own content hash: the "template spec" part of idempotency keys.
             source = read_beneath(ctx.root, args["template"])  # as opened now
             output["template_sha256"] = hashlib.sha256(source).hexdigest()
-        return StepResult(output=output)
+        return StepResult(output=output, reads=dict(reads))
 
 
 _NEEDED: dict[tuple[str, int, int, int, int], frozenset[str]] = {}

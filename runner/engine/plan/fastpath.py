@@ -38,6 +38,9 @@ _RACY_NS = 2_000_000_000
 # config file the fingerprint checks) and runner's version.
 _NOT_FAST = frozenset({"image", "finalize", "human_gate", "ingest"})
 CONFIG_FILES = ("runner.toml", "prompts.lock")
+# The digest of a file a key was made of as missing (expr/templates.py ABSENT; not imported:
+# the fast path never loads Jinja).
+_ABSENT = "absent"
 
 
 def _tag(pipeline: Path, overrides: dict[str, str], item: str | None) -> str:
@@ -350,6 +353,10 @@ def check(
     sha = hashlib.sha256(data).hexdigest()
     racy_before = int(doc["recorded_at_ns"]) - _RACY_NS
     for p, recorded in doc["inputs"].items():
+        if recorded[4] == _ABSENT:  # a key was made of its absence: it must still be missing
+            if os.path.lexists(p):
+                return None
+            continue
         if _sig(p) != recorded[:4]:
             return None
         # Racily clean: written so close to the recording that a same-size rewrite within the

@@ -21,6 +21,7 @@ from .executors import Executor
 from .keys import KeyParts
 from .options import ApplyOptions
 from .outcomes import ElementOutcome, StepStatus
+from .recorded import RecordedReads
 from .recorder import JournalLedger, Recorder
 from .remote_link import RemoteLink
 from .reuse import Reuse
@@ -41,6 +42,7 @@ class Executions:
     options: ApplyOptions
     recorder: Recorder
     reuse: Reuse
+    recorded: RecordedReads
     reviews: dict[str, dict[str, Any]]
     context_steps: dict[str, dict[str, Any]]
     executor: Executor | None
@@ -143,11 +145,18 @@ class Executions:
         # An input that changed while the body ran: the result is what the command made now,
         # used by this run, but not from the bytes the key names, so never reused for them.
         moved = self.reuse.hasher.changed(
-            self.plan.root, parts.files, frozenset(step.type.produces(args))
+            self.plan.root, parts.predicted(), frozenset(step.type.produces(args))
         )
-        return self._passed(
-            step, index, el_index, exec_id, key, done, moved=moved, by_key=contract == key
-        )
+        by_key = contract == key
+        if step.type.records_reads:  # keyed by what the body read (recorded.py)
+            settled, moved_read = self.recorded.settle(
+                step.id, parts, done.result, self.plan.root, self.reuse.hasher
+            )
+            moved = moved or moved_read
+            if settled.key() != key:  # it read other files than predicted: its row follows
+                key = settled.key()
+                self.recorder.rekeyed(exec_id, key, settled, contract=by_key)
+        return self._passed(step, index, el_index, exec_id, key, done, moved=moved, by_key=by_key)
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int

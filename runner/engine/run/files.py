@@ -86,6 +86,12 @@ class FileHasher:
                 return rel
         return None
 
+    def absent(self, path: Path, digest: str) -> None:
+        """Note that a key was made of ``path`` being missing (a template looked for and not
+        found: ``digest`` is what its loader recorded): the no-op fingerprint then checks it
+        is still missing, as it checks a file hashed is unchanged."""
+        self.used[str(path)] = (-1, -1, -1, -1, digest)
+
     def forget(self, path: Path) -> None:
         """Drop what is known of ``path`` (it was just rewritten)."""
         self.known.pop(str(path), None)

@@ -50,6 +50,7 @@ from .outcomes import (
     run_status,
     settle,
 )
+from .recorded import RecordedReads
 from .recorder import Progress, Recorder, new_run_id
 from .remote_link import RemoteLink
 from .reuse import Reuse
@@ -103,6 +104,7 @@ class Interpreter(Executions):
         self.recorder = Recorder(journal, reporter or NullReporter(), self.run_id, plan.name)
         self.scheduler = Scheduler(plan, self.options.jobs)
         self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)
+        self.recorded = RecordedReads(journal, plan.name)  # what bodies read, as recorded
         self.progress = Progress(plan)
         self.outcomes = self.scheduler.outcomes
         self.context_steps: dict[str, dict[str, Any]] = {}
@@ -444,7 +446,15 @@ class Interpreter(Executions):
         context, item = self._context(**extra), extra.get("item")
         env, has_item = self.env, "item" in extra
         args, parts = resolve(
-            step, context, self.plan.root, self.hasher, env, review, item, has_item
+            step,
+            context,
+            self.plan.root,
+            self.hasher,
+            env,
+            review,
+            item,
+            has_item,
+            recorded=lambda base: self.recorded.names(step.id, base),
         )
         if step.uses == "read" and not has_item:  # the files a glob matched, as the key has them
             self.reads[step.id] = list(parts.files)

@@ -6,8 +6,8 @@ timeout, concurrency, descriptions) is a part.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,22 @@ class KeyParts:
     version: str | None
     item: Any = None
     has_item: bool = False
+    # Of ``files``, those a body of a type with ``records_reads`` recorded reading (not predicted
+    # by ``reads()``); None: a type that records nothing. Not a part of its own: the files are.
+    recorded: tuple[str, ...] | None = None
+
+    def predicted(self) -> dict[str, str]:
+        """``files`` less the recorded reads: what ``reads()`` and the checks named."""
+        if not self.recorded:
+            return self.files
+        return {k: v for k, v in self.files.items() if k not in self.recorded}
+
+    def base(self) -> str:
+        """The key of every part but the recorded reads: what finds, in the journal, the files
+        the last execution with these parts read (engine/run/recorded.py)."""
+        if not self.recorded:
+            return self.key()
+        return replace(self, files=self.predicted(), recorded=None).key()
 
     def as_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -86,6 +102,12 @@ class KeyParts:
             "version": self.version,
             **({"checks": sha256_hex(utf8(canonical_json(checks)))} if checks is not None else {}),
             **({"item": sha256_hex(utf8(parts["item"]))} if self.has_item else {}),
+            # journaled so the next apply finds which files the body read (recorded.py)
+            **(
+                {"base": self.base(), "recorded": list(self.recorded)}
+                if self.recorded is not None
+                else {}
+            ),
         }
 
 
@@ -115,10 +137,13 @@ def resolve(
     review: dict[str, Any] | None = None,
     item: Any = None,
     has_item: bool = False,
+    recorded: Callable[[str], tuple[str, ...] | None] | None = None,
 ) -> tuple[dict[str, Any], KeyParts]:
     """A step's arguments evaluated in ``context`` and its key's parts: the files it reads
-    (hashed through ``hasher``), its type's extra parts, and a revision's review. Raises
-    StepFailure for a missing input, ExpressionError for an argument that cannot be evaluated."""
+    (hashed through ``hasher``), its type's extra parts, and a revision's review; for a type
+    whose body records its reads, the files ``recorded`` (base key -> names) says the last
+    execution with the same other parts read, as they are now. Raises StepFailure for a
+    missing input, ExpressionError for an argument that cannot be evaluated."""
     args = step.type.evaluate(step.args, context)
     files: dict[str, str] = {}
     for rel in step.type.reads(args, root=root):
@@ -139,7 +164,41 @@ def resolve(
     parts = KeyParts(
         step.uses, step.type.version, keyed, files, key_extra, step.version, item, has_item
     )
+    if step.type.records_reads and recorded is not None:
+        try:
+            names = recorded(parts.key())
+        except CanonicalError:  # arguments no key can hold (a plan's unknowns): the caller's
+            return args, parts  # own parts.key() raises it where it is handled
+        parts = with_reads(parts, root, hasher, {n: None for n in names or ()})
     return args, parts
+
+
+def with_reads(
+    parts: KeyParts, root: Path, hasher: FileHasher, reads: Mapping[str, str | None]
+) -> KeyParts:
+    """``parts`` (of a type whose body records its reads) with ``reads`` as its recorded
+    files: each name with the digest given (what the body read), or hashed now (None); one
+    missing now keys as the loader records a template not found, so a key made of reads
+    recorded and one predicted from them agree."""
+    from ...expr.templates import ABSENT  # a template step's: jinja2 is loaded for it anyway
+
+    static = parts.predicted()
+    files = dict(static)
+    names: list[str] = []
+    for rel, digest in sorted(reads.items()):
+        if rel in static:
+            continue  # predicted already (a change while the body ran: hasher.changed says so)
+        if digest is None:
+            try:
+                digest = hasher.hash(root / rel, root=root)
+            except FileNotFoundError:
+                digest = ABSENT
+                hasher.absent(root / rel, ABSENT)
+            except (OutsideRoot, NotRegularFile):
+                digest = "refused"  # the loader refuses it: no execution completed with it
+        files[rel] = digest
+        names.append(rel)
+    return replace(parts, files=files, recorded=tuple(names))
 
 
 def _hash_check_files(

@@ -448,6 +448,18 @@ class Recorder:
         self.write_held()
         return self.journal.start_execution(row)
 
+    def rekeyed(self, exec_id: int, key: str, parts: KeyParts, *, contract: bool) -> None:
+        """An execution whose body read other files than its key predicted: its row goes
+        under the key of what it read (engine/run/recorded.py), with those parts; ``contract``:
+        its contract was its key (the step has no `contract:`), and follows it."""
+        fields: dict[str, Any] = {"key": key, "key_parts": dumps(parts.summary())}
+        if contract:
+            fields["contract"] = key
+        if exec_id < 0:  # a held row, written whole when the execution ends
+            self._unstarted[exec_id].update(fields)
+        else:
+            self.journal.finish_execution(exec_id, **fields)
+
     def kept_edits(self, exec_id: int, kept: Mapping[str, str]) -> None:
         """Output files edited by hand, kept in the store before the execution writes them
         again: named in its report at once (gc keeps what a report names), so never held."""
