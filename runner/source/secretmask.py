@@ -162,6 +162,14 @@ def holds_secret(value: Any) -> bool:
     return False
 
 
+def bytes_hold_secret(data: bytes) -> bool:
+    """Whether a known secret appears in ``data`` (an object's bytes), plain or encoded, as
+    UTF-8 writes it."""
+    if not _known:
+        return False
+    return any(s.encode("utf-8", "surrogatepass") in data for s in _redactor.secrets)
+
+
 class MaskedStream(io.TextIOBase):
     """A text stream (runner's stdout or stderr) that writes every known secret masked."""
 

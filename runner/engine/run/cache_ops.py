@@ -13,6 +13,7 @@ from typing import Any
 
 from ... import __version__
 from ...errors import StoreError, UsageError
+from ...source import secretmask
 from ...state.journal import Journal
 from ...state.objects import ObjectStore
 from ...state.records import loads
@@ -24,6 +25,7 @@ from ...state.remote import (
     signing_key,
 )
 from ...state.remote import read_cache_section as read_cache_section
+from .shareable import kept_back, object_kept_back
 
 PUSH_BATCH = 200  # results per batch: objects then records, sent concurrently
 
@@ -121,20 +123,28 @@ def push(
     local = _shareable_results(journal)
     report.local_results = len(local)
     present = cache.keys()
-    roots = (str(root.resolve()), str(Path.home()))
+    # The apply's rule (shareable.py), with the secrets the apply knew: runner.toml's *_env
+    # variables and every credential-looking one set here.
+    secretmask.learn_project(root)
+    roots = (str(root.resolve()), str(objects.root.parent.resolve()), str(Path.home()))
     pending: list[RemoteRecord] = []
     for key, row in local.items():
         if key in present:
             report.in_remote += 1
             continue
         output, result_report = loads(row["output"]), loads(row["report"])
-        if any(r in (row["output"] or "") or r in (row["report"] or "") for r in roots):
-            report.skipped.append(f"{key[:12]}: its output names a local path")
+        why = kept_back(output, result_report, local_roots=roots, from_journal=True)
+        if why is not None:
+            report.skipped.append(f"{key[:12]}: {why}")
             continue
         digests = loads(row["artifacts"]) or []
         missing = [d for d in digests if not objects.has(d)]
         if missing:
             report.skipped.append(f"{key[:12]}: object {missing[0][:12]} is not in the store")
+            continue
+        why = object_kept_back(digests, objects)
+        if why is not None:
+            report.skipped.append(f"{key[:12]}: {why}")
             continue
         profile = output.get("provider_profile") if isinstance(output, dict) else None
         pending.append(

@@ -24,10 +24,10 @@ from typing import Any
 
 from ... import __version__
 from ...errors import StoreError
-from ...source import secretmask
 from ...state.backends import ObjectBackend
 from ...state.journal import CachedResult
 from ...state.remote import RemoteCache, RemoteRecord
+from .shareable import kept_back, object_kept_back
 
 
 class RemoteLink:
@@ -154,11 +154,9 @@ class RemoteLink:
         Results queued while a batch is being sent go out together in the next one."""
         if not self.push_enabled or self.down:
             return
-        if self._names_local_path(output) or self._names_local_path(report):
-            self.warn(f"remote cache: not pushing {key[:12]}: its output names a local path")
-            return
-        if secretmask.holds_secret(output) or secretmask.holds_secret(report):
-            self.warn(f"remote cache: not pushing {key[:12]}: its output holds a secret")
+        why = kept_back(output, report, local_roots=self.local_roots)
+        if why is not None:
+            self.warn(f"remote cache: not pushing {key[:12]}: {why}")
             return
         profile = output.get("provider_profile") if isinstance(output, dict) else None
         self._queue.append(
@@ -179,6 +177,14 @@ class RemoteLink:
     async def _push_loop(self) -> None:
         while self._queue and not self.down:
             batch, self._queue = self._queue, []
+            # The objects' bytes too (shareable.py), read off the loop: a key printed into a
+            # long stdout or written to a declared file is in an object, not in the output.
+            held = await asyncio.to_thread(self._objects_kept_back, batch)
+            for key, why in held.items():
+                self.warn(f"remote cache: not pushing {key[:12]}: {why}")
+            batch = [r for r in batch if r.key not in held]
+            if not batch:
+                continue
             repair = self.damaged & {d for r in batch for d in r.artifacts}
             try:
                 await asyncio.to_thread(self.cache.push, batch, self.objects, repair=repair)
@@ -206,16 +212,13 @@ class RemoteLink:
                 f"{key[:12]}: {why}{more}"
             )
 
-    def _names_local_path(self, value: Any) -> bool:
-        if not self.local_roots:
-            return False
-        if isinstance(value, str):
-            return any(root in value for root in self.local_roots)
-        if isinstance(value, dict):
-            return any(self._names_local_path(v) for v in value.values())
-        if isinstance(value, list):
-            return any(self._names_local_path(v) for v in value)
-        return False
+    def _objects_kept_back(self, batch: list[RemoteRecord]) -> dict[str, str]:
+        held = {}
+        for record in batch:
+            why = object_kept_back(record.artifacts, self.objects)
+            if why is not None:
+                held[record.key] = why
+        return held
 
     def summary(self) -> dict[str, Any]:
         return {
