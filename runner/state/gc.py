@@ -9,6 +9,7 @@ references it, or when it is newer than the oldest running run (an apply may be 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -168,6 +169,8 @@ def _collect(
         if r["run_id"] not in doomed
     }
     doomed_execs: list[int] = []
+    items = {r["id"]: r["item"] for r in runs}
+    gone: set[tuple[str, str | None, str]] = set()  # (pipeline, item, step) results removed
     for rid in sorted(doomed):
         for e in journal.query(
             "SELECT id, pipeline, step_id, key, status FROM executions WHERE run_id=?", (rid,)
@@ -178,6 +181,8 @@ def _collect(
             ):
                 continue
             doomed_execs.append(int(e["id"]))
+            if e["status"] in ("completed", "partial"):
+                gone.add((e["pipeline"], items.get(rid), e["step_id"]))
     result.executions_deleted = len(doomed_execs)
     if not dry_run and doomed:
         with journal.transaction() as conn:
@@ -190,6 +195,7 @@ def _collect(
                 for table in ("events", "iterations", "decisions"):
                     conn.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
                 conn.execute("DELETE FROM runs WHERE id=?", (rid,))
+        _remember_forgotten(state.dir, gone, now)
     referenced = _referenced(
         journal,
         exclude_execs=set(doomed_execs) if dry_run else set(),
@@ -221,6 +227,49 @@ def _collect(
         # the next apply and plan take the full path, which sees what is left.
         shutil.rmtree(state.dir / "converged", ignore_errors=True)
     return result
+
+
+FORGOTTEN = "gc.json"  # beside the journal: which steps' results a gc removed, and when
+
+
+def _remember_forgotten(
+    state_dir: Path, gone: set[tuple[str, str | None, str]], now: float
+) -> None:
+    """Record (pipeline, item, step) -> when, for the steps whose results were removed, so
+    `plan` can say "its results were removed by gc" rather than "never ran". Merged into what
+    earlier gcs recorded; written whole, atomically (gc holds the store alone)."""
+    if not gone:
+        return
+    known = forgotten(state_dir)
+    known.update(dict.fromkeys(gone, now))
+    entries = [
+        {"pipeline": p, "item": i, "step": s, "at": at}
+        for (p, i, s), at in sorted(
+            known.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])
+        )
+    ]
+    path = state_dir / FORGOTTEN
+    tmp = path.with_name(f".{FORGOTTEN}.tmp")
+    tmp.write_text(json.dumps({"version": 1, "removed": entries}), encoding="utf-8")
+    tmp.replace(path)
+
+
+def forgotten(state_dir: Path) -> dict[tuple[str, str | None, str], float]:
+    """What ``_remember_forgotten`` recorded: (pipeline, item, step) -> the time (epoch s) of
+    the gc that removed that step's results; empty when no gc removed any (or the record is
+    unreadable: it only sharpens a message)."""
+    try:
+        doc = json.loads((state_dir / FORGOTTEN).read_text(encoding="utf-8"))
+        return {
+            (
+                str(e["pipeline"]),
+                None if e["item"] is None else str(e["item"]),
+                str(e["step"]),
+            ): float(e["at"])
+            for e in doc["removed"]
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _delete_run_files(

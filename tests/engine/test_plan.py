@@ -307,3 +307,65 @@ def test_plan_read_from_the_fingerprint_equals_the_planners(
     assert code == 0 and len(compiles) == 1
     assert from_fingerprint == from_planner
     assert any("elements" in s for s in from_planner["steps"])
+
+
+FAN = """\
+runner: 1
+name: fan
+params:
+  items: {type: array, default: [a, b]}
+  suffix: {type: string, default: ""}
+steps:
+  make:
+    uses: shell
+    with:
+      run: "mkdir -p out && echo made > out/made.txt"
+      outputs: [out/made.txt]
+  fan:
+    uses: hash
+    for_each: "${{ params.items }}"
+    with: {value: "${{ item ~ params.suffix }}"}
+"""
+
+
+def _reasons(project: Project, *args: str) -> dict[Any, list[str]]:
+    """step id (or (step, element index)) -> the reasons plan gives for what it would run."""
+    _code, doc = plan(project, "pipeline.yaml", *args)
+    out: dict[Any, list[str]] = {}
+    for s in doc["steps"]:
+        out[s["id"]] = s["reasons"]
+        for e in s.get("elements") or []:
+            out[(s["id"], e["index"])] = e["reasons"]
+    return out
+
+
+def test_an_inserted_element_is_a_new_element_and_the_shifted_ones_are_cached(
+    project: Project,
+) -> None:
+    project.write("pipeline.yaml", FAN)
+    project.apply()
+    reasons = _reasons(project, "-p", "items=[z, a, b]")
+    # was: "arguments changed (...); element changed (...)" against the old element 0, a
+    assert reasons[("fan", 0)] == ["new element"]
+    assert reasons[("fan", 1)] == reasons[("fan", 2)] == ["key matches a completed run"]
+    # a moved element whose own arguments changed is compared with its own last execution
+    moved = _reasons(project, "-p", "items=[b, a]", "-p", "suffix=x")
+    assert [r.split(" (")[0] for r in moved[("fan", 0)]] == ["arguments changed"]
+    assert [r.split(" (")[0] for r in moved[("fan", 1)]] == ["arguments changed"]
+
+
+def test_results_a_gc_removed_are_said_so_not_never_ran(project: Project) -> None:
+    project.write("pipeline.yaml", FAN)
+    project.apply()
+    assert project.cli("gc", "--keep-last", "0").exit_code == 0
+    reasons = _reasons(project)
+    gone = "its earlier results were removed by `runner gc` ("
+    assert reasons["make"][0].startswith(gone), reasons["make"]
+    # which values the gc took is not recorded: an element may be new, or one it removed
+    assert reasons[("fan", 0)][0].startswith(f"new element, or {gone}")
+    assert reasons[("fan", 1)][0].startswith(f"new element, or {gone}")
+    explained = project.cli("explain", "pipeline.yaml").stdout
+    assert "never ran" not in explained and "removed by `runner gc`" in explained
+    # once it ran again after the gc, the reasons are the usual ones
+    project.apply()
+    assert _reasons(project, "-p", "items=[a, b, c]")[("fan", 2)] == ["new element"]

@@ -19,6 +19,7 @@ file-hash cache's new signatures are dropped, not saved).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,8 @@ class _Planner:
         self.review_rows: dict[str, list[gates.DecisionRow]] = {}  # target -> its revisions
         self.rejected: set[str] = set()  # gates a remembered rejection ends
         self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
+        self.by_value: dict[str, dict[str, Any]] = {}  # step -> for_each value -> last execution
+        self.gc_removed: dict[tuple[str, str | None, str], float] | None = None  # read once
 
     def run(self) -> Forecast:
         # As the apply does: a revision remembered at a gate sends its target round again with
@@ -334,12 +337,64 @@ class _Planner:
         last = last_keyed(
             self.journal, self.plan.name, step.id, index, item=self.interp.options.item
         )
-        if last is None:
-            return ["never ran"]
+        summary = parts.summary()
+        value = summary.get("item")
+        if value is None and last is None:
+            return [self._removed(step.id) or "never ran"]
+        old = None if last is None else loads(last.get("key_parts"))
+        if value is not None and (old or {}).get("item") != value:
+            # Elements are keyed by value: an element is compared with that value's own last
+            # execution, not with whatever value held its index before (an insertion shifts
+            # every later element); a value never seen is a new element.
+            seen = self._by_value(step.id)
+            last = seen.get(value)
+            if last is None:
+                # a gc after the step's newest kept execution may have taken this value's
+                # result with it (which values it took is not recorded)
+                newest = max((r["started_at"] or 0 for r in seen.values()), default=None)
+                removed = self._removed(step.id, since=newest)
+                if removed:
+                    return [f"new element, or {removed}"]
+                return ["new element" if seen else "never ran"]
+            old = loads(last.get("key_parts"))
+        assert last is not None
         if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
             error = f": {last['error']}" if last["error"] else ""
             return [f"last attempt {last['status']}{error}"]
-        return changed_parts(loads(last.get("key_parts")), parts.summary()) or ["input changed"]
+        return changed_parts(old, summary) or ["input changed"]
+
+    def _removed(self, step_id: str, since: float | None = None) -> str | None:
+        """Why the step has no earlier execution to compare with, when a gc removed results of
+        this step of this item's runs (state/gc.py records which) after ``since``; else None."""
+        if self.gc_removed is None:
+            from ...state.gc import forgotten
+
+            self.gc_removed = forgotten(self.interp.state_dir)
+        at = self.gc_removed.get((self.plan.name, self.interp.options.item, step_id))
+        if at is None or (since is not None and at < since):
+            return None
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+        return f"its earlier results were removed by `runner gc` ({when})"
+
+    def _by_value(self, step_id: str) -> dict[str, Any]:
+        """The step's last execution of each for_each value (by its key parts' item digest),
+        among this item's runs; read once per step, only when an element's value moved."""
+        found = self.by_value.get(step_id)
+        if found is None:
+            rows = self.journal.query(
+                "SELECT e.key, e.status, e.error, e.key_parts, e.started_at FROM executions e "
+                "JOIN runs r ON r.id = e.run_id WHERE e.pipeline=? AND e.step_id=? "
+                "AND e.element >= 0 AND e.key_parts IS NOT NULL AND e.status NOT IN ('running') "
+                "AND r.item IS ? ORDER BY e.id",
+                (self.plan.name, step_id, self.interp.options.item),
+            )
+            found = {}
+            for row in rows:  # oldest first: the last execution of a value wins
+                value = (loads(row["key_parts"]) or {}).get("item")
+                if value is not None:
+                    found[value] = row
+            self.by_value[step_id] = found
+        return found
 
     def _drift(self, hit: CachedResult) -> list[str]:
         out = []
