@@ -144,3 +144,29 @@ def test_a_lost_dask_worker_does_not_run_a_body_twice(tmp_path: Path) -> None:
     # others of the batch (never begun) ran
     assert step["elements"].get("failed", 0) >= 1, (step, err[-2000:])
     assert "never finished" in step["reason"] and "--force send" in step["reason"], step
+
+
+TIMED_OUT = """\
+runner: 1
+name: once
+steps:
+  send:
+    uses: shell
+    repeat_safe: false
+    timeout: 1
+    retries: 2
+    with: {run: "echo sent >> sent.log; sleep 5"}
+"""
+
+
+def test_a_body_that_timed_out_is_not_retried_blindly(tmp_path: Path) -> None:
+    """A timeout says nothing of whether the body took effect (issue 40): the retry a step's
+    `retries` allows is refused, as a lost worker's rerun is, until the user says so."""
+    (tmp_path / "p.yaml").write_text(TIMED_OUT)
+    first = _apply(tmp_path)
+    assert first.returncode != 0, first.stderr
+    send = {s["id"]: s for s in json.loads(first.stdout)["steps"]}["send"]
+    assert "never finished" in send["reason"] and "--force send" in send["reason"], send
+    assert (tmp_path / "sent.log").read_text() == "sent\n"  # attempted once, not three times
+    assert _apply(tmp_path).returncode != 0
+    assert (tmp_path / "sent.log").read_text() == "sent\n"

@@ -77,8 +77,11 @@ async def attempt(
         ctx = context(n, list(feedback), check_round)
         if not step.repeat_safe:
             mark = once.mark_path(ctx.env.state_dir, key)
-            before = once.seen(mark) if n == 1 else None
-            if before is not None and not forced:
+            # every attempt: one whose body's outcome was never seen (a timeout, a lost task)
+            # left the mark, and a retry must not start the body again blindly
+            before = once.seen(mark)
+            asked = forced or ctx.env.retry_uncertain  # the ledger's rule for a lost reply
+            if before is not None and not (asked and n == 1):
                 reason = once.refusal(step.id, index, before)
                 break
             once.clear(mark)
@@ -97,7 +100,8 @@ async def attempt(
         except asyncio.CancelledError:
             recorder.cancelled(exec_id, n)
             raise  # a mark stays: nobody knows whether the body took effect
-        if mark is not None and not isinstance(body.failure, once.NotRepeated):
+        seen_to_end = not body.uncertain and not isinstance(body.failure, once.NotRepeated)
+        if mark is not None and seen_to_end:
             once.clear(mark)  # its outcome is back: a later attempt or apply may start it
         reason, retryable = body.reason, body.retryable
         if body.check is not None:

@@ -44,6 +44,7 @@ class Job:
     type_path: str | None = None
     retry_uncertain: bool = False
     once: str | None = None  # a step not safe to repeat: its mark (engine/run/once.py)
+    ticket: str | None = None  # and the one start this dispatch may make (once.issue)
 
 
 def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
@@ -63,7 +64,16 @@ def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
         type_path=f"{cls.__module__}:{cls.__qualname__}",
         retry_uncertain=ctx.env.retry_uncertain,
         once=ctx.once,
+        ticket=_ticket(ctx.once),
     )
+
+
+def _ticket(mark: str | None) -> str | None:
+    if mark is None:
+        return None
+    from .once import issue
+
+    return issue(mark)
 
 
 _local = threading.local()
@@ -199,7 +209,7 @@ def _run_body(job: Job) -> tuple[StepResult, list[str]]:
     if job.once is not None:  # Dask may run a lost worker's batch again: not this body
         from .once import claim
 
-        claim(job.once, job.run_id, job.step_id, job.element)
+        claim(job.once, job.run_id, job.step_id, job.element, job.ticket)
     result = _worker_loop().run_until_complete(step_type.run(ctx, dict(job.args)))
     return result, lines
 

@@ -30,12 +30,22 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...errors import UsageError
+from ...errors import StepFailure, UsageError
 from ...source import secretmask
 from ...steps.base import StepContext, StepResult, StepType
 
 if TYPE_CHECKING:  # the worker's side loads with the Dask executor, not with every apply
     from .dask_worker import Job
+
+
+class BodyLost(StepFailure):
+    """The executor lost a body's task (its workers died, the scheduler went away): whether
+    the body began, or took effect, is unknown -- as a paid call whose reply was lost."""
+
+    def __init__(self, reason: str) -> None:
+        # Worth another attempt for a body safe to repeat; one that is not is refused by its
+        # mark, which stays (engine/run/once.py).
+        super().__init__(f"the body's outcome was lost: {reason}", retryable=True)
 
 
 class Executor(Protocol):
@@ -293,10 +303,13 @@ class DaskExecutor:
             return
         except Exception as exc:  # the task itself failed (e.g. its workers kept dying)
             self._done_one()
+            lost = BodyLost(f"its Dask task failed ({type(exc).__name__}: {exc})")
             for p in batch.members:
                 if not p.future.done():
-                    p.future.set_exception(exc)
+                    p.future.set_exception(lost)
             return
+        finally:
+            self._release(batch)
         self._done_one()
         for p, (value, lines, seconds) in zip(batch.members, outcomes, strict=True):
             known = self._seconds.get(p.job.uses)
@@ -307,6 +320,18 @@ class DaskExecutor:
                 p.future.set_exception(value)
             else:
                 p.future.set_result((value, lines, where))
+
+    @staticmethod
+    def _release(batch: _Batch) -> None:
+        """Tell the scheduler the task's result is no longer wanted, now that it is here. A
+        result still wanted lives in its worker's memory, and when that worker dies Dask runs
+        the task again to make it anew: every body of a batch already delivered would start a
+        second time (40 of 120 `repeat_safe: false` bodies did, one worker killed). Released
+        at once, not when the Future is collected: a batch and its members refer to each other,
+        so that waits for Python's cycle collector."""
+        future, batch.future = batch.future, None
+        if future is not None:
+            future.release()
 
     def _done_one(self) -> None:
         self._out -= 1

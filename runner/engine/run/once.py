@@ -9,7 +9,15 @@ and a mark is written under ``<state>/started/<key>`` -- on the machine that run
 body's own side, durably, before the body begins. The coordinator removes the mark once the
 body's outcome is back. A mark still there means a body began and nobody saw it end (its
 process or its worker was lost): the step fails with a message instead of running again, on the
-rerun of a lost batch as on the next apply, until ``--force STEP`` says to run it.
+rerun of a lost batch as on the next apply, until ``--force STEP`` (or ``--retry-uncertain``, as
+for a paid call whose reply was lost) says to run it.
+
+On Dask a task may run again after its outcome came back (a dead worker's results are made
+anew while anything still wants them): by then the coordinator has removed the mark, so the
+mark alone cannot refuse it. So each dispatch to a worker carries a ticket, a file the
+coordinator makes before it sends the body (``issue``); a body starts only by taking it
+(``claim`` unlinks it: one succeeds), and the coordinator drops any left once the outcome is
+back. A run of the same task again finds no ticket and does not start.
 """
 
 from __future__ import annotations
@@ -19,11 +27,13 @@ import json
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 
 from ...errors import StepFailure
 
 DIR = "started"
+TICKETS = ".tickets"  # beside a mark: the starts its body's dispatches may still make
 
 
 class NotRepeated(StepFailure):
@@ -61,16 +71,42 @@ def refusal(step_id: str, element: int | None, doc: dict[str, object]) -> str:
     on = f" on {doc['host']} (pid {doc.get('pid')})" if doc.get("host") else ""
     return (
         f"{where} was started {when}{by}{on} and never finished: its process or worker was "
-        "lost. It is marked repeat_safe: false, so it is not run again blindly: check whether "
-        f"it took effect, then run it again with: runner apply PIPELINE --force {step_id}"
+        "lost, so it may have taken effect (maybe executed). It is marked repeat_safe: false, "
+        "so it is not run again blindly: check whether it took effect, then run it again with: "
+        f"runner apply PIPELINE --force {step_id} (or --retry-uncertain for every such body)"
     )
 
 
-def claim(path: str, run_id: str, step_id: str, element: int | None) -> None:
+def issue(path: str) -> str:
+    """A ticket for one start of the body whose mark is ``path`` (made by the coordinator
+    before the body is sent to a worker); its path."""
+    tickets = Path(f"{path}{TICKETS}")
+    tickets.mkdir(parents=True, exist_ok=True)
+    ticket = str(tickets / uuid.uuid4().hex)
+    os.close(os.open(ticket, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+    return ticket
+
+
+def claim(
+    path: str, run_id: str, step_id: str, element: int | None, ticket: str | None = None
+) -> None:
     """Write the mark before the body begins (durably); raises NotRepeated when a body of this
-    execution began before and was never seen to end."""
+    execution began before and was never seen to end, or when ``ticket`` (a worker's dispatch)
+    was taken already: this is a run of a task whose body started once."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if ticket is not None:
+        try:
+            os.unlink(ticket)
+        except FileNotFoundError:
+            began = seen(target)
+            if began is not None:  # it began (on a worker now lost) and was never seen to end
+                raise NotRepeated(refusal(step_id, element, began)) from None
+            where = f"step '{step_id}'" + (f" element {element}" if element is not None else "")
+            raise NotRepeated(
+                f"{where} is marked repeat_safe: false and Dask ran its task again (a worker "
+                "was lost): the body had started once for it, so it is not started again"
+            ) from None
     doc = {"run": run_id, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -88,5 +124,17 @@ def claim(path: str, run_id: str, step_id: str, element: int | None) -> None:
 
 
 def clear(path: Path) -> None:
+    """Remove the mark and any ticket not taken (the outcome is back: no run of a task sent
+    before may start the body now)."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    tickets = Path(f"{path}{TICKETS}")
+    try:  # (one failed listing where no body went to a worker: the usual case)
+        names = os.listdir(tickets)
+    except FileNotFoundError:
+        return
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tickets / name)
+    with contextlib.suppress(OSError):  # a ticket issued meanwhile keeps it
+        tickets.rmdir()

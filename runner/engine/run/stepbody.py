@@ -19,7 +19,7 @@ from ...errors import DiskFull, InvalidPipeline, ProviderError, RunnerError, Ste
 from ...state.canonical import CanonicalError
 from ...state.records import dumps
 from ...steps.base import StepContext, StepResult, StepType
-from .executors import Executor
+from .executors import BodyLost, Executor
 from .once import claim
 
 
@@ -36,6 +36,9 @@ class BodyRun:
     failure: StepFailure | None = None  # a StepFailure the body raised (it may carry output)
     traceback: str | None = None  # a bug in the step type: where it happened
     output_text: str = ""  # the result's output as JSON, as the body returned it
+    # Whether the body may still have begun, or still run, with no outcome seen: a timeout (on
+    # a worker it runs on), a task the executor lost. A body not safe to repeat keeps its mark.
+    uncertain: bool = False
 
 
 def timeout_reason(timeout: float | None) -> str:
@@ -87,10 +90,16 @@ async def run_body(
         )
         result: StepResult = await (within(coro, timeout) if timeout else coro)
     except TimeoutError:
-        return BodyRun(reason=timeout_reason(timeout), retryable=True)
+        return BodyRun(reason=timeout_reason(timeout), retryable=True, uncertain=True)
     except StepFailure as exc:
         # A check failure raised by the step body itself (e.g. compliance) is deterministic.
-        return BodyRun(reason=exc.reason, retryable=exc.retryable, check=exc.check, failure=exc)
+        return BodyRun(
+            reason=exc.reason,
+            retryable=exc.retryable,
+            check=exc.check,
+            failure=exc,
+            uncertain=isinstance(exc, BodyLost),
+        )
     except ProviderError as exc:
         return BodyRun(reason=f"{exc.kind} provider error: {exc.message}", retryable=exc.transient)
     except InvalidPipeline as exc:
