@@ -50,3 +50,15 @@ def test_init_of_a_new_folder_says_where_to_go(tmp_path: Path) -> None:
     assert res.exit_code == 0
     assert "kept" not in res.stdout
     assert res.stdout.splitlines()[-1] == "next: cd 'my project' && runner apply pipeline.yaml"
+
+
+def test_init_says_it_updated_an_existing_gitignore(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    proj.write(".gitignore", "node_modules/\n")
+    res = proj.cli("init", ".")
+    assert "updated .gitignore: it ignores .runner/ and exports/ now" in res.stdout.splitlines()
+    assert "created .gitignore" not in res.stdout
+    assert (tmp_path / ".gitignore").read_text() == "node_modules/\n.runner/\nexports/\n"
+    (tmp_path / "new").mkdir()
+    fresh = Project(tmp_path / "new").cli("init", ".")
+    assert "created .gitignore" in fresh.stdout.splitlines()

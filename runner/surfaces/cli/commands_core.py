@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import sys
 import time
@@ -430,13 +431,17 @@ def init(directory: Path, as_json: bool) -> None:
 
     from .scaffold import FILES, init_project
 
+    had_gitignore = os.path.lexists(directory / ".gitignore")
     created = init_project(directory)
     kept = [rel for rel in FILES if rel not in created]  # there already: never overwritten
     if as_json:
         emit_json({"directory": str(directory), "created": created, "kept": kept, "exit_code": 0})
         return
     for c in created:
-        echo(f"created {c}")
+        if c == ".gitignore" and had_gitignore:  # lines added to the user's own file
+            echo("updated .gitignore: it ignores .runner/ and exports/ now")
+        else:
+            echo(f"created {c}")
     if kept:
         echo(f"kept {', '.join(kept)}: already there, left as they are (init never overwrites)")
     here = directory.resolve() == Path.cwd().resolve()  # `init .`: no cd to suggest
