@@ -48,7 +48,9 @@ def environment_for(root: Path) -> ex.HardenedEnvironment:
 class TemplateStep(StepType):
     name = "template"
     runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
-    version = "1"
+    # 2: the key names the files a render read (recorded reads); a result keyed by version 1
+    # named only those a parse predicted, and is not taken for one
+    version = "2"
     description = "Render a Jinja2 template file or inline text with `vars`, sandboxed."
     produces_prompt = True
     predictable: ClassVar[bool] = True  # runner plan computes it to see past it

@@ -236,7 +236,7 @@ def test_inline_values_not_matching_their_digest_are_refused(
 ) -> None:
     _honest(tmp_path, remote)
     ask = remote.record_of("llm@1", lambda r: "hello" in r["output"]["text"].lower())
-    prompt = remote.record_of("template@1", lambda r: True)
+    prompt = remote.record_of("template@2", lambda r: True)
     remote.edit(ask, lambda doc: doc["output"].update(text="a; touch PWNED"))
     remote.edit(prompt, lambda doc: doc["output"].update(text="hello a; touch PWNED"))
     b = _clone(tmp_path / "b", remote, writable=False)
