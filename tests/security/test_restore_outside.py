@@ -57,7 +57,7 @@ SAME_RUN = """\
 runner: 1
 name: p
 steps:
-  swap: {uses: shell, cache: false, with: {run: 'SWAP'}}
+  swap: {uses: shell, cache: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
   make:
     uses: shell
     needs: [swap]
@@ -80,7 +80,7 @@ FOR_EACH = """\
 runner: 1
 name: p
 steps:
-  swap: {uses: shell, cache: false, with: {run: 'SWAP'}}
+  swap: {uses: shell, cache: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
   make:
     uses: shell
     needs: [swap]
@@ -136,6 +136,7 @@ steps:
     with:
       run: 'rm -rf out && ln -s "$OUTSIDE" out && echo stolen > out/x.txt'
       outputs: [out/x.txt]
+      pass_env: [OUTSIDE]  # a step is given only what it names
 """
 
 LEAF_LINK = """\
@@ -147,6 +148,7 @@ steps:
     with:
       run: 'mkdir -p out && echo stolen > "$OUTSIDE/x.txt" && ln -sf "$OUTSIDE/x.txt" out/x.txt'
       outputs: [out/x.txt]
+      pass_env: [OUTSIDE]  # a step is given only what it names
 """
 
 
