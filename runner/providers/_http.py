@@ -78,6 +78,19 @@ def _no_tls_context() -> ssl.SSLContext:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error under a connection failure (a certificate that does not verify, a
+    handshake the server refuses, https spoken to a plain-http port), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
     if not value:
@@ -348,12 +361,28 @@ class HttpProvider(Provider):
                 method, sent, f"{what}: no reply within {self._timeout_of(client)} s ({kind})"
             ) from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            tls = tls_failure(exc)
+            if tls is not None:  # the server answered, its certificate or TLS is wrong: no
+                # waiting makes it right, so it is said at once, never probed as a backend down
+                raise self.error(
+                    f"{what}: TLS/certificate failure ({tls}); the connection was refused before "
+                    "anything was sent",
+                    transient=False,
+                ) from None
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise self.lost(method, sent, f"{what}: connection failed ({detail})") from None
         except httpx.HTTPError as exc:
             raise self.error(f"{what}: {type(exc).__name__}: {exc}", transient=False) from None
         if resp.status_code >= 400:
             raise self.status_error(what, resp)
+        if 300 <= resp.status_code < 400:  # (never followed: a POST is not resent elsewhere)
+            location = resp.headers.get("Location") or "no Location given"
+            raise self.error(
+                f"{what} -> HTTP {resp.status_code}: redirected to {location}; runner does not "
+                "follow redirects: set the provider's base_url to where it points",
+                transient=False,
+                status=resp.status_code,
+            )
         return resp
 
     def lost(self, method: str, sent: bool, message: str) -> ProviderError:
@@ -464,7 +493,9 @@ class _Watched(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             response = await self.inner.handle_async_request(request)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if tls_failure(exc) is not None:
+                raise  # it answered: its certificate is wrong, which no probe will mend
             # Nothing reached the backend: take it out, and let the call go elsewhere.
             self.pool.refused(self.backend)
             route = current_route()
