@@ -29,6 +29,7 @@ from ..errors import Location, ProviderError
 from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode
 from ._httpx import httpx
+from .honours import IMAGE_FIELDS, Honours
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 
 
@@ -78,6 +79,13 @@ class A1111Provider(HttpProvider):
             token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode("ascii")
             headers["Authorization"] = f"Basic {token}"
         return headers
+
+    def honours(self, kind: str) -> Honours:
+        one = "runner takes one image per call (its own key and ledger row): ask the step for n:"
+        return Honours(
+            fields=IMAGE_FIELDS,
+            refused_params={"batch_size": one, "n_iter": one},
+        )
 
     def check(self, *, references: int | None, where: Location | None = None) -> None:
         if references is not None and references > 1:

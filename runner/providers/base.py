@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from ..errors import InvalidPipeline, Location, ProviderError
 from ..source.redact import MAX_MESSAGE_CHARS, Redactor
 from ..state.canonical import CanonicalError, digest
+from .honours import Honours, everything
 from .jobs import RemoteJob
 from .limits import Gate, make_gate
 from .requestkey import NOT_KEYED
@@ -301,6 +302,12 @@ class Provider:
             provider=self.name,
             remote_id=remote_id,
         )
+
+    def honours(self, kind: str) -> Honours:
+        """The request settings this provider puts on the wire for ``kind`` ("image", "text"):
+        a step setting anything else is refused before any call (providers/honours.py). A
+        provider that declares nothing is taken at its word for everything."""
+        return everything(kind)
 
     def check(self, *, references: int | None, where: Location | None = None) -> None:
         """Compile-time checks of this provider for one step (``references``: how many reference

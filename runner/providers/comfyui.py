@@ -39,6 +39,7 @@ from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
 from .comfyui_ws import ProgressSocket
+from .honours import Honours
 from .jobs import RemoteJob
 from .pool import tell
 
@@ -93,6 +94,32 @@ class ComfyUIProvider(HttpProvider):
             accepts_idempotency_key=False,
         )
 
+    def honours(self, kind: str) -> Honours:
+        subs = self.settings.get("substitutions")
+        subs = subs if isinstance(subs, dict) else {}
+        carried = {
+            "negative_prompt": "negative_prompt" in subs,
+            "size": "width" in subs and "height" in subs,
+            "seed": "seed" in subs,
+            "references": "reference" in subs,
+        }
+        where = f"[providers.{self.name}.substitutions] in runner.toml"
+        names = {"size": "width and height", "references": "reference"}
+        return Honours(
+            fields=frozenset(f for f, ok in carried.items() if ok),
+            missing={
+                f: f"the workflow has no substitution for it: map {names.get(f, f)} to the "
+                f"workflow's input under {where}, or drop the setting"
+                for f, ok in carried.items()
+                if not ok
+            },
+            params=frozenset(),
+            params_why="ComfyUI is sent the workflow with its substitutions only: set the value "
+            "in the workflow file",
+            # The same graph queued again is the same picture (ComfyUI caches node outputs).
+            seedless_varies=carried["seed"],
+        )
+
     # --- the workflow -------------------------------------------------------------------------
 
     def _workflow_path(self) -> Path:
@@ -113,7 +140,8 @@ class ComfyUIProvider(HttpProvider):
         if self._checked is not None and self._checked[0] == raw and raw:
             return self._checked[1]
         graph = read_graph(path, self.name)
-        checked = check_workflow(graph, self.settings.get("substitutions", {}), self.name, where)
+        subs, output_node = self.settings.get("substitutions", {}), self.settings.get("output_node")
+        checked = check_workflow(graph, subs, self.name, where, output_node)
         self._checked = (raw, checked)
         return checked
 
@@ -478,9 +506,22 @@ class ComfyUIProvider(HttpProvider):
                     "image per call and drops none silently: make the workflow's batch 1 and "
                     "ask the image step for n",
                 )
-            candidates.extend(found)
+            candidates.extend({**i, "_node": node_id} for i in found)
         # Saved outputs beat previews (type "temp").
         candidates.sort(key=lambda i: i.get("type") != "output")
+        best = (
+            [i for i in candidates if i.get("type") == candidates[0].get("type")]
+            if candidates
+            else []
+        )
+        nodes = sorted({str(i["_node"]) for i in best})
+        if wanted is None and len(nodes) > 1:  # nodes the workflow check could not tell apart
+            job.update(state="failed")
+            raise self.bad_reply(
+                url,
+                f"nodes {', '.join(nodes)} each gave an image and runner keeps one per call; "
+                f'set output_node = "{nodes[0]}" (or another of them) in runner.toml',
+            )
         if candidates:
             img = candidates[0]
             return {
@@ -500,9 +541,8 @@ class ComfyUIProvider(HttpProvider):
             where = f"node {info.get('node_id', '?')} ({info.get('node_type', '?')})"
             if msg[0] == "execution_error":
                 kind = info.get("exception_type")
-                detail = (
-                    f"{where}: {str(info.get('exception_message', '')).strip()}"
-                    + (f" [{kind}]" if kind else "")
+                detail = f"{where}: {str(info.get('exception_message', '')).strip()}" + (
+                    f" [{kind}]" if kind else ""
                 )
             elif msg[0] == "execution_interrupted":  # someone pressed Cancel (POST /interrupt)
                 return self.error(

@@ -220,13 +220,55 @@ def _check_one_image(graph: dict[str, Any], provider: str, where: Location | Non
                 )
 
 
+# ComfyUI's own nodes that put images into a job's outputs (OUTPUT_NODE = True): those that
+# save (type "output") and the preview, whose images are temporary (type "temp").
+_SAVES = ("SaveImage", "SaveAnimatedWEBP", "SaveAnimatedPNG")
+_PREVIEWS = ("PreviewImage",)
+
+
+def _check_output_node(
+    graph: dict[str, Any], output_node: Any, provider: str, where: Location | None
+) -> None:
+    """The image runner keeps is the one the user means: ``output_node`` names a node of the
+    graph, and a graph with several image outputs of the same rank (saved beats preview) must
+    name one: the order of node ids decides nothing."""
+    if output_node is not None:
+        if str(output_node) not in {str(k) for k in graph}:
+            _fail(
+                provider,
+                f"output_node '{output_node}' is not a node of the workflow",
+                where,
+                hint="nodes: " + ", ".join(_describe(k, graph[k]) for k in sorted(graph, key=str)),
+            )
+        return
+    for classes in (_SAVES, _PREVIEWS):
+        found = [
+            k
+            for k in sorted(graph, key=str)
+            if isinstance(graph[k], dict) and graph[k].get("class_type") in classes
+        ]
+        if len(found) > 1:
+            _fail(
+                provider,
+                f"the workflow has {len(found)} image outputs ("
+                + ", ".join(_describe(k, graph[k]) for k in found)
+                + "), and runner keeps one image per call",
+                where,
+                hint=f'set output_node = "{found[0]}" (or another of them) in runner.toml',
+            )
+        if found:
+            return
+
+
 def check_workflow(
     graph: dict[str, Any],
     substitutions: Any,
     provider: str,
     where: Location | None = None,
+    output_node: Any = None,
 ) -> Workflow:
-    """The graph with its substitutions checked. Raises ProviderConfigError naming the fix."""
+    """The graph with its substitutions and output checked. Raises ProviderConfigError naming
+    the fix."""
     if not isinstance(substitutions, dict):
         _fail(provider, "substitutions must map fields to paths like '6.inputs.text'", where)
     unknown = sorted(set(substitutions) - set(FIELDS))
@@ -241,6 +283,7 @@ def check_workflow(
     if "prompt" not in substitutions:
         _fail(provider, "substitutions must name where 'prompt' goes", where)
     _check_one_image(graph, provider, where)
+    _check_output_node(graph, output_node, provider, where)
     targets: dict[str, tuple[Target, ...]] = {}
     for field_name, paths in substitutions.items():
         listed = paths if isinstance(paths, list) else [paths]

@@ -54,6 +54,7 @@ from .base import (
     TextRequest,
     TextResult,
 )
+from .honours import TEXT_FIELDS, Honours
 
 MAX_REFERENCES = 16
 # The sizes the Images API takes, per model family (its reference for `size`); "auto" is not a
@@ -238,6 +239,33 @@ class OpenAIProvider(HttpProvider):
         return reply
 
     # --- images -----------------------------------------------------------------------------
+
+    def honours(self, kind: str) -> Honours:
+        if kind == "image":
+            return Honours(
+                fields=frozenset({"size", "references"}),
+                missing={
+                    "negative_prompt": "OpenAI's images API takes no negative prompt: say what "
+                    "to leave out in the prompt itself",
+                    "seed": "OpenAI's images API takes no seed",
+                },
+                refused_params={
+                    "n": "runner makes one image per call (its own key and ledger row): ask the "
+                    "step for n: instead",
+                    "stream": "runner reads one whole image per call; streamed partial images "
+                    "would be paid for and not read",
+                },
+            )
+        return Honours(
+            fields=TEXT_FIELDS,
+            refused_params={
+                "stream": "the openai provider reads one JSON reply, not a stream of "
+                "server-sent events: the server would generate the whole reply and runner "
+                "record it failed; drop params.stream",
+                "n": "runner keeps one reply per call: the other choices would be paid for "
+                "and dropped",
+            },
+        )
 
     def size_refused(
         self, size: tuple[int, int], params: Mapping[str, Any]

@@ -47,7 +47,6 @@ from .base import (
     reference_files,
 )
 from .outputshape import (
-    BOOLEAN,
     INTEGER,
     MAPPING,
     STRING,
@@ -165,8 +164,7 @@ class ImageStep(StepType):
     output_doc: ClassVar[dict[str, str]] = {
         "iterations": (
             "list: one per image, with `ordinal`, `seed`, `idempotency_key`, `raw` (object "
-            "digest of the image, null if it failed), `status`, `error`, `metadata` and "
-            "`reused` (answered by an earlier completed call)"
+            "digest of the image, null if it failed), `status`, `error` and `metadata`"
         ),
         "provider": "string: the provider's name",
         "provider_profile": "string: the provider profile used",
@@ -181,7 +179,6 @@ class ImageStep(StepType):
         status=STRING,
         error=STRING,
         metadata=MAPPING,
-        reused=BOOLEAN,
     )
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -255,6 +252,22 @@ class ImageStep(StepType):
             except ValueError as exc:
                 raise invalid(str(exc), where) from None
         check_provider(args, root, where)
+
+    def settings_asked(self, args: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The request settings this step asks its provider to honour (providers/honours.py),
+        each with where ``with:`` gives it. ``seed`` is not among them: it is iteration 1's
+        seed where the provider takes one (engine/run/honoured.py checks that n images differ)."""
+        asked: dict[str, tuple[Any, ...]] = {}
+        if args.get("negative_prompt"):
+            asked["negative_prompt"] = ("negative_prompt",)
+        if "size" in args:
+            asked["size"] = ("size",)
+        if args.get("references"):
+            asked["references"] = ("references",)
+        params = args.get("params")
+        for key in params if isinstance(params, dict) else ():
+            asked[f"params.{key}"] = ("params", key)
+        return asked
 
     def output_shape(self, args: Mapping[str, Any]) -> Shape:
         shape = from_doc(self.output_doc)
@@ -351,10 +364,12 @@ class ImageStep(StepType):
             previous = done.get("digest")
             if isinstance(previous, str) and ctx.objects.has(previous):
                 ctx.log(f"image #{k}: reusing the completed call {key[:12]}")
+                wrong = calls.wrong_size(previous, request.size)
                 return {
                     **entry,
                     "raw": previous,
-                    "status": "completed",
+                    "status": "failed" if wrong else "completed",
+                    "error": wrong,
                     "metadata": done.get("metadata") or {},
                     "reused": True,
                 }
@@ -434,17 +449,24 @@ class ImageStep(StepType):
         # After the ledger: a logged response always means a recorded, never-repaid call.
         answered = {"digest": stored, "bytes": len(result.image), "metadata": meta}
         calls.write_later(log, asked, Event("response", {**answered, "usage": result.usage}))
-        ctx.log(f"image #{k} completed ({stored[:12]})")
+        # Paid and recorded: a later apply reuses it, and finds it the wrong size again.
+        wrong = calls.wrong_size(stored, request.size)
+        ctx.log(f"image #{k} failed: {wrong}" if wrong else f"image #{k} completed ({stored[:12]})")
         return {
             **entry,
             "raw": stored,
-            "status": "completed",
+            "status": "failed" if wrong else "completed",
+            "error": wrong,
             "metadata": meta,
             "usage": dict(result.usage),
         }
 
     @staticmethod
     def _result(iterations: list[dict[str, Any]], provider: Provider, profile: str) -> StepResult:
+        # Which calls the ledger answered is history, not the result (a fresh run makes the
+        # same images): said in the execution's report, never in the output a key reads.
+        reused = [it["idempotency_key"] for it in iterations if it.pop("reused", False)]
+        report = {"reused_calls": reused} if reused else None
         failed = [it for it in iterations if it["status"] != "completed"]
         if failed and len(failed) == len(iterations):
             reasons = "; ".join(f"#{it['ordinal']}: {it['error']}" for it in failed)
@@ -483,6 +505,7 @@ class ImageStep(StepType):
             # calls are answered by the ledger, failed ones are retried); finalize continues.
             status=ResultStatus.PARTIAL if failed else ResultStatus.OK,
             usage=usage,
+            report=report,
         )
 
 
@@ -500,6 +523,27 @@ class _Calls:
         self.ctx, self.provider, self.profile, self.gate = ctx, provider, profile, gate
         self.ref_sha = ref_sha
         self._writes: list[asyncio.Future[None]] = []
+        # What an image came back as, to hold it to the size asked where the provider carries it.
+        self.sizes: dict[str, tuple[int, int]] = {}
+        self.carries_size = "size" in provider.honours("image").fields
+
+    def wrong_size(self, digest: str, asked: tuple[int, int]) -> str | None:
+        """Why the image ``digest`` is not what was asked (None: it is, or no size was
+        carried): a provider that drops the size is never taken at its word silently."""
+        if not self.carries_size:
+            return None
+        size = self.sizes.get(digest)
+        if size is None:  # an image kept by an earlier run
+            from .imaging.intact import check_intact
+
+            size = self.sizes[digest] = check_intact(self.ctx.objects.read_bytes(digest))
+        if size == tuple(asked):
+            return None
+        return (
+            f"{self.provider.name} made a {size[0]}x{size[1]} image where "
+            f"{asked[0]}x{asked[1]} was asked: the size did not take effect (its workflow or "
+            "model decides it); ask for the size it makes"
+        )
 
     async def keep(self, image: bytes) -> str:
         """Check the reply is a whole image and store it: one worker hand-off for both.
@@ -511,10 +555,12 @@ class _Calls:
         from .imaging.intact import check_intact  # Pillow: only when used
 
         def keep() -> str:
-            check_intact(image)
+            size = check_intact(image)
             # Durable in the worker itself: the ledger records the image right after its call,
             # and an object left to the grouped fsync would be fsynced on the event loop then.
-            return self.ctx.objects.put_bytes(image, durable=True)
+            digest = self.ctx.objects.put_bytes(image, durable=True)
+            self.sizes[digest] = size
+            return digest
 
         try:
             return await asyncio.to_thread(keep)

@@ -194,6 +194,25 @@ class LlmStep(StepType):
                     f"`schema` is not a valid JSON Schema: {exc.message}", where
                 ) from None
 
+    def settings_asked(self, args: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+        """The request settings this step asks its provider to honour (providers/honours.py),
+        each with where ``with:`` gives it."""
+        asked: dict[str, tuple[Any, ...]] = {
+            name: (name,)
+            for name in ("temperature", "seed", "max_tokens", "schema")
+            if args.get(name) is not None
+        }
+        if args.get("format") == "json":
+            asked["format"] = ("format",)
+        messages = args.get("messages")
+        for i, m in enumerate(messages if isinstance(messages, list) else ()):
+            if isinstance(m, dict) and m.get("images"):
+                asked.setdefault("images", ("messages", i, "images"))
+        params = args.get("params")
+        for key in params if isinstance(params, dict) else ():
+            asked[f"params.{key}"] = ("params", key)
+        return asked
+
     def output_shape(self, args: Mapping[str, Any]) -> Shape:
         shape = from_doc(self.output_doc)
         schema = args.get("schema")

@@ -101,9 +101,7 @@ def steps_markdown() -> str:
                     f"| `{arg}` | {_cell(_type_of(sub))} | {'yes' if arg in required else ''} "
                     f"| {_cell(f'`{default}`' if default else '')} | {_cell(meaning)} |\n"
                 )
-            alternatives = [
-                alt["required"] for alt in schema.get("oneOf", []) if "required" in alt
-            ]
+            alternatives = [alt["required"] for alt in schema.get("oneOf", []) if "required" in alt]
             if alternatives:
                 choices = " or ".join(", ".join(f"`{a}`" for a in alt) for alt in alternatives)
                 out.append(f"\nGive exactly one of: {choices}.\n")
@@ -123,9 +121,9 @@ def steps_markdown() -> str:
     return "".join(out)
 
 
-def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[
-    tuple[tuple[str, ...], click.Command]
-]:
+def _commands(
+    group: click.Group, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     for name, cmd in sorted(group.commands.items()):
         path = (*prefix, name)
         if cmd.hidden:
@@ -194,9 +192,55 @@ def _help_paragraphs(text: str) -> str:
     return "\n".join(out)
 
 
+def providers_markdown() -> str:
+    """What each built-in provider carries to its service (providers/honours.py)."""
+    from ..providers.registry import BUILTINS, provider_class
+
+    out = [
+        "# What each provider honours (reference)\n\n",
+        HEADER,
+        "A step may ask its provider only for settings the provider puts on the wire: "
+        "`runner check` and `runner apply` refuse any other, at the setting's "
+        "file:line:column, before a call is paid for ([providers](../providers.md)). "
+        "`params` keys are the service's own request fields, sent as given, except those "
+        "listed as refused. An image step's `seed` is iteration 1's seed where the provider "
+        "takes one; where it takes none, `n:` images differ only on a service that samples "
+        "anew.\n",
+    ]
+    for key in sorted(BUILTINS):
+        cls = provider_class(key)
+        caps = cls.default_capabilities
+        # ComfyUI carries what its workflow's substitutions map: shown with all of them.
+        subs = {f: f"1.inputs.{f}" for f in ("negative_prompt", "seed", "width", "height")}
+        provider = cls(
+            settings={"substitutions": {**subs, "reference": ["2.inputs.image"]}}
+            if key == "comfyui"
+            else {}
+        )
+        out.append(f"\n## {key}\n\n{cls.description}\n\n")
+        if key == "comfyui":
+            out.append(
+                "Each field is carried only when the workflow's `substitutions` map it "
+                "(`size`: `width` and `height`; `references`: `reference`); `params` are "
+                "never sent.\n\n"
+            )
+        out.append("| kind | fields carried | params | refused params |\n|---|---|---|---|\n")
+        for kind in sorted(caps.kinds):
+            h = provider.honours(kind)
+            fields = ", ".join(f"`{f}`" for f in sorted(h.fields)) or "none"
+            params = "any" if h.params is None else ", ".join(sorted(h.params)) or "none"
+            refused = "; ".join(f"`{k}`: {why}" for k, why in sorted(h.refused_params.items()))
+            out.append(f"| {kind} | {fields} | {params} | {_cell(refused) or '—'} |\n")
+    return "".join(out)
+
+
 def generated() -> dict[Path, str]:
     """Each reference file with the text the code gives it today."""
-    return {DOCS / "steps.md": steps_markdown(), DOCS / "cli.md": cli_markdown()}
+    return {
+        DOCS / "steps.md": steps_markdown(),
+        DOCS / "cli.md": cli_markdown(),
+        DOCS / "providers.md": providers_markdown(),
+    }
 
 
 def main(argv: list[str]) -> int:

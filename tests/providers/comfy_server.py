@@ -599,6 +599,18 @@ class ComfyUIServer(ProtocolServer):
             "meta": {n: {"node_id": n, "display_node": n} for n in results},
         }
 
+    @staticmethod
+    def _pixels(text: str) -> tuple[int, int]:
+        """The picture's size as ComfyUI makes it: an empty latent's width and height (the
+        latent is 1/8 of them, so the decoded image is each rounded down to a multiple of 8);
+        32x32 when the graph starts from no empty latent (an img2img's loaded image)."""
+        for node in json.loads(text).values():
+            inputs = node.get("inputs") or {}
+            w, h = inputs.get("width"), inputs.get("height")
+            if "Latent" in str(node.get("class_type")) and isinstance(w, int) and isinstance(h, int):
+                return max(8, w // 8 * 8), max(8, h // 8 * 8)
+        return 32, 32
+
     def _save(self, node: dict[str, Any], text: str) -> dict[str, Any]:
         """SaveImage (output) or PreviewImage (temp): one PNG whose colour follows the graph."""
         save = node["class_type"] == "SaveImage"
@@ -609,7 +621,7 @@ class ComfyUIServer(ProtocolServer):
         filename = f"{prefix}_{counter:05}_.png"
         kind = "output" if save else "temp"
         out = io.BytesIO()
-        Image.new("RGB", (32, 32), colour_of(text)).save(out, format="PNG")
+        Image.new("RGB", self._pixels(text), colour_of(text)).save(out, format="PNG")
         with self._wake:
             self.files[(kind, "", filename)] = out.getvalue()
         return {"images": [{"filename": filename, "subfolder": "", "type": kind}]}

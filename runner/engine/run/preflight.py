@@ -5,8 +5,8 @@ for_each element) is known before anything runs. These checks look at exactly th
 
 - template steps render (a missing template variable is an error now, not after a model call);
 - llm and image steps name a provider that exists, is configured, can do the kind of work
-  asked, and has its API key in the environment; an image step's size is one its provider (and
-  model) accepts;
+  asked, and has its API key in the environment; it carries every setting the step asks for
+  (honoured.py); an image step's size is one its provider (and model) accepts;
 - ingest steps name a valid collection (and an existing one when they may not create it);
 - declared output paths stay inside the pipeline's root and are not folders.
 
@@ -51,9 +51,14 @@ def known_args(
 
 
 def check_plan(
-    plan: Any, *, state_dir: Path | None = None, environ: Mapping[str, str] | None = None
+    plan: Any,
+    *,
+    state_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    keys: bool = True,
 ) -> None:
-    """Raise InvalidPipeline for the first thing that cannot work; see the module docstring."""
+    """Raise InvalidPipeline for the first thing that cannot work; see the module docstring.
+    ``keys`` False: an API key missing from the environment is not one of them."""
     if not any(s.uses in WORTH_IT for s in plan.steps.values()):
         return
     env = os.environ if environ is None else environ
@@ -73,7 +78,8 @@ def check_plan(
                     from ...providers.config import load_access
 
                     providers = load_access(plan.root, environ=env)
-                _provider(step, args, providers, env, _arg_where(plan, sid, "provider"))
+                where = _arg_where(plan, sid, "provider")
+                _provider(plan, step, args, providers, None if keys is False else env, where)
             elif step.uses == "shell":
                 _outputs(plan, step, args, folders)
             else:
@@ -110,8 +116,15 @@ def _arg_where(plan: Any, sid: str, arg: str) -> Any:
 
 
 def _provider(
-    step: Any, args: dict[str, Any], providers: Any, env: Mapping[str, str], where: Any = None
+    plan: Any,
+    step: Any,
+    args: dict[str, Any],
+    providers: Any,
+    env: Mapping[str, str] | None,
+    where: Any = None,
 ) -> None:
+    """``env`` None: the keys in the environment are not checked (`runner check`, which may
+    run where the secrets are not)."""
     if "provider" not in args and "provider" in (step.args if isinstance(step.args, dict) else {}):
         return  # chosen by an upstream output
     named = args.get("provider")
@@ -128,12 +141,15 @@ def _provider(
     base = str(settings.get("base_url") or "")
     host = (urlsplit(base).hostname or "") if base else ""
     local = host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
-    if isinstance(var, str) and var and not env.get(var) and not local:
+    if env is not None and isinstance(var, str) and var and not env.get(var) and not local:
         _fail(
             step,
             f"provider '{name}' needs an API key in the environment variable {var}",
             f"export {var}=... or run on another provider (e.g. -p provider=fake)",
         )
+    from .honoured import check_honoured
+
+    check_honoured(plan, step, args, provider, name, kind)
     if kind == "image" and "size" in args:
         _image_size(step, args, provider, name)
 

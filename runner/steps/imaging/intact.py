@@ -21,14 +21,19 @@ _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _INFLATE_STEP = 1 << 20  # bounds the memory one inflate step may take, whatever the ratio
 
 
-def check_intact(raw: bytes) -> None:
-    """Raise FinalizeError unless ``raw`` is a complete, uncorrupted image of sane size."""
+def check_intact(raw: bytes) -> tuple[int, int]:
+    """The (width, height) of ``raw`` as shown (EXIF orientation applied). Raise FinalizeError
+    unless it is a complete, uncorrupted image of sane size."""
     if raw.startswith(PNG_SIGNATURE):
         header = _png_header(raw)
         if header is not None:
             _check_png(raw, *header)
-            return
-    open_image(raw).close()
+            return header[1], header[2]
+    image = open_image(raw)
+    try:
+        return image.size
+    finally:
+        image.close()
 
 
 def _png_header(raw: bytes) -> tuple[int, int, int] | None:

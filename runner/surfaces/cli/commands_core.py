@@ -455,14 +455,18 @@ def init(directory: Path, as_json: bool) -> None:
 @click.option("--strict", is_flag=True, help="Exit 2 when there is any warning.")
 @json_option
 def check(file: Path, params: tuple[str, ...], strict: bool, as_json: bool) -> None:
-    """Validate a pipeline and lint its rules: unused patterns and named rules, comparisons that
-    can never be true for a param's declared type, a `when` reading a conditionally skipped step.
+    """Validate a pipeline, check it against runner.toml's providers as `apply` does before it
+    runs anything (a setting its provider would not carry, an unknown provider, a size it
+    refuses: errors), and lint its rules: unused patterns and named rules, comparisons that can
+    never be true for a param's declared type, a `when` reading a conditionally skipped step.
 
     Example: runner check pipelines/report.yaml --strict
     """
+    from ...engine.run.preflight import check_plan
     from ...pipeline.compiler import compile_pipeline
 
     plan = compile_pipeline(file, parse_params(params))
+    check_plan(plan, keys=False)  # API keys may live only where the pipeline runs
     decls = plan.doc.data.get("params") or {}
     from ...expr.rules import raw_shell_steps
 
