@@ -202,9 +202,12 @@ class A1111Provider(HttpProvider):
     async def _busy(self, client: httpx.AsyncClient) -> bool:
         """Whether /sdapi/v1/progress shows a job (ours, or one queued before it)."""
         try:
-            resp = await client.get("/sdapi/v1/progress", params={"skip_current_image": "true"})
+            # httpx's read timeout bounds each wait for a byte: a progress reply trickled a byte
+            # at a time would hold the watch (and the apply) for as long as it trickles.
+            async with asyncio.timeout(self._timeout_of(client)):
+                resp = await client.get("/sdapi/v1/progress", params={"skip_current_image": "true"})
             state = loads_strict(resp.content).get("state") if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
             return False
         return isinstance(state, dict) and bool(state.get("job_count"))
 

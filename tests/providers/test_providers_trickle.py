@@ -181,3 +181,19 @@ def test_an_apply_against_a_trickling_backend_ends_at_the_timeout_and_journals_m
         # The next apply does not send it again either.
         again = project.apply()
         assert again["_exit"] != 0 and len(accepted) == 1
+
+
+def test_an_a1111_render_with_a_trickled_progress_reply_ends_near_its_timeout() -> None:
+    """A1111's render has no read timeout of its own: /sdapi/v1/progress says whether to keep
+    waiting. A progress reply trickled a byte a second held that watch for minutes."""
+    from runner.providers import ImageRequest, create
+
+    with trickling_server() as (url, _accepted):
+        provider = create("a1111", {"base_url": url, "timeout": TIMEOUT, "poll_interval": 0.2})
+        started = time.monotonic()
+        with pytest.raises(ProviderError) as info:
+            asyncio.run(provider.generate_image(ImageRequest(prompt="x", size=(8, 8), seed=1)))
+        took = time.monotonic() - started
+    assert took < 2 * TIMEOUT + 1.5, took
+    assert info.value.failure is Failure.MAYBE_EXECUTED, info.value.message
+    assert "/sdapi/v1/progress showed no work" in info.value.message
