@@ -158,3 +158,20 @@ def test_an_s3_record_announcing_more_than_the_cap_is_refused_before_its_body_is
     refused = found[key]
     assert isinstance(refused, StoreError)
     assert "refused: it holds 4,098 bytes, more than the 1,024 allowed" in refused.message
+
+
+def test_any_other_filesystem_is_read_no_further_than_the_cap(tmp_path: Path) -> None:
+    """memory:// (and gs://) are read through their size, then a ranged read to the cap."""
+    import fsspec
+
+    from runner.state.remoteread import Refused, read_bounded
+
+    fs = fsspec.filesystem("memory")
+    base = f"/bounds-{tmp_path.name}"
+    fs.pipe_file(f"{base}/small", b"x" * 10)
+    fs.pipe_file(f"{base}/large", b"y" * 100)
+    caps = {f"{base}/small": 10, f"{base}/large": 99, f"{base}/absent": 10}
+    got = read_bounded(fs, caps, url="memory://")
+    assert got[f"{base}/small"] == b"x" * 10 and f"{base}/absent" not in got
+    refused = got[f"{base}/large"]
+    assert isinstance(refused, Refused) and "100 bytes, more than the 99 allowed" in refused.message
