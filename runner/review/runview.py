@@ -80,6 +80,8 @@ class RunView:
                 for k in ("step_id", "element", "key", "status", "attempts", "duration_s", "error")
             }
             d["output"] = loads(e["output"]) if e.get("output") else None
+            # how the result was made beyond its value: calls the ledger answered, edits kept
+            d["report"] = loads(e["report"]) if e.get("report") else None
             if d["element"] == -1:
                 d["element"] = None
             execs.append(d)

@@ -152,7 +152,6 @@ class LlmStep(StepType):
         "provider_profile": "string: the provider profile used",
         "idempotency_key": "string: the call's key (the same request is never paid twice)",
         "sha256": "string: object digest of the stored reply",
-        "reused": "boolean: answered by an earlier completed call",
     }
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -289,9 +288,12 @@ class LlmStep(StepType):
             "provider_profile": profile,
             "idempotency_key": request.idempotency_key,
             "sha256": record["digest"],
-            "reused": bool(record.get("reused")),
         }
-        return StepResult(output=output, artifacts=[record["digest"]], usage=usage)
+        # Whether the ledger answered is history, not the result: a fresh run gives the same
+        # output, so it is said in the execution's report (runs show, the page), never read by
+        # a downstream key.
+        report = {"reused_calls": [request.idempotency_key]} if record.get("reused") else None
+        return StepResult(output=output, artifacts=[record["digest"]], usage=usage, report=report)
 
     async def _call(
         self,

@@ -302,7 +302,7 @@ def test_a_command_writing_through_an_absolute_link_writes_into_the_copy(
 
 
 def test_an_image_answered_by_the_call_ledger_rebuilds_the_same(shipped: Project) -> None:
-    """`reused` says how an image was obtained (the ledger answered), not what it is."""
+    """An image the call ledger answered (its execution's report says so) rebuilds the same."""
     first = shipped.apply("--state", ".runner", "-p", "n=2", file="pipelines/thumbnail.yaml")
     assert first["_exit"] == 0, first
     again = shipped.apply(
@@ -310,12 +310,13 @@ def test_an_image_answered_by_the_call_ledger_rebuilds_the_same(shipped: Project
     )
     assert again["_exit"] == 0 and "generate" in {s["id"] for s in again["steps"]}
     conn = sqlite3.connect(shipped.root / ".runner" / "journal.db")
-    (output,) = conn.execute(
-        "SELECT output FROM executions WHERE run_id=? AND step_id='generate'",
+    (output, report) = conn.execute(
+        "SELECT output, report FROM executions WHERE run_id=? AND step_id='generate'",
         (again["run"]["id"],),
     ).fetchone()
     conn.close()
-    assert all(it["reused"] for it in json.loads(output)["iterations"])
+    reused = json.loads(report)["reused_calls"]
+    assert reused == [it["idempotency_key"] for it in json.loads(output)["iterations"]]
     code, doc = rebuild(shipped, "--all", "--include-paid")
     assert code == 0 and verdicts(doc)["generate"] == "same", doc
 

@@ -142,7 +142,8 @@ def test_ledger_reuse_never_calls_again(tmp_path: Path) -> None:
     first = run(env, {"prompt": "hello"}, ledger)
     second = run(env, {"prompt": "hello"}, ledger)
     assert fake_of(env).calls == 1
-    assert second.output["text"] == first.output["text"] and second.output["reused"]
+    assert second.output == first.output  # the ledger's answer is the fresh value
+    assert second.report == {"reused_calls": [first.output["idempotency_key"]]}
     assert [op for op, _ in ledger.ops] == ["begin", "complete"]
 
 

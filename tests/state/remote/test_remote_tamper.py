@@ -269,7 +269,7 @@ def test_with_a_team_key_signed_records_are_used_and_mis_signed_ones_refused(
     assert doc["remote"]["refused"] == 0
     # One record edited (its signature kept), one re-signed with another key.
     ask = remote.record_of("llm@1", lambda r: "hello" in r["output"]["text"].lower())
-    remote.edit(ask, lambda d: d["output"].update(reused=not d["output"]["reused"]))
+    remote.edit(ask, lambda d: d["output"].update(model=f"{d['output']['model']}-edited"))
     make = remote.record_of("shell@1", lambda r: "out.txt" in r["files"])
     remote.edit(make, lambda d: d.update(signature="hmac-sha256:" + "0" * 64))
     c = _clone(tmp_path / "c", remote, writable=False, signed=True)
