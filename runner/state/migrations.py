@@ -240,7 +240,10 @@ def migrate(conn: sqlite3.Connection, *, snapshot: bool = True) -> None:
         conn.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite has rolled back itself after some errors (a full disk): a ROLLBACK then fails
+        # with "no transaction is active" and hides the error that says what happened
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
 
 

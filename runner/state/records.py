@@ -133,7 +133,7 @@ def damaged_journal(path: Path, exc: Exception) -> StoreError:
     """The error for a journal SQLite cannot read (bad pages, not a database, a lost table),
     or DiskFull when what stopped it is a full disk (nothing is damaged: a repair would not
     help, room would)."""
-    if disk_full(exc):
+    if disk_full(exc) or out_of_room(path.parent):
         return DiskFull(
             f"the disk holding {path.parent} is full: the journal {path.name} cannot be "
             "opened or created there; nothing ran",
@@ -148,6 +148,30 @@ def disk_full(exc: BaseException) -> bool:
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     code = getattr(exc, "sqlite_errorcode", None)
     return code == sqlite3.SQLITE_FULL or "disk is full" in str(exc).lower()
+
+
+_ROOM_PROBE = 1 << 20  # what creating a journal (pages, log, index, reserve) may need at most
+
+
+def out_of_room(directory: Path) -> bool:
+    """Whether ``directory``'s disk (or quota) cannot take another MiB: asked when SQLite
+    failed in a way that does not say why ("disk I/O error" from the shared-memory file, a
+    write cut short), so a full disk is not called damage. Written and removed, not estimated
+    from statvfs: a quota or the root reserve decides as the write does."""
+    probe = directory / f".room-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    try:
+        os.write(fd, b"\0" * _ROOM_PROBE)  # (a short write on a full disk: the fsync says)
+        os.fsync(fd)
+        return os.fstat(fd).st_size < _ROOM_PROBE
+    except OSError as exc:
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
 
 
 def orphaned_objects(state_dir: Path) -> int:

@@ -311,3 +311,34 @@ def test_a_full_disk_met_by_the_object_store_stops_the_run_not_the_step(
         conn.close()
     assert [r[0] for r in runs] == ["interrupted"] and "disk is full" in runs[0][1], runs
     assert left == [], left
+
+
+TINY = """\
+runner: 1
+name: tiny
+steps:
+  make: {uses: shell, with: {run: "echo hi > x.txt", outputs: [x.txt]}}
+"""
+
+
+@pytest.mark.parametrize("free_kib", [8, 16, 64, 128])
+def test_a_disk_full_when_the_journal_is_created_is_said_full_not_damaged(
+    small_disk: Path, free_kib: int
+) -> None:
+    """Issue 40: with a few KiB left, creating the journal failed with "disk I/O error" (its
+    shared-memory file) or "cannot rollback" (the migration's rollback hid the full disk), and
+    the apply said the journal was damaged and to repair it: room is what it needs."""
+    (small_disk / "pipeline.yaml").write_text(TINY, encoding="utf-8")
+    (small_disk / "runner.toml").write_text("", encoding="utf-8")
+    fill = small_disk / "fill"
+    with open(fill, "wb") as f:
+        with contextlib.suppress(OSError):
+            f.write(b"\0" * (2 * 1024 * 1024 - free_kib * 1024))
+    res = _apply(small_disk)
+    assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "is full" in res.stderr and "damaged" not in res.stderr, res.stderr[-2000:]
+    assert "verify --repair" not in res.stderr
+    fill.unlink()
+    again = _apply(small_disk)  # room again: the half-made journal is not in the way
+    assert again.returncode == 0, again.stderr[-2000:]
