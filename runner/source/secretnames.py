@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from .tomlfile import find_runner_toml
 
 SECRET_NAME = re.compile(
@@ -115,7 +116,10 @@ def _names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
 def _nearest_toml(root: Path) -> tuple[str, int, int] | None:
     """The nearest runner.toml as (path, mtime_ns, size): the key its parsed names are cached
     under (an edited file is read again), or None when there is none."""
-    candidate = find_runner_toml(root)
+    try:
+        candidate = find_runner_toml(root)
+    except UsageError:  # not a regular file: the command that reads it says so
+        return None
     if candidate is None:
         return None
     try:

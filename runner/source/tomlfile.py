@@ -3,14 +3,20 @@ positions, messages want file:line:column). Imports nothing heavy: every apply r
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from ..errors import Location
+from ..errors import Location, UsageError
+from .regularfile import not_regular
 
 
 def find_runner_toml(start: Path) -> Path | None:
-    """The nearest ``runner.toml`` in ``start`` (a directory or a file's) or above it."""
+    """The nearest ``runner.toml`` in ``start`` (a directory or a file's) or above it.
+
+    Raises UsageError for one that is there but not a regular file (a FIFO, a directory, a
+    link to nothing): passed over, its budget, signing key and providers would be lost without
+    a word, and a runner.toml further up (or none) taken instead."""
     here = start.resolve()
     if here.is_file():
         here = here.parent
@@ -18,6 +24,13 @@ def find_runner_toml(start: Path) -> Path | None:
         candidate = directory / "runner.toml"
         if candidate.is_file():
             return candidate
+        if os.path.lexists(candidate):
+            what = not_regular(candidate) or "a symlink to nothing"
+            raise UsageError(
+                f"{candidate} is {what}, not a regular file: runner reads its settings (providers, "
+                "budget, cache signing key) from it and will not go on without them",
+                hint="make runner.toml a regular file (or remove it)",
+            )
     return None
 
 
