@@ -331,9 +331,8 @@ def test_a_disk_full_when_the_journal_is_created_is_said_full_not_damaged(
     (small_disk / "pipeline.yaml").write_text(TINY, encoding="utf-8")
     (small_disk / "runner.toml").write_text("", encoding="utf-8")
     fill = small_disk / "fill"
-    with open(fill, "wb") as f:
-        with contextlib.suppress(OSError):
-            f.write(b"\0" * (2 * 1024 * 1024 - free_kib * 1024))
+    with open(fill, "wb") as f, contextlib.suppress(OSError):
+        f.write(b"\0" * (2 * 1024 * 1024 - free_kib * 1024))
     res = _apply(small_disk)
     assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
