@@ -181,7 +181,7 @@ AMBIGUOUS_SHOWN = 10  # candidates an ambiguous run id prefix names
 def ambiguous_run(prefix: str, rows: Sequence[Mapping[str, Any]]) -> UsageError:
     """The error for a run id prefix that begins several runs: each candidate with its pipeline
     and status, so the user can pick one by a longer prefix."""
-    shown = [f"{r['id']} ({r['pipeline']}, {r['status']})" for r in rows[:AMBIGUOUS_SHOWN]]
+    shown = [f"{r['id']} ({r['pipeline']}, {r['status'] or '?'})" for r in rows[:AMBIGUOUS_SHOWN]]
     count = f"more than {AMBIGUOUS_SHOWN}" if len(rows) > AMBIGUOUS_SHOWN else str(len(rows))
     return UsageError(
         f"run '{prefix}' is ambiguous: it begins {count} runs: {', '.join(shown)}",
