@@ -46,10 +46,11 @@ def read_beneath(root: Path | str, rel: str) -> bytes:
         return f.read()
 
 
-def open_beneath(root: Path | str, rel: str) -> int:
+def open_beneath(root: Path | str, rel: str, *, real_root: str | None = None) -> int:
     """A descriptor open for reading on the regular file ``rel`` beneath ``root``; raises as
-    ``read_beneath``. The caller closes it."""
-    base = os.path.realpath(root)
+    ``read_beneath``. ``real_root``: ``os.path.realpath(root)`` when the caller has it (one walk
+    for many files). The caller closes it."""
+    base = os.path.realpath(root) if real_root is None else real_root
     fd = os.open(os.path.join(base, rel), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         real = fd_path(fd)

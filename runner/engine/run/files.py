@@ -9,6 +9,7 @@ set.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -28,8 +29,16 @@ def signature(st: os.stat_result) -> Signature:
 
 
 def _sha256_beneath(root: Path, path: Path) -> str:
-    with os.fdopen(open_beneath(root, path.relative_to(root).as_posix()), "rb") as f:
+    fd = open_beneath(root, path.relative_to(root).as_posix(), real_root=_real_root(root))
+    with os.fdopen(fd, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _real_root(root: Path) -> str:
+    # The project root itself is not what a step swaps (its inputs' directories are): one walk
+    # of it per process, not one per input file hashed.
+    return os.path.realpath(root)
 
 
 class FileHasher:
