@@ -210,7 +210,9 @@ class Journal(CallLedger):
             if objects:
                 raise lost_journal(path, objects)
         if readonly and not path.exists():
-            raise NotFound(f"no journal at {path} (nothing has run here yet)")
+            from ..source.termtext import shown_path  # as the user opens it from there
+
+            raise NotFound(f"no journal at {shown_path(path)} (nothing has run here yet)")
         state_dir.mkdir(parents=True, exist_ok=True)
         try:
             conn = sqlite3.connect(

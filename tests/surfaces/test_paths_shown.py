@@ -42,3 +42,13 @@ def test_the_page_header_names_the_state_by_its_project_folder(tmp_path: Path) -
     assert page.status_code == 200
     assert '<span class="state" title="state directory">myproject/.runner</span>' in page.text
     assert str(tmp_path) not in page.text
+
+
+def test_no_journal_yet_names_it_from_where_the_user_stands(project: Project) -> None:
+    project.write("runner.toml", "")
+    res = project.cli("runs", "list")
+    assert res.exit_code == 3
+    assert "no journal at .runner/journal.db (nothing has run here yet)" in res.stderr
+    (project.root / "sub").mkdir()
+    below = Project(project.root / "sub").cli("runs", "list")
+    assert "no journal at ../.runner/journal.db" in below.stderr
