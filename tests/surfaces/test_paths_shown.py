@@ -52,3 +52,6 @@ def test_no_journal_yet_names_it_from_where_the_user_stands(project: Project) ->
     (project.root / "sub").mkdir()
     below = Project(project.root / "sub").cli("runs", "list")
     assert "no journal at ../.runner/journal.db" in below.stderr
+    project.write("pipeline.yaml", "runner: 1\nname: p\nsteps:\n  a: {uses: shell, with: {run: 'true'}}\n")
+    graph = project.cli("graph", "pipeline.yaml", "--run", "x")
+    assert "no run 'x': there is no journal at .runner" in graph.stderr

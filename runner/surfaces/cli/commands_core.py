@@ -367,7 +367,9 @@ def _where_steps_ran(
     path = state_dir_for(file, state_dir)
     if not (path / "journal.db").is_file():
         if run_id is not None:
-            raise NotFound(f"no run '{run_id}': there is no journal at {path}")
+            from ...source.termtext import shown_path
+
+            raise NotFound(f"no run '{run_id}': there is no journal at {shown_path(path)}")
         return None, {}
     state = open_state(str(path))
     try:
