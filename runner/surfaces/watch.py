@@ -284,9 +284,13 @@ class Watcher:
             self._plan_watch = watch_set_for(self.plan, self.state_dir)
         base = self._plan_watch
         outputs = base.excluded | {norm_path(base.root / rel) for rel in self.produced}
+        # And every file the last run's keys hashed: what a body recorded reading (a
+        # template's computed include) or a check names is known only from a run.
+        hashed = self._last_report.inputs if self._last_report is not None else {}
+        files = base.files | {norm_path(Path(p)) for p in hashed}
         self._set_watch(
             dataclasses.replace(
-                base, files=base.files - outputs, excluded=outputs, journal=self.awaiting
+                base, files=files - outputs, excluded=outputs, journal=self.awaiting
             )
         )
 

@@ -141,13 +141,10 @@ def _glob_base(root: Path, pattern: str) -> Path:
 
 
 def _rule_files(rule: Any) -> Iterable[str]:
-    raw = getattr(rule, "raw", None)
-    if isinstance(raw, Mapping):
-        for key, value in raw.items():
-            if isinstance(key, str) and key.endswith("_file") and isinstance(value, str):
-                yield value
-    for child in rule.children():
-        yield from _rule_files(child)
+    """The files a rule reads, as the step's key names them (a schema file, an exec check's
+    script and declared inputs): one list for the key, the fingerprint and the watch."""
+    files: Mapping[str, bool] = rule.files()
+    return files
 
 
 def watch_set_for(

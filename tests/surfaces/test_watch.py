@@ -395,3 +395,22 @@ def test_a_watch_run_journals_the_steps_it_reuses_and_gc_keeps_them(
     assert cli("gc", "--keep-last", "1").returncode == 0
     plan = json.loads(cli("plan", "pipeline.yaml", "--json").stdout)
     assert {s["id"]: s["action"] for s in plan["steps"]} == dict.fromkeys("abcd", "cached")
+
+
+def test_a_computed_include_is_watched_once_a_render_read_it(workspace: Path) -> None:
+    """A file a template includes by a computed name is known only once a render read it
+    (recorded reads, issue 44): from then on, editing it is a change like any input's."""
+    (workspace / "prompts" / "a.j2").write_text(
+        'hello {% include "prompts/part_" ~ x ~ ".j2" %}\n', encoding="utf-8"
+    )
+    part = workspace / "prompts" / "part_1.j2"
+    part.write_text("one", encoding="utf-8")
+    w = WatchProcess(workspace)
+    try:
+        first = w.cycle()
+        assert first["error"] is None and "a" in first["ran"], first
+        part.write_text("uno", encoding="utf-8")
+        c = w.cycle()
+        assert c["changed"] == ["prompts/part_1.j2"] and "a" in c["ran"], c
+    finally:
+        w.close()
