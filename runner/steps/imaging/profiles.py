@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import ExpressionError, InvalidPipeline, Location
 from ...expr import Expression, compile_expression
+from ...source.beneath import read_beneath
 from ...source.datafiles import load_yaml
 from ...source.paths import inside
 from ...state.canonical import digest
@@ -106,10 +107,13 @@ def load_profile(ref: str | os.PathLike[str], *, root: Path | None = None) -> Pr
         resource = profiles / f"{name}.yaml"
         return _parse(resource.read_text(encoding="utf-8"), f"packaged:{name}")
     path = Path(ref)
-    if root is not None and not path.is_absolute():
-        path = inside(root, path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if root is not None and not path.is_absolute():
+            rel, path = path.as_posix(), inside(root, path)
+            # as opened now: an earlier step may have swapped a directory on its path
+            text = read_beneath(root, rel).decode("utf-8")
+        else:
+            text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidPipeline(
             f"cannot read compliance profile {path}: {exc.strerror or exc}"
