@@ -64,3 +64,26 @@ def test_the_fast_path_sees_a_rewrite_with_its_mtime_set_back(project: Project) 
     fourth = project.apply()
     assert not fast(fourth, project)
     assert _text(fourth, project) == "new words\n"
+
+
+def test_the_pages_plan_of_a_run_follows_a_rewrite_with_its_mtime_set_back(
+    project: Project,
+) -> None:
+    """The web page's compiled plan is cached by the pipeline file's signature: ctime in it."""
+    from runner.engine.run.apply import State
+    from runner.surfaces.web.service import run_plan
+
+    project.write("pipeline.yaml", READS)
+    project.write("data.txt", "old words\n")
+    assert project.apply()["_exit"] == 0
+    state = State.open(project.root / ".runner", readonly=True)
+    try:
+        run = {"pipeline_file": str(project.root / "pipeline.yaml"), "params": "{}"}
+        plan, error = run_plan(state, run)
+        assert error is None and list(plan.order) == ["r"]
+        pipeline = project.root / "pipeline.yaml"
+        _rewrite_keeping_mtime(pipeline, pipeline.read_text(encoding="utf-8").replace("  r:", "  q:"))
+        plan, error = run_plan(state, run)
+        assert error is None and list(plan.order) == ["q"]  # was the cached plan of the old file
+    finally:
+        state.close()

@@ -235,8 +235,9 @@ def live_tiles(state: State, run_id: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=64)
-def _plan(path: str, mtime_ns: int, params: str) -> Any:
-    # Compiling is the slow part of a run view; a pipeline file only changes with its mtime.
+def _plan(path: str, signature: tuple[int, int, int, int], params: str) -> Any:
+    # Compiling is the slow part of a run view; a pipeline file only changes with its
+    # signature (ctime included: a same-size rewrite may have had its mtime set back).
     from ...pipeline.compiler import compile_pipeline
 
     return compile_pipeline(Path(path), params=json.loads(params))
@@ -261,9 +262,8 @@ def run_plan(state: State, run: Mapping[str, Any]) -> tuple[Any, str | None]:
         return None, f"pipeline file {path} is not readable"
     params = run["params"] if isinstance(run["params"], dict) else (loads(run["params"]) or {})
     try:
-        return _plan(
-            str(path.resolve()), stat.st_mtime_ns, json.dumps(params, sort_keys=True)
-        ), None
+        signature = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+        return _plan(str(path.resolve()), signature, json.dumps(params, sort_keys=True)), None
     except RunnerError as exc:
         return None, exc.message
 
