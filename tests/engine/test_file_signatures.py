@@ -82,7 +82,9 @@ def test_the_pages_plan_of_a_run_follows_a_rewrite_with_its_mtime_set_back(
         plan, error = run_plan(state, run)
         assert error is None and list(plan.order) == ["r"]
         pipeline = project.root / "pipeline.yaml"
-        _rewrite_keeping_mtime(pipeline, pipeline.read_text(encoding="utf-8").replace("  r:", "  q:"))
+        _rewrite_keeping_mtime(
+            pipeline, pipeline.read_text(encoding="utf-8").replace("  r:", "  q:")
+        )
         plan, error = run_plan(state, run)
         assert error is None and list(plan.order) == ["q"]  # was the cached plan of the old file
     finally:
