@@ -214,3 +214,36 @@ def test_the_fingerprint_lists_every_file_any_key_names(project: Project) -> Non
     [fingerprint] = (project.root / ".runner/converged").glob("*.json")
     listed = set(json.loads(fingerprint.read_text(encoding="utf-8"))["inputs"])
     assert named <= listed, named - listed
+
+
+FOR_EACH = """\
+runner: 1
+name: fan
+steps:
+  letters:
+    uses: template
+    for_each: [warm, cold]
+    with:
+      text: '{% include "parts/" ~ tone ~ ".j2" %}'
+      vars: {tone: "${{ item }}"}
+  copy:
+    uses: shell
+    with:
+      run: "printf '%s' ${{ steps.letters.output[0].text }}${{ steps.letters.output[1].text }} > out.txt"
+      outputs: [out.txt]
+"""
+
+
+def test_for_each_elements_record_their_own_reads(project: Project) -> None:
+    """Elements whose rows are written whole when they end (held) are keyed by what each read."""
+    project.write("pipeline.yaml", FOR_EACH)
+    project.write("parts/warm.j2", "W")
+    project.write("parts/cold.j2", "C")
+    first = project.apply()
+    assert _out(project, first) == "WC"
+    project.write("parts/cold.j2", "K")
+    second = project.apply()
+    assert _out(project, second) == "WK"
+    [letters] = [s for s in second["steps"] if s["id"] == "letters"]
+    assert letters["elements"] == {"total": 2, "ran": 1, "cached": 1}, letters
+    assert project.apply()["summary"]["ran"] == 0
