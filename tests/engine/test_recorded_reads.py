@@ -247,3 +247,15 @@ def test_for_each_elements_record_their_own_reads(project: Project) -> None:
     [letters] = [s for s in second["steps"] if s["id"] == "letters"]
     assert letters["elements"] == {"total": 2, "ran": 1, "cached": 1}, letters
     assert project.apply()["summary"]["ran"] == 0
+
+
+def test_verify_rebuild_renders_a_computed_include_again_the_same(project: Project) -> None:
+    """`verify --rebuild` keys its copy's executions as the run did, recorded reads included
+    (its scratch journal has none of its own: without the real one's, every such template was
+    'stale')."""
+    from tests.engine.test_rebuild import rebuild, verdicts
+
+    _project(project)
+    assert project.apply("--state", ".runner")["_exit"] == 0
+    code, doc = rebuild(project, "--all")
+    assert code == 0 and verdicts(doc)["letter"] == "same", doc

@@ -285,6 +285,7 @@ class _Scratch:
         from .gatestep import load_reviews
         from .interpreter import Interpreter
         from .options import ApplyOptions
+        from .recorded import RecordedReads
 
         self.run, self.real_objects = run, state.objects
         real_file = Path(run["pipeline_file"]).resolve()
@@ -329,6 +330,9 @@ class _Scratch:
         )
         # A revision's reviewer input is part of the revised step's key and arguments.
         self.interp.reviews.update(load_reviews(real_plan, state.journal, run["id"]))
+        # What bodies recorded reading is in the real journal: the copy's keys hash those files
+        # (in the copy) as the run's did, so a template's computed include is not "stale".
+        self.interp.recorded = RecordedReads(state.journal, self.plan.name)
 
     @classmethod
     @contextlib.contextmanager
