@@ -130,3 +130,5 @@ def test_a_body_not_safe_to_repeat_never_starts_twice_when_a_worker_is_killed(
     after = _sent(root)
     assert {int(k) for k, n in after.items() if n > 1} == refused  # those, once more each
     assert all(n <= 2 for n in after.values())
+    # every mark and dispatch ticket goes once its outcome is back
+    assert list((root / ".runner" / "started").iterdir()) == []
