@@ -40,15 +40,27 @@ class Built:
     sdist: Path
 
 
+_NOT_SOURCE = {".git", ".venv", "venv", ".runner", "__pycache__", "build", "dist", ".mypy_cache"}
+
+
 def _tree_files() -> list[str]:
-    """The files of the working tree as a clone would have them: tracked and new (not ignored)."""
-    out = subprocess.run(
+    """The files of the working tree as a clone would have them: tracked and new (not ignored);
+    outside a git checkout (an unpacked sdist or export), every file but caches and builds."""
+    res = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
-        check=True,
         capture_output=True,
-    ).stdout.decode()
-    return sorted({f for f in out.split("\0") if f and os.path.lexists(REPO / f)})
+    )
+    if res.returncode == 0:
+        listed = res.stdout.decode().split("\0")
+        return sorted({f for f in listed if f and os.path.lexists(REPO / f)})
+    out = []
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in _NOT_SOURCE and not d.endswith(".egg-info")]
+        here = Path(folder)
+        for name in files + [d for d in dirs if (here / d).is_symlink()]:
+            out.append((here / name).relative_to(REPO).as_posix())
+    return sorted(out)
 
 
 @pytest.fixture(scope="module")
