@@ -196,6 +196,13 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+
+def asked_url(request: httpx.Request) -> str:
+    """``METHOD scheme://host:port/path?query`` of ``request``, never its userinfo."""
+    url = request.url
+    host = url.netloc.decode("ascii", "replace").rpartition("@")[2]
+    return f"{request.method} {url.scheme}://{host}{url.raw_path.decode('ascii', 'replace')}"
+
 class HttpProvider(Provider):
     """A provider reached over HTTP at ``base_url``, or at a pool of backends (pool.py)."""
 
@@ -398,7 +405,9 @@ class HttpProvider(Provider):
     def status_error(self, what: str, resp: httpx.Response) -> ProviderError:
         """The error for an HTTP error status, classified (see the module docstring)."""
         status = resp.status_code
-        message = f"{what} -> HTTP {status}: {backend_message(resp)}"
+        # The whole URL asked, not only the path: a base_url with the endpoint pasted in
+        # (".../chat/completions/chat/completions") shows itself.
+        message = f"{asked_url(resp.request)} -> HTTP {status}: {backend_message(resp)}"
         if status in LOST_REPLY_STATUSES and resp.request.method not in IDEMPOTENT_METHODS:
             return self.error(
                 f"{message}; a gateway lost the backend's reply, so it may have completed "

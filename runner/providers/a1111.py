@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 
 from ..errors import Location, ProviderError
 from ..state.canonical import loads_strict
-from ._http import HttpProvider, b64decode, b64encode
+from ._http import HttpProvider, asked_url, b64decode, b64encode
 from ._httpx import httpx
-from .honours import IMAGE_FIELDS, Honours
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
+from .honours import IMAGE_FIELDS, Honours
 
 
 class A1111Provider(HttpProvider):
@@ -217,7 +217,7 @@ class A1111Provider(HttpProvider):
         if cause is None:
             return error
         return self.error(
-            f"{what} -> HTTP {resp.status_code}: {cause}",
+            f"{asked_url(resp.request)} -> HTTP {resp.status_code}: {cause}",
             transient=error.transient,
             maybe_executed=error.maybe_executed,
             status=error.status,

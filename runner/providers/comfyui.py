@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 import uuid
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any, ClassVar
 
 from ..errors import Location, ProviderError
 from ..state.canonical import loads_strict
-from ._http import HttpProvider, backend_message, backend_of
+from ._http import HttpProvider, asked_url, backend_message, backend_of
 from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .comfyui_workflow import Workflow, check_workflow, read_graph
@@ -42,6 +43,8 @@ from .comfyui_ws import ProgressSocket
 from .honours import Honours
 from .jobs import RemoteJob
 from .pool import tell
+
+_AHEAD = re.compile(r"queued \((\d+) ahead\)")
 
 MAX_RESUBMITS = 2  # per call: a backend that keeps forgetting jobs is not fed forever
 # While the websocket is up, /history is still asked this often (a missed message costs this).
@@ -347,7 +350,9 @@ class ComfyUIProvider(HttpProvider):
         if what != "POST /prompt" or resp.status_code != 400:
             return super().status_error(what, resp)
         return self.error(
-            f"{what} -> HTTP 400: {_prompt_refusal(resp)}", transient=False, status=400
+            f"{asked_url(resp.request)} -> HTTP 400: {_prompt_refusal(resp)}",
+            transient=False,
+            status=400,
         )
 
     async def _upload(self, client: httpx.AsyncClient, data: bytes) -> str:
@@ -424,6 +429,9 @@ class ComfyUIProvider(HttpProvider):
                     continue
             if entry is None:
                 job.say(f"prompt {prompt_id} {where} on {backend_of(client)}")
+                ahead = _AHEAD.fullmatch(where or "")
+                if ahead is not None and ahead[1] != "0":  # behind another client's work
+                    job.queued(f"queued, {ahead[1]} ahead on {backend_of(client)}")
             listening = socket is not None and socket.alive
             if time.monotonic() + (0.0 if listening else interval) >= deadline:
                 position = "running" if where == "running" else "queued"

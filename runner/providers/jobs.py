@@ -25,18 +25,28 @@ class RemoteJob:
         known: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None,
         progress: Callable[[str], object] | None = None,
+        waiting: Callable[[str], object] | None = None,
     ) -> None:
         self.key = key
         self.known: dict[str, Any] | None = dict(known) if known else None
         self._recorder = recorder
         self._progress = progress
+        self._waiting = waiting
         self._said = ""
+        self._queued = ""
 
     def say(self, line: str) -> None:
         """Tell the user where the job stands (queued, running, fetched), once per change."""
         if line != self._said and self._progress is not None:
             self._said = line
             self._progress(line)
+
+    def queued(self, where: str) -> None:
+        """Tell the user the job waits behind other work (``where``: "queued, 1 ahead on HOST"),
+        once per change: said on the console and the page, not only in the log."""
+        if where != self._queued and self._waiting is not None:
+            self._queued = where
+            self._waiting(where)
 
     def record(self, job: Mapping[str, Any] | None) -> None:
         """Remember ``job`` (None: no job to re-attach to) and journal it before returning."""

@@ -105,6 +105,9 @@ class StepContext:
     review: list[str] = field(default_factory=list)  # a reviewer's `revise` words, as given
     ledger: Ledger | None = None
     log: Callable[[str], None] = lambda _line: None
+    # Where a call waits in its provider's queue ("queued, 1 ahead on HOST"): said on the
+    # console, the live display and the page while it waits.
+    waiting: Callable[[str], None] = lambda _where: None
     # A step not safe to repeat: where its body marks that it began (engine/run/once.py)
     once: str | None = None
 

@@ -144,14 +144,25 @@ def check_provider(args: Mapping[str, Any], root: Path, where: Location | None) 
 
 
 def load_reference(ctx: StepContext, ref: str) -> bytes:
-    """An object digest from the store, or a workspace path inside the pipeline root."""
+    """An object digest from the store, or a workspace path inside the pipeline root, checked
+    to be a whole image here, where the user's own name for it is known (a provider's
+    complaint would name its upload copy). Raises StepFailure, StoreError."""
     if _DIGEST.match(ref) and ctx.objects.has(ref):
-        return ctx.objects.read_bytes(ref)
-    inside(ctx.root, ref, where=Location(ref))  # words a path that was never inside
+        data = ctx.objects.read_bytes(ref)
+    else:
+        inside(ctx.root, ref, where=Location(ref))  # words a path that was never inside
+        try:
+            data = read_beneath(ctx.root, ref)  # as opened now: a directory may be swapped
+        except OSError as exc:
+            raise StoreError(f"reference image '{ref}' cannot be read: {exc}") from None
+    from .imaging.finalize import FinalizeError
+    from .imaging.intact import check_intact  # Pillow: only for steps with references
+
     try:
-        return read_beneath(ctx.root, ref)  # as opened now: a directory may have been swapped
-    except OSError as exc:
-        raise StoreError(f"reference image '{ref}' cannot be read: {exc}") from None
+        check_intact(data)
+    except FinalizeError as exc:
+        raise StepFailure(f"reference image '{ref}' is not a usable image: {exc}") from None
+    return data
 
 
 class ImageStep(StepType):
@@ -409,6 +420,7 @@ class ImageStep(StepType):
                     ctx.ledger.remote_job(key),
                     note,
                     lambda line: ctx.log(f"image #{k}: {line}"),
+                    lambda where: ctx.waiting(f"image #{k}: {where}"),
                 )
         request.tracker = tracker(ctx.ledger, key)
         log = CallLog(ctx.log_dir, key, provider.redactor)

@@ -214,3 +214,71 @@ def test_an_image_of_another_size_than_asked_fails_and_is_never_paid_for_again(
         assert again["_exit"] == first["_exit"]
         assert "made a 32x32 image where 64x48 was asked" in json.dumps(again)
         assert server.count("POST", "/v1/images/generations") == 1
+
+
+def test_a_call_queued_behind_another_clients_job_is_said_on_the_plain_console(
+    project: Project,
+) -> None:
+    """Not only in --events: the console says where the call waits while it waits."""
+    import subprocess
+    import urllib.request
+
+    from tests.conftest import runner_bin
+
+    with ComfyUIServer(render_s=1.5) as server:
+        _comfy(project, server.url, FULL)
+        project.write("pipeline.yaml", _image_step("prompt: a lighthouse\nsize: 64x48\n"))
+        graph = json.loads((DATA / "sd15_api.json").read_text(encoding="utf-8"))
+        graph["6"]["inputs"]["text"] = "another client's picture"
+        ask = urllib.request.Request(
+            server.url + "/prompt",
+            data=json.dumps({"prompt": graph, "client_id": "someone-else"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(ask, timeout=10) as reply:
+            assert reply.status == 200
+        done = subprocess.run(
+            [*runner_bin(), "apply", "pipeline.yaml"],
+            cwd=project.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = f"waiting gen: image #1: queued, 1 ahead on {server.url}"
+        assert said in done.stderr, done.stderr  # progress goes to stderr, the result to stdout
+        # Journaled, so the page's live view (the run's event stream) shows it too.
+        run_id = done.stdout.split()[1]
+        events = project.cli("runs", "events", run_id)
+        waits = [json.loads(x) for x in events.stdout.splitlines() if "StepWaiting" in x]
+        assert [w["where"] for w in waits] == [f"image #1: queued, 1 ahead on {server.url}"]
+
+
+def test_a_reference_that_is_not_an_image_is_named_as_the_user_named_it(
+    project: Project,
+) -> None:
+    project.write("notes.png", "meeting notes, not a picture\n")
+    project.write(
+        "pipeline.yaml", _image_step("prompt: a lighthouse\nreferences: [notes.png]\n")
+    )
+    done = project.apply()
+    assert done["_exit"] != 0
+    said = json.dumps(done)
+    assert "reference image 'notes.png' is not a usable image" in said, said
+    assert "runner-" not in said
+
+
+def test_an_http_error_names_the_whole_url_asked(project: Project) -> None:
+    """A base_url with the endpoint pasted in asks .../chat/completions/chat/completions: the
+    error shows that URL, not a path that looks right."""
+    with OpenAIServer() as server:
+        _openai(project, server.url + "/v1/chat/completions")
+        project.write(
+            "pipeline.yaml",
+            "runner: 1\nname: t\nsteps:\n  ask:\n    uses: llm\n    with:\n      prompt: hi\n"
+            '    check: ["${{ output.text | length > 0 }}"]\n',
+        )
+        done = project.apply()
+        assert done["_exit"] != 0
+        asked = f"POST {server.url}/v1/chat/completions/v1/chat/completions -> HTTP 404"
+        assert asked in json.dumps(done), done

@@ -375,5 +375,6 @@ def test_a_long_retry_wait_is_said_on_the_console(monkeypatch: pytest.MonkeyPatc
 
         assert asyncio.run(scenario()) == "ok q"
     [said] = lines
-    assert said.startswith("openai: POST chat/completions -> HTTP 503: busy loading"), said
+    assert said.startswith("openai: POST http://127.0.0.1:"), said  # the whole URL asked
+    assert "/v1/chat/completions -> HTTP 503: busy loading" in said, said
     assert said.endswith("(attempt 1; retrying in 0.3 s)"), said

@@ -82,7 +82,9 @@ def test_unknown_sampler_shows_a1111s_cause_not_the_exception_class() -> None:
         with pytest.raises(ProviderError) as info:
             run(p, ImageRequest(prompt="c", size=(16, 16)))
         assert server.executions == 0
-    assert info.value.message == "a1111: POST /sdapi/v1/txt2img -> HTTP 404: Sampler not found"
+    assert info.value.message == (
+        f"a1111: POST {server.url}/sdapi/v1/txt2img -> HTTP 404: Sampler not found"
+    )
     assert not info.value.transient
 
 

@@ -23,6 +23,9 @@ class EventType(enum.Enum):
     STEP_STARTED = "StepStarted"
     STEP_SKIPPED = "StepSkipped"
     STEP_RETRYING = "StepRetrying"
+    # A step's call waits in its provider's queue behind other work: where ("queued, 1 ahead
+    # on HOST"), said while it waits, so a person knows the wait is not a hang.
+    STEP_WAITING = "StepWaiting"
     STEP_PASSED = "StepPassed"
     STEP_FAILED = "StepFailed"
     GATE_AWAITING = "GateAwaiting"

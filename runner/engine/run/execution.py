@@ -115,6 +115,7 @@ class Executions:
                 review=review_feedback,
                 ledger=JournalLedger(self.journal, self.run_id, step.id),
                 log=self.recorder.logger(step.id, index),
+                waiting=self.recorder.waiter(step.id, index),
             )
 
         def evaluate(attempt: int, feedback: list[str]) -> dict[str, Any]:

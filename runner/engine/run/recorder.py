@@ -175,6 +175,12 @@ class Recorder:
         """A warning for the user (consoles show it; the run goes on)."""
         self.emit(EventType.LOG, None, None, level="warning", line=message)
 
+    def waiter(self, step_id: str, index: int | None) -> Callable[[str], None]:
+        def waiting(where: str) -> None:
+            self.emit(EventType.STEP_WAITING, step_id, index, where=where)
+
+        return waiting
+
     def logger(self, step_id: str, index: int | None) -> Callable[[str], None]:
         def log(line: str) -> None:
             self.emit(EventType.LOG, step_id, index, line=line)

@@ -168,6 +168,8 @@ class PlainReporter:
                 self._line(f"  {word} {sid}{el}{extra}")
         elif t is EventType.STEP_RETRYING:
             self._line(f"  retry   {sid}{el} attempt {d.get('attempt')}: {d.get('reason')}")
+        elif t is EventType.STEP_WAITING:
+            self._line(f"  waiting {sid}{el}: {d.get('where')}")
         elif t is EventType.STEP_FAILED and d.get("rejected"):
             self._line(f"  rejected {sid}: {d.get('reason')}")
         elif t is EventType.STEP_FAILED:
@@ -286,6 +288,8 @@ class LiveReporter:
             self._print(
                 f"[yellow]retry[/yellow] {label}: {self.escape(d.get('reason'))}", highlight=False
             )
+        elif t is EventType.STEP_WAITING:
+            self._print(f"waiting {label}: {self.escape(d.get('where'))}", highlight=False)
         elif t in (EventType.OUTPUT_EDITED, EventType.OVERRIDE_SET_ASIDE):
             self._print(self.escape(notice(event, self.root)), highlight=False)
         elif t is EventType.PHASE_ENTERED:

@@ -54,7 +54,7 @@ function parseInput(text) {
 
 const STEP_STATUS = {
   StepStarted: "running", StepRetrying: "retrying", StepPassed: "completed",
-  StepFailed: "failed", GateAwaiting: "awaiting_human",
+  StepFailed: "failed", GateAwaiting: "awaiting_human", StepWaiting: "queued",
 };
 
 function copyable(value) {
@@ -87,7 +87,7 @@ function applyEvent(ev) {
   const row = document.querySelector('tr[data-step="' + CSS.escape(ev.step) + '"]');
   if (!row) return;
   const isElement = ev.element !== null && ev.element !== undefined;
-  if (isElement && ev.type !== "StepStarted" && ev.type !== "StepRetrying") {
+  if (isElement && !["StepStarted", "StepRetrying", "StepWaiting"].includes(ev.type)) {
     const done = (elementsDone.get(ev.step) || 0) + 1;
     elementsDone.set(ev.step, done);
     const total = row.dataset.elements;
@@ -101,6 +101,7 @@ function applyEvent(ev) {
   if (ev.attempts) row.querySelector(".attempts").textContent = ev.attempts;
   if (typeof ev.duration_s === "number") row.querySelector(".duration").textContent = ev.duration_s.toFixed(2) + "s";
   if (ev.reason) row.querySelector(".why").textContent = ev.reason;
+  if (ev.where) row.querySelector(".why").textContent = ev.where;
 }
 
 function follow(runId, after, wasRunning) {
