@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import NotFound, UsageError
+from ...errors import NotFound, StoreError, UsageError
 from ...state.canonical import canonical_json
 from ...state.journal import Journal
 from ...state.objects import ObjectStore
-from ...state.records import dumps, loads
+from ...state.records import REPAIR_HINT, dumps, loads
 
 
 class Decision(enum.Enum):
@@ -52,6 +52,13 @@ class DecisionRow:
 
     @classmethod
     def from_row(cls, r: dict[str, Any]) -> DecisionRow:
+        """Raises StoreError for a row whose status is NULL (damage `runner verify` names and
+        `--repair` mends), not a traceback from every command that reads the run's gates."""
+        if r["status"] is None:
+            raise StoreError(
+                f"the journal holds a damaged record (decisions #{r['id']}): status is NULL",
+                hint=REPAIR_HINT,
+            )
         return cls(
             id=int(r["id"]),
             run_id=r["run_id"],
