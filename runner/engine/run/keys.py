@@ -48,7 +48,7 @@ class KeyParts:
         the last execution with these parts read (engine/run/recorded.py)."""
         if not self.recorded:
             return self.key()
-        return replace(self, files=self.predicted(), recorded=None).key()
+        return _refiled(self, self.predicted(), None).key()
 
     def as_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -198,7 +198,18 @@ def with_reads(
                 digest = "refused"  # the loader refuses it: no execution completed with it
         files[rel] = digest
         names.append(rel)
-    return replace(parts, files=files, recorded=tuple(names))
+    return _refiled(parts, files, tuple(names))
+
+
+def _refiled(parts: KeyParts, files: dict[str, str], recorded: tuple[str, ...] | None) -> KeyParts:
+    """``parts`` with other files, the other parts' canonical texts carried over: a key of
+    recorded reads is computed twice (base, then full), and encoding the arguments again cost
+    a cached for_each element as much as the rest of its lookup."""
+    new = replace(parts, files=files, recorded=recorded)
+    cached: dict[str, str] | None = parts.__dict__.get("_parts")
+    if cached is not None:
+        object.__setattr__(new, "_parts", {**cached, "files": _canonical(files)})
+    return new
 
 
 def _hash_check_files(
