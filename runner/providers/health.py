@@ -2,9 +2,10 @@
 each backend's health and load as probed now.
 
 A probe is one GET per backend, all at once, bounded by ``PROBE_TIMEOUT``: a refused connection
-is ``down``, no answer in time is ``unreachable``, any HTTP answer is ``up`` (an auth error still
-proves the server is there). Where the protocol reports load (a provider's ``probe_path`` and
-``load_of``), it is shown as the backend says it.
+is ``down``, no answer in time is ``unreachable``, a server whose TLS or certificate does not
+verify is ``tls_failure`` (it is there; no wait mends it), any HTTP answer is ``up`` (an auth
+error still proves the server is there). Where the protocol reports load (a provider's
+``probe_path`` and ``load_of``), it is shown as the backend says it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def installed() -> list[dict[str, Any]]:
 
 
 async def _probe(provider: Any, url: str) -> dict[str, Any]:
-    from ._http import tls_context
+    from ._http import tls_context, tls_failure
     from ._httpx import httpx
 
     began = time.perf_counter()
@@ -41,6 +42,9 @@ async def _probe(provider: Any, url: str) -> dict[str, Any]:
         ) as client:
             resp = await client.get(f"{url}/{provider.probe_path}")
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        tls = tls_failure(exc)
+        if tls is not None:
+            return {"health": "tls_failure", "error": provider.redact(f"TLS/certificate: {tls}")}
         return {"health": "down", "error": provider.redact(f"{type(exc).__name__}: {exc}")}
     except httpx.HTTPError as exc:
         return {"health": "unreachable", "error": provider.redact(f"{type(exc).__name__}: {exc}")}

@@ -135,6 +135,18 @@ def test_a_certificate_that_does_not_verify_is_said_at_once_not_probed_as_down(
     assert len(accepted) == 1, accepted  # said at once: not retried, not probed
 
 
+def test_runner_providers_says_a_certificate_failure_not_down(
+    project: Project, tmp_path: Path
+) -> None:
+    with _server(b"HTTP/1.1 200 OK\r\n\r\n", _self_signed(tmp_path)) as (url, _accepted):
+        project.write("runner.toml", _toml(url))
+        res = project.cli("providers", "--json")
+    assert res.exit_code == 0, res.stderr
+    (backend,) = [b for p in res.json["configured"] for b in p["backends"]]
+    assert backend["health"] == "tls_failure", backend
+    assert "CERTIFICATE_VERIFY_FAILED" in backend["error"], backend
+
+
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 def test_a_redirect_is_said_with_its_location(project: Project, status: int) -> None:
     project.write("pipeline.yaml", PIPELINE)
