@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.engine.run.files import FileHasher
+from runner.engine.run.keys import KeyParts, with_reads
+from runner.state.canonical import digest
 from tests.conftest import Project
 from tests.engine.test_fastpath import converge, fast
+from tests.engine.test_keys import values
 
 DYNAMIC = """\
 runner: 1
@@ -259,3 +267,18 @@ def test_verify_rebuild_renders_a_computed_include_again_the_same(project: Proje
     assert project.apply("--state", ".runner")["_exit"] == 0
     code, doc = rebuild(project, "--all")
     assert code == 0 and verdicts(doc)["letter"] == "same", doc
+
+
+@given(values, st.dictionaries(st.text(min_size=1, max_size=6), st.text(max_size=8), max_size=3))
+def test_a_key_of_recorded_reads_is_the_digest_of_its_document(
+    args: object, reads: dict[str, str]
+) -> None:
+    """Parts given recorded reads carry the other parts' encodings over: their key is still
+    the digest of their whole document, and their base key is the key without the reads."""
+    parts = KeyParts("template", "2", args, {"a.j2": "f" * 64}, {}, None)
+    base = parts.key()  # encodes every part (what with_reads carries over)
+    read = {k: v for k, v in reads.items() if k != "a.j2"}
+    with_them = with_reads(parts, Path("/nonexistent"), FileHasher(None), read)
+    assert with_them.key() == digest(with_them.as_document())
+    assert with_them.base() == base and with_them.recorded == tuple(sorted(read))
+    assert with_them.summary()["base"] == base
