@@ -15,15 +15,15 @@ team's remote. So the environment is built up, not filtered down. A command gets
 - its ``env:``, which the pipeline wrote.
 
 Nothing else of runner's environment. Even a base name is withheld when it looks like a
-credential (``CREDENTIAL_NAME``) or a configured provider reads a secret from it, unless
-``pass_env`` names it. A variable named in ``pass_env`` is learnt as a secret
-(secretmask.learn): masked wherever it shows, and wiped from /proc/<runner>/environ.
+credential (``secretnames.SECRET_NAME``: *_KEY, *_TOKEN, *SECRET*, *PASSWORD*, *_PAT, ...) or
+a configured provider reads a secret from it, unless ``pass_env`` names it. A variable named in
+``pass_env`` is learnt as a secret (secretmask.learn): masked wherever it shows, and wiped from
+/proc/<runner>/environ.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 
 from .secretnames import SECRET_NAME
@@ -35,14 +35,6 @@ BASE_NAMES: tuple[str, ...] = (
     "LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME",
     "LC_ADDRESS", "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_NAME", "LC_PAPER", "LC_TELEPHONE",
 )  # fmt: skip
-
-# Names that look like a credential: *_KEY, *_TOKEN, *_SECRET, *PASSWORD*, *_PAT, and those
-# secretnames.SECRET_NAME knows (API keys, access keys, credentials...). Never given unless a
-# step's pass_env names them.
-CREDENTIAL_NAME = re.compile(
-    r"(?i)(_key$|^key$|_token$|^token$|secret|passw(or)?d|_pat$|^pat$|api_?key|access_?key"
-    r"|private_?key|credential)"
-)
 
 
 def command_environment(
@@ -75,5 +67,5 @@ def command_environment(
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether a variable's name looks like it holds a credential."""
-    return CREDENTIAL_NAME.search(name) is not None or SECRET_NAME.search(name) is not None
+    """Whether a variable's name looks like it holds a credential (secretnames.SECRET_NAME)."""
+    return SECRET_NAME.search(name) is not None

@@ -15,8 +15,12 @@ from typing import Any
 from ..errors import UsageError
 from .tomlfile import find_runner_toml
 
+# Names that look like they hold a credential: *_KEY, *_TOKEN, *SECRET*, *PASSWORD*, *_PAT,
+# API/access/private keys, credentials. Their values are masked (secretmask), and commands are
+# not given them unless a step's pass_env names them (secretenv).
 SECRET_NAME = re.compile(
-    r"(?i)(api_?key|secret|passw(or)?d|_token$|^token$|access_?key|private_?key|credential)"
+    r"(?i)(api_?key|secret|passw(or)?d|_token$|^token$|access_?key|private_?key|credential"
+    r"|_key$|^key$|_pat$|^pat$)"
 )
 
 

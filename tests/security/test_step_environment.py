@@ -17,7 +17,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from runner.source.secretenv import BASE_NAMES, command_environment
+import pytest
+
+from runner.source.secretenv import BASE_NAMES, command_environment, is_credential_name
 
 SIGN_KEY = "team-signing-key-" + "Q7x2Lm9Rt4Vb8Nc1"
 
@@ -152,3 +154,24 @@ def test_a_base_name_a_provider_reads_a_secret_from_is_withheld_unless_passed() 
     assert "HOME" not in command_environment(base=base, named={"HOME"})
     asked = command_environment(base=base, named={"HOME"}, pass_env=["HOME", "UNLISTED"])
     assert asked["HOME"] == "/home/u" and asked["UNLISTED"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("RUNNER_CACHE_KEY", True),
+        ("STRIPE_KEY", True),
+        ("GITHUB_PAT", True),
+        ("DEPLOY_TOKEN", True),
+        ("DB_SECRET", True),
+        ("SMTP_PASSWORD_FILE", True),
+        ("OPENAI_API_KEY", True),
+        ("PATH", False),
+        ("KEYBOARD_LAYOUT", False),
+        ("PATH_INFO", False),
+        ("LANG", False),
+    ],
+)
+def test_credential_like_names_are_known_as_such(name: str, credential: bool) -> None:
+    """*_KEY, *_TOKEN, *_SECRET, *PASSWORD*, *_PAT: withheld unless passed, masked if set."""
+    assert is_credential_name(name) is credential
