@@ -41,6 +41,8 @@ PROVIDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "runtime_error": ("runtime_error.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
     "partly_bad": ("partly_bad.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
 }
+# A workflow with several image outputs names the one runner keeps (else it is refused).
+OUTPUT_NODES = {"partly_bad": "2"}
 
 
 def project(root: Path, url: str, *, max_concurrency: int = 1, **extra: Any) -> None:
@@ -52,14 +54,18 @@ def project(root: Path, url: str, *, max_concurrency: int = 1, **extra: Any) -> 
             "poll_interval": 0.1, "timeout": 120, "max_concurrency": max_concurrency,
             "retry_base_delay": 0.05, "retry_max_delay": 0.2, **extra,
         }
+        if name in OUTPUT_NODES:
+            settings["output_node"] = OUTPUT_NODES[name]
         lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
         table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in subs.items())
         sections.append(f"[providers.{name}]\n{lines}substitutions = {{ {table} }}\n")
     write(root, "runner.toml", '[general]\ndefault_provider = "solid"\n\n' + "\n".join(sections))
 
 
-def images(root: Path, provider: str, *, n: int = 1, seed: int = 0, size: str = "48x32",
+def images(root: Path, provider: str, *, n: int = 1, seed: int = 0, size: str | None = "48x32",
            concurrency: int = 1, extra: str = "", prompt: str = "live/image") -> None:
+    # size None: the step asks for none (a workflow without width/height substitutions would
+    # refuse one: it cannot carry it)
     write(
         root,
         "pipeline.yaml",
@@ -74,7 +80,7 @@ steps:
       provider: {provider}
       n: {n}
       seed: {seed}
-      size: "{size}"
+{f'      size: "{size}"' if size else ""}
       concurrency: {concurrency}
 {extra}""",
     )
@@ -185,7 +191,7 @@ def test_invert_scale_and_an_uploaded_reference(tmp_path: Path, comfyui: Server)
     ref = Image.new("RGB", (20, 10), (0, 0, 0))
     ref.paste((200, 100, 50), (0, 0, 10, 10))
     ref.save(tmp_path / "ref.png")
-    images(tmp_path, "reference", extra="      references: [ref.png]\n")
+    images(tmp_path, "reference", size=None, extra="      references: [ref.png]\n")
     loaded = runner(tmp_path, "apply", "pipeline.yaml", "--json")
     assert loaded.code == 0, loaded.stderr
     out = raw(tmp_path, loaded, 1)

@@ -334,7 +334,9 @@ NEVER_PASSES = """\
       temperature: {temperature}
       max_tokens: 12
     check:
-      - {{expr: "output.text == 'a reply a random model never gives'"}}
+      # a message of its own: the check's reasons (the feedback) stay the same whatever the
+      # model says, as a check that measures nothing of the reply would word them
+      - {{expr: "output.text == 'a reply a random model never gives'", message: "say the phrase"}}
 """
 
 
