@@ -486,7 +486,10 @@ class _Planner:
         ]
         hit = self.cached.get((step.id, key))
         approved = old is None or old.decision is gates.Decision.APPROVE
-        if hit is not None and hit.status == "completed" and not reask and approved:
+        # as the apply (gatestep.asked_here): what the waiting run asked is newer than any
+        # approval another run gave
+        asked = gatestep.asked_here(self.journal, self.interp.run_id, step.id, key)
+        if hit is not None and hit.status == "completed" and not reask and approved and not asked:
             self.interp.context_steps[step.id] = {"status": "cached", "output": hit.output}
             return StepForecast(
                 step.id,
@@ -503,6 +506,10 @@ class _Planner:
         here = self._decided_here(step, key, own, decided[-1]) if decided else None
         if here is not None:
             return here
+        if own and own[-1].status is gates.RowStatus.PENDING and own[-1].key == key:
+            # asked in the run the apply continues: it waits for that answer (gatestep.decide)
+            self.interp.context_steps[step.id] = Unknown(step.id)
+            return StepForecast(step.id, step.uses, Action.ASK, ["waiting for a decision"], key)
         if old is not None and old.decision is gates.Decision.APPROVE:
             # no result to answer from (the approval was recorded, never applied): the apply
             # takes it again (gatestep._recalled) and goes on past the gate

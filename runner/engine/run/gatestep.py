@@ -93,6 +93,7 @@ def run(interp: GateHost, step: CompiledStep) -> StepOutcome:
         and hit.status == "completed"
         and step.cache is CachePolicy.USE
         and not reask
+        and not asked_here(interp.journal, interp.run_id, step.id, key)
         and (old is None or old.decision is gates.Decision.APPROVE)  # the latest decision wins
         and interp.reuse.usable(hit)
     ):
@@ -109,6 +110,16 @@ def run(interp: GateHost, step: CompiledStep) -> StepOutcome:
         return list(interp.review_rows.get(target, []))
 
     return decide(step, key, args, interp.journal, interp.recorder, Recall(old, chain, revised))
+
+
+def asked_here(journal: Journal, run_id: str, gate: str, key: str) -> bool:
+    """Whether this run asked ``gate`` about ``key`` (pending or decided): what it asked is
+    newer than any approval of another run, so the question is answered by this run's rows
+    (a `--reask` or `--force` asked it again; the run's continuation carries neither flag)."""
+    return any(
+        r.key == key and r.status is not gates.RowStatus.SUPERSEDED
+        for r in gates.decisions(journal, run_id, gate)
+    )
 
 
 def gate_key(interp: Any, step: CompiledStep, args_key: str) -> str:
