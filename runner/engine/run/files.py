@@ -49,20 +49,24 @@ class FileHasher:
         # every file hashed in this run: (size, mtime_ns, ctime_ns, inode, sha256)
         self.used: dict[str, tuple[int, int, int, int, str]] = {}
 
-    def hash(self, path: Path, *, root: Path | None = None) -> str:
+    def hash(self, path: Path, *, root: Path | None = None, used: bool = True) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing. With
         ``root`` (``path`` lies beneath it), the bytes hashed are those of the file as opened
         now, refused (source.beneath.OutsideRoot, NotRegularFile: OSErrors) when a directory
-        on its path became a symlink pointing out since the pipeline compiled."""
+        on its path became a symlink pointing out since the pipeline compiled. ``used=False``:
+        a look at bytes about to be rewritten, which no key or fingerprint depends on (their
+        signature would be stale by the time the run's fingerprint is recorded)."""
         st = os.stat(path)
         key = str(path)
         sig = signature(st)
         cached = self.known.get(key)
         if cached is not None and cached[:4] == sig:
-            self.used[key] = (*sig, cached[4])
+            if used:
+                self.used[key] = (*sig, cached[4])
             return cached[4]
         digest = sha256_file(path) if root is None else _sha256_beneath(root, path)
-        self.used[key] = (*sig, digest)
+        if used:
+            self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its
         # signature changing ("racily clean"): only trust signatures that are old enough. By
         # ctime, as every change moves it (an mtime may have been set back to long ago).

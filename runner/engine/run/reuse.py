@@ -237,7 +237,7 @@ class Reuse:
             if path is None or not path.is_file():
                 continue  # missing (nothing to lose), or refused by the step itself
             try:
-                now = self.hasher.hash(path)
+                now = self.hasher.hash(path, used=False)  # the step writes it again next
             except OSError:
                 continue
             if self.objects.has(now):
