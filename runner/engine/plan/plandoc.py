@@ -28,8 +28,14 @@ def plan_document(
     item: str | None = None,
     max_cost: float | None = None,
     plan: Any = None,
+    *,
+    reask: tuple[str, ...] = (),
+    retry_uncertain: bool = False,
 ) -> tuple[dict[str, Any], Any]:
     """Compile (unless given), forecast and price. Returns (the --json document, the Forecast).
+
+    ``force``, ``reask`` and ``retry_uncertain`` are apply's flags of the same names: the plan
+    of an apply given them (every flag of apply that changes what runs is one of plan's).
 
     While the no-op fast path's fingerprint holds (nothing the converged run read has changed;
     the pipeline at most in comments or layout), the forecast is read from it: every step
@@ -42,13 +48,15 @@ def plan_document(
 
     state_path = state_dir_for(file, state_dir)
     fc = None
-    if plan is None and not force:
+    if plan is None and not force and not reask and not retry_uncertain:
         fc, limit = _from_fingerprint(state_path, file, overrides, item)
     if fc is not None:
         directory, pipeline_limit = Path(limit["directory"]), limit["max_cost"]
         limit_source = f"{limit['file']} limits.max_cost"
     else:
-        plan, fc = _forecast(file, overrides, state_path, force, item, plan)
+        plan, fc = _forecast(
+            file, overrides, state_path, force, item, plan, reask, retry_uncertain
+        )
         directory, pipeline_limit = plan.directory, plan.limits.max_cost
         limit_source = f"{plan.file.name} limits.max_cost"
     prices = load_prices(directory)
@@ -99,8 +107,11 @@ def _forecast(
     force: tuple[str, ...],
     item: str | None,
     plan: Any,
+    reask: tuple[str, ...] = (),
+    retry_uncertain: bool = False,
 ) -> tuple[Any, Any]:
-    """The compiled plan and the planner's forecast (the full path)."""
+    """The compiled plan and the planner's forecast (the full path). Raises UsageError for a
+    --force that names no step or a --reask that names no human_gate (as apply does)."""
     from ...errors import UsageError
     from ...pipeline.compiler import compile_pipeline
     from .planner import forecast
@@ -109,9 +120,28 @@ def _forecast(
     for f in force:
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
+    check_reask(plan, reask)
     forced = frozenset(plan.downstream(set(force))) if force else frozenset()
     with read_state(state_path) as (journal, objects):
-        return plan, forecast(plan, journal, objects, state_path, forced, item)
+        return plan, forecast(
+            plan,
+            journal,
+            objects,
+            state_path,
+            forced,
+            item,
+            reask=frozenset(reask),
+            retry_uncertain=retry_uncertain,
+        )
+
+
+def check_reask(plan: Any, reask: tuple[str, ...]) -> None:
+    """Raises UsageError for a --reask that names no human_gate step of ``plan``."""
+    from ...errors import UsageError
+
+    for g in reask:
+        if g not in plan.steps or plan.steps[g].uses != "human_gate":
+            raise UsageError(f"--reask: '{g}' is not a human_gate step of {plan.name}")
 
 
 def _from_fingerprint(
@@ -183,6 +213,9 @@ def check_budget_first(
     force: tuple[str, ...],
     item: str | None,
     max_cost: float | None,
+    *,
+    reask: tuple[str, ...] = (),
+    retry_uncertain: bool = False,
 ) -> None:
     """Before an apply: when any budget is set, plan and refuse (OverBudget) above it."""
     if max_cost is None and plan.limits.max_cost is None:
@@ -198,5 +231,15 @@ def check_budget_first(
     )
     if not budgets:
         return  # no budget: no planning cost on the apply's path
-    _doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost, plan=plan)
+    _doc, fc = plan_document(
+        file,
+        overrides,
+        state_dir,
+        force,
+        item,
+        max_cost,
+        plan=plan,
+        reask=reask,
+        retry_uncertain=retry_uncertain,
+    )
     check_budget(estimate(fc, prices), budgets)

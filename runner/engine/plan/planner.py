@@ -56,8 +56,12 @@ def forecast(
     state_dir: Path,
     force: frozenset[str] = frozenset(),
     item: str | None = None,
+    *,
+    reask: frozenset[str] = frozenset(),
+    retry_uncertain: bool = False,
 ) -> Forecast:
-    """Per step and element, what ``apply`` would do now, and why. Reads only."""
+    """Per step and element, what ``apply`` would do now, and why (``force``, ``reask`` and
+    ``retry_uncertain`` as apply's flags). Reads only."""
     from ..run.apply import _LazyProviders, resolve_item
     from ..run.interpreter import Interpreter
     from ..run.options import ApplyOptions
@@ -73,7 +77,12 @@ def forecast(
         objects=objects,
         state_dir=state_dir,
         options=ApplyOptions(
-            item=item, force=force, dry_run=True, run_id=waiting[0] if waiting else None
+            item=item,
+            force=force,
+            reask=reask,
+            retry_uncertain=retry_uncertain,
+            dry_run=True,
+            run_id=waiting[0] if waiting else None,
         ),
         providers=_LazyProviders(plan.root),
     )
@@ -329,7 +338,25 @@ class _Planner:
             if drift:
                 return ElementForecast(index, Action.RESTORE, drift, key)
             return ElementForecast(index, Action.CACHED, ["key matches a completed run"], key)
-        return ElementForecast(index, Action.RUN, self._why(step, index, key, parts), key)
+        why = self._why(step, index, key, parts)
+        return ElementForecast(index, Action.RUN, [*self._began(step, key), *why], key)
+
+    def _began(self, step: CompiledStep, key: str) -> list[str]:
+        """A step not safe to repeat whose body began before and was never seen to end
+        (engine/run/once.py): the apply fails it unless --retry-uncertain (or --force) says
+        to run it, so the plan says which the apply would do."""
+        if step.repeat_safe:
+            return []
+        from ..run import once
+
+        if once.seen(once.mark_path(self.interp.state_dir, key)) is None:
+            return []
+        if self.interp.options.retry_uncertain:
+            return ["began before and was never seen to end: runs again (--retry-uncertain)"]
+        return [
+            "began before and was never seen to end (repeat_safe: false): the apply would "
+            f"fail it without running; --retry-uncertain or --force {step.id} runs it"
+        ]
 
     def _why(self, step: CompiledStep, index: int, key: str, parts: KeyParts) -> list[str]:
         # The item's own history: another item's run is not this one's "before" (a new

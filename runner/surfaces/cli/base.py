@@ -211,6 +211,27 @@ def max_cost_option(fn: F) -> F:
     )(fn)
 
 
+def reask_option(fn: F) -> F:
+    # apply's and plan's (with apply --dry-run): a flag that changes what runs is on both
+    return click.option(
+        "--reask",
+        multiple=True,
+        metavar="GATE",
+        help="Ask GATE again, though a decision was made before on the same inputs (an "
+        "approval, a rejection or a revision is otherwise given again).",
+    )(fn)
+
+
+def retry_uncertain_option(fn: F) -> F:
+    return click.option(
+        "--retry-uncertain",
+        is_flag=True,
+        help="Send again provider calls whose reply was lost, and start again a repeat_safe: "
+        "false body never seen to end (the backend may have completed and billed them: this "
+        "may pay twice).",
+    )(fn)
+
+
 def param_option(fn: F) -> F:
     return click.option(
         "-p",

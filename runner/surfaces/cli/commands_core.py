@@ -25,6 +25,8 @@ from .base import (
     param_option,
     parse_params,
     pipeline_arg,
+    reask_option,
+    retry_uncertain_option,
     state_option,
 )
 from .openstate import open_state
@@ -70,13 +72,7 @@ def _install_sigterm() -> None:
 @param_option
 @jobs_option
 @click.option("--force", multiple=True, metavar="STEP", help="Re-run STEP and its downstream.")
-@click.option(
-    "--reask",
-    multiple=True,
-    metavar="GATE",
-    help="Ask GATE again, though a decision was made before on the same inputs (an approval, "
-    "a rejection or a revision is otherwise given again).",
-)
+@reask_option
 @click.option("--dry-run", is_flag=True, help="The same as `runner plan`: run and write nothing.")
 @click.option("--item", default=None, help="What this run is for (one active run per item).")
 @events_option
@@ -87,12 +83,7 @@ def _install_sigterm() -> None:
     default=None,
     help="Also copy each compliant final image to DIR/<item>-<ordinal>.<ext>.",
 )
-@click.option(
-    "--retry-uncertain",
-    is_flag=True,
-    help="Send again provider calls whose reply was lost (the backend may have completed and "
-    "billed them: this may pay twice).",
-)
+@retry_uncertain_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @max_cost_option
 @click.option(
@@ -166,7 +157,16 @@ def apply(
         from ...engine.plan.plandoc import plan_document
         from .commands_plan import finish_plan
 
-        doc, fc = plan_document(file, overrides, state_dir, force, item, max_cost)
+        doc, fc = plan_document(
+            file,
+            overrides,
+            state_dir,
+            force,
+            item,
+            max_cost,
+            reask=reask,
+            retry_uncertain=retry_uncertain,
+        )
         finish_plan(doc, fc, as_json=as_json, detailed=False)
     state_path = state_dir_for(file, state_dir)
     pipeline_path = file.resolve()
@@ -200,13 +200,21 @@ def apply(
     for f in force:
         if f not in plan.steps:
             raise UsageError(f"--force: unknown step '{f}'")
-    for g in reask:
-        if g not in plan.steps or plan.steps[g].uses != "human_gate":
-            raise UsageError(f"--reask: '{g}' is not a human_gate step of {plan.name}")
-    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
-    from ...engine.plan.plandoc import check_budget_first
+    from ...engine.plan.plandoc import check_budget_first, check_reask
 
-    check_budget_first(file, plan, overrides, state_dir, force, item, max_cost)
+    check_reask(plan, reask)
+    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
+    check_budget_first(
+        file,
+        plan,
+        overrides,
+        state_dir,
+        force,
+        item,
+        max_cost,
+        reask=reask,
+        retry_uncertain=retry_uncertain,
+    )
     from ...engine.run.preflight import check_out_dir
 
     check_out_dir(plan, out_dir)

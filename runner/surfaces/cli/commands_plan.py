@@ -17,6 +17,8 @@ from .base import (
     param_option,
     parse_params,
     pipeline_arg,
+    reask_option,
+    retry_uncertain_option,
     state_option,
 )
 from .termtext import echo
@@ -109,6 +111,8 @@ def finish_plan(doc: dict[str, Any], fc: Any, *, as_json: bool, detailed: bool) 
 @click.option(
     "--force", multiple=True, metavar="STEP", help="Plan STEP and its downstream as forced."
 )
+@reask_option
+@retry_uncertain_option
 @click.option("--item", default=None, help="The item the apply would be for.")
 @max_cost_option
 @click.option(
@@ -122,6 +126,8 @@ def plan_cmd(
     file: Path,
     params: tuple[str, ...],
     force: tuple[str, ...],
+    reask: tuple[str, ...],
+    retry_uncertain: bool,
     item: str | None,
     max_cost: float | None,
     detailed_exitcode: bool,
@@ -136,9 +142,21 @@ def plan_cmd(
     Actions: run, cached, restore (an output is missing or was edited by hand), unknown
     (depends on an upstream result not known before it runs), skip, ask (a human gate).
 
+    Takes every flag of apply that changes what runs (-p, --force, --reask,
+    --retry-uncertain, --item, --max-cost): the plan is that apply's.
+
     Example: runner plan pipelines/thumbnail.yaml --json
     """
-    doc, fc = plan_document(file, parse_params(params), state_dir, force, item, max_cost)
+    doc, fc = plan_document(
+        file,
+        parse_params(params),
+        state_dir,
+        force,
+        item,
+        max_cost,
+        reask=reask,
+        retry_uncertain=retry_uncertain,
+    )
     finish_plan(doc, fc, as_json=as_json, detailed=detailed_exitcode)
 
 
