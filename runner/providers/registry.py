@@ -20,6 +20,7 @@ BUILTINS: dict[str, str] = {
     "fake": "runner.providers.fake:FakeProvider",
     "openai": "runner.providers.openai:OpenAIProvider",
     "ollama": "runner.providers.ollama:OllamaProvider",
+    "anthropic": "runner.providers.anthropic:AnthropicProvider",
     "a1111": "runner.providers.a1111:A1111Provider",
     "comfyui": "runner.providers.comfyui:ComfyUIProvider",
 }
