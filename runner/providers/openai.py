@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ..errors import ProviderError
@@ -55,6 +55,9 @@ from .base import (
     TextResult,
 )
 from .honours import TEXT_FIELDS, Honours
+
+if TYPE_CHECKING:
+    from .openai_batch import OpenAIBatches
 
 MAX_REFERENCES = 16
 # The sizes the Images API takes, per model family (its reference for `size`); "auto" is not a
@@ -148,7 +151,10 @@ class OpenAIProvider(HttpProvider):
     )
     # How a schema is put on the wire, not what is asked: the same reply, the same profile.
     operational_settings: ClassVar[frozenset[str]] = HttpProvider.operational_settings | {
-        "structured_output"
+        "structured_output",
+        # batch mode: how long an apply waits on a running batch, and a smaller split
+        "batch_wait",
+        "batch_max_requests",
     }
     defaults: ClassVar[dict[str, Any]] = {
         "model": "gpt-4o-mini",
@@ -296,8 +302,7 @@ class OpenAIProvider(HttpProvider):
                 reply = await self._post(client, url, request, data=form, files=files)
             else:
                 url = "images/generations"
-                body = {"model": model, "prompt": request.prompt, "n": 1, "size": size, **params}
-                reply = await self._post(client, url, request, json=body)
+                reply = await self._post(client, url, request, json=self.image_body(request))
             data = reply.get("data")
             if not isinstance(data, list) or not data or not isinstance(data[0], dict):
                 raise self.bad_reply(f"POST {url}", "no data[0] in the reply")
@@ -322,6 +327,14 @@ class OpenAIProvider(HttpProvider):
         )
         return ImageResult(image=image, metadata=meta, usage=usage)
 
+    def image_body(self, request: ImageRequest) -> dict[str, Any]:
+        """The JSON body of ``request`` (no references) on /images/generations: what a direct
+        call sends, and a batch line's ``body`` (openai_batch.py)."""
+        model = str(request.params.get("model") or self.settings["image_model"])
+        size = f"{request.size[0]}x{request.size[1]}"
+        params = {k: v for k, v in self._params(request.params).items() if k != "model"}
+        return {"model": model, "prompt": request.prompt, "n": 1, "size": size, **params}
+
     async def _download(self, client: httpx.AsyncClient, url: str) -> bytes:
         # A hosted URL is on another origin: fetch it with a client that carries no credentials.
         if urlsplit(url).scheme not in ("http", "https"):
@@ -338,11 +351,34 @@ class OpenAIProvider(HttpProvider):
     # --- chat -------------------------------------------------------------------------------
 
     async def generate_text(self, request: TextRequest) -> TextResult:
+        body = self.chat_body(request)
+        url = "chat/completions"
+        form: str | None = None
+        async with self.client(request.timeout) as client:
+            if request.json_schema is None:
+                reply = await self._post(client, url, request, json=body)
+            else:
+                form = await self._structured_form(client)
+                while True:
+                    sent = _with_schema(body, request.json_schema, self._strict(request), form)
+                    try:
+                        reply = await self._post(client, url, request, json=sent)
+                        break
+                    except ProviderError as exc:
+                        form = self._next_form(form, exc)
+                self._form = form
+        return self.chat_result(reply, request, form)
+
+    def _strict(self, request: TextRequest) -> Any:
+        strict = self._params(request.params).get("strict")
+        return self.settings.get("strict_schema") if strict is None else strict
+
+    def chat_body(self, request: TextRequest, form: str | None = None) -> dict[str, Any]:
+        """The JSON body of ``request`` on /chat/completions (with its schema in ``form``, when
+        given): what a direct call sends, and a batch line's ``body`` (openai_batch.py)."""
         model = request.model or str(self.settings["model"])
         params = self._params(request.params)
-        strict = params.pop("strict", None)
-        if strict is None:
-            strict = self.settings.get("strict_schema")
+        params.pop("strict", None)
         messages = [self._message(m) for m in request.messages]
         body: dict[str, Any] = {"model": model, "messages": messages, **params}
         if request.temperature is not None:
@@ -357,21 +393,16 @@ class OpenAIProvider(HttpProvider):
             body["response_format"] = {"type": "json_object"}
             if not mentions_json(messages):  # the API refuses json_object otherwise
                 body["messages"] = [{"role": "system", "content": JSON_INSTRUCTION}, *messages]
+        if form is not None and request.json_schema is not None:
+            body = _with_schema(body, request.json_schema, self._strict(request), form)
+        return body
+
+    def chat_result(
+        self, reply: dict[str, Any], request: TextRequest, form: str | None
+    ) -> TextResult:
+        """The TextResult of a /chat/completions ``reply`` (a direct one, or a batch line's)."""
         url = "chat/completions"
-        form: str | None = None
-        async with self.client(request.timeout) as client:
-            if request.json_schema is None:
-                reply = await self._post(client, url, request, json=body)
-            else:
-                form = await self._structured_form(client)
-                while True:
-                    sent = _with_schema(body, request.json_schema, strict, form)
-                    try:
-                        reply = await self._post(client, url, request, json=sent)
-                        break
-                    except ProviderError as exc:
-                        form = self._next_form(form, exc)
-                self._form = form
+        model = request.model or str(self.settings["model"])
         try:
             choice = reply["choices"][0]
             message = choice["message"]
@@ -395,6 +426,12 @@ class OpenAIProvider(HttpProvider):
         if form is not None:
             meta["structured_output"] = form
         return TextResult(text=text, metadata=meta, usage=usage)
+
+    def batch_api(self) -> OpenAIBatches:
+        """Its /files and /batches endpoints (batch mode: docs/providers.md)."""
+        from .openai_batch import OpenAIBatches
+
+        return OpenAIBatches(self)
 
     # --- structured output ------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 do not edit (a test compares it with what the migrations build)."""
 # ruff: noqa: E501
 
-VERSION = 8
+VERSION = 9
 
 STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL)',
@@ -22,4 +22,8 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE INDEX "idx_decisions_run_id_gate"\n    ON "decisions" ("run_id", "gate")',
     'CREATE TABLE "overrides" (\n   "id" INTEGER PRIMARY KEY,\n   "pipeline" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "contract" TEXT,\n   "output" TEXT,\n   "status" TEXT,\n   "reason" TEXT,\n   "created_at" REAL\n)',
     'CREATE INDEX "idx_overrides_pipeline_step_id_element_status"\n    ON "overrides" ("pipeline", "step_id", "element", "status")',
+    'CREATE TABLE "batches" (\n   "id" TEXT PRIMARY KEY,\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "provider" TEXT,\n   "endpoint" TEXT,\n   "status" TEXT,\n   "file_id" TEXT,\n   "remote_id" TEXT,\n   "remote_status" TEXT,\n   "total" INTEGER,\n   "done" INTEGER,\n   "failed" INTEGER,\n   "expires_at" REAL,\n   "created_at" REAL,\n   "updated_at" REAL,\n   "error" TEXT\n)',
+    'CREATE INDEX "idx_batches_run_id"\n    ON "batches" ("run_id")',
+    'CREATE TABLE "batch_items" (\n   "batch_id" TEXT,\n   "key" TEXT,\n   "line" BLOB,\n   "status" TEXT,\n   "answer" TEXT,\n   "error" TEXT,\n   PRIMARY KEY ("batch_id", "key")\n)',
+    'CREATE INDEX "idx_batch_items_key"\n    ON "batch_items" ("key")',
 )

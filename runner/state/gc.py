@@ -24,7 +24,7 @@ _HEX = re.compile(r"\b[0-9a-f]{64}\b")
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 # "m" is refused: minutes or months? (it meant minutes before, which nobody guessed)
 _UNIT = {"s": 1, "sec": 1, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-_ALWAYS_KEPT = ("running", "awaiting_human", "cancelling")
+_ALWAYS_KEPT = ("running", "awaiting_human", "awaiting_batch", "cancelling")
 
 
 def parse_age(text: str) -> float:
@@ -160,12 +160,12 @@ def _collect(
     )
     result.runs_deleted = sorted(doomed)
     result.runs_kept = len(runs) - len(doomed)
-    # Keys the kept runs resolve to: their cache entries must survive. By key, whatever the
-    # step: a renamed step resolves to the result its key has under the id it had (journal.py
-    # CachedResults).
+    # Keys the kept runs resolve to: their cache entries must survive.
     used = {
-        (r["pipeline"], r["key"])
-        for r in journal.query("SELECT pipeline, key, run_id FROM executions WHERE key IS NOT NULL")
+        (r["pipeline"], r["step_id"], r["key"])
+        for r in journal.query(
+            "SELECT pipeline, step_id, key, run_id FROM executions WHERE key IS NOT NULL"
+        )
         if r["run_id"] not in doomed
     }
     doomed_execs: list[int] = []
@@ -177,7 +177,7 @@ def _collect(
         ):
             if (
                 e["status"] in ("completed", "partial")
-                and (e["pipeline"], e["key"]) in used
+                and (e["pipeline"], e["step_id"], e["key"]) in used
             ):
                 continue
             doomed_execs.append(int(e["id"]))

@@ -188,6 +188,47 @@ def _m8_file_ctime(db: Any) -> None:
     db["file_hashes"].add_column("ctime_ns", int)
 
 
+def _m9_batches(db: Any) -> None:
+    # Batch mode (engine/run/batchdesk.py): a provider batch journaled before it is made
+    # (status intent), then its uploaded file, then the service's batch id, so a crash at any
+    # point re-attaches to it rather than paying for its requests twice. ``items`` holds each
+    # request (its call key, the custom_id) and, once collected, its answer or failure.
+    db["batches"].create(
+        {
+            "id": str,
+            "run_id": str,
+            "step_id": str,
+            "provider": str,
+            "endpoint": str,
+            "status": str,
+            "file_id": str,
+            "remote_id": str,
+            "remote_status": str,
+            "total": int,
+            "done": int,
+            "failed": int,
+            "expires_at": float,
+            "created_at": float,
+            "updated_at": float,
+            "error": str,
+        },
+        pk="id",
+    )
+    db["batches"].create_index(["run_id"])
+    db["batch_items"].create(
+        {
+            "batch_id": str,
+            "key": str,
+            "line": bytes,
+            "status": str,
+            "answer": str,
+            "error": str,
+        },
+        pk=("batch_id", "key"),
+    )
+    db["batch_items"].create_index(["key"])
+
+
 TABLES = (
     "runs",
     "executions",
@@ -198,6 +239,8 @@ TABLES = (
     "iterations",
     "decisions",
     "overrides",
+    "batches",
+    "batch_items",
 )
 
 MIGRATIONS: list[Migration] = [
@@ -209,6 +252,7 @@ MIGRATIONS: list[Migration] = [
     _m6_call_records,
     _m7_execution_worker,
     _m8_file_ctime,
+    _m9_batches,
 ]
 
 

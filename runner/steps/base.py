@@ -60,6 +60,15 @@ class Ledger(Protocol):
     def note_remote_job(self, key: str, job: Mapping[str, Any] | None) -> None: ...
 
 
+class BatchAccess(Protocol):
+    """Batch mode (engine/run/batchdesk.py): the answer to call ``key`` from a provider's batch
+    (a providers.batchapi.LineResult), or BatchPending raised while it waits in one."""
+
+    async def answer(
+        self, *, step_id: str, provider: Any, api: Any, key: str, endpoint: str, body: Any
+    ) -> Any: ...
+
+
 class ProviderAccess(Protocol):
     """How a step reaches model providers without knowing configuration files."""
 
@@ -79,6 +88,7 @@ class StepEnv:
     pipeline_file: Path | None = None
     # The user accepts paying twice: calls whose reply was lost are sent again (--retry-uncertain).
     retry_uncertain: bool = False
+    batches: BatchAccess | None = None  # the run's batches (None: no batch mode, e.g. plan)
 
     @cached_property
     def secret_names(self) -> frozenset[str]:

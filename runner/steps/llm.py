@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
+from ..providers.batchapi import batch_api_of
 from ..providers.calls import (
     CallLog,
     Event,
@@ -143,6 +144,10 @@ class LlmStep(StepType):
     description: ClassVar[str] = "ask a text provider; the reply must pass the step's check"
     requires_check: ClassVar[bool] = True
     produces_prompt: ClassVar[bool] = True
+    key_neutral: ClassVar[Mapping[str, str]] = {
+        "batch": "how the calls are sent, not what they ask: a batch line is the direct request, "
+        "under the same call key"
+    }
     output_doc: ClassVar[dict[str, str]] = {
         "text": "string: the reply",
         "json": "the reply parsed, with `format: json` (else null)",
@@ -175,6 +180,11 @@ class LlmStep(StepType):
             "schema": {"type": "object", "description": "JSON Schema the JSON reply must meet"},
             "max_tokens": {"type": ["integer", "null"], "minimum": 1},
             "params": {"type": "object", "description": "provider-specific parameters"},
+            "batch": {
+                "type": "boolean",
+                "description": "send the calls through the provider's batch API (half price; "
+                "the run suspends, awaiting_batch, until a later apply collects them)",
+            },
         },
         "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
     }
@@ -270,7 +280,7 @@ class LlmStep(StepType):
         if round_ is not None:
             _unlike_earlier_rounds(ctx, request, profile)
         canonical = canonical_request(request)
-        record = await self._call(ctx, provider, request, canonical)
+        record = await self._call(ctx, provider, request, canonical, batch=bool(args.get("batch")))
         refusal = (record.get("metadata") or {}).get("refusal")
         if refusal:  # the model declined: its words, not a parse error about an empty reply
             raise StepFailure(f"{provider.name}: the model refused: {refusal}", check=True)
@@ -301,6 +311,8 @@ class LlmStep(StepType):
         provider: Provider,
         request: TextRequest,
         summary: dict[str, Any],
+        *,
+        batch: bool = False,
     ) -> dict[str, Any]:
         """The ledger record of this call: reused when completed before, else made now."""
         key = request.idempotency_key
@@ -332,6 +344,8 @@ class LlmStep(StepType):
             "attempt": ctx.attempt,
             "request": summary,
         }
+        if batch:
+            return await self._batched(ctx, provider, request, meta)
         if ctx.ledger is not None:
             ctx.ledger.begin(key, jsonable(meta))
             await ctx.ledger.durable()  # in flight, committed, before the provider is called
@@ -360,6 +374,54 @@ class LlmStep(StepType):
             log.err("failed", error_summary(exc))
             reason = failure_reason(provider, exc)
             raise StepFailure(reason, retryable=exc.transient) from None
+        return await self._keep(ctx, provider, key, result, log, asked)
+
+    async def _batched(
+        self, ctx: StepContext, provider: Provider, request: TextRequest, meta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The call answered through the provider's batch API (batch mode): the same request
+        under the same key, journaled as the ledger's row once the batch has answered it.
+        Raises BatchPending while it waits, StepFailure when its request failed in the batch
+        (retryable when the service's failure was transient: a later batch sends it again)."""
+        api = batch_api_of(provider)
+        if api is None or ctx.env.batches is None:
+            raise StepFailure(f"{provider.name}: this provider has no batch API (batch: true)")
+        key = request.idempotency_key
+        endpoint, body = api.text_body(request)
+        line = await ctx.env.batches.answer(
+            step_id=ctx.step_id, provider=provider, api=api, key=key, endpoint=endpoint, body=body
+        )
+        log = CallLog(ctx.log_dir, key, provider.redactor)
+        asked = Event("request", {**meta, "batch": True})
+        if ctx.ledger is not None:
+            ctx.ledger.begin(key, jsonable({**meta, "batch": True}))
+            ctx.ledger.sent(key)
+        if line.body is None:
+            if ctx.ledger is not None:
+                ctx.ledger.fail(key, line.message, "failed")
+                await ctx.ledger.durable()
+            log.write_out(asked)
+            log.err("failed", {"batch": True, "status": line.status_code, "message": line.message})
+            raise StepFailure(f"{provider.name} (batch): {line.message}", retryable=line.transient)
+        try:
+            result = api.text_result(line.body, request)
+        except ProviderError as exc:
+            if ctx.ledger is not None:
+                ctx.ledger.fail(key, exc.message, "failed")
+                await ctx.ledger.durable()
+            raise StepFailure(exc.message) from None
+        return await self._keep(ctx, provider, key, result, log, asked)
+
+    async def _keep(
+        self,
+        ctx: StepContext,
+        provider: Provider,
+        key: str,
+        result: TextResult,
+        log: CallLog,
+        asked: Event,
+    ) -> dict[str, Any]:
+        """The call's ledger record of ``result``, recorded, its object and log written."""
         # A reply that echoes a key (a prompt-injected model, a proxy) is masked before it is
         # stored anywhere: object, ledger, output, log.
         text = provider.redactor.redact(result.text)

@@ -69,7 +69,9 @@ def forecast(
     item = resolve_item(plan, item)
     # The apply would continue a run waiting at a gate (same run id: `run.id` keeps its value).
     waiting = [
-        r["id"] for r in journal.active_runs(plan.name, item) if r["status"] == "awaiting_human"
+        r["id"]
+        for r in journal.active_runs(plan.name, item)
+        if r["status"] in ("awaiting_human", "awaiting_batch")
     ]
     interp = Interpreter(
         plan,
@@ -97,7 +99,7 @@ class _Planner:
         self.force = force
         self.hasher = PlanHasher(self.journal)
         interp.reuse.hasher = self.hasher
-        self.cached = self.journal.cached_results(plan.name, steps=plan.steps.keys())
+        self.cached = self.journal.cached_results(plan.name)
         self.edited = overrides.any_active(self.journal, plan.name)
         self.outcomes: dict[str, StepForecast] = {}
         self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output

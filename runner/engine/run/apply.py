@@ -147,11 +147,11 @@ async def apply_plan_async(
     # Shared with other applies, never with gc: objects this run reuses stay until recorded.
     with state.objects.in_use(), item_lock(state, plan, options.item):
         if options.resume_run_id is None and options.run_id is None and not options.dry_run:
-            # A run suspended at a human gate for this item continues (same run id).
+            # A run suspended at a human gate or on a batch for this item continues (same id).
             waiting = [
                 r
                 for r in state.journal.active_runs(plan.name, options.item)
-                if r["status"] == "awaiting_human"
+                if r["status"] in ("awaiting_human", "awaiting_batch")
             ]
             if waiting:
                 options.resume_run_id = waiting[0]["id"]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...pipeline.compiler import CompiledStep
+from ...providers.batchapi import BatchPending
 from ...steps.base import StepContext, StepResult
 from . import once
 from .events import EventType
@@ -100,6 +101,16 @@ async def attempt(
         except asyncio.CancelledError:
             recorder.cancelled(exec_id, n)
             raise  # a mark stays: nobody knows whether the body took effect
+        if isinstance(body.failure, BatchPending):
+            # Its call waits in a provider's batch: suspended, not failed (batchdesk.py); the
+            # desk says where the batch stands, once per batch rather than per element.
+            if mark is not None:
+                once.clear(mark)
+            recorder.awaiting_batch(exec_id, n, body.reason, time.perf_counter() - t0)
+            return ElementOutcome(
+                el_index, StepStatus.AWAITING_BATCH, key, None, body.reason,
+                duration_s=time.perf_counter() - t0,
+            )  # fmt: skip
         seen_to_end = not body.uncertain and not isinstance(body.failure, once.NotRepeated)
         if mark is not None and seen_to_end:
             once.clear(mark)  # its outcome is back: a later attempt or apply may start it

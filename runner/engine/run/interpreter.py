@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import expr as ex
-from ...errors import DiskFull, ExpressionError, RunnerError, StepFailure
+from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
@@ -32,6 +32,7 @@ from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...steps.base import ProviderAccess, StepEnv
 from . import gates, gatestep
+from .batchdesk import BatchDesk
 from .events import EventType, NullReporter, Reporter
 from .execution import Executions
 from .executors import Executor
@@ -102,6 +103,8 @@ class Interpreter(Executions):
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
         self.recorder = Recorder(journal, reporter or NullReporter(), self.run_id, plan.name)
+        self.batches = BatchDesk(journal, self.run_id, say=self._say_batch)
+        self.env.batches = self.batches
         self.scheduler = Scheduler(plan, self.options.jobs)
         self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)
         self.recorded = RecordedReads(journal, plan.name)  # what bodies read, as recorded
@@ -170,9 +173,7 @@ class Interpreter(Executions):
         plan = self.plan
         gatestep.check_gates(plan)
         # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
-        self.cached = self.journal.cached_results(
-            plan.name, preload=not self.options.reuse, steps=plan.steps.keys()
-        )
+        self.cached = self.journal.cached_results(plan.name, preload=not self.options.reuse)
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item
@@ -344,12 +345,28 @@ class Interpreter(Executions):
                 outcome = await self._for_each(step)
             else:
                 outcome = _plain(step, await self._execution(step, None, None, has_item=False))
+            if self.batches.waiting(step.id):  # its elements have all asked: send them
+                outcome = await self._send_batches(step, outcome)
         except DiskFull:  # not this step's failure: the run stops (apply marks it interrupted)
             raise
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
             outcome = self._failed(step, exc)
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
+
+    async def _send_batches(self, step: CompiledStep, outcome: StepOutcome) -> StepOutcome:
+        """Make the batches ``step``'s elements queued; a service that refuses fails the step
+        (its batch rows stay: the next apply goes on from them, nothing made twice)."""
+        try:
+            await self.batches.flush(step.id)
+        except ProviderError as exc:
+            reason = f"its batch could not be sent: {exc.message}"
+            self.recorder.emit(EventType.STEP_FAILED, step.id, reason=reason)
+            return StepOutcome(step.id, StepStatus.FAILED, reason=reason, elements=outcome.elements)
+        return outcome
+
+    def _say_batch(self, step_id: str, text: str) -> None:
+        self.recorder.emit(EventType.STEP_WAITING, step_id, None, where=text)
 
     def _journal_reused(self, outcome: StepOutcome) -> StepOutcome:
         """A step answered by the caller's earlier outcome (watch's last cycle) is journaled in

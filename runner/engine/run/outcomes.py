@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 REJECTED_EXIT = 8  # a reviewer rejected the run: not an error, but nothing was committed
+AWAITING_BATCH_EXIT = 11  # calls wait in a provider's batch: apply or resume collects them
 
 
 class StepStatus(enum.Enum):
@@ -21,6 +22,8 @@ class StepStatus(enum.Enum):
     FAILED = "failed"
     PARTIAL = "partial"
     AWAITING_HUMAN = "awaiting_human"
+    # calls wait in a provider's batch (batch mode): suspended as at a gate, collected later
+    AWAITING_BATCH = "awaiting_batch"
     REJECTED = "rejected"  # a human_gate's decision: nothing downstream of it runs
 
     @property
@@ -31,6 +34,7 @@ class StepStatus(enum.Enum):
 class RunStatus(enum.Enum):
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"
+    AWAITING_BATCH = "awaiting_batch"
     COMPLETED = "completed"
     PARTIAL = "partial"
     FAILED = "failed"
@@ -141,6 +145,8 @@ def run_status(steps: list[StepOutcome], *, aborted: bool = False) -> tuple[RunS
         return RunStatus.REJECTED, REJECTED_EXIT
     if any(s.status is StepStatus.AWAITING_HUMAN for s in steps):
         return RunStatus.AWAITING_HUMAN, 7
+    if any(s.status is StepStatus.AWAITING_BATCH for s in steps):
+        return RunStatus.AWAITING_BATCH, AWAITING_BATCH_EXIT
     failed = [s for s in steps if s.status is StepStatus.FAILED]
     partial = [s for s in steps if s.status is StepStatus.PARTIAL]
     succeeded = [s for s in steps if s.status.succeeded or s.status is StepStatus.PARTIAL]
@@ -172,6 +178,11 @@ def for_each_outcome(step_id: str, elements: list[ElementOutcome]) -> StepOutcom
     failed = [e for e in elements if e.status is StepStatus.FAILED]
     ok = [e for e in elements if e.status.succeeded or e.status is StepStatus.PARTIAL]
     output = [e.output for e in elements if e.status.succeeded]
+    waiting = [e for e in elements if e.status is StepStatus.AWAITING_BATCH]
+    if waiting:  # the step is not over: its dependents wait for the batch as for a gate
+        why = f"{len(waiting)} of {len(elements)} elements wait in a batch: {waiting[0].reason}"
+        return StepOutcome(step_id, StepStatus.AWAITING_BATCH, None, output, why,
+                           elements=elements)  # fmt: skip
     if failed and not ok:
         status = StepStatus.FAILED
     elif failed or any(e.status is StepStatus.PARTIAL for e in elements):

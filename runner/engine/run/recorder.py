@@ -121,7 +121,7 @@ class Progress:
             entry["done"] += 1
         elif status is StepStatus.SKIPPED:
             entry["skipped"] += 1
-        elif status is StepStatus.AWAITING_HUMAN:
+        elif status in (StepStatus.AWAITING_HUMAN, StepStatus.AWAITING_BATCH):
             entry["waiting"] += 1
         else:  # failed, partial, rejected
             entry["failed"] += 1
@@ -478,6 +478,14 @@ class Recorder:
             exec_id,
             {"status": "cancelled", "finished_at": time.time(), "attempts": attempts,
              "error": "cancelled"},
+        )  # fmt: skip
+
+    def awaiting_batch(self, exec_id: int, attempts: int, reason: str, duration: float) -> None:
+        """An execution whose call waits in a provider's batch (a later apply collects it)."""
+        self._finish(
+            exec_id,
+            {"status": "awaiting_batch", "finished_at": time.time(), "attempts": attempts,
+             "error": reason, "duration_s": duration},
         )  # fmt: skip
 
     def failed(

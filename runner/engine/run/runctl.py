@@ -18,7 +18,9 @@ from .events import Reporter
 from .options import ApplyOptions
 from .outcomes import RunReport, RunStatus
 
-RESUMABLE = frozenset({"awaiting_human", "cancelled", "failed", "interrupted", "partial"})
+RESUMABLE = frozenset(
+    {"awaiting_human", "awaiting_batch", "cancelled", "failed", "interrupted", "partial"}
+)
 POLL_S = 0.2
 
 
@@ -68,10 +70,10 @@ def request_cancel(journal: Journal, run_id: str) -> dict[str, Any]:
     if status == "running" and process_alive(run["pid"]):
         journal.update_run(rid, cancel_requested=time.time())
         return {"run_id": rid, "status": "cancelling"}
-    if status in ("running", "awaiting_human"):
+    if status in ("running", "awaiting_human", "awaiting_batch"):
         journal.conn.execute(
             "UPDATE executions SET status='cancelled' WHERE run_id=? AND "
-            "status IN ('running','awaiting_human')",
+            "status IN ('running','awaiting_human','awaiting_batch')",
             (rid,),
         )
         journal.update_run(

@@ -156,6 +156,8 @@ class Scheduler:
                 return f"upstream '{d}' failed"
             if o.status is StepStatus.AWAITING_HUMAN:
                 return f"waiting for the decision at '{d}'"
+            if o.status is StepStatus.AWAITING_BATCH:
+                return f"waiting for the batch of '{d}'"
             if o.status is StepStatus.REJECTED:
                 return f"rejected at '{d}'"
             if o.status is StepStatus.SKIPPED and step.on_skipped != "run":

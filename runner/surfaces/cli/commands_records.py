@@ -16,6 +16,7 @@ from .termtext import echo, echo_block, safe
 RUN_STATUSES = (
     "running",
     "awaiting_human",
+    "awaiting_batch",
     "completed",
     "partial",
     "failed",

@@ -1,0 +1,293 @@
+"""Batch mode: the calls of a ``batch: true`` step go to its provider's batch API.
+
+Each element's body asks the desk for its call's answer (``answer``). The desk answers from the
+batch rows (state/batchbook.py): a call collected from a batch is answered; one waiting in a
+batch that is running is polled (the first element asks, the others share that look); any
+other is queued and every element raises BatchPending, so the step ends ``awaiting_batch``.
+Once the step's elements have all asked, ``flush`` makes the batches: each is journaled with
+its requests before anything is sent (intent), then its uploaded file id, then the service's
+batch id, so a kill -9 at any point finds, on the next apply, the file or the batch it made
+(by name and metadata) rather than making a second one. A request is in at most one live
+batch, and one answered (the ledger) is never queued: the step looks there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ProviderError
+from ...providers.batchapi import BatchAPI, BatchPending, LineResult, RemoteBatch
+from ...state import batchbook
+from ...state.journal import Journal
+from ...state.records import dumps
+
+POLL_FIRST_S = 1.0  # the first wait between two looks at a running batch; doubled up to:
+POLL_MAX_S = 60.0
+
+
+@dataclass
+class _Queued:
+    provider: Any
+    api: BatchAPI
+    endpoint: str
+    items: list[tuple[str, bytes]] = field(default_factory=list)
+    size: int = 0
+
+
+class BatchDesk:
+    """The run's batches: answers from them, queues for them, makes and collects them.
+
+    ``say(step_id, text)`` tells the user where a step's batch stands (a STEP_WAITING event).
+    """
+
+    def __init__(
+        self, journal: Journal, run_id: str, say: Callable[[str, str], None] | None = None
+    ) -> None:
+        self.journal, self.run_id = journal, run_id
+        self.say = say or (lambda _step, _text: None)
+        self._queued: dict[tuple[str, str, str], _Queued] = {}  # (step, provider, endpoint)
+        self._queued_keys: set[str] = set()
+        self._resume: dict[str, tuple[str, Any, BatchAPI]] = {}  # batch id -> step, provider
+        self._polls: dict[str, asyncio.Future[None]] = {}  # one look per batch per apply
+
+    # --- what a step body asks ------------------------------------------------------------------
+
+    async def answer(
+        self,
+        *,
+        step_id: str,
+        provider: Any,
+        api: BatchAPI,
+        key: str,
+        endpoint: str,
+        body: dict[str, Any],
+    ) -> LineResult:
+        """The answer to call ``key`` from a batch, or BatchPending while it has none.
+
+        A failed request's failure is given once (the step's retries decide on it); asked
+        again, the call goes into a new batch."""
+        item = batchbook.latest_items(self.journal, [key]).get(key)
+        if item is not None and item["status"] == "pending" and item["batch_status"] == "submitted":
+            await self._poll(item["batch_id"], step_id, provider, api)
+            item = batchbook.latest_items(self.journal, [key]).get(key)
+        if item is not None and item["status"] == "answered":
+            return LineResult(key, batchbook.answer_of(item))
+        if item is not None and item["status"] == "failed":
+            batchbook.spend_item(self.journal, item["batch_id"], key)
+            status, transient, message = (item["error"] or "||").split("|", 2)
+            code = int(status) if status.isdigit() else None
+            return LineResult(key, None, code, message, transient == "1")
+        if item is not None and item["status"] == "pending":
+            if item["batch_status"] in ("intent", "uploaded"):  # made before a crash: finish it
+                self._resume[item["batch_id"]] = (step_id, provider, api)
+                raise BatchPending(f"batch {item['batch_id']}: not yet sent")
+            raise BatchPending(self._progress_text(item["batch_id"]))
+        self._queue(step_id, provider, api, key, endpoint, body)
+        raise BatchPending("queued for a batch")
+
+    def _queue(
+        self, step_id: str, provider: Any, api: BatchAPI, key: str, endpoint: str, body: Any
+    ) -> None:
+        if key in self._queued_keys:  # (two elements with the same request: one line)
+            return
+        where = (step_id, str(provider.name), endpoint)
+        q = self._queued.get(where)
+        if q is None:
+            q = self._queued[where] = _Queued(provider, api, endpoint)
+        q.items.append((key, api.line(key, endpoint, body)))
+        self._queued_keys.add(key)
+
+    def waiting(self, step_id: str) -> bool:
+        """Whether ``step_id`` left requests to send or batches to finish making."""
+        return any(w[0] == step_id for w in self._queued) or any(
+            s == step_id for s, _p, _a in self._resume.values()
+        )
+
+    # --- making batches -------------------------------------------------------------------------
+
+    async def flush(self, step_id: str) -> None:
+        """Make the batches of ``step_id``'s queued requests (split at the service's limits)
+        and finish making those a crash interrupted. Raises ProviderError when the service
+        refuses (the batch rows stay: the next apply goes on from them)."""
+        for batch_id, (sid, provider, api) in list(self._resume.items()):
+            if sid == step_id:
+                del self._resume[batch_id]
+                await self._make(batch_id, provider, api)
+        for where in [w for w in self._queued if w[0] == step_id]:
+            q = self._queued.pop(where)
+            for chunk in _split(q.items, q.api.max_requests, q.api.max_bytes):
+                batch_id = f"rb-{uuid.uuid4().hex[:16]}"
+                batchbook.add_batch(
+                    self.journal,
+                    batch_id=batch_id,
+                    run_id=self.run_id,
+                    step_id=step_id,
+                    provider=str(q.provider.name),
+                    endpoint=q.endpoint,
+                    items=chunk,
+                )
+                await self._make(batch_id, q.provider, q.api)
+
+    async def _make(self, batch_id: str, provider: Any, api: BatchAPI) -> None:
+        """Take batch ``batch_id`` from where its row says to submitted: each step found on
+        the service first (the reply of a request that went out may have been lost)."""
+        row = batchbook.batch(self.journal, batch_id)
+        if row is None:
+            return
+        name = f"runner-{batch_id}.jsonl"
+        if row["status"] == "intent":
+            file_id = await api.find_upload(name)
+            if file_id is None:
+                data = b"".join(bytes(i["line"]) for i in batchbook.items(self.journal, batch_id))
+                file_id = await api.upload(name, data)
+            batchbook.update_batch(self.journal, batch_id, status="uploaded", file_id=file_id)
+            row["status"], row["file_id"] = "uploaded", file_id
+        if row["status"] == "uploaded":
+            remote = await api.find_batch(batch_id)
+            if remote is None:
+                remote = await api.create(str(row["file_id"]), str(row["endpoint"]), batch_id)
+            self._note(batch_id, remote, status="submitted")
+            self.say(str(row["step_id"]), _progress(batch_id, remote))
+
+    def _note(self, batch_id: str, remote: RemoteBatch, **extra: Any) -> None:
+        batchbook.update_batch(
+            self.journal,
+            batch_id,
+            remote_id=remote.id,
+            remote_status=remote.status,
+            total=remote.total or None,
+            done=remote.completed,
+            failed=remote.failed,
+            expires_at=remote.expires_at,
+            **extra,
+        )
+
+    # --- collecting -----------------------------------------------------------------------------
+
+    async def _poll(self, batch_id: str, step_id: str, provider: Any, api: BatchAPI) -> None:
+        """Look at batch ``batch_id`` (once per apply: its elements share the look), waiting
+        for it with backoff up to the provider's ``batch_wait`` seconds; collect it when over."""
+        fut = self._polls.get(batch_id)
+        if fut is None:
+            fut = self._polls[batch_id] = asyncio.ensure_future(
+                self._watch(batch_id, step_id, provider, api)
+            )
+        await asyncio.shield(fut)
+
+    async def _watch(self, batch_id: str, step_id: str, provider: Any, api: BatchAPI) -> None:
+        row = batchbook.batch(self.journal, batch_id)
+        if row is None or row["status"] != "submitted":
+            return
+        wait = _seconds(provider.settings.get("batch_wait"))
+        deadline = time.monotonic() + wait
+        delay = POLL_FIRST_S
+        while True:
+            try:
+                remote = await api.get(str(row["remote_id"]))
+            except ProviderError as exc:
+                if exc.transient and time.monotonic() + delay < deadline:
+                    await asyncio.sleep(delay)
+                    delay = min(POLL_MAX_S, delay * 2)
+                    continue
+                self.say(step_id, f"batch {batch_id}: cannot be asked now ({exc.message})")
+                return
+            if remote.over:
+                await self._collect(batch_id, remote, api)
+                return
+            self._note(batch_id, remote)
+            self.say(step_id, _progress(batch_id, remote))
+            if time.monotonic() + delay >= deadline:
+                return
+            await asyncio.sleep(delay)
+            delay = min(POLL_MAX_S, delay * 2)
+
+    async def _collect(self, batch_id: str, remote: RemoteBatch, api: BatchAPI) -> None:
+        """Copy every answer and failure of an ended batch into its items, in one commit."""
+        if remote.status == "failed":
+            batchbook.abandon(
+                self.journal, batch_id, remote.problem or "failed", remote_status=remote.status
+            )
+            return
+        mine = {str(i["key"]) for i in batchbook.items(self.journal, batch_id)}
+        rows: list[tuple[str, str, str | None, str | None]] = []
+        for line in await api.results(remote):
+            if line.custom_id not in mine:
+                continue
+            if line.body is not None:
+                rows.append((line.custom_id, "answered", dumps(line.body), None))
+            elif line.status_code is None and line.transient:
+                continue  # never ran (expired, cancelled): left unfinished, sent again
+            else:
+                error = f"{line.status_code or ''}|{int(line.transient)}|{line.message}"
+                rows.append((line.custom_id, "failed", None, error))
+        self._note(batch_id, remote)
+        batchbook.collect(self.journal, batch_id, rows, remote_status=remote.status)
+
+    def _progress_text(self, batch_id: str) -> str:
+        row = batchbook.batch(self.journal, batch_id) or {}
+        remote = RemoteBatch(
+            id=str(row.get("remote_id")),
+            status=str(row.get("remote_status")),
+            total=int(row.get("total") or 0),
+            completed=int(row.get("done") or 0),
+            failed=int(row.get("failed") or 0),
+            expires_at=row.get("expires_at"),
+        )
+        return _progress(batch_id, remote)
+
+    # --- cancelling -----------------------------------------------------------------------------
+
+    async def cancel(self, providers: Callable[[str], tuple[Any, BatchAPI | None]]) -> int:
+        """Cancel the service's batches of this run still running; how many were asked."""
+        asked = 0
+        for row in batchbook.live_batches(self.journal, self.run_id):
+            if row["status"] != "submitted":
+                continue
+            _provider, api = providers(str(row["provider"]))
+            if api is None:
+                continue
+            remote = await api.cancel(str(row["remote_id"]))
+            self._note(str(row["id"]), remote)
+            asked += 1
+        return asked
+
+
+def _split(
+    items: list[tuple[str, bytes]], max_requests: int, max_bytes: int
+) -> list[list[tuple[str, bytes]]]:
+    """``items`` in runs of at most ``max_requests`` lines and ``max_bytes`` bytes."""
+    out: list[list[tuple[str, bytes]]] = []
+    chunk: list[tuple[str, bytes]] = []
+    size = 0
+    for item in items:
+        if chunk and (len(chunk) >= max_requests or size + len(item[1]) > max_bytes):
+            out.append(chunk)
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item[1])
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
+def _progress(batch_id: str, remote: RemoteBatch) -> str:
+    """``batch B: 812 of 1,000 done, expires in 19 h`` (with the service's status)."""
+    text = f"batch {batch_id}: {remote.completed:,} of {remote.total:,} done ({remote.status})"
+    if remote.expires_at:
+        left = remote.expires_at - time.time()
+        if left > 0:
+            text += (
+                f", expires in {round(left / 3600)} h"
+                if left >= 3600
+                else f", expires in {max(1, round(left / 60))} min"
+            )
+    return text

@@ -1,0 +1,141 @@
+"""The journal's batch rows (``batches``, ``batch_items``): each provider batch runner makes,
+journaled before it is made and at each step of its making, and each request in it.
+
+A batch row moves ``intent`` (its requests journaled, nothing sent) -> ``uploaded`` (the
+service holds its file: ``file_id``) -> ``submitted`` (the service's batch: ``remote_id``) ->
+``collected`` (every answer and failure copied into its items) or ``abandoned`` (the service
+failed it: its items go again). An item is ``pending`` until its batch is collected, then
+``answered`` (its response body in ``answer``), ``failed`` (``error``; a request that failed
+on its own) or ``unfinished`` (an expired or cancelled batch never ran it: sent again).
+Every write is its own transaction, committed before the remote action it announces.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .batching import BatchedJournal
+
+LIVE = ("intent", "uploaded", "submitted")
+
+
+def add_batch(
+    journal: BatchedJournal,
+    *,
+    batch_id: str,
+    run_id: str,
+    step_id: str,
+    provider: str,
+    endpoint: str,
+    items: Sequence[tuple[str, bytes]],
+) -> None:
+    """Journal a batch about to be made (``intent``) with its request lines, in one commit."""
+    now = time.time()
+    with journal.transaction() as conn:
+        conn.execute(
+            "INSERT INTO batches (id, run_id, step_id, provider, endpoint, status, total, done, "
+            "failed, created_at, updated_at) VALUES (?,?,?,?,?,'intent',?,0,0,?,?)",
+            (batch_id, run_id, step_id, provider, endpoint, len(items), now, now),
+        )
+        conn.executemany(
+            "INSERT INTO batch_items (batch_id, key, line, status) VALUES (?,?,?,'pending')",
+            [(batch_id, key, line) for key, line in items],
+        )
+
+
+def update_batch(journal: BatchedJournal, batch_id: str, **fields: Any) -> None:
+    """Set ``fields`` of batch ``batch_id``, committed at once."""
+    fields["updated_at"] = time.time()
+    cols = ", ".join(f"{name}=?" for name in fields)
+    with journal.transaction() as conn:
+        conn.execute(f"UPDATE batches SET {cols} WHERE id=?", (*fields.values(), batch_id))
+
+
+def collect(
+    journal: BatchedJournal,
+    batch_id: str,
+    answers: Iterable[tuple[str, str, str | None, str | None]],
+    *,
+    remote_status: str,
+) -> None:
+    """Record every item's outcome (key, status, answer JSON, error) and mark the batch
+    collected, in one commit; items the service gave nothing for are ``unfinished``."""
+    with journal.transaction() as conn:
+        conn.executemany(
+            "UPDATE batch_items SET status=?, answer=?, error=? WHERE batch_id=? AND key=?",
+            [(status, answer, error, batch_id, key) for key, status, answer, error in answers],
+        )
+        conn.execute(
+            "UPDATE batch_items SET status='unfinished' WHERE batch_id=? AND status='pending'",
+            (batch_id,),
+        )
+        conn.execute(
+            "UPDATE batches SET status='collected', remote_status=?, updated_at=? WHERE id=?",
+            (remote_status, time.time(), batch_id),
+        )
+
+
+def abandon(journal: BatchedJournal, batch_id: str, error: str, *, remote_status: str) -> None:
+    """The service failed batch ``batch_id`` as a whole: its items are sent again."""
+    with journal.transaction() as conn:
+        conn.execute(
+            "UPDATE batch_items SET status='unfinished' WHERE batch_id=? AND status='pending'",
+            (batch_id,),
+        )
+        conn.execute(
+            "UPDATE batches SET status='abandoned', remote_status=?, error=?, updated_at=? "
+            "WHERE id=?",
+            (remote_status, error, time.time(), batch_id),
+        )
+
+
+def spend_item(journal: BatchedJournal, batch_id: str, key: str) -> None:
+    """An item's answer or failure has been taken into the ledger: it asks nothing more."""
+    with journal.transaction() as conn:
+        conn.execute(
+            "UPDATE batch_items SET status='spent' WHERE batch_id=? AND key=?", (batch_id, key)
+        )
+
+
+def batch(journal: BatchedJournal, batch_id: str) -> dict[str, Any] | None:
+    rows = journal.query("SELECT * FROM batches WHERE id=?", (batch_id,))
+    return rows[0] if rows else None
+
+
+def latest_items(journal: BatchedJournal, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each key's item in its latest batch (with that batch's status as ``batch_status``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(keys), 500):
+        chunk = list(keys[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = journal.query(
+            "SELECT i.batch_id, i.key, i.status, i.answer, i.error, b.status AS batch_status, "
+            "b.created_at FROM batch_items i JOIN batches b ON b.id = i.batch_id "
+            f"WHERE i.key IN ({marks}) ORDER BY b.created_at, b.rowid",
+            tuple(chunk),
+        )
+        for row in rows:
+            out[row["key"]] = row  # the latest batch last
+    return out
+
+
+def items(journal: BatchedJournal, batch_id: str) -> list[dict[str, Any]]:
+    return journal.query(
+        "SELECT key, line, status FROM batch_items WHERE batch_id=? ORDER BY rowid", (batch_id,)
+    )
+
+
+def live_batches(journal: BatchedJournal, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Batches not yet collected (of run ``run_id``, or of every run)."""
+    marks = ",".join("?" * len(LIVE))
+    where = f"status IN ({marks})" + (" AND run_id=?" if run_id else "")
+    args = (*LIVE, run_id) if run_id else LIVE
+    return journal.query(f"SELECT * FROM batches WHERE {where} ORDER BY created_at", args)
+
+
+def answer_of(row: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(row["answer"]) if row.get("answer") else {}
+    return body

@@ -1,0 +1,142 @@
+"""Batch mode end to end: runner in a subprocess against the loopback OpenAI batch double.
+
+A ``batch: true`` for_each sends its calls as one batch (custom_id = call key), the run suspends
+(awaiting_batch, exit 11), a later apply collects it; kill -9 of runner while the batch is
+being made or while it runs never makes a second batch nor sends an element twice; an answer
+made directly is never put in a batch, and a batch's answers are the direct ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import runner_bin
+from tests.providers.openai_batch_server import OpenAIBatchServer
+
+AWAITING_BATCH = 11
+SECRET = "sk-batch-Zq7xW3vK9pL2mN8rT4yU6hJ1"
+
+
+def _project(root: Path, url: str, n: int, *, batch: bool = True, extra: str = "") -> Path:
+    (root / "runner.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [general]
+            default_provider = "openai"
+
+            [providers.openai]
+            base_url = "{url}/v1"
+            model = "test-chat"
+            image_model = "gpt-image-1"
+            api_key_env = "TEST_OPENAI_KEY"
+            max_concurrency = 4
+            timeout = 10
+            retry_base_delay = 0.05
+            retry_max_delay = 0.1
+            {extra}
+            """
+        ),
+        encoding="utf-8",
+    )
+    pipeline = root / "pipeline.yaml"
+    write_pipeline(pipeline, n, batch=batch)
+    return pipeline
+
+
+def write_pipeline(pipeline: Path, n: int, *, batch: bool, start: int = 0) -> None:
+    items = json.dumps(list(range(start, n)))
+    pipeline.write_text(
+        textwrap.dedent(
+            f"""\
+            runner: 1
+            name: batched
+            steps:
+              ask:
+                uses: llm
+                for_each: {items}
+                with:
+                  prompt: "word ${{{{ item }}}}"
+                  batch: {str(batch).lower()}
+                check:
+                  - "${{{{ output.text.startswith('echo') }}}}"
+            """
+        ),
+        encoding="utf-8",
+    )
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
+    env.update(NO_COLOR="1", TEST_OPENAI_KEY=SECRET)
+    return env
+
+
+def _apply(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*runner_bin(), "apply", "pipeline.yaml", *args],
+        cwd=root,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _outputs(root: Path) -> dict[str, str]:
+    """call key -> reply text, from the ledger."""
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        rows = db.execute("SELECT key, result FROM calls WHERE status='completed'").fetchall()
+    finally:
+        db.close()
+    return {k: json.loads(r)["text"] for k, r in rows}
+
+
+def _run_status(root: Path) -> list[str]:
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        return [r[0] for r in db.execute("SELECT status FROM runs ORDER BY created_at")]
+    finally:
+        db.close()
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _texts(n: int, start: int = 0) -> set[str]:
+    return {f"echo: word {i}" for i in range(start, n)}
+
+
+def test_a_for_each_goes_as_one_batch_and_a_later_apply_collects_it(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double") as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, 1000)
+        first = _apply(tmp_path)
+        assert first.returncode == AWAITING_BATCH, first.stdout + first.stderr
+        assert _run_status(tmp_path) == ["awaiting_batch"]
+        batches = server.batches()
+        assert len(batches) == 1 and batches[0]["request_counts"]["total"] == 1000
+        assert server.count("POST", "/v1/chat/completions") == 0  # nothing went directly
+        second = _apply(tmp_path)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert set(_outputs(tmp_path).values()) == _texts(1000)
+        assert len(server.batches()) == 1
+        assert max(server.answered().values()) == 1 and len(server.answered()) == 1000
+        assert _run_status(tmp_path) == ["completed"]  # the same run, resumed
