@@ -160,12 +160,12 @@ def _collect(
     )
     result.runs_deleted = sorted(doomed)
     result.runs_kept = len(runs) - len(doomed)
-    # Keys the kept runs resolve to: their cache entries must survive.
+    # Keys the kept runs resolve to: their cache entries must survive. By key, whatever the
+    # step: a renamed step resolves to the result its key has under the id it had (journal.py
+    # CachedResults).
     used = {
-        (r["pipeline"], r["step_id"], r["key"])
-        for r in journal.query(
-            "SELECT pipeline, step_id, key, run_id FROM executions WHERE key IS NOT NULL"
-        )
+        (r["pipeline"], r["key"])
+        for r in journal.query("SELECT pipeline, key, run_id FROM executions WHERE key IS NOT NULL")
         if r["run_id"] not in doomed
     }
     doomed_execs: list[int] = []
@@ -177,7 +177,7 @@ def _collect(
         ):
             if (
                 e["status"] in ("completed", "partial")
-                and (e["pipeline"], e["step_id"], e["key"]) in used
+                and (e["pipeline"], e["key"]) in used
             ):
                 continue
             doomed_execs.append(int(e["id"]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,20 @@ _ANY_RESULT = (
 )
 
 
+# The step ids that have executions in a pipeline, one index probe each (a loose scan of the
+# (pipeline, step_id, ...) index), not a walk of every row.
+_STEP_IDS = (
+    "WITH RECURSIVE s(id) AS (SELECT MIN(step_id) FROM executions WHERE pipeline=?1 "
+    "UNION ALL SELECT (SELECT MIN(step_id) FROM executions WHERE pipeline=?1 AND step_id > s.id) "
+    "FROM s WHERE s.id IS NOT NULL) SELECT id FROM s WHERE id IS NOT NULL"
+)
+
+_KEYS_OF_STEP = (
+    "SELECT key FROM executions WHERE pipeline=? AND step_id=? "
+    "AND status IN ('completed','partial') AND key IS NOT NULL"
+)
+
+
 # The results of the (step, key) pairs a run named, in one statement (latest last).
 _RESULTS_OF_RUN = (
     "SELECT e.step_id, e.key, e.output, e.artifacts, e.files, e.status, e.run_id, e.report "
@@ -79,12 +93,24 @@ class CachedResults:
     run: 0.21 s of a 0.47 s apply of 1,000 steps after 30 runs). The results of the keys the
     pipeline's latest run named, most of an unchanged pipeline's, are read at once (a query
     per step cost a 10,000-step plan ~0.08 s more). ``conn`` None: none known. ``preload``
-    False: none read at once (a watch cycle asks only for the few steps its change reaches)."""
+    False: none read at once (a watch cycle asks only for the few steps its change reaches).
+
+    ``steps``: the pipeline's step ids now. A key does not name its step (it is the type, the
+    arguments and the inputs), so a step renamed, or moved under another id, has the result
+    its key has under the id it had: a key one of the pipeline's steps no longer in ``steps``
+    completed answers it (docs/state.md). None: results are found under their own step only."""
 
     def __init__(
-        self, conn: sqlite3.Connection | None, pipeline: str, *, preload: bool = True
+        self,
+        conn: sqlite3.Connection | None,
+        pipeline: str,
+        *,
+        preload: bool = True,
+        steps: Collection[str] | None = None,
     ) -> None:
         self._conn, self._pipeline = conn, pipeline
+        self._steps = None if steps is None else frozenset(steps)
+        self._moved: dict[str, str] | None = None  # key -> the gone step that completed it
         self._known: dict[tuple[str, str], CachedResult | None] = {}
         self._fresh: set[str] = set()  # steps known to have had no result (see ``fresh``)
         self._fresh_pipeline = False  # no step of it has any (a first run)
@@ -119,8 +145,10 @@ class CachedResults:
         ask (which queries again), as a for_each's element, which asks once, needs."""
         if where in self._known:  # (what a plan computed, a miss already asked)
             return self._known[where]
-        if self._fresh_pipeline or where[0] in self._fresh:
+        if self._fresh_pipeline:
             return None  # not remembered either: a for_each's keys are asked once each
+        if where[0] in self._fresh:
+            return self._renamed(where[1])
         read = self._rows.pop(where, None)
         if read is not None:
             found = _result(*read)
@@ -131,9 +159,33 @@ class CachedResults:
         if self._conn is not None:
             row = self._conn.execute(_RESULT, (self._pipeline, *where)).fetchone()
         hit = None if row is None else _result(where[1], *row)
+        if hit is None:
+            hit = self._renamed(where[1])
         if keep or hit is None:  # a miss is remembered: the key's execution is this run's
             self._known[where] = hit
         return hit
+
+    def _renamed(self, key: str) -> CachedResult | None:
+        """The result ``key`` has under a step id the pipeline no longer has (a rename).
+        The keys of those steps are read once, on the first miss: a miss then costs a set
+        lookup, and most pipelines have no such step."""
+        if self._conn is None or self._steps is None:
+            return None
+        if self._moved is None:
+            self._moved = {}
+            gone = [
+                sid
+                for (sid,) in self._conn.execute(_STEP_IDS, (self._pipeline,))
+                if sid not in self._steps
+            ]
+            for sid in gone:
+                for (k,) in self._conn.execute(_KEYS_OF_STEP, (self._pipeline, sid)):
+                    self._moved[k] = sid
+        old = self._moved.get(key)
+        if old is None:
+            return None
+        row = self._conn.execute(_RESULT, (self._pipeline, old, key)).fetchone()
+        return None if row is None else _result(key, *row)
 
     def __setitem__(self, where: tuple[str, str], hit: CachedResult) -> None:
         self._known[where] = hit
@@ -372,10 +424,12 @@ class Journal(CallLedger):
         values = [*fields.values(), exec_id]
         self._do(lambda: self.conn.execute(f"UPDATE executions SET {sets} WHERE id=?", values))
 
-    def cached_results(self, pipeline: str, *, preload: bool = True) -> CachedResults:
+    def cached_results(
+        self, pipeline: str, *, preload: bool = True, steps: Collection[str] | None = None
+    ) -> CachedResults:
         """The completed (or partial) executions of a pipeline by (step_id, key), looked up as
-        they are asked for."""
-        return CachedResults(self.conn, pipeline, preload=preload)
+        they are asked for (``steps``: see CachedResults)."""
+        return CachedResults(self.conn, pipeline, preload=preload, steps=steps)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
@@ -394,6 +448,12 @@ class Journal(CallLedger):
             "AND status IN ('completed','partial') ORDER BY id DESC LIMIT 1",
             (row["pipeline"], row["step_id"], row["key"]),
         ).fetchone()
+        if found is None:  # a renamed step's result is under the id it had (CachedResults)
+            found = self.conn.execute(
+                "SELECT output, contract FROM executions WHERE pipeline=? AND key=? "
+                "AND status IN ('completed','partial') ORDER BY id DESC LIMIT 1",
+                (row["pipeline"], row["key"]),
+            ).fetchone()
         if found is not None:
             row["output"], row["contract"] = found[0], row.get("contract") or found[1]
 

@@ -99,7 +99,7 @@ class _Planner:
         self.force = force
         self.hasher = PlanHasher(self.journal)
         interp.reuse.hasher = self.hasher
-        self.cached = self.journal.cached_results(plan.name)
+        self.cached = self.journal.cached_results(plan.name, steps=plan.steps.keys())
         self.edited = overrides.any_active(self.journal, plan.name)
         self.outcomes: dict[str, StepForecast] = {}
         self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output

@@ -173,7 +173,9 @@ class Interpreter(Executions):
         plan = self.plan
         gatestep.check_gates(plan)
         # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
-        self.cached = self.journal.cached_results(plan.name, preload=not self.options.reuse)
+        self.cached = self.journal.cached_results(
+            plan.name, preload=not self.options.reuse, steps=plan.steps.keys()
+        )
         self.edited_steps = overrides.any_active(self.journal, plan.name)
         started = time.time()
         item = self.options.item

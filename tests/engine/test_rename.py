@@ -1,0 +1,62 @@
+"""A step renamed (same type, arguments and inputs: the same key) is not run again: a key does
+not name its step, and a step runs only when no completed execution has its key (issue 44)."""
+
+from __future__ import annotations
+
+from tests.conftest import Project, statuses
+
+BEFORE = """\
+    runner: 1
+    name: renamed
+    steps:
+      make:
+        uses: shell
+        with:
+          run: "echo made >> ran.log && mkdir -p out && echo hello > out/a.txt && echo hello"
+          outputs: [out/a.txt]
+      shout:
+        uses: shell
+        with: {run: "echo ${{ steps.make.output.stdout | upper }} >> ran.log"}
+"""
+
+AFTER = BEFORE.replace("make:", "build:").replace("steps.make.", "steps.build.")
+
+
+def _actions(project: Project) -> dict[str, str]:
+    doc = project.cli("plan", "pipeline.yaml", "--json").json
+    return {s["id"]: s["action"] for s in doc["steps"]}
+
+
+def test_a_renamed_step_is_not_run_again(project: Project) -> None:
+    project.write("pipeline.yaml", BEFORE)
+    first = project.apply()
+    assert first["_exit"] == 0 and statuses(first) == {"make": "ran", "shout": "ran"}
+    log = (project.root / "ran.log").read_text()
+    assert log.startswith("made\nHELLO")
+    project.write("pipeline.yaml", AFTER)
+    assert _actions(project) == {"build": "cached", "shout": "cached"}
+    again = project.apply()
+    assert again["_exit"] == 0, again
+    assert statuses(again) == {"build": "cached", "shout": "cached"}
+    assert (project.root / "ran.log").read_text() == log  # nothing ran again
+    # its output file, deleted, comes back from the store without running
+    (project.root / "out/a.txt").unlink()
+    assert _actions(project)["build"] == "restore"
+    restored = project.apply()
+    assert statuses(restored)["build"] == "cached"
+    assert (project.root / "out/a.txt").read_text() == "hello\n"
+    # gc keeping only the run after the rename keeps the result it resolves to
+    res = project.cli("gc", "--keep-last", "1", "--json")
+    assert res.exit_code == 0 and res.json["runs_deleted"], res.stdout
+    assert _actions(project) == {"build": "cached", "shout": "cached"}
+    assert statuses(project.apply()) == {"build": "cached", "shout": "cached"}
+    assert (project.root / "ran.log").read_text() == log  # nothing ran again
+
+
+def test_a_renamed_step_with_other_arguments_runs(project: Project) -> None:
+    project.write("pipeline.yaml", BEFORE)
+    assert project.apply()["_exit"] == 0
+    project.write("pipeline.yaml", AFTER.replace("echo hello > out", "echo bye > out"))
+    doc = project.apply()
+    assert statuses(doc) == {"build": "ran", "shout": "cached"}, doc
+    assert (project.root / "out/a.txt").read_text() == "bye\n"
