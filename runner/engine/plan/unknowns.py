@@ -74,13 +74,13 @@ class PlanHasher(FileHasher):
         self.overlay: dict[str, str] = {}  # path -> digest after restores
         self.pending: dict[str, str] = {}  # path -> step that would rewrite it
 
-    def hash(self, path: Path, *, root: Path | None = None) -> str:
+    def hash(self, path: Path, *, root: Path | None = None, used: bool = True) -> str:
         key = str(path)
         if key in self.pending:
             raise Touched(self.pending[key])
         if key in self.overlay:
             return self.overlay[key]
-        return super().hash(path, root=root)
+        return super().hash(path, root=root, used=used)
 
     def actual(self, path: Path) -> str:
         return super().hash(path)
