@@ -205,6 +205,19 @@ class read_state:
         self.journal.close()
 
 
+def _may_price(toml: Path) -> bool:
+    """Whether runner.toml has a [budget] or [prices] table (or cannot be read as TOML, which
+    the cost model and the provider config report): a project's runner.toml that only marks
+    its root or names providers sets no budget."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(toml.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    return "budget" in data or "prices" in data
+
+
 def check_budget_first(
     file: Path,
     plan: Any,
@@ -221,7 +234,8 @@ def check_budget_first(
     if max_cost is None and plan.limits.max_cost is None:
         from ...source.tomlfile import find_runner_toml
 
-        if find_runner_toml(plan.directory) is None:
+        toml = find_runner_toml(plan.directory)
+        if toml is None or not _may_price(toml):
             return  # no budget anywhere: the cost model is not even imported (~10 ms)
     from .costs import check_budget, estimate, load_prices
 

@@ -16,7 +16,6 @@ from ...source import paths
 from ...state import overrides
 from ...state.journal import CachedResult, Journal
 from ...state.objects import ObjectStore, is_digest
-from . import remote_check
 from .events import EventType
 from .files import FileHasher
 from .keys import KeyParts
@@ -135,6 +134,8 @@ class Reuse:
         if record is None:
             return None
         # Checked against the local compile before anything of it is used or restored.
+        from . import remote_check  # only with a remote cache: state.remote is ~2 ms to import
+
         why = await remote_check.problem(step, parts, key, record, self.objects, self.plan.root)
         if why is not None:
             remote.refuse(key, f"step {step.id}: {why}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 def main() -> None:
     """The `runner` console command: runs one command, then leaves without interpreter
     teardown (see leave.py)."""
-    from .app import main as _main
+    from .entry import main as _main
     from .leave import leave
 
     try:

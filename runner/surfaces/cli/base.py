@@ -36,7 +36,52 @@ def emit_json(doc: dict[str, Any]) -> None:
     click.echo(json_line(doc))
 
 
-class RunnerGroup(click.Group):
+# The modules that register commands, in the order a name is looked for: `runner apply` imports
+# commands_core only (the other modules' imports are ~10 ms of every start-up); --help, a name
+# not found so far, and `from runner.surfaces.cli.app import cli` import them all. Command
+# modules import what they share from here (or openstate), never from one another.
+COMMAND_MODULES = ("commands_core", "commands_plan", "commands_records")
+OPTIONAL_COMMAND_MODULES = (
+    "commands_thumb",
+    "commands_review",
+    "commands_cards",
+    "commands_watch",
+    "commands_render",
+    "commands_providers",
+    "commands_serve",
+    "commands_cache",
+)
+
+
+def load_commands(until: Callable[[], bool] = lambda: False) -> None:
+    """Import the command modules in order (each registers its commands on import), stopping
+    once ``until()`` holds; an optional module left out of this install is skipped."""
+    import importlib
+
+    for name in (*COMMAND_MODULES, *OPTIONAL_COMMAND_MODULES):
+        if until():
+            return
+        try:
+            importlib.import_module(f"runner.surfaces.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if name in COMMAND_MODULES or exc.name != f"runner.surfaces.cli.{name}":
+                raise
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are registered by the command modules, imported when asked for."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            load_commands(until=lambda: cmd_name in self.commands)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        load_commands()
+        return super().list_commands(ctx)
+
+
+class RunnerGroup(LazyGroup):
     """Turns library errors into one clear message and their exit code, in one place."""
 
     def main(
@@ -292,7 +337,7 @@ def cli(ctx: click.Context) -> None:
     ctx.ensure_object(Ctx)
 
 
-@cli.group()
+@cli.group(cls=LazyGroup)
 def runs() -> None:
     """Inspect runs in the journal.
 

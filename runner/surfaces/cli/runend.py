@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...review.gateview import printable, waiting_text
-
 
 def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
     """``completed: ran 3, cached 2  (run ID)``: the counts that are not zero (fits 80 columns)."""
@@ -22,10 +20,16 @@ def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
 
 def end_text(state: Any, report: Any) -> str:
     """The text after a run stops (``report`` is the engine's RunReport)."""
-    from ...engine.run.gates import pending_gates
-
     doc = report.to_json()
     lines = [summary_line(report.status.value, doc["summary"], report.run_id)]
+    said = ("failed", "partial", "rejected")
+    if report.status.value != "awaiting_human" and not any(
+        o.status.value in said for o in report.steps
+    ):
+        return lines[0] + "\n"  # the common end: the review's text helpers are not imported
+    from ...engine.run.gates import pending_gates
+    from ...review.gateview import printable, waiting_text
+
     for o in report.steps:
         if o.status.value in ("failed", "partial") and o.reason:
             lines.append(f"  {o.status.value}: {o.id}: {printable(o.reason)}")

@@ -1,0 +1,174 @@
+"""Start-up: `runner apply` of a one-step shell pipeline imports only the modules it uses.
+
+87% of a fresh one-step apply was importing (issue 43); each command module, the cost model,
+the review's text helpers, the remote cache's checks and the like are imported where they are
+used. A module added to this path must be one the apply uses: add it to APPLY below only then,
+or import it where it is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PIPELINE = """\
+runner: 1
+name: one
+steps:
+  a:
+    uses: shell
+    with: {run: "echo hi > out.txt", outputs: [out.txt]}
+"""
+
+# Every runner module a fresh apply of PIPELINE (with a runner.toml naming no budget) imports.
+APPLY = frozenset(
+    {
+        "runner",
+        "runner.errors",
+        "runner.engine",
+        "runner.engine.plan",
+        "runner.engine.plan.fastdoc",
+        "runner.engine.plan.fastpath",
+        "runner.engine.plan.plandoc",
+        "runner.engine.run",
+        "runner.engine.run.apply",
+        "runner.engine.run.attempts",
+        "runner.engine.run.events",
+        "runner.engine.run.execution",
+        "runner.engine.run.executor_config",
+        "runner.engine.run.executors",
+        "runner.engine.run.files",
+        "runner.engine.run.foreach",
+        "runner.engine.run.gates",
+        "runner.engine.run.gatestep",
+        "runner.engine.run.interpreter",
+        "runner.engine.run.keys",
+        "runner.engine.run.locate",
+        "runner.engine.run.once",
+        "runner.engine.run.options",
+        "runner.engine.run.outcomes",
+        "runner.engine.run.preflight",
+        "runner.engine.run.recorded",
+        "runner.engine.run.recorder",
+        "runner.engine.run.remote_link",
+        "runner.engine.run.reuse",
+        "runner.engine.run.runloop",
+        "runner.engine.run.scheduler",
+        "runner.engine.run.shareable",
+        "runner.engine.run.slots",
+        "runner.engine.run.stepbody",
+        "runner.expr",
+        "runner.expr._shellcode",
+        "runner.expr._shellgrammar",
+        "runner.expr._shellscan",
+        "runner.expr.commandslot",
+        "runner.expr.shellquote",
+        "runner.expr.shellrun",
+        "runner.expr.values",
+        "runner.pipeline",
+        "runner.pipeline.compiler",
+        "runner.pipeline.loader",
+        "runner.pipeline.order",
+        "runner.pipeline.outputrefs",
+        "runner.pipeline.prompt_lock",
+        "runner.pipeline.refs",
+        "runner.providers",
+        "runner.providers.limits",
+        "runner.providers.pool",
+        "runner.source",
+        "runner.source._fastschema",
+        "runner.source._fastyaml",
+        "runner.source.beneath",
+        "runner.source.coreschema",
+        "runner.source.document",
+        "runner.source.globs",
+        "runner.source.paths",
+        "runner.source.redact",
+        "runner.source.regularfile",
+        "runner.source.secretenv",
+        "runner.source.secretmask",
+        "runner.source.secretnames",
+        "runner.source.sourced",
+        "runner.source.termtext",
+        "runner.source.tomlfile",
+        "runner.state",
+        "runner.state._schema",
+        "runner.state.backends",
+        "runner.state.batching",
+        "runner.state.canonical",
+        "runner.state.filedigest",
+        "runner.state.itemlock",
+        "runner.state.journal",
+        "runner.state.lease",
+        "runner.state.ledger",
+        "runner.state.masked",
+        "runner.state.migrations",
+        "runner.state.objects",
+        "runner.state.overrides",
+        "runner.state.records",
+        "runner.state.remote",
+        "runner.state.remoteread",
+        "runner.state.wal",
+        "runner.steps",
+        "runner.steps.base",
+        "runner.steps.outputshape",
+        "runner.steps.registry",
+        "runner.steps.shell",
+        "runner.surfaces",
+        "runner.surfaces.cli",
+        "runner.surfaces.cli.base",
+        "runner.surfaces.cli.commands_core",
+        "runner.surfaces.cli.console",
+        "runner.surfaces.cli.entry",
+        "runner.surfaces.cli.openstate",
+        "runner.surfaces.cli.runend",
+        "runner.surfaces.cli.termtext",
+    }
+)
+
+# Packages a shell step never needs: the full YAML reader, the schema validator, templates,
+# HTTP, the terminal's rich display, images, the web page, the cluster.
+NEVER = (
+    "yaml",
+    "jsonschema",
+    "referencing",
+    "jinja2",
+    "httpx",
+    "httpcore",
+    "rich",
+    "PIL",
+    "starlette",
+    "dask",
+    "distributed",
+)
+
+PROBE = """
+import json, sys
+sys.argv = ["runner", "apply", "pipeline.yaml", "-q"]
+from runner.surfaces.cli.entry import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+with open("modules.json", "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+
+def test_a_one_step_apply_imports_only_what_it_uses(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    (tmp_path / "runner.toml").write_text("# marks the project root\n")
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    found = json.loads((tmp_path / "modules.json").read_text())
+    assert found["code"] in (0, None), res.stderr
+    assert (tmp_path / "out.txt").read_text() == "hi\n"
+    modules = found["modules"]
+    unused = sorted(m for m in modules if m.split(".")[0] == "runner" and m not in APPLY)
+    assert unused == [], f"a one-step apply imports modules it does not use: {unused}"
+    heavy = sorted({m.split(".")[0] for m in modules} & set(NEVER))
+    assert heavy == [], f"a one-step shell apply imports {heavy}"
