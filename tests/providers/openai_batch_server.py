@@ -44,7 +44,8 @@ class OpenAIBatchServer(OpenAIServer):
     ``validate_s``: how long a batch stays validating; ``per_request_s``: how long each request
     takes in progress; ``finalize_s``: finalizing; ``expire_s``: the completion window (24 h);
     ``fail_ids``: custom_ids answered 500 in the error file (a partial failure);
-    ``upload_delay_s``: how long an upload takes before it is answered (after it is stored).
+    ``upload_delay_s`` / ``create_delay_s``: how long an upload / a batch's creation is
+    answered after it is stored (a client killed meanwhile never learns its id).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class OpenAIBatchServer(OpenAIServer):
         expire_s: float = 24 * 3600.0,
         fail_ids: frozenset[str] = frozenset(),
         upload_delay_s: float = 0.0,
+        create_delay_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.port = port
@@ -67,6 +69,7 @@ class OpenAIBatchServer(OpenAIServer):
         self.validate_s, self.per_request_s = validate_s, per_request_s
         self.finalize_s, self.expire_s = finalize_s, expire_s
         self.fail_ids, self.upload_delay_s = fail_ids, upload_delay_s
+        self.create_delay_s = create_delay_s
         self._state = threading.RLock()
         self.route("POST", "/v1/files", self._upload)
         self.route("GET", "/v1/files", self._list_files)
@@ -81,6 +84,11 @@ class OpenAIBatchServer(OpenAIServer):
     def batches(self) -> list[dict[str, Any]]:
         with self._state:
             return [self._advance(b) for b in self._all_batches()]
+
+    def uploads(self) -> list[dict[str, Any]]:
+        """The batch input files uploaded (purpose ``batch``)."""
+        metas = [json.loads(p.read_text()) for p in (self.root / "files").glob("*.json")]
+        return [m for m in metas if m["purpose"] == "batch"]
 
     def answered(self) -> collections.Counter[str]:
         """custom_id -> how many times its request was executed, over every batch."""
@@ -193,6 +201,7 @@ class OpenAIBatchServer(OpenAIServer):
         }
         with self._state:
             self._save(batch)
+        time.sleep(self.create_delay_s)
         return Reply(body=self._public(batch))
 
     def _list_batches(self, rec: Recorded) -> Reply:

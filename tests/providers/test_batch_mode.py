@@ -140,3 +140,70 @@ def test_a_for_each_goes_as_one_batch_and_a_later_apply_collects_it(tmp_path: Pa
         assert len(server.batches()) == 1
         assert max(server.answered().values()) == 1 and len(server.answered()) == 1000
         assert _run_status(tmp_path) == ["completed"]  # the same run, resumed
+
+
+class _Runner:
+    """``runner apply`` in the background, to be killed with SIGKILL at a chosen moment."""
+
+    def __init__(self, root: Path) -> None:
+        self.proc = subprocess.Popen(
+            [*runner_bin(), "apply", "pipeline.yaml"],
+            cwd=root,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        assert self.proc.poll() is None, "runner ended before it could be killed"
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def _status(server: OpenAIBatchServer) -> str | None:
+    batches = server.batches()
+    return str(batches[0]["status"]) if batches else None
+
+
+def test_kill_9_while_uploading_validating_and_running_makes_one_batch(tmp_path: Path) -> None:
+    n = 1000
+    with OpenAIBatchServer(
+        tmp_path / "double",
+        upload_delay_s=5.0,
+        create_delay_s=5.0,
+        validate_s=4.0,
+        per_request_s=0.006,
+    ) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, n, extra="batch_wait = 60")
+        # 1. killed once its file is stored, before the upload's reply (its id) came back
+        run = _Runner(tmp_path)
+        _until(lambda: len(server.uploads()) == 1, "the upload")
+        run.kill()
+        assert server.batches() == []
+        # 2. killed once the batch is made, before the reply to its creation came back
+        run = _Runner(tmp_path)
+        _until(lambda: _status(server) is not None, "the batch's creation")
+        run.kill()
+        # 3. killed while it polls the batch, validating
+        run = _Runner(tmp_path)
+        _until(lambda: server.count("GET", f"/v1/batches/{server.batches()[0]['id']}") > 0,
+               "a look at the batch")  # fmt: skip
+        assert _status(server) == "validating"
+        run.kill()
+        # 4. killed while it polls the batch, in progress
+        run = _Runner(tmp_path)
+        _until(lambda: _status(server) == "in_progress", "the batch in progress")
+        time.sleep(0.5)
+        run.kill()
+        assert _status(server) == "in_progress"
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(server.uploads()) == 1 and len(server.batches()) == 1
+        answered = server.answered()
+        assert len(answered) == n and set(answered.values()) == {1}  # 0 elements sent twice
+        assert set(_outputs(tmp_path).values()) == _texts(n)
+        assert server.count("POST", "/v1/chat/completions") == 0
+        # each killed apply is found interrupted by the next, which starts a run of its own
+        assert _run_status(tmp_path) == ["interrupted"] * 4 + ["completed"]

@@ -54,6 +54,7 @@ class BatchDesk:
         self._queued_keys: set[str] = set()
         self._resume: dict[str, tuple[str, Any, BatchAPI]] = {}  # batch id -> step, provider
         self._polls: dict[str, asyncio.Future[None]] = {}  # one look per batch per apply
+        self._made: dict[str, tuple[str, Any, BatchAPI]] = {}  # batch id -> step, provider
 
     # --- what a step body asks ------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class BatchDesk:
         row = batchbook.batch(self.journal, batch_id)
         if row is None:
             return
+        self._made[batch_id] = (str(row["step_id"]), provider, api)
         name = f"runner-{batch_id}.jsonl"
         if row["status"] == "intent":
             file_id = await api.find_upload(name)
@@ -168,6 +170,23 @@ class BatchDesk:
         )
 
     # --- collecting -----------------------------------------------------------------------------
+
+    async def settle(self, step_id: str) -> bool:
+        """Wait for the batches this apply made for ``step_id`` (up to their provider's
+        ``batch_wait``), collecting those that end; whether every one of them has ended (the
+        step's elements then run again, and find their answers)."""
+        mine = [(b, p, a) for b, (s, p, a) in self._made.items() if s == step_id]
+        if not mine or not any(_seconds(p.settings.get("batch_wait")) for _b, p, _a in mine):
+            return False
+        for batch_id, provider, api in mine:
+            self._polls.pop(batch_id, None)
+            await self._poll(batch_id, step_id, provider, api)
+        for batch_id, _p, _a in mine:
+            del self._made[batch_id]
+        return all(
+            (batchbook.batch(self.journal, b) or {}).get("status") not in batchbook.LIVE
+            for b, _p, _a in mine
+        )
 
     async def _poll(self, batch_id: str, step_id: str, provider: Any, api: BatchAPI) -> None:
         """Look at batch ``batch_id`` (once per apply: its elements share the look), waiting

@@ -69,6 +69,8 @@ def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
 
 # A run goes round again for each revision remembered from another run, at most this often.
 MAX_PASSES = 32
+# Batches an apply makes and waits for per step (a first one, then follow-ups for failed checks)
+MAX_BATCH_ROUNDS = 8
 
 
 class Interpreter(Executions):
@@ -358,13 +360,26 @@ class Interpreter(Executions):
 
     async def _send_batches(self, step: CompiledStep, outcome: StepOutcome) -> StepOutcome:
         """Make the batches ``step``'s elements queued; a service that refuses fails the step
-        (its batch rows stay: the next apply goes on from them, nothing made twice)."""
-        try:
-            await self.batches.flush(step.id)
-        except ProviderError as exc:
-            reason = f"its batch could not be sent: {exc.message}"
-            self.recorder.emit(EventType.STEP_FAILED, step.id, reason=reason)
-            return StepOutcome(step.id, StepStatus.FAILED, reason=reason, elements=outcome.elements)
+        (its batch rows stay: the next apply goes on from them, nothing made twice). With the
+        provider's ``batch_wait``, wait for them and run the elements again once they ended
+        (a follow-up batch, for checks failed with feedback, goes round again)."""
+        for _ in range(MAX_BATCH_ROUNDS):
+            try:
+                await self.batches.flush(step.id)
+            except ProviderError as exc:
+                reason = f"its batch could not be sent: {exc.message}"
+                self.recorder.emit(EventType.STEP_FAILED, step.id, reason=reason)
+                return StepOutcome(
+                    step.id, StepStatus.FAILED, reason=reason, elements=outcome.elements
+                )
+            if not await self.batches.settle(step.id):
+                return outcome
+            if step.for_each is not None:
+                outcome = await self._for_each(step)
+            else:
+                outcome = _plain(step, await self._execution(step, None, None, has_item=False))
+            if not self.batches.waiting(step.id):
+                return outcome
         return outcome
 
     def _say_batch(self, step_id: str, text: str) -> None:
