@@ -187,7 +187,7 @@ def compile_pipeline(
     forget_paths()  # resolutions from an earlier command of this process are not trusted
     with _collector_paused():
         doc = load_document(path)
-        values = resolve_params(doc, overrides or {})
+        values = resolve_params(doc, overrides or {}, given=tuple(params or ()))
         if params:
             values.update(params)
         return compile_document(doc, values, registry=registry or default_registry())

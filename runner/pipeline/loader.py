@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -112,8 +112,6 @@ def schema_errors(
         if converted is not None:
             out.append(converted)
     return out
-
-
 
 
 def _about_expression(err: ValidationError) -> bool:
@@ -365,8 +363,12 @@ def param_schema(decl: Mapping[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, Any]:
+def resolve_params(
+    doc: PipelineDoc, overrides: Mapping[str, str], *, given: Collection[str] = ()
+) -> dict[str, Any]:
     """Declared defaults + `-p key=value` overrides (parsed as YAML), each checked by type.
+    Params named in ``given`` come typed from elsewhere (a run's recorded params): a required
+    one among them is not missing.
 
     Raises UsageError for an unknown, ill-typed or missing override (located at the param's
     declaration, so the reader sees what it expects), InvalidPipeline for a bad declaration or
@@ -402,7 +404,7 @@ def resolve_params(doc: PipelineDoc, overrides: Mapping[str, str]) -> dict[str, 
             )
         values[key] = value
     for key, decl in decls.items():
-        if key in values:
+        if key in values or (key in given and "default" not in decl):
             continue
         if "default" not in decl:
             raise UsageError(
