@@ -64,6 +64,7 @@ class CompiledStep:
     timeout: float | None = None
     cache: CachePolicy = CachePolicy.USE
     for_each: ex.Compiled = None
+    label: ex.Compiled = None  # what a for_each element is called (display only, not keyed)
     concurrency: int | None = None
     resources: dict[str, float] | None = None  # Dask worker resources (not part of the key)
     version: str | None = None
@@ -358,6 +359,17 @@ def _compile_step(
         )
         for e in ex.iter_expressions(for_each):
             refs |= check_refs(e, doc, sid, declared_params, step_ids, allow=EXPRESSION_ROOTS[:-2])
+    label = None
+    if "label" in raw:
+        if not has_for_each:
+            raise InvalidPipeline(
+                "`label:` names the elements of a for_each: this step has no for_each",
+                where=doc.where("steps", sid, "label", key=True),
+                step=sid,
+            )
+        label = ex.compile_value(raw["label"], lambda p: doc.where("steps", sid, "label", *p))
+        for e in ex.iter_expressions(label):
+            refs |= check_refs(e, doc, sid, declared_params, step_ids, allow=allowed)
 
     contract = None
     if "contract" in raw:
@@ -459,6 +471,7 @@ def _compile_step(
         if raw.get("cache", defaults.get("cache", True))
         else CachePolicy.ALWAYS_RUN,
         for_each=for_each,
+        label=label,
         concurrency=raw.get("concurrency", defaults.get("concurrency")),
         resources=raw.get("resources"),
         version=None if version is None else str(version),

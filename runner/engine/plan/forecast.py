@@ -45,14 +45,18 @@ class ElementForecast:
     reasons: list[str]
     key: str | None = None
     calls: list[Call] = field(default_factory=list)
+    label: str | None = None  # what the element is called (pipeline/labels.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "index": self.index,
             "action": self.action.value,
             "reasons": self.reasons,
             "key": self.key,
         }
+        if self.label is not None:
+            doc["label"] = self.label
+        return doc
 
 
 @dataclass
@@ -149,4 +153,5 @@ def iter_lines(fc: Forecast, *, verbose: bool = True) -> Iterator[str]:
             continue
         for e in s.elements or []:
             if e.action is not Action.CACHED:
-                yield f"{'':8}   [{e.index}] {e.action.value}: {'; '.join(e.reasons)}"
+                name = f"{e.index} {e.label}" if e.label is not None else str(e.index)
+                yield f"{'':8}   [{name}] {e.action.value}: {'; '.join(e.reasons)}"

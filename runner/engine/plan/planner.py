@@ -27,6 +27,7 @@ from typing import Any
 from ... import expr as ex
 from ...errors import RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
+from ...pipeline.labels import element_labels
 from ...state import overrides
 from ...state.canonical import digest as canonical_digest
 from ...state.journal import CachedResult, Journal
@@ -186,6 +187,9 @@ class _Planner:
             self._publish(step, sf, None)
             return sf
         elements = [self._element(step, i, {"item": it, "index": i}) for i, it in enumerate(items)]
+        names = element_labels(step.label, items, self._ctx())
+        for e in elements:
+            e.label = names.get(e.index)
         action, reasons = summarise(elements)
         sf = StepForecast(
             step.id,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ... import expr as ex
 from ...errors import InvalidPipeline, RunnerError, UsageError
 from ...pipeline.compiler import CompiledStep, Plan, compile_document
+from ...pipeline.labels import element_labels
 from ...pipeline.loader import PipelineDoc, did_you_mean, load_document, resolve_params
 from ...source.paths import inside
 from ...state.canonical import canonical_json
@@ -385,7 +386,7 @@ def _render(plan: Plan, wanted: list[str], state_dir: Path) -> list[Render]:
         if o.status is StepStatus.SKIPPED:
             out.append(Render(sid, step.type.name, f"(skipped: {o.reason})\n", skipped=True))
             continue
-        out.append(Render(sid, step.type.name, _text_of(step, o.output)))
+        out.append(Render(sid, step.type.name, _text_of(step, o.output, context)))
     return out
 
 
@@ -403,15 +404,24 @@ def _ancestors(plan: Plan, ids: Sequence[str]) -> set[str]:
 # -- turning outputs and arguments into text ----------------------------------------------------
 
 
-def _text_of(step: CompiledStep, output: Any) -> str:
+def _text_of(step: CompiledStep, output: Any, context: Mapping[str, Any]) -> str:
     render = _RENDERERS.get(step.type.name, _output_text)
     if step.for_each is not None and isinstance(output, list):
-        return _elements([render(o) for o in output])
+        try:
+            items = ex.evaluate_value(step.for_each, dict(context))
+        except RunnerError:
+            items = None
+        items = list(items.items()) if isinstance(items, dict) else items
+        labels = element_labels(step.label, items, dict(context)) if isinstance(items, list) else {}
+        return _elements([render(o) for o in output], labels)
     return render(output)
 
 
-def _elements(texts: list[str]) -> str:
-    return "".join(f"=== [{i}] ===\n{_with_newline(t)}" for i, t in enumerate(texts))
+def _elements(texts: list[str], labels: Mapping[int, str]) -> str:
+    return "".join(
+        f"=== [{i}{' ' + labels[i] if i in labels else ''}] ===\n{_with_newline(t)}"
+        for i, t in enumerate(texts)
+    )
 
 
 def _with_newline(text: str) -> str:
@@ -458,7 +468,8 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
             _messages_text(ex.evaluate_value(step.args, {**context, "item": it, "index": i}))
             for i, it in enumerate(items)
         ]
-        return Render(step.id, step.type.name, _elements(texts))
+        labels = element_labels(step.label, items, dict(context))
+        return Render(step.id, step.type.name, _elements(texts, labels))
     except RunnerError as exc:
         if exc.step is None:
             exc.step = step.id

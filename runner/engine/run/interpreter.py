@@ -24,6 +24,7 @@ from typing import Any
 from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
+from ...pipeline.labels import element_labels
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
 from ...state import overrides
@@ -457,6 +458,7 @@ class Interpreter(Executions):
         if not isinstance(items, list):
             raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
         self.cached.fresh(step.id)  # a first run asks for no result element by element
+        self.recorder.labels[step.id] = element_labels(step.label, items, self._context())
         elements = await run_elements(
             items,
             width=step.concurrency or len(items) or 1,

@@ -143,6 +143,7 @@ class Recorder:
         self.run_id = run_id
         self.pipeline = pipeline
         self._pending_events: list[tuple[str, float, str, str | None, int | None, str]] = []
+        self.labels: dict[str, dict[int, str]] = {}  # a for_each's element names (labels.py)
         # Journal writes of finished plain steps, done once their dependents have started
         # (see Scheduler.run): the records are not on the path from one process to the next.
         # (execution id, its finished fields, its objects' sizes), written together.
@@ -162,6 +163,8 @@ class Recorder:
     def emit(
         self, type_: EventType, step: str | None = None, element: int | None = None, **data: Any
     ) -> None:
+        if element is not None and step in self.labels and element in self.labels[step]:
+            data = {**data, "label": self.labels[step][element]}  # console, page, --events
         if secretmask.active():  # every reporter (console, --events file, live page) too
             data = secretmask.mask_json(data)
         ev = Event(type_, self.run_id, step, element, data)

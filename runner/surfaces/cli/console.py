@@ -150,7 +150,7 @@ class PlainReporter:
 
     def _event(self, event: Event) -> None:
         t, sid = event.type, safe(event.step_id)
-        el = f"[{event.element}]" if event.element is not None else ""
+        el = element_mark(event)
         d = {k: safe(v) if isinstance(v, str) else v for k, v in event.data.items()}
         if t is EventType.RUN_STARTED:
             n = d.get("steps")
@@ -266,7 +266,7 @@ class LiveReporter:
 
     def _event(self, event: Event) -> None:
         t, sid, d = event.type, event.step_id, event.data
-        label = self.escape(f"{sid}[{event.element}]" if event.element is not None else str(sid))
+        label = self.escape(f"{sid}{element_mark(event)}")
         if t is EventType.STEP_STARTED:
             if self.order is not None:
                 self._print(None)  # a phase header only once one of its steps runs
@@ -307,10 +307,19 @@ class LiveReporter:
         self.progress.stop()
 
 
+def element_mark(event: Event) -> str:
+    """``[3]``, or ``[3 Lagos]`` for an element with a label (its for_each item, or `label:`),
+    made inert for a terminal; "" for a step."""
+    if event.element is None:
+        return ""
+    label = event.data.get("label")
+    return f"[{event.element} {safe(label)}]" if isinstance(label, str) else f"[{event.element}]"
+
+
 def notice(event: Event, root: Path | None = None) -> str:
     """What a person must not miss: their edit of an output, or of a step, was set aside. The
     kept copy's path is shown from ``root`` (the pipeline's root, as the edited file's is)."""
-    d, el = event.data, f"[{event.element}]" if event.element is not None else ""
+    d, el = event.data, element_mark(event)
     if d.get("kept_at"):
         d = {**d, "kept_at": _from_root(str(d["kept_at"]), root)}
     if event.type is EventType.OVERRIDE_SET_ASIDE:
