@@ -8,7 +8,7 @@ decides that an execution runs; this is how it runs.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import StepFailure, StoreError
 from ...pipeline.compiler import CompiledStep, Plan
@@ -25,6 +25,9 @@ from .recorded import RecordedReads
 from .recorder import JournalLedger, Recorder
 from .remote_link import RemoteLink
 from .reuse import Reuse
+
+if TYPE_CHECKING:  # (imported at a run's first provider call)
+    from .spend import RunSpend
 
 # The journal key of a result not kept for reuse: no key a lookup asks for starts so (keys are
 # hex digests), and `runs show` still shows which key the run worked out.
@@ -50,6 +53,39 @@ class Executions:
     tokens_used: int
     abort_reason: str | None
     _kept: dict[tuple[str, int], dict[str, str]]
+    # The run's real spend and budgets: made on the first call (spend.py); budget_stopped once
+    # a call over a budget was refused (the run ends interrupted, exit 9).
+    _spend: RunSpend | None = None
+    budget_stopped: bool = False
+
+    def spend(self) -> RunSpend:
+        """The run's spend tracker, made at its first provider call (a run of shell steps
+        never reads the price table)."""
+        if self._spend is None:
+            from .spend import run_spend
+
+            providers = self.env.providers
+
+            def settings_of(name: str) -> dict[str, Any]:
+                got = providers.get(name) if providers is not None else None
+                return dict(getattr(got, "settings", {}) or {})
+
+            self._spend = run_spend(
+                directory=self.plan.directory,
+                pipeline=self.plan.file.name,
+                max_cost=self.options.max_cost,
+                pipeline_limit=self.plan.limits.max_cost,
+                journal=self.journal,
+                settings_of=settings_of,
+                on_stop=self._over_budget,
+            )
+        return self._spend
+
+    def _over_budget(self, why: str) -> None:
+        """A call over a budget was refused: no step starts after it, and the run says why."""
+        self.budget_stopped = True
+        if self.abort_reason is None:
+            self.abort_reason = why
 
     def _context(self, **extra: Any) -> dict[str, Any]:
         ctx = {
@@ -113,7 +149,7 @@ class Executions:
                 feedback=feedback,
                 check_round=check_round,
                 review=review_feedback,
-                ledger=JournalLedger(self.journal, self.run_id, step.id),
+                ledger=JournalLedger(self.journal, self.run_id, step.id, self.spend),
                 log=self.recorder.logger(step.id, index),
                 waiting=self.recorder.waiter(step.id, index),
             )
@@ -242,7 +278,9 @@ class Executions:
                 report=result.report,
             )
         if result.usage:
-            self.tokens_used += sum(v for v in result.usage.values() if isinstance(v, int))
+            from ...providers.usage import tokens_used  # (only a step that reported usage)
+
+            self.tokens_used += tokens_used(result.usage)  # (cache tokens are the prompt's)
             budget = self.options.token_budget or self.plan.limits.token_budget
             if budget is not None and self.tokens_used > budget:
                 self.abort_reason = (

@@ -277,6 +277,12 @@ class Interpreter(Executions):
         if status is None:
             status, exit_code = run_status(steps, aborted=reason is not None)
         status, exit_code = settle(self.plan, self.journal, self.run_id, steps, status, exit_code)
+        if forced is None and self.budget_stopped:
+            from .spend import OVER_BUDGET_EXIT
+
+            # Stopped before a call that would have gone over a budget: nothing failed, the
+            # next apply (with the budget raised) goes on from here.
+            status, exit_code = RunStatus.INTERRUPTED, OVER_BUDGET_EXIT
         self.hasher.flush()
         self.recorder.run_finished(
             status,

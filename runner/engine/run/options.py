@@ -24,6 +24,7 @@ class ApplyOptions:
     wall_clock: float | None = None
     max_steps: int | None = None
     token_budget: int | None = None
+    max_cost: float | None = None  # --max-cost: this run's real spend (and the plan's estimate)
     retry_uncertain: bool = False  # send again calls whose reply was lost (may pay twice)
     # A remote cache URL (`--remote`; else [cache] remote in runner.toml). remote_only: take
     # what the remote has and run nothing else (`runner cache pull`).

@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import DiskFull
 from ...pipeline.compiler import Plan
@@ -25,6 +25,9 @@ from .events import Event, EventType, Reporter
 from .keys import KeyParts
 from .options import ApplyOptions
 from .outcomes import RunStatus, StepOutcome, StepStatus
+
+if TYPE_CHECKING:  # (spend.py is imported at a run's first provider call)
+    from .spend import RunSpend
 
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
 # Held execution rows (cached ones, and those of elements run start to end without a wait) and
@@ -46,8 +49,16 @@ def new_run_id() -> str:
 class JournalLedger:
     """The idempotency ledger a step sees, backed by the journal's calls table."""
 
-    def __init__(self, journal: Journal, run_id: str, step_id: str) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        run_id: str,
+        step_id: str,
+        spend: Callable[[], RunSpend] | None = None,
+    ) -> None:
         self.journal, self.run_id, self.step_id = journal, run_id, step_id
+        # The run's spend and budgets (spend.py), made at its first call; None: not kept.
+        self.spend = spend
 
     def completed(self, key: str) -> dict[str, Any] | None:
         row = self.journal.call(key)
@@ -60,6 +71,8 @@ class JournalLedger:
         return self.journal.call(key)
 
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
+        if self.spend is not None:  # over a budget it raises: neither journaled nor sent
+            self.spend().begin(key, meta)
         self.journal.begin_call(key, self.run_id, self.step_id, meta)
 
     def sent(self, key: str) -> None:
@@ -79,9 +92,13 @@ class JournalLedger:
         self.journal.call_remote_id(key, remote_id)
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None:
+        if self.spend is not None:  # its usage in one shape, journaled with it (spend.py)
+            result = self.spend().complete(key, result)
         self.journal.complete_call(key, result)
 
     def fail(self, key: str, error: str, status: str = "failed") -> None:
+        if self.spend is not None:
+            self.spend().fail(key, status)
         self.journal.fail_call(key, error, status)
 
     def remote_job(self, key: str) -> dict[str, Any] | None:

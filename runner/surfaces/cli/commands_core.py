@@ -223,6 +223,7 @@ def apply(
         reask=frozenset(reask),
         item=item,
         retry_uncertain=retry_uncertain,
+        max_cost=max_cost,
         remote=remote,
         executor=executor,
         scheduler=scheduler,

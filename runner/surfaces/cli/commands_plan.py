@@ -188,3 +188,124 @@ def explain(
 
     for line in iter_lines(fc, verbose=True):
         echo(line)
+
+
+@cli.command("costs")
+@click.option(
+    "--since",
+    default=None,
+    metavar="WHEN",
+    help="Only calls finished since then: a date (2026-12-01) or an age (7d, 12h, 30min).",
+)
+@click.option("--run", "run_id", default=None, help="Only the calls of this run (an id or prefix).")
+@click.option("--csv", "as_csv", is_flag=True, help="One CSV row per call on stdout.")
+@state_option
+@json_option
+def costs(
+    since: str | None, run_id: str | None, as_csv: bool, state_dir: str | None, as_json: bool
+) -> None:
+    """What was actually spent: every completed provider call's usage as the provider reported
+    it, priced from runner.toml's [prices], by run (beside the plan's estimate of the same
+    calls), step, model, provider and day. A call with no price known is counted apart.
+
+    Example: runner costs --since 7d
+    """
+    from ...engine.plan.spendreport import (
+        CSV_COLUMNS,
+        csv_rows,
+        prices_for_state,
+        provider_settings,
+        spend_report,
+        spend_rows,
+    )
+    from .openstate import open_state
+
+    state = open_state(state_dir)
+    try:
+        prices = prices_for_state(state.dir)
+        settings_of = provider_settings(state.dir.resolve().parent)
+        run = state.journal.get_run(run_id)["id"] if run_id else None
+        start = _since(since)
+        if as_csv:
+            import csv
+            import io
+
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(CSV_COLUMNS)
+            rows = spend_rows(state.journal, prices, since=start, run=run, settings_of=settings_of)
+            writer.writerows(csv_rows(rows))
+            click.echo(out.getvalue(), nl=False)
+            return
+        doc = spend_report(state.journal, prices, since=start, run=run, settings_of=settings_of)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({**doc, "exit_code": 0})
+        return
+    for line in spend_lines(doc):
+        echo(line)
+
+
+def _since(text: str | None) -> float | None:
+    """Epoch seconds of ``--since``: a date (local midnight) or an age before now."""
+    if text is None:
+        return None
+    import time
+
+    from ...errors import UsageError
+    from ...state.gc import parse_age
+
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        pass
+    try:
+        return time.time() - parse_age(text)
+    except (UsageError, ValueError):
+        raise UsageError(
+            f"--since {text!r}: expected a date (2026-12-01) or an age (7d, 12h, 30min)"
+        ) from None
+
+
+def spend_lines(doc: dict[str, Any]) -> list[str]:
+    """The report as lines: totals, then by run (with the plan's estimate), model and day."""
+    unit = f" {doc['currency']}" if doc["currency"] else ""
+
+    def money(totals: dict[str, Any]) -> str:
+        text = f"{totals['cost']:.4g}{unit}"
+        if totals["unpriced_calls"]:
+            text += f" + {totals['unpriced_calls']} call(s) with no price known"
+        return text
+
+    def tokens(t: dict[str, Any]) -> str:
+        parts = [f"{t['input_tokens']} in", f"{t['output_tokens']} out"]
+        if t["cache_read_tokens"] or t["cache_write_tokens"]:
+            parts.append(f"cache {t['cache_read_tokens']} read/{t['cache_write_tokens']} written")
+        if t["images"]:
+            parts.append(f"{t['images']} images")
+        if t["batch_calls"]:
+            parts.append(f"{t['batch_calls']} by batch")
+        return ", ".join(parts)
+
+    total = doc["total"]
+    if not total["calls"]:
+        return [
+            "spent: nothing (no completed provider call" + (" since then)" if doc["since"] else ")")
+        ]
+    out = [f"spent: {money(total)} over {total['calls']} call(s) ({tokens(total)})"]
+    for run in doc["by_run"]:
+        est = run["estimate"]
+        beside = (
+            "no estimate (no price known)" if est is None else f"plan's estimate {est:.4g}{unit}"
+        )
+        out.append(f"run {run['run_id']} ({run['pipeline']}): {money(run)}; {beside}")
+        for step in doc["by_step"]:
+            if step["run_id"] == run["run_id"]:
+                out.append(f"  step {step['step_id']}: {money(step)} ({tokens(step)})")
+    for model in doc["by_model"]:
+        name = f"{model['provider']}/{model['model']}" if model["model"] else model["provider"]
+        out.append(f"model {name}: {money(model)} over {model['calls']} call(s)")
+    for day in doc["by_day"]:
+        out.append(f"day {day['day']}: {money(day)}")
+    return out

@@ -33,6 +33,8 @@ def end_text(state: Any, report: Any) -> str:
     for o in report.steps:
         if o.status.value in ("failed", "partial") and o.reason:
             lines.append(f"  {o.status.value}: {o.id}: {printable(o.reason)}")
+    if report.status.value == "interrupted" and report.reason:
+        lines.append(f"  stopped: {printable(report.reason)}")  # a budget on real spend
     rejected = [o for o in report.steps if o.status.value == "rejected"]
     for o in rejected:
         lines.append(f"  {o.id}: {printable(o.reason or '')}")

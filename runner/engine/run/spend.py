@@ -1,0 +1,244 @@
+"""Real spend during a run: every completed call's usage journaled in one shape, and the run's
+budgets held on it before each call is sent (providers/spendguard.py).
+
+The ledger a step sees (recorder.JournalLedger) hands each call here: ``begin`` (before the call
+is journaled and sent) reserves its worst case under the budgets and raises StepFailure, unsent,
+when it would go over one; ``complete`` adds the call's ``spend`` record (providers/usage.py) to
+what the ledger keeps and settles the reservation at its real price; ``fail`` releases it (a lost
+reply stays counted at its worst case). Nothing in a step body changes: what a call is, is read
+from the meta it is journaled with (the llm step's ``request``; the image step's size and
+params; a batch line's ``batch: true``).
+
+Budgets: ``--max-cost``, the pipeline's ``limits.max_cost`` and runner.toml ``[budget]
+max_cost`` bound this run's spend; ``max_cost_per_day`` / ``max_cost_per_month`` bound the
+project's spend over the local day / calendar month, counting what earlier runs spent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import StepFailure
+from ...providers.prices import Prices, load_prices, spend_cost
+from ...providers.spendguard import Budget, Hold, OverSpend, SpendGuard
+from ...providers.usage import spend_record
+from ...state.records import loads
+
+OVER_BUDGET_EXIT = 9  # the plan's refusal over budget has the same code (engine/plan/costs.py)
+SettingsOf = Callable[[str], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What a call is, for pricing: read from the meta it is journaled with."""
+
+    provider: str
+    kind: str
+    model: str | None
+    input_chars: int | None = None
+    max_tokens: int | None = None
+    size: str | None = None
+    quality: str | None = None
+    batch: bool = False
+    asked_max_tokens: int | None = None  # the step's own (the plan's estimate reads only it)
+
+
+def call_facts(meta: Mapping[str, Any], settings_of: SettingsOf) -> CallFacts:
+    """The facts of a call from its ledger meta (llm: ``request``; image: ``size``/``params``)."""
+    provider = str(meta.get("provider") or "")
+    try:
+        settings = settings_of(provider) if provider else {}
+    except Exception:  # a provider that cannot be configured was never called
+        settings = {}
+    batch = bool(meta.get("batch"))
+    request = meta.get("request")
+    if isinstance(request, dict):  # an llm call: its canonical request
+        model = request.get("model") or settings.get("model")
+        asked = request.get("max_tokens")
+        limit = asked or settings.get("max_tokens")  # what goes out: Anthropic's is required
+        messages = request.get("messages") or []
+        chars = sum(
+            len(m["content"])
+            for m in messages
+            if isinstance(m, dict) and isinstance(m.get("content"), str)
+        )
+        return CallFacts(
+            provider, "text", model if isinstance(model, str) else None, chars,
+            limit if isinstance(limit, int) else None, batch=batch,
+            asked_max_tokens=asked if isinstance(asked, int) else None,
+        )  # fmt: skip
+    raw = meta.get("params")
+    params: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    model = params.get("model") or settings.get("image_model") or settings.get("model")
+    size = meta.get("size")
+    quality = params.get("quality")
+    return CallFacts(
+        provider,
+        "image",
+        model if isinstance(model, str) else None,
+        size=f"{size[0]}x{size[1]}" if isinstance(size, list) and len(size) == 2 else None,
+        quality=quality if isinstance(quality, str) else None,
+        batch=batch,
+    )
+
+
+class RunSpend:
+    """One run's spend, call by call (see the module docstring)."""
+
+    def __init__(self, guard: SpendGuard, settings_of: SettingsOf) -> None:
+        self.guard = guard
+        self.settings_of = settings_of
+        self._facts: dict[str, CallFacts] = {}
+        self._holds: dict[str, Hold] = {}
+
+    def begin(self, key: str, meta: Mapping[str, Any]) -> None:
+        """Reserve call ``key``'s worst case; raises StepFailure (not sent) over a budget."""
+        facts = call_facts(meta, self.settings_of)
+        self._facts[key] = facts
+        if facts.batch:
+            return  # answered by a batch already sent: its spend is recorded, not reserved
+        try:
+            self._holds[key] = self.guard.reserve(
+                facts.provider, facts.model, facts.kind, input_chars=facts.input_chars,
+                max_tokens=facts.max_tokens, size=facts.size, quality=facts.quality,
+            )  # fmt: skip
+        except OverSpend as exc:
+            raise StepFailure(f"{facts.provider}: {exc}") from None
+
+    def complete(self, key: str, result: Mapping[str, Any]) -> dict[str, Any]:
+        """``result`` with its ``spend`` record; the reservation settled at the real price."""
+        facts = self._facts.pop(key, None)
+        out = dict(result)
+        if facts is None:
+            return out
+        spend = spend_record(
+            facts.kind, _usage(result), model=facts.model, batch=facts.batch or _batch(result),
+            size=_size(facts.size), quality=facts.quality,
+        )  # fmt: skip
+        out["spend"] = spend
+        hold = self._holds.pop(key, None)
+        if hold is not None:
+            self.guard.settle(hold, spend)
+        else:  # (a batch line) counted all the same
+            self.guard.spent += spend_cost(self.guard.prices, facts.provider, spend) or 0.0
+        return out
+
+    def fail(self, key: str, status: str) -> None:
+        self._facts.pop(key, None)
+        hold = self._holds.pop(key, None)
+        if hold is not None:
+            self.guard.settle(hold, None, maybe_executed=status == "maybe_executed")
+
+
+def _usage(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    usage = result.get("usage")
+    return usage if isinstance(usage, dict) else {}
+
+
+def _batch(result: Mapping[str, Any]) -> bool:
+    meta = result.get("metadata")
+    return isinstance(meta, dict) and meta.get("batch") is True
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    w, _, h = text.partition("x")
+    return (int(w), int(h)) if w.isdigit() and h.isdigit() else None
+
+
+# --- the run's budgets --------------------------------------------------------------------------
+
+
+def run_budgets(
+    prices: Prices, max_cost: float | None, pipeline_limit: float | None, pipeline: str
+) -> list[tuple[float, str, str]]:
+    """(limit, source, scope) of every budget set for a run of ``pipeline`` (its file's name)."""
+    out: list[tuple[float, str, str]] = []
+    if max_cost is not None:
+        out.append((max_cost, "--max-cost", "run"))
+    if pipeline_limit is not None:
+        out.append((float(pipeline_limit), f"{pipeline} limits.max_cost", "run"))
+    if prices.max_cost is not None:
+        out.append((prices.max_cost, "runner.toml [budget] max_cost", "run"))
+    if prices.max_cost_per_day is not None:
+        out.append((prices.max_cost_per_day, "runner.toml [budget] max_cost_per_day", "day"))
+    if prices.max_cost_per_month is not None:
+        out.append((prices.max_cost_per_month, "runner.toml [budget] max_cost_per_month", "month"))
+    return out
+
+
+def period_starts(now: float | None = None) -> dict[str, float]:
+    """The local day's and calendar month's first second (epoch seconds)."""
+    t = time.localtime(now)
+    day = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+    month = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    return {"day": day, "month": month}
+
+
+def run_spend(
+    *,
+    directory: Path,
+    pipeline: str,
+    max_cost: float | None,
+    pipeline_limit: float | None,
+    journal: Any,
+    settings_of: SettingsOf,
+    on_stop: Callable[[str], None],
+) -> RunSpend:
+    """The run's spend tracker, with its budgets (none: it records spend and bounds nothing)."""
+    prices = load_prices(directory)
+    budgets: list[Budget] = []
+    limits = run_budgets(prices, max_cost, pipeline_limit, pipeline)
+    if any(scope != "run" for _limit, _source, scope in limits):
+        starts = period_starts()
+        before = {"day": 0.0, "month": 0.0}
+        for row in priced_calls(
+            journal, prices, since=min(starts.values()), settings_of=settings_of
+        ):
+            for scope, start in starts.items():
+                if row["finished_at"] >= start:
+                    before[scope] += row["cost"] or 0.0
+    for limit, source, scope in limits:
+        budgets.append(Budget(limit, source, scope, 0.0 if scope == "run" else before[scope]))
+    return RunSpend(SpendGuard(prices, budgets, on_stop), settings_of)
+
+
+def priced_calls(
+    journal: Any, prices: Prices, *, since: float | None = None, settings_of: SettingsOf
+) -> Iterator[dict[str, Any]]:
+    """Every completed call of the journal (since ``since``), with its spend and cost (None:
+    no price known). A call journaled before spend was recorded is read from its usage."""
+    sql = (
+        "SELECT key, run_id, step_id, meta, result, finished_at FROM calls "
+        "WHERE status='completed'"
+        + (" AND finished_at >= ?" if since is not None else "")
+        + " ORDER BY finished_at, rowid"
+    )
+    for row in journal.conn.execute(sql, (since,) if since is not None else ()):
+        key, run_id, step_id, meta_text, result_text, finished = row
+        meta = loads(meta_text) or {}
+        result = loads(result_text) or {}
+        provider = str(meta.get("provider") or "")
+        spend = result.get("spend")
+        if not isinstance(spend, dict):
+            facts = call_facts(meta, settings_of)
+            spend = spend_record(
+                facts.kind, _usage(result), model=facts.model, batch=facts.batch,
+                size=_size(facts.size), quality=facts.quality,
+            )  # fmt: skip
+        yield {
+            "key": key,
+            "run_id": run_id,
+            "step_id": step_id,
+            "provider": provider,
+            "finished_at": float(finished or 0.0),
+            "spend": spend,
+            "cost": spend_cost(prices, provider, spend),
+            "free": prices.free(provider),
+            "meta": meta,
+        }

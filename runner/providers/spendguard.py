@@ -1,0 +1,131 @@
+"""Budgets on real spend, held while a run's calls go out: a call is sent only when what was
+spent plus the worst case of every call in flight, itself included, stays within each budget.
+
+The engine makes one ``SpendGuard`` per run (engine/run/spend.py: the budgets of ``--max-cost``,
+the pipeline's ``limits.max_cost`` and runner.toml's ``[budget]``, with what the day and the month
+had spent before the run) and hands it to the steps through ``StepEnv.spend``. A step asks
+``reserve`` before it journals a call and sends it, and ``settle``s the hold with the call's real
+cost when it is back. A call over a budget is not sent: ``reserve`` raises ``OverSpend``, and the
+guard tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9).
+
+A call's worst case is the plan's estimate of it (providers/prices.py ``estimate_call``: input
+characters / 4, ``max_tokens`` or ``assumed_output_tokens``). A call whose reply was lost (maybe
+executed) stays counted at its worst case; one that failed before any work is released. A call
+with no price known is not bounded by any budget (the plan lists it as "no price known").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .prices import Prices, estimate_call, spend_cost
+
+
+class OverSpend(Exception):
+    """The call would take spend over a budget: it is not sent."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One bound on spend: ``limit`` over a ``scope`` ("run", "day", "month"), with what that
+    scope spent before this run (``before``) and where the limit was set (``source``)."""
+
+    limit: float
+    source: str
+    scope: str = "run"
+    before: float = 0.0
+
+
+@dataclass
+class Hold:
+    """One call's worst case, held from ``reserve`` to ``settle``."""
+
+    provider: str
+    worst: float | None
+
+
+@dataclass
+class SpendGuard:
+    prices: Prices
+    budgets: list[Budget]
+    on_stop: Callable[[str], None] = lambda _why: None
+    spent: float = 0.0  # real spend of this run's completed calls (and lost replies' worst)
+    in_flight: float = 0.0  # worst cases of the calls out now
+    unpriced: int = 0  # calls sent with no price known
+    stopped: str | None = field(default=None, init=False)  # why the run stopped
+    refusal: str = field(default="", init=False)  # what a call refused says
+
+    @property
+    def _unit(self) -> str:
+        return f" {self.prices.currency}" if self.prices.currency else ""
+
+    def reserve(
+        self,
+        provider: str,
+        model: str | None,
+        kind: str,
+        *,
+        input_chars: int | None = None,
+        max_tokens: int | None = None,
+        size: str | None = None,
+        quality: str | None = None,
+    ) -> Hold:
+        """Hold the call's worst case. Raises OverSpend (and stops the run) when spend plus the
+        calls in flight plus this one would be over a budget."""
+        if self.stopped is not None:
+            raise OverSpend(self.refusal)
+        worst = estimate_call(
+            self.prices, provider, model, kind,
+            input_chars=input_chars, max_tokens=max_tokens, size=size, quality=quality,
+        )  # fmt: skip
+        if worst is None:
+            self.unpriced += 1
+            return Hold(provider, None)
+        for budget in self.budgets:
+            total = budget.before + self.spent + self.in_flight + worst
+            if total > budget.limit + 1e-12:
+                # The run's reason says it all once; each call refused names the budget.
+                self.stopped = self._why(budget, worst)
+                self.refusal = (
+                    f"not sent: budget {budget.limit:g}{self._unit} ({budget.source}) reached"
+                )
+                self.on_stop(self.stopped)
+                raise OverSpend(self.refusal)
+        self.in_flight += worst
+        return Hold(provider, worst)
+
+    def settle(
+        self, hold: Hold, spend: Mapping[str, Any] | None, *, maybe_executed: bool = False
+    ) -> float | None:
+        """Release ``hold``: its call completed with ``spend`` (its usage record), failed before
+        any work (None), or lost its reply (``maybe_executed``: counted at its worst case).
+        Returns the call's real cost (None: no price known)."""
+        if hold.worst is not None:
+            self.in_flight = max(0.0, self.in_flight - hold.worst)
+        cost: float | None = None
+        if spend is not None:
+            cost = spend_cost(self.prices, hold.provider, spend)
+            # Priced by the plan's row but not by its usage (a rate missing for cache writes):
+            # its worst case stands in, so a budget still bounds it.
+            self.spent += cost if cost is not None else (hold.worst or 0.0)
+        elif maybe_executed and hold.worst is not None:
+            self.spent += hold.worst
+        return cost
+
+    def _why(self, budget: Budget, worst: float) -> str:
+        unit = self._unit
+        scope = {"run": "this run", "day": "today", "month": "this month"}[budget.scope]
+        spent = budget.before + self.spent
+        return (
+            f"budget {budget.limit:g}{unit} ({budget.source}) reached: {scope} spent "
+            f"{spent:.4g}{unit}, {self.in_flight:.4g}{unit} in flight, and the next call may "
+            f"cost {worst:.4g}{unit}; it was not sent (raise the budget and apply again to "
+            "resume)"
+        )
+
+
+def input_chars(messages: list[Mapping[str, Any]]) -> int:
+    """The characters of a chat request's messages, as the plan counts a prompt's."""
+    return sum(len(m.get("content") or "") for m in messages if isinstance(m.get("content"), str))

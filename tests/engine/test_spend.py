@@ -1,0 +1,216 @@
+"""Real spend: every completed call's usage journaled and priced (`runner costs`), and budgets
+held on it while a run's calls go out. Against the Anthropic double and the fake provider, with
+runner in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.providers.prices import Prices, spend_cost
+from runner.providers.usage import spend_record
+from tests.conftest import runner_bin
+from tests.providers.anthropic_server import AnthropicServer
+
+KEY = "sk-ant-api03-spend0123456789abcdef"
+RATES = {"input": 0.003, "output": 0.015, "read": 0.0003, "write": 0.00375}
+
+TAGGING = """\
+runner: 1
+name: tagging
+params:
+  items: {type: array, default: ["a fox", "a heron", "an owl"]}
+steps:
+  tag:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 1
+    with:
+      messages:
+        - {role: system, content: "You tag animals. Keep to the schema."}
+      prompt: "Tag ${{ item }}"
+      max_tokens: 64
+      schema:
+        type: object
+        properties: {tag: {type: string}}
+        required: [tag]
+    check:
+      - "${{ output.json.tag | length > 0 }}"
+  pictures:
+    uses: image
+    with: {provider: fake, prompt: "a fox", n: 2, size: 32x32, seed: 1}
+"""
+
+
+def _project(root: Path, url: str, pipeline: str, extra: str = "") -> None:
+    (root / "pipeline.yaml").write_text(pipeline, encoding="utf-8")
+    (root / "runner.toml").write_text(
+        f"""[general]
+default_provider = "anthropic"
+
+[providers.anthropic]
+base_url = "{url}/v1"
+model = "claude-test"
+api_key_env = "TEST_ANTHROPIC_KEY"
+timeout = 10
+max_tokens = 300
+
+[prices]
+currency = "USD"
+[prices."anthropic/claude-test"]
+input_per_1k = {RATES["input"]}
+output_per_1k = {RATES["output"]}
+cache_read_per_1k = {RATES["read"]}
+cache_write_per_1k = {RATES["write"]}
+[prices.fake]
+image = 0.02
+{extra}""",
+        encoding="utf-8",
+    )
+
+
+def _runner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
+    env.update(NO_COLOR="1", TEST_ANTHROPIC_KEY=KEY)
+    done = subprocess.run(
+        [*runner_bin(), *args], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert KEY not in done.stdout + done.stderr
+    return done
+
+
+def _by_hand(usage: dict[str, Any]) -> float:
+    return (
+        float(
+            usage["input_tokens"] * RATES["input"]
+            + usage["output_tokens"] * RATES["output"]
+            + usage["cache_read_input_tokens"] * RATES["read"]
+            + usage["cache_creation_input_tokens"] * RATES["write"]
+        )
+        / 1000
+    )
+
+
+def test_costs_equal_the_doubles_usage_priced_by_hand(tmp_path: Path) -> None:
+    with AnthropicServer(api_key=KEY) as server:
+        _project(tmp_path, server.url, TAGGING)
+        applied = _runner(tmp_path, "apply", "pipeline.yaml", "--json")
+        assert json.loads(applied.stdout)["exit_code"] == 0, applied.stdout + applied.stderr
+        usages = list(server.usages)
+    report = _runner(tmp_path, "costs", "--json")
+    doc = json.loads(report.stdout)
+    anthropic = sum(_by_hand(u) for u in usages)
+    images = 2 * 0.02
+    assert len(usages) == 3 and usages[1]["cache_read_input_tokens"] > 0  # the cache was read
+    assert doc["total"]["calls"] == 5 and doc["total"]["unpriced_calls"] == 0
+    assert doc["total"]["cost"] == pytest.approx(anthropic + images, abs=1e-6)
+    models = {(m["provider"], m["model"]): m for m in doc["by_model"]}
+    assert models[("anthropic", "claude-test")]["cost"] == pytest.approx(anthropic, abs=1e-6)
+    assert models[("anthropic", "claude-test")]["cache_read_tokens"] == sum(
+        u["cache_read_input_tokens"] for u in usages
+    )
+    [fake] = [m for m in doc["by_model"] if m["provider"] == "fake"]
+    assert fake["images"] == 2 and fake["cost"] == pytest.approx(images)
+    assert [p["provider"] for p in doc["by_provider"]] == ["anthropic", "fake"]
+    [run] = doc["by_run"]
+    assert run["pipeline"] == "tagging" and run["cost"] == doc["total"]["cost"]
+    assert run["estimate"] is not None and run["estimate"] > 0  # the plan's model, same calls
+    assert {s["step_id"] for s in doc["by_step"]} == {"tag", "pictures"}
+    assert len(doc["by_day"]) == 1 and doc["by_day"][0]["cost"] == doc["total"]["cost"]
+    # CSV: one row per call, the same costs
+    rows = list(csv.DictReader(io.StringIO(_runner(tmp_path, "costs", "--csv").stdout)))
+    assert len(rows) == 5
+    assert sum(float(r["cost"]) for r in rows) == pytest.approx(doc["total"]["cost"], abs=1e-5)
+    # the text report says it, and --since the future has nothing
+    text = _runner(tmp_path, "costs").stdout
+    assert f"spent: {doc['total']['cost']:.4g} USD over 5 call(s)" in text, text
+    assert "plan's estimate" in text
+    later = json.loads(_runner(tmp_path, "costs", "--json", "--since", "2999-01-01").stdout)
+    assert later["total"]["calls"] == 0
+
+
+def test_a_call_with_no_price_is_no_price_known_never_zero(tmp_path: Path) -> None:
+    prices = Prices(rows={"anthropic": {"input_per_1k": 1.0, "output_per_1k": 2.0}})
+    used = {"prompt_tokens": 1500, "completion_tokens": 500, "cache_write_tokens": 1000}
+    written = spend_record("text", used, model="m")
+    assert written["input_tokens"] == 500  # the uncached input only
+    assert spend_cost(prices, "anthropic", written) is None  # no cache_write rate
+    read = spend_record("text", {"prompt_tokens": 1500, "completion_tokens": 500,
+                                  "cache_read_tokens": 1000}, model="m")  # fmt: skip
+    assert spend_cost(prices, "anthropic", read) == pytest.approx(0.5 + 1.0 + 1.0)
+    assert spend_cost(prices, "openai", read) is None  # no row at all
+    assert spend_cost(prices, "fake", read) == 0.0  # free unless priced
+    silent = spend_record("text", {}, model="m")
+    assert spend_cost(prices, "anthropic", silent) is None  # no usage reported
+
+
+def test_a_call_by_batch_is_priced_at_the_batch_rate() -> None:
+    # The hook batch mode uses: a call answered by a batch is journaled with batch: true.
+    prices = Prices(rows={"openai": {"input_per_1k": 1.0, "output_per_1k": 2.0, "image": 0.04}})
+    used = {"prompt_tokens": 1000, "completion_tokens": 1000}
+    direct = spend_cost(prices, "openai", spend_record("text", used, model="m"))
+    batched = spend_cost(prices, "openai", spend_record("text", used, model="m", batch=True))
+    assert direct == pytest.approx(3.0) and batched == pytest.approx(1.5)
+    image = spend_record("image", {}, model="gpt-image-1", batch=True, size=(1024, 1024))
+    assert spend_cost(prices, "openai", image) == pytest.approx(0.02)
+    prices.rows["openai"]["batch_factor"] = 0.6
+    assert spend_cost(prices, "openai", image) == pytest.approx(0.024)
+
+
+LONG = """\
+runner: 1
+name: long
+params:
+  items: {type: array, default: ["a", "b", "c", "d", "e"]}
+steps:
+  say:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 1
+    with:
+      prompt: "WORDS ${{ item }}"
+    check:
+      - "${{ output.text | length > 0 }}"
+""".replace("WORDS", ("word " * 199).strip())
+
+
+def test_a_run_crossing_max_cost_stops_before_the_crossing_call(tmp_path: Path) -> None:
+    # Each reply is 201 words (201 output tokens: 0.201 USD at 1 per 1k); its worst case is the
+    # provider's max_tokens (300: 0.3). The plan, with assumed_output_tokens 1, estimates 0.005
+    # for all five, so only real spend can stop the run: after two calls 0.402 is spent, and
+    # 0.402 + 0.3 > 0.7, so the third is not sent.
+    with AnthropicServer(api_key=KEY) as server:
+        _project(tmp_path, server.url, LONG)
+        toml = (
+            (tmp_path / "runner.toml")
+            .read_text(encoding="utf-8")
+            .replace(
+                f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}",
+                "input_per_1k = 0\noutput_per_1k = 1.0\nassumed_output_tokens = 1",
+            )
+        )
+        (tmp_path / "runner.toml").write_text(toml, encoding="utf-8")
+        plan = json.loads(_runner(tmp_path, "plan", "pipeline.yaml", "--json").stdout)
+        assert plan["cost"]["total"] < 0.7
+        stopped = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "0.7")
+        assert stopped.returncode == 9, stopped.stdout + stopped.stderr
+        assert server.billed == 2
+        said = stopped.stdout + stopped.stderr
+        assert "budget 0.7 USD (--max-cost) reached" in said, said
+        assert "it was not sent" in said
+        runs = json.loads(_runner(tmp_path, "runs", "list", "--json").stdout)
+        first = runs["runs"][0] if isinstance(runs, dict) else runs[0]
+        assert first["status"] == "interrupted"
+        spent = json.loads(_runner(tmp_path, "costs", "--json").stdout)["total"]["cost"]
+        assert spent == pytest.approx(0.402) and spent <= 0.7
+        # Raised, the next apply goes on: only the three calls not made are sent.
+        resumed = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "5")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert server.billed == 5
