@@ -55,6 +55,7 @@ from .base import (
     TextResult,
 )
 from .honours import TEXT_FIELDS, Honours
+from .usage import text_usage
 
 if TYPE_CHECKING:
     from .openai_batch import OpenAIBatches
@@ -412,10 +413,8 @@ class OpenAIProvider(HttpProvider):
             raise self.bad_reply(f"POST {url}", "no choices[0].message") from None
         if not isinstance(text, str):
             raise self.bad_reply(f"POST {url}", "message content is not text")
-        usage = usage_ints(
-            reply.get("usage"),
-            {"prompt_tokens": "prompt_tokens", "completion_tokens": "completion_tokens"},
-        )
+        # prompt_tokens_details.cached_tokens (part of prompt_tokens) is priced at the cache rate
+        usage = text_usage(reply.get("usage"), "openai")
         meta: dict[str, Any] = {
             "model": reply.get("model", model),
             "seed": request.seed,

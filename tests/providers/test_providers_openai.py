@@ -18,7 +18,7 @@ from runner.providers.openai import JSON_INSTRUCTION, OpenAIProvider
 from runner.providers.tracking import CallTracker
 from tests.providers.faults import FAULTS, TIMEOUT, Fault, check_fault
 from tests.providers.openai_server import OpenAIServer
-from tests.providers.servers import png
+from tests.providers.servers import Reply, png
 
 KEY = "sk-proj-0123456789abcdef"
 
@@ -315,6 +315,34 @@ def test_remote_id_is_the_completion_id() -> None:
         tracker = CallTracker()
         chat(provider(server), tracker=tracker)
     assert tracker.attempts == 1 and (tracker.remote_id or "").startswith("chatcmpl-")
+
+
+def test_cached_prompt_tokens_are_said_apart_for_their_rate() -> None:
+    # OpenAI's usage counts cache hits inside prompt_tokens and again in prompt_tokens_details.
+    usage = {
+        "prompt_tokens": 2006,
+        "completion_tokens": 300,
+        "total_tokens": 2306,
+        "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+    }
+    reply = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": usage,
+    }
+    with OpenAIServer() as server:
+        server.queue("POST", "/v1/chat/completions", Reply(body=reply))
+        result = chat(provider(server))
+    assert result.usage == {
+        "prompt_tokens": 2006,
+        "completion_tokens": 300,
+        "cache_read_tokens": 1920,
+    }
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=str)
