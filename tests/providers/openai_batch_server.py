@@ -44,6 +44,9 @@ class OpenAIBatchServer(OpenAIServer):
     ``validate_s``: how long a batch stays validating; ``per_request_s``: how long each request
     takes in progress; ``finalize_s``: finalizing; ``expire_s``: the completion window (24 h);
     ``fail_ids``: custom_ids answered 500 in the error file (a partial failure);
+    ``fail_once``: a request whose body holds this text is answered 500 the first time it runs;
+    ``expiring``: how many of the first batches made expire after ``expire_s`` (the later ones
+    have the whole 24 h);
     ``upload_delay_s`` / ``create_delay_s``: how long an upload / a batch's creation is
     answered after it is stored (a client killed meanwhile never learns its id).
     """
@@ -60,6 +63,8 @@ class OpenAIBatchServer(OpenAIServer):
         fail_ids: frozenset[str] = frozenset(),
         upload_delay_s: float = 0.0,
         create_delay_s: float = 0.0,
+        fail_once: str | None = None,
+        expiring: int | None = None,
     ) -> None:
         super().__init__()
         self.port = port
@@ -70,6 +75,7 @@ class OpenAIBatchServer(OpenAIServer):
         self.finalize_s, self.expire_s = finalize_s, expire_s
         self.fail_ids, self.upload_delay_s = fail_ids, upload_delay_s
         self.create_delay_s = create_delay_s
+        self.fail_once, self.expiring = fail_once, expiring
         self._state = threading.RLock()
         self.route("POST", "/v1/files", self._upload)
         self.route("GET", "/v1/files", self._list_files)
@@ -133,7 +139,7 @@ class OpenAIBatchServer(OpenAIServer):
         return Reply(body=meta)
 
     def _list_files(self, rec: Recorded) -> Reply:
-        purpose = (rec.query.get("purpose") or [None])[0]
+        purpose = next(iter(rec.query.get("purpose") or []), None)
         metas = [json.loads(p.read_text()) for p in (self.root / "files").glob("*.json")]
         data = [m for m in metas if purpose is None or m["purpose"] == purpose]
         data.sort(key=lambda m: m["created_at"], reverse=True)
@@ -177,6 +183,9 @@ class OpenAIBatchServer(OpenAIServer):
             return invalid(f"No batch file {body['input_file_id']}", "input_file_id")
         now = time.time()
         lines = (self.root / "files" / f"{meta['id']}.bin").read_bytes().splitlines()
+        expire_s = self.expire_s
+        if self.expiring is not None and len(self._all_batches()) >= self.expiring:
+            expire_s = 24 * 3600.0
         batch = {
             "id": f"batch_{uuid.uuid4().hex[:24]}",
             "object": "batch",
@@ -189,7 +198,7 @@ class OpenAIBatchServer(OpenAIServer):
             "error_file_id": None,
             "created_at": now,
             "in_progress_at": None,
-            "expires_at": now + self.expire_s,
+            "expires_at": now + expire_s,
             "finalizing_at": None,
             "completed_at": None,
             "failed_at": None,
@@ -206,7 +215,7 @@ class OpenAIBatchServer(OpenAIServer):
 
     def _list_batches(self, rec: Recorded) -> Reply:
         limit = int((rec.query.get("limit") or ["20"])[0])
-        after = (rec.query.get("after") or [None])[0]
+        after = next(iter(rec.query.get("after") or []), None)
         with self._state:
             batches = [self._advance(b) for b in self._all_batches()]
         if after is not None:
@@ -258,18 +267,22 @@ class OpenAIBatchServer(OpenAIServer):
         now = time.time()
         before = batch["status"]
         total = batch["request_counts"]["total"]
-        if batch["status"] == "validating" and now >= batch["created_at"] + self.validate_s:
+        # Each moment is when the clock says it came, not when someone looked.
+        validated = batch["created_at"] + self.validate_s
+        if batch["status"] == "validating" and now >= validated:
             problem = self._invalid(batch)
             if problem is not None:
-                batch.update(status="failed", failed_at=now, errors=problem)
+                batch.update(status="failed", failed_at=validated, errors=problem)
             else:
-                batch.update(status="in_progress", in_progress_at=now)
+                batch.update(status="in_progress", in_progress_at=validated)
         if batch["status"] == "in_progress":
-            ran = now - batch["in_progress_at"]
+            until = min(now, batch["expires_at"])
+            ran = until - batch["in_progress_at"]
             done = total if self.per_request_s <= 0 else min(total, int(ran / self.per_request_s))
             batch["request_counts"]["completed"] = done
             if done >= total:
-                batch.update(status="finalizing", finalizing_at=now)
+                finalizing = batch["in_progress_at"] + total * max(self.per_request_s, 0.0)
+                batch.update(status="finalizing", finalizing_at=finalizing)
             elif now >= batch["expires_at"]:
                 self._finish(batch, done, "expired", "batch_expired")
         if batch["status"] == "finalizing" and now >= batch["finalizing_at"] + self.finalize_s:
@@ -304,6 +317,7 @@ class OpenAIBatchServer(OpenAIServer):
         out: list[str] = []
         errs: list[str] = []
         executed: list[str] = []
+        ran_before = {c for b in self._all_batches() for c in b.get("_executed", [])}
         for n, raw in enumerate(lines):
             line = json.loads(raw)
             rid = f"batch_req_{uuid.uuid4().hex[:24]}"
@@ -312,6 +326,11 @@ class OpenAIBatchServer(OpenAIServer):
                 errs.append(json.dumps({"id": rid, "custom_id": line["custom_id"], **_no(err)}))
                 continue
             executed.append(line["custom_id"])
+            once = self.fail_once is not None and self.fail_once in json.dumps(line["body"])
+            if once and line["custom_id"] not in ran_before:
+                self.fail_ids = self.fail_ids | {line["custom_id"]}
+            elif once:
+                self.fail_ids = self.fail_ids - {line["custom_id"]}
             if line["custom_id"] in self.fail_ids:
                 body = {"error": {"message": "The server had an error", "type": "server_error"}}
                 resp = {"status_code": 500, "request_id": f"req_{rid}", "body": body}

@@ -17,9 +17,6 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from tests.conftest import runner_bin
 from tests.providers.openai_batch_server import OpenAIBatchServer
@@ -207,3 +204,118 @@ def test_kill_9_while_uploading_validating_and_running_makes_one_batch(tmp_path:
         assert server.count("POST", "/v1/chat/completions") == 0
         # each killed apply is found interrupted by the next, which starts a run of its own
         assert _run_status(tmp_path) == ["interrupted"] * 4 + ["completed"]
+
+
+def _set_check(pipeline: Path, check: str, *, batch: bool) -> None:
+    text = pipeline.read_text(encoding="utf-8")
+    text = text.replace("startswith('echo')", check).replace("startswith('ech')", check)
+    text = text.replace(f"batch: {str(not batch).lower()}", f"batch: {str(batch).lower()}")
+    pipeline.write_text(text, encoding="utf-8")
+
+
+def test_answers_direct_and_by_batch_are_one_ledger(tmp_path: Path) -> None:
+    """Half answered directly, the rest by a batch: the outputs are an all-direct run's; a
+    call answered either way is never sent again, by a batch or directly."""
+    n = 200
+    with OpenAIBatchServer(tmp_path / "double") as server:
+        assert isinstance(server, OpenAIBatchServer)
+        mixed, alone = tmp_path / "mixed", tmp_path / "alone"
+        mixed.mkdir()
+        alone.mkdir()
+        _project(alone, server.url, n, batch=False)
+        assert _apply(alone).returncode == 0
+        direct = server.count("POST", "/v1/chat/completions")
+        assert direct == n
+        pipeline = _project(mixed, server.url, n // 2, batch=False, extra="batch_wait = 30")
+        assert _apply(mixed).returncode == 0  # the first half directly (their keys: alone's)
+        direct = server.count("POST", "/v1/chat/completions")
+        assert direct == n + n // 2
+        write_pipeline(pipeline, n, batch=True)
+        _set_check(pipeline, "startswith('ech')", batch=True)  # every step key changes
+        done = _apply(mixed)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (batch,) = server.batches()
+        assert batch["request_counts"]["total"] == n // 2  # the answered half stayed out
+        assert _outputs(mixed) == _outputs(alone)  # the same keys, the same texts
+        assert server.count("POST", "/v1/chat/completions") == direct
+        _set_check(pipeline, "startswith('echo')", batch=False)
+        again = _apply(mixed)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert server.count("POST", "/v1/chat/completions") == direct  # batch answers reused
+        assert len(server.batches()) == 1
+
+
+def test_failed_requests_follow_retries_and_expired_ones_go_again(tmp_path: Path) -> None:
+    """A 500 in the error file is retried (the step's retries) in a follow-up batch; requests
+    an expired batch never ran go in a new batch; none is executed twice once answered."""
+    n = 60
+    with OpenAIBatchServer(
+        tmp_path / "double",
+        fail_once="word 1",  # word 1, word 10..19: a 500 the first time
+        expiring=1,
+        expire_s=1.0,
+        per_request_s=0.03,
+    ) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        pipeline = _project(tmp_path, server.url, n, extra="batch_wait = 30")
+        pipeline.write_text(pipeline.read_text().replace("    with:", "    retries: 2\n    with:"))
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        batches = sorted(server.batches(), key=lambda b: b["created_at"])
+        assert batches[0]["status"] == "expired" and len(batches) >= 2
+        assert all(b["status"] == "completed" for b in batches[1:])
+        assert set(_outputs(tmp_path).values()) == _texts(n)
+        answered = server.answered()
+        assert len(answered) == n
+        # word 1 and 10..19 ran twice (a 500, then their answer), the others once
+        assert sorted(answered.values()) == [1] * (n - 11) + [2] * 11
+        assert server.billed == n  # each answered (and billed) exactly once
+
+
+def test_runs_cancel_cancels_the_remote_batch_and_resume_sends_the_rest(tmp_path: Path) -> None:
+    n = 50
+    with OpenAIBatchServer(tmp_path / "double", per_request_s=0.1) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, n)
+        first = _apply(tmp_path)
+        assert first.returncode == AWAITING_BATCH, first.stdout + first.stderr
+        db = sqlite3.connect(tmp_path / ".runner" / "journal.db")
+        (run_id,) = db.execute("SELECT id FROM runs").fetchone()
+        db.close()
+        time.sleep(1.0)  # some of it done
+        cancel = subprocess.run(
+            [*runner_bin(), "runs", "cancel", run_id, "--json"],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        assert json.loads(cancel.stdout)["batches_cancelled"] == 1
+        (batch,) = server.batches()
+        assert batch["status"] == "cancelled"
+        ran = batch["request_counts"]["completed"]
+        assert 0 < ran < n
+        resumed = subprocess.run(
+            [*runner_bin(), "resume", run_id],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert resumed.returncode == AWAITING_BATCH, resumed.stdout + resumed.stderr
+        second = [b for b in server.batches() if b["id"] != batch["id"]]
+        assert len(second) == 1 and second[0]["request_counts"]["total"] == n - ran
+
+
+def test_a_step_larger_than_one_batch_is_split_and_the_double_restarts(tmp_path: Path) -> None:
+    n = 250
+    with OpenAIBatchServer(tmp_path / "double", validate_s=0.5) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        port = int(server.url.rsplit(":", 1)[1])
+        _project(tmp_path, server.url, n, extra="batch_max_requests = 100")
+        first = _apply(tmp_path)
+        assert first.returncode == AWAITING_BATCH, first.stdout + first.stderr
+        assert sorted(b["request_counts"]["total"] for b in server.batches()) == [50, 100, 100]
+    # the service restarts (same address, same disk): the batches go on
+    with OpenAIBatchServer(tmp_path / "double", port=port) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        time.sleep(0.6)
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(server.batches()) == 3
+        assert set(_outputs(tmp_path).values()) == _texts(n)

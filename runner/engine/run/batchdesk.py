@@ -121,6 +121,7 @@ class BatchDesk:
                 await self._make(batch_id, provider, api)
         for where in [w for w in self._queued if w[0] == step_id]:
             q = self._queued.pop(where)
+            self._queued_keys.difference_update(key for key, _line in q.items)
             for chunk in _split(q.items, q.api.max_requests, q.api.max_bytes):
                 batch_id = f"rb-{uuid.uuid4().hex[:16]}"
                 batchbook.add_batch(

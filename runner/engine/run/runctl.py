@@ -71,6 +71,7 @@ def request_cancel(journal: Journal, run_id: str) -> dict[str, Any]:
         journal.update_run(rid, cancel_requested=time.time())
         return {"run_id": rid, "status": "cancelling"}
     if status in ("running", "awaiting_human", "awaiting_batch"):
+        cancelled = cancel_batches(journal, rid, Path(run["pipeline_file"]).parent)
         journal.conn.execute(
             "UPDATE executions SET status='cancelled' WHERE run_id=? AND "
             "status IN ('running','awaiting_human','awaiting_batch')",
@@ -84,8 +85,40 @@ def request_cancel(journal: Journal, run_id: str) -> dict[str, Any]:
             reason="cancelled with runner runs cancel",
             cancel_requested=time.time(),
         )
-        return {"run_id": rid, "status": RunStatus.CANCELLED.value}
+        return {
+            "run_id": rid,
+            "status": RunStatus.CANCELLED.value,
+            **({"batches_cancelled": cancelled} if cancelled else {}),
+        }
     raise UsageError(f"run {rid} is not running (status {status})")
+
+
+def cancel_batches(journal: Journal, run_id: str, where: Path) -> int:
+    """Cancel the provider batches run ``run_id`` has running (batch mode), with the providers
+    configured for ``where`` (the pipeline's directory); how many were asked to cancel. What a
+    cancelled batch finished is collected by a resume; the rest goes in a new batch."""
+    import asyncio
+
+    from ...providers.batchapi import batch_api_of
+    from ...providers.config import load_access
+    from ...state.batchbook import live_batches
+    from .batchdesk import BatchDesk
+
+    if not any(row["status"] == "submitted" for row in live_batches(journal, run_id)):
+        return 0  # (no provider configured for nothing)
+    access = load_access(where)
+
+    def api(name: str) -> tuple[Any, Any]:
+        provider = access.get(name)
+        return provider, batch_api_of(provider)
+
+    async def cancel() -> int:
+        try:
+            return await BatchDesk(journal, run_id).cancel(api)
+        finally:
+            await access.aclose()
+
+    return asyncio.run(cancel())
 
 
 def wait_for_end(journal: Journal, run_id: str, timeout: float) -> str:
