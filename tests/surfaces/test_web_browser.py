@@ -147,4 +147,5 @@ def test_step_output_loads_when_opened(site: Site, served: Any, browser: Any) ->
     box = browser.find_element(By.CSS_SELECTOR, 'details.lazy-out[data-step="prompt"]')
     assert box.find_element(By.TAG_NAME, "pre").text == ""
     box.find_element(By.TAG_NAME, "summary").click()
-    wait(browser, lambda d: "A striking" in box.find_element(By.TAG_NAME, "pre").text)
+    # it opens in a row of its own under the step (tests/surfaces/test_web_page_ii.py)
+    wait(browser, lambda d: "A striking" in d.find_element(By.CSS_SELECTOR, "#out-prompt pre").text)

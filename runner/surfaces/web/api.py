@@ -148,9 +148,12 @@ async def step_elements(request: Request) -> Response:
     params = request.path_params
     offset = _int(request, "offset", 0, 0, 2**31)
     limit = _int(request, "limit", MAX_ELEMENTS, 1, MAX_ELEMENTS)
+    query = request.query_params.get("q", "")[:200]
     doc = await in_state(
         request,
-        lambda s: elements_of(s, params["run_id"], params["step"], offset=offset, limit=limit),
+        lambda s: elements_of(
+            s, params["run_id"], params["step"], offset=offset, limit=limit, query=query
+        ),
     )
     return JSONResponse(doc)
 

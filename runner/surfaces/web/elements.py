@@ -143,13 +143,27 @@ def _changes(plan: Any, step: str, old: Any, new: Any) -> list[dict[str, Any]]:
     return [{"field": f, "old": _get(old, f), "new": _get(new, f)} for f in fields]
 
 
+def _matches(query: str, el: int, label: str | None, status: str) -> bool:
+    """An element found by a search: its label, its #index or its status holds the words."""
+    text = f"#{el} {label or ''} {status}".casefold()
+    return all(word in text for word in query.casefold().split())
+
+
 def step_elements(
-    state: Any, run_id: str, step: str, *, offset: int = 0, limit: int = MAX_ELEMENTS
+    state: Any,
+    run_id: str,
+    step: str,
+    *,
+    offset: int = 0,
+    limit: int = MAX_ELEMENTS,
+    query: str = "",
 ) -> dict[str, Any]:
-    """Every element of ``step`` in run ``run_id`` (see the module docstring).
+    """Every element of ``step`` in run ``run_id`` (see the module docstring), or those whose
+    label, index or status hold every word of ``query``; each named by its label.
 
     Raises NotFound for an unknown run or a step that has no execution in it.
     """
+    from ...pipeline.labels import as_label, default_label
     from .service import run_plan
 
     run = state.journal.get_run(run_id)
@@ -166,7 +180,24 @@ def step_elements(
         value, items_error = _evaluate(compiled.for_each, context)
         items = value if isinstance(value, list) else None
     verdicts = _verdicts(state, run["id"], step)
+    labels: dict[int, str | None] = {}
+    for el in latest:
+        item = items[el] if items is not None and 0 <= el < len(items) else None
+        label = None
+        if item is not None and compiled is not None and compiled.label is not None:
+            value, _err = _evaluate(compiled.label, {**context, "item": item, "index": el})
+            label = as_label(value)
+        labels[el] = label if label is not None else default_label(item)
     keys = sorted(latest)
+    total = len(keys)
+    if query.strip():
+        keys = [k for k in keys if _matches(query, k, labels[k], latest[k]["status"])]
+    times = [r for r in latest.values() if r.get("started_at")]
+    span = None
+    if times:
+        start = min(r["started_at"] for r in times)
+        end = max(r.get("finished_at") or r["started_at"] for r in times)
+        span = {"start": start, "end": max(end, start + 0.001)}
     out = []
     for el in keys[offset : offset + limit]:
         r = latest[el]
@@ -175,7 +206,10 @@ def step_elements(
             "element": None if el == -1 else el,
             "status": r["status"],
             "attempts": r["attempts"],
+            "label": labels.get(el),
             "duration_s": r["duration_s"],
+            "started_at": r.get("started_at"),
+            "finished_at": r.get("finished_at"),
             "error": r["error"],
             "why": r.get("why"),
             "worker": r.get("worker"),  # the Dask worker that ran it (None: the coordinator)
@@ -201,6 +235,9 @@ def step_elements(
         "uses": compiled.uses if compiled is not None else None,
         "for_each": bool(compiled is not None and compiled.for_each is not None),
         "total": len(keys),
+        "all": total,  # before the search
+        "query": query,
+        "span": span,
         "offset": offset,
         # where the next page starts (the page asks for it as the list scrolls), None at the end
         "next_offset": offset + len(out) if offset + len(out) < len(keys) else None,

@@ -29,8 +29,23 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+def _bar(started: float | None, finished: float | None, span: Any) -> str:
+    """A timeline bar's place as CSS (numbers only): where in the run's span a step began, and
+    how long it took; "" when it has no time."""
+    if not started or not isinstance(span, dict):
+        return ""
+    whole = span["end"] - span["start"]
+    left = min(max((started - span["start"]) / whole, 0.0), 1.0)
+    width = min(max(((finished or span["end"]) - started) / whole, 0.0), 1.0 - left)
+    return f"left:{left * 100:.2f}%;width:max(2px,{width * 100:.2f}%)"
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def _yaml(value: Any) -> str:
@@ -79,8 +94,15 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.globals["bar"] = _bar
     env.filters.update(
-        when=_when, seconds=_seconds, pretty=_pretty, yaml=_yaml, vars=_vars, var_lines=_var_lines
+        when=_when,
+        seconds=_seconds,
+        pretty=_pretty,
+        compact=_compact,
+        yaml=_yaml,
+        vars=_vars,
+        var_lines=_var_lines,
     )
     return env
 

@@ -202,7 +202,7 @@ class GuardMiddleware:
         except RunnerError as exc:
             await _refuse(exc, scope, receive, send)
             return
-        await self.app(scope, self._limited(receive), send)
+        await self.app(scope, self._limited(receive), _unframed(send))
 
     def _login(self, scope: Scope, headers: dict[str, str]) -> bool:
         """A page GET carrying the right ``?token=`` (from the printed URL)."""
@@ -233,6 +233,7 @@ class GuardMiddleware:
                     (b"referrer-policy", b"no-referrer"),
                     (b"cache-control", b"no-store"),
                     (b"content-length", b"0"),
+                    *NO_FRAMING,
                 ],
             }
         )
@@ -254,11 +255,28 @@ class GuardMiddleware:
         return wrapped
 
 
+# No other page may frame this one (a page on another local port could overlay the buttons and
+# have a reviewer approve a gate unawares): both headers, for old browsers and new.
+NO_FRAMING = [
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", b"frame-ancestors 'none'"),
+]
+
+
+def _unframed(send: Send) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *NO_FRAMING]}
+        await send(message)
+
+    return wrapped
+
+
 async def _refuse(exc: RunnerError, scope: Scope, receive: Receive, send: Send) -> None:
     response = error_response(exc, as_html=not scope["path"].startswith("/api/"))
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="runner"'
-    await response(scope, receive, send)
+    await response(scope, receive, _unframed(send))
 
 
 def export_destination(text: str, *, base: Path, roots: Iterable[Path]) -> Path:

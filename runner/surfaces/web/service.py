@@ -87,6 +87,10 @@ def run_document(state: State, run_id: str) -> dict[str, Any]:
         "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)
     ).fetchone()
     doc["last_event"] = int(row[0] or 0)
+    # what the run's calls really cost (the page's Spent line: static/spend.js)
+    from ...engine.plan.spendreport import run_spend_line
+
+    doc["spend"] = run_spend_line(state.journal, state.dir, run["id"])
     doc["exit_code"] = 0
     return doc
 
@@ -104,14 +108,51 @@ def page_document(state: State, run_id: str) -> dict[str, Any]:
     row = state.journal.conn.execute(
         "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)
     ).fetchone()
+    phases = step_groups(state, run, rows=view.executions, outputs=False)
     return {
         "run": run,
+        "params": loads(run["params"]) if isinstance(run.get("params"), str) else run["params"],
+        "span": run_span(run, phases),
         "iterations": [it.to_json() for it in iterations_of(state.journal, run["id"])],
-        "phases": step_groups(state, run, rows=view.executions, outputs=False),
-        "decisions": [r.to_json() for r in decisions(state.journal, run["id"])],
+        "phases": phases,
+        "decisions": [gate_images(state, r.to_json()) for r in decisions(state.journal, run["id"])],
         "last_event": int(row[0] or 0),
         "iterate": iterate_explanation(state, run),
     }
+
+
+def gate_images(state: State, decision: dict[str, Any]) -> dict[str, Any]:
+    """A pending gate's decision with ``images``: for each value it shows that is an image this
+    state serves (a digest, or a list of them), the digests, so the panel shows the pictures."""
+    summary = decision.get("summary") or {}
+    show = summary.get("show") if decision.get("status") == "pending" else None
+    images: dict[str, list[str]] = {}
+    if isinstance(show, dict):
+        for key, value in show.items():
+            digests = value if isinstance(value, list) else [value]
+            if (
+                digests
+                and len(digests) <= 64
+                and all(isinstance(d, str) and image_object(state, d) is not None for d in digests)
+            ):
+                images[str(key)] = digests
+    return {**decision, "images": images}
+
+
+def run_span(run: Mapping[str, Any], phases: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The time a run's timeline spans: from its start to its last step's end (or now, while it
+    runs); None before anything has a time."""
+    import time
+
+    start = run.get("created_at")
+    ends = [s["finished_at"] for g in phases for s in g["steps"] if s.get("finished_at")]
+    if run.get("finished_at"):
+        ends.append(run["finished_at"])
+    if run.get("status") == "running":
+        ends.append(time.time())
+    if not start or not ends:
+        return None
+    return {"start": float(start), "end": max(float(start) + 0.001, max(ends))}
 
 
 def iterate_explanation(state: State, run: Mapping[str, Any]) -> dict[str, Any] | None:

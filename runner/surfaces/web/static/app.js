@@ -243,15 +243,31 @@ function cardBlock(card) {
   return sec;
 }
 
+// Where an element sits in its step's time: the same bar as the step rows' Timeline column.
+function timelineBar(span, start, end, status) {
+  const whole = span.end - span.start;
+  const left = Math.min(Math.max((start - span.start) / whole, 0), 1);
+  const width = Math.min(Math.max(((end || span.end) - start) / whole, 0), 1 - left);
+  const track = el("span", "track el-track");
+  const bar = el("span", "bar status-" + status);
+  bar.style.left = (left * 100).toFixed(2) + "%";
+  bar.style.width = "max(2px, " + (width * 100).toFixed(2) + "%)";
+  track.append(bar);
+  return track;
+}
+
 function elementView(doc, e, open) {
   const box = el("details", "element");
   box.dataset.status = e.status;
   box.open = open;
   box.dataset.element = e.element === null ? "" : String(e.element);
   const sum = el("summary");
-  sum.append(el("strong", null, e.element === null ? doc.step : "#" + e.element), " ",
-             el("span", "status status-" + e.status, e.status),
-             " ", el("small", "hint", "attempts " + (e.attempts || 0)));
+  sum.append(el("strong", null, e.element === null ? doc.step : "#" + e.element), " ");
+  if (e.label) sum.append(el("span", "el-label", e.label), " ");
+  sum.append(el("span", "status status-" + e.status, e.status),
+             " ", el("small", "hint", "attempts " + (e.attempts || 0)),
+             " ", el("small", "hint el-duration", e.duration_s == null ? "" : e.duration_s.toFixed(2) + "s"));
+  if (doc.span && e.started_at) sum.append(timelineBar(doc.span, e.started_at, e.finished_at, e.status));
   if (e.worker) sum.append(" ", el("small", "hint where", "on " + e.worker));
   box.append(sum);
   if (e.input !== undefined) box.append(readable("Input", e.input));
@@ -290,13 +306,15 @@ const PAGE = 100;
 let browseShown = 0;  // elements on the panel now
 let browseTotal = 0;
 let browseLoading = null;
+let browseQuery = "";  // the element search box: label, #index or status
 const browseMore = new IntersectionObserver((entries) => {
   if (entries.some((e) => e.isIntersecting)) loadMore();
 });
 
 async function fetchElements(step, offset, limit) {
   const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
-                          encodeURIComponent(step) + "/elements?offset=" + offset + "&limit=" + limit);
+                          encodeURIComponent(step) + "/elements?" + (browseQuery ? "q=" + encodeURIComponent(browseQuery) + "&" : "") +
+                          "offset=" + offset + "&limit=" + limit);
   const doc = await res.json();
   if (!res.ok) throw new Error(doc.error ? doc.error.message : res.statusText);
   return doc;
@@ -319,7 +337,9 @@ function showPage(doc, body, open, first) {
     open.size ? open.has(e.element === null ? "" : String(e.element)) : first && i === 0)));
   browseShown += doc.elements.length;
   document.getElementById("browser-count").textContent =
-    doc.for_each ? doc.total + " elements" + (browseShown < doc.total ? ", " + browseShown + " shown" : "") : "";
+    doc.for_each ? (doc.query ? doc.total + " of " + doc.all + " elements match" : doc.total + " elements") +
+      (browseShown < doc.total ? ", " + browseShown + " shown" : "") : "";
+  document.getElementById("browser-search").hidden = !doc.for_each;
   if (browseShown < doc.total) {
     const more = moreButton();
     body.append(more);
@@ -343,6 +363,10 @@ async function loadMore() {
 
 async function browse(step, keep) {
   const again = keep && browsing === step;
+  if (browsing !== step) {  // another step: its own search starts empty
+    browseQuery = "";
+    document.getElementById("browser-search").value = "";
+  }
   browsing = step;
   const panel = document.getElementById("browser");
   const body = document.getElementById("browser-body");
@@ -435,7 +459,12 @@ function decidedText(doc) {
 // Step outputs load when opened: a 2,000-step run page stays small.
 document.addEventListener("toggle", async (e) => {
   const box = e.target;
-  if (!page || !(box instanceof HTMLDetailsElement) || !box.open) return;
+  if (!page || !(box instanceof HTMLDetailsElement)) return;
+  // An output opens in a row of its own under its step, as wide as the table (the Output
+  // column alone is too narrow to read JSON in).
+  const wide = box.classList.contains("lazy-out") ? document.getElementById("out-" + box.dataset.step) : null;
+  if (wide) wide.hidden = !box.open;
+  if (!box.open) return;
   if (box.id === "graph-box" && !box.dataset.loaded) {
     box.dataset.loaded = "1";
     drawGraph(page.dataset.run);
@@ -444,12 +473,20 @@ document.addEventListener("toggle", async (e) => {
   if (!box.classList.contains("lazy-out") || box.dataset.loaded) return;
   box.dataset.loaded = "1";
   const pre = box.querySelector("pre");
-  // The copy button is added here, not in the page: 2,000 rows stay light.
+  // The copy button and the output's row are added here, not in the page: 2,000 rows stay light.
+  const row = box.closest("tr");
+  const outRow = el("tr", "out-row");
+  outRow.id = "out-" + box.dataset.step;
+  const cell = el("td");
+  cell.colSpan = row.children.length;
   const wrap = el("div", "copyable");
   const copy = el("button", "copy", "copy");
   copy.type = "button";
-  pre.replaceWith(wrap);
+  pre.remove();
   wrap.append(copy, pre);
+  cell.append(wrap);
+  outRow.append(cell);
+  row.after(outRow);
   try {
     const res = await fetch("/api/runs/" + encodeURIComponent(page.dataset.run) + "/steps/" +
                             encodeURIComponent(box.dataset.step) + "/output");
@@ -475,6 +512,16 @@ document.addEventListener("click", async (e) => {
   if (box) box.hidden = true;
 });
 document.addEventListener("keydown", onKey);
+
+// The element search asks the server (it knows every element, not only the page shown).
+let searchTimer = null;
+document.getElementById("browser-search")?.addEventListener("input", (e) => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => {
+    browseQuery = e.target.value.trim();
+    if (browsing) browse(browsing, true);
+  }, 200);
+});
 
 const runsTable = document.getElementById("runs");
 if (runsTable && runsTable.dataset.query !== undefined) followRuns(runsTable);

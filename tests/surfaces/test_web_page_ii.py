@@ -1,0 +1,289 @@
+"""The run page as a reviewer lives in it (issue 42, section 1), in a real headless Chromium.
+
+Params, timelines, elements named by value and found by a search, a run of a pipeline with a
+required param, a gate's pictures whole, an output read at full width, the page never framed
+by another site. One server and one browser for the module (tests/conftest.py's ``served`` and
+``browser``); screenshots go to $RUNNER_SCREENS (default tests/web_screens/).
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.surfaces.test_web_api import Site, build_site
+from tests.webdriving import free_port, needs_browser, shot, wait
+
+pytestmark = needs_browser
+webdriver = pytest.importorskip("selenium.webdriver")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CITIES = """\
+    runner: 1
+    name: cities
+    params:
+      cities: {type: array, items: {type: string}}
+    steps:
+      describe:
+        uses: llm
+        for_each: "${{ params.cities }}"
+        with: {prompt: "Describe ${{ item }} in one line."}
+        check: ["${{ output.text | length > 0 }}"]
+      join:
+        uses: template
+        with:
+          text: "{% for r in lines %}{{ r.text }}\\n{% endfor %}"
+          vars: {lines: "${{ steps.describe.output }}"}
+"""
+
+PEOPLE = """\
+    runner: 1
+    name: people
+    params:
+      people: {type: array, default: [{name: Ada, born: 1815}, {name: Alan, born: 1912}]}
+    steps:
+      greet:
+        uses: shell
+        for_each: "${{ params.people }}"
+        label: "${{ item.name }}"
+        with: {run: "echo hello ${{ item.name }}"}
+"""
+
+POSTER = """\
+    runner: 1
+    name: poster
+    steps:
+      art:
+        uses: image
+        with: {prompt: "a poster of a lighthouse", n: 2, size: 512x512}
+      review:
+        uses: human_gate
+        with:
+          summary: "Use these posters?"
+          show: {posters: "${{ steps.art.output.iterations | map(attribute='raw') | list }}"}
+"""
+
+
+HOSTILE = """\
+    runner: 1
+    name: hostile
+    params:
+      note: {type: string, default: "<img src=x onerror=window.__pwned=1>"}
+      bits: {type: array, default: ["<script>window.__pwned=2</script>", "<b onclick=x>b</b>"]}
+    steps:
+      each:
+        uses: template
+        for_each: "${{ params.bits }}"
+        label: "${{ item }}"
+        with: {text: "x"}
+"""
+
+
+@dataclass
+class Runs:
+    site: Site
+    cities: str  # a for_each over a required param, by value
+    people: str  # a for_each with a label: expression
+    poster: str  # two 512x512 images waiting at a gate
+    hostile: str  # params and labels that would be markup
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    site = build_site(tmp_path_factory.mktemp("page2"))
+    proj = site.project
+    ids = {}
+    for name, text, args in (
+        ("cities", CITIES, ["-p", 'cities=["Paris", "Lagos", "Lima"]']),
+        ("people", PEOPLE, []),
+        ("poster", POSTER, []),
+        ("hostile", HOSTILE, []),
+    ):
+        proj.write(f"{name}.yaml", text)
+        res = proj.cli("apply", f"{name}.yaml", "--json", "-q", "--state", ".runner", *args)
+        assert res.exit_code in (0, 7), res.stderr
+        ids[name] = res.json["run"]["id"]
+    return Runs(site, ids["cities"], ids["people"], ids["poster"], ids["hostile"])
+
+
+@pytest.fixture(scope="module")
+def site(runs: Runs) -> Site:
+    return runs.site
+
+
+def step_rows(browser: Any) -> dict[str, Any]:
+    return {
+        r.get_attribute("data-step"): r
+        for r in browser.find_elements(By.CSS_SELECTOR, "table.steps tbody tr[data-step]")
+    }
+
+
+def test_run_page_shows_params_and_a_timeline(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.cities}")
+    params = browser.find_element(By.ID, "run-params")
+    row = params.find_element(By.CSS_SELECTOR, 'tr[data-param="cities"]')
+    assert '"Paris", "Lagos", "Lima"' in row.text
+    rows = step_rows(browser)
+    assert set(rows) == {"describe", "join"}
+    for row in rows.values():  # every step that ran has its bar, inside the column
+        bar = row.find_element(By.CSS_SELECTOR, "td.timeline .bar")
+        track = row.find_element(By.CSS_SELECTOR, "td.timeline .track")
+        assert bar.size["width"] >= 2 and track.size["width"] > 50
+        assert bar.location["x"] >= track.location["x"] - 1
+        assert (
+            bar.location["x"] + bar.size["width"] <= track.location["x"] + track.size["width"] + 1
+        )
+    # describe ran before join: its bar begins no later
+    starts = {s: r.find_element(By.CSS_SELECTOR, ".bar").location["x"] for s, r in rows.items()}
+    assert starts["describe"] <= starts["join"]
+    shot(browser, "page2-params-timeline")
+
+
+def test_a_required_param_is_read_from_the_run(runs: Runs, served: Any, browser: Any) -> None:
+    # `cities` has no default: the page compiles the pipeline with the params the run recorded
+    browser.get(f"{served.url}/runs/{runs.cities}")
+    assert "is required" not in browser.find_element(By.TAG_NAME, "main").text
+    rows = step_rows(browser)
+    types = {s: r.find_elements(By.TAG_NAME, "td")[1].text for s, r in rows.items()}
+    assert types == {"describe": "llm", "join": "template"}
+    browser.find_element(By.CSS_SELECTOR, "#graph-box > summary").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph .node")) == 2)
+    shot(browser, "page2-required-param")
+
+
+def element_names(browser: Any) -> list[str]:
+    """'#INDEX LABEL' of each element on the panel (read in one script: the panel re-renders)."""
+    names: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll('#browser-body details.element > summary')]"
+        ".map((s) => s.querySelector('strong').textContent + ' ' +"
+        " (s.querySelector('.el-label') || {textContent: ''}).textContent)"
+    )
+    return names
+
+
+def test_elements_are_named_by_value_and_found(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.cities}")
+    browser.find_element(By.CSS_SELECTOR, 'button.browse[data-step="describe"]').click()
+    wait(browser, lambda d: len(element_names(d)) == 3)
+    assert element_names(browser) == ["#0 Paris", "#1 Lagos", "#2 Lima"]
+    first = browser.find_element(By.CSS_SELECTOR, "#browser-body details.element > summary")
+    assert first.find_element(By.CSS_SELECTOR, ".el-track .bar").size["width"] >= 2
+    assert first.find_element(By.CLASS_NAME, "el-duration").text.endswith("s")
+    search = browser.find_element(By.ID, "browser-search")
+    assert search.is_displayed()
+    search.send_keys("lag")
+    wait(browser, lambda d: element_names(d) == ["#1 Lagos"])
+    assert "1 of 3 elements match" in browser.find_element(By.ID, "browser-count").text
+    shot(browser, "page2-elements-search")
+    search.clear()
+    search.send_keys("#2")
+    wait(browser, lambda d: element_names(d) == ["#2 Lima"])
+    # a label: expression names elements whose item is not a short scalar
+    browser.get(f"{served.url}/runs/{runs.people}")
+    browser.find_element(By.CSS_SELECTOR, 'button.browse[data-step="greet"]').click()
+    wait(browser, lambda d: element_names(d) == ["#0 Ada", "#1 Alan"])
+
+
+def test_a_gates_pictures_are_shown_whole(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.poster}")
+    card = browser.find_element(By.ID, "gate-review")
+    pictures = card.find_elements(By.CSS_SELECTOR, "img.gate-image")
+    assert len(pictures) == 2
+    wait(
+        browser,
+        lambda d: all(d.execute_script("return arguments[0].complete", p) for p in pictures),
+    )
+    for picture in pictures:
+        natural = browser.execute_script(
+            "return [arguments[0].naturalWidth, arguments[0].naturalHeight]", picture
+        )
+        assert natural == [512, 512]
+        shown = picture.size
+        assert abs(shown["width"] - shown["height"]) <= 1 and shown["width"] >= 256
+    # a tile shows a square poster whole too (contain, not cover)
+    tile = browser.find_element(By.CSS_SELECTOR, "#grid .tile img")
+    assert browser.execute_script("return getComputedStyle(arguments[0]).objectFit", tile) == (
+        "contain"
+    )
+    shot(browser, "page2-gate-pictures")
+
+
+def test_an_output_opens_wide(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.site.hero}")
+    box = browser.find_element(By.CSS_SELECTOR, 'details.lazy-out[data-step="prompt"]')
+    box.find_element(By.TAG_NAME, "summary").click()
+    out = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#out-prompt pre"))[0]
+    wait(browser, lambda d: "A striking" in out.text)
+    table = browser.find_element(By.CSS_SELECTOR, "table.steps")
+    assert out.size["width"] > table.size["width"] * 0.8
+    shot(browser, "page2-output-wide")
+    box.find_element(By.TAG_NAME, "summary").click()  # closed again: its row goes
+    wait(browser, lambda d: not out.is_displayed())
+
+
+@pytest.fixture
+def framer(served: Any) -> Iterator[str]:
+    """A page on another localhost port that frames the review page."""
+    page = f'<!doctype html><iframe id="f" src="{served.url}/" width="800" height="600"></iframe>'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"  # same site: the cookie goes
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_the_page_is_never_framed(served: Any, browser: Any, framer: str) -> None:
+    browser.get(framer)
+    frame = wait(browser, lambda d: d.find_elements(By.ID, "f"))[0]
+    browser.switch_to.frame(frame)
+    try:
+        assert not browser.find_elements(By.ID, "runs")  # refused: the browser shows nothing
+    finally:
+        browser.switch_to.default_content()
+
+
+def test_the_page_has_a_favicon(served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/")
+    link = browser.find_element(By.CSS_SELECTOR, 'link[rel="icon"]')
+    href = link.get_attribute("href")
+    browser.get(href)
+    assert "<svg" in browser.page_source
+
+
+def test_params_and_labels_read_as_text(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.hostile}")
+    note = browser.find_element(By.CSS_SELECTOR, 'tr[data-param="note"]')
+    assert note.text.endswith("<img src=x onerror=window.__pwned=1>")
+    browser.find_element(By.CSS_SELECTOR, 'button.browse[data-step="each"]').click()
+    wait(browser, lambda d: len(element_names(d)) == 2)
+    assert element_names(browser) == [
+        "#0 <script>window.__pwned=2</script>",
+        "#1 <b onclick=x>b</b>",
+    ]
+    browser.find_element(By.ID, "browser-search").send_keys("<b")
+    wait(browser, lambda d: element_names(d) == ["#1 <b onclick=x>b</b>"])
+    assert browser.execute_script("return window.__pwned") is None
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img[src='x'], #browser-body b")
