@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from runner.engine.run.apply import State
 from runner.providers.prices import Prices, spend_cost
 from runner.providers.usage import spend_record
+from runner.surfaces.web.service import run_document
 from tests.conftest import runner_bin
 from tests.providers.anthropic_server import AnthropicServer
 
@@ -134,6 +136,14 @@ def test_costs_equal_the_doubles_usage_priced_by_hand(tmp_path: Path) -> None:
     assert "plan's estimate" in text
     later = json.loads(_runner(tmp_path, "costs", "--json", "--since", "2999-01-01").stdout)
     assert later["total"]["calls"] == 0
+    # The run's JSON (the page's Spent line reads it) says the same.
+    state = State.open(tmp_path / ".runner", readonly=True)
+    try:
+        spend = run_document(state, run["run_id"])["spend"]
+    finally:
+        state.close()
+    assert spend["cost"] == doc["total"]["cost"] and spend["calls"] == 5
+    assert spend["currency"] == "USD" and spend["estimate"] == run["estimate"]
 
 
 def test_a_call_with_no_price_is_no_price_known_never_zero(tmp_path: Path) -> None:

@@ -73,8 +73,7 @@ def spend_rows(
     settings_of: Callable[[str], Mapping[str, Any]] = lambda _name: {},
 ) -> list[dict[str, Any]]:
     """The priced calls (engine/run/spend.py ``priced_calls``), of one run when ``run``."""
-    rows = priced_calls(journal, prices, since=since, settings_of=settings_of)
-    return [r for r in rows if run is None or r["run_id"] == run]
+    return list(priced_calls(journal, prices, since=since, settings_of=settings_of, run=run))
 
 
 def spend_report(
@@ -185,6 +184,19 @@ def csv_rows(rows: Iterable[Mapping[str, Any]]) -> Iterable[list[Any]]:
         ]
 
 
+def run_spend_line(journal: Any, state_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """One run's spend as its page says it (``spend`` of the run's JSON): cost, currency,
+    calls, calls with no price known, and the plan's estimate of them; None: it made no call."""
+    root = state_dir.resolve().parent
+    settings_of = provider_settings(root)
+    doc = spend_report(journal, prices_for_state(state_dir), run=run_id, settings_of=settings_of)
+    if not doc["by_run"]:
+        return None
+    [run] = doc["by_run"]
+    keys = ("cost", "calls", "unpriced_calls", "estimate", *TOKEN_KEYS, "images", "batch_calls")
+    return {"currency": doc["currency"], **{k: run[k] for k in keys}}
+
+
 def prices_for_state(state_dir: Path) -> Prices:
     """The price table of the project a state belongs to (its runner.toml, found from the
     directory the state sits in)."""
@@ -196,7 +208,7 @@ def provider_settings(root: Path) -> Callable[[str], Mapping[str, Any]]:
     before their spend was: their model is the provider's default)."""
     from ...providers.config import Providers
 
-    providers = Providers.for_dir(root)
+    providers = Providers.for_dir(root, environ={})  # settings only: no secret is read
 
     def settings_of(name: str) -> Mapping[str, Any]:
         return dict(providers.get(name).settings)

@@ -209,17 +209,26 @@ def run_spend(
 
 
 def priced_calls(
-    journal: Any, prices: Prices, *, since: float | None = None, settings_of: SettingsOf
+    journal: Any,
+    prices: Prices,
+    *,
+    since: float | None = None,
+    settings_of: SettingsOf,
+    run: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Every completed call of the journal (since ``since``), with its spend and cost (None:
-    no price known). A call journaled before spend was recorded is read from its usage."""
+    """Every completed call of the journal (since ``since``; of run ``run``), with its spend
+    and cost (None: no price known). A call journaled before spend was is read from its usage."""
     sql = (
-        "SELECT key, run_id, step_id, meta, result, finished_at FROM calls "
-        "WHERE status='completed'"
-        + (" AND finished_at >= ?" if since is not None else "")
-        + " ORDER BY finished_at, rowid"
+        "SELECT key, run_id, step_id, meta, result, finished_at FROM calls WHERE status='completed'"
     )
-    for row in journal.conn.execute(sql, (since,) if since is not None else ()):
+    args: list[Any] = []
+    if since is not None:
+        sql += " AND finished_at >= ?"
+        args.append(since)
+    if run is not None:
+        sql += " AND run_id = ?"
+        args.append(run)
+    for row in journal.conn.execute(sql + " ORDER BY finished_at, rowid", args):
         key, run_id, step_id, meta_text, result_text, finished = row
         meta = loads(meta_text) or {}
         result = loads(result_text) or {}
