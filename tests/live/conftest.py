@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .servers import Server, Unavailable, comfyui_server, llama_server
+from .proxy import CountingProxy
+from .servers import Server, Unavailable, comfyui_server, litellm_server, llama_server
 
 # name -> why it is missing; printed once at the end of the session.
 MISSING: dict[str, str] = {}
@@ -62,3 +63,33 @@ def comfyui(_comfyui: Server) -> Server:
     """The ComfyUI server, up (restarted if an earlier test left it down)."""
     _comfyui.ensure()
     return _comfyui
+
+
+@pytest.fixture(scope="session")
+def _upstream(_llama: Server) -> Iterator[CountingProxy]:
+    """A counting proxy between the gateway and the llama server: what reached the model."""
+    with CountingProxy(_llama.port) as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def _litellm(
+    _upstream: CountingProxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    def make(work: Path) -> Server:
+        return litellm_server(work, _upstream.url)
+
+    yield from _started("LiteLLM", make, tmp_path_factory.mktemp("litellm"))
+
+
+@pytest.fixture
+def gateway(_litellm: Server, llama: Server) -> Server:
+    """LiteLLM's proxy in front of the llama server, both up."""
+    _litellm.ensure()
+    return _litellm
+
+
+@pytest.fixture
+def upstream(_upstream: CountingProxy) -> CountingProxy:
+    """The counting proxy between the gateway and the model (counts are cumulative)."""
+    return _upstream

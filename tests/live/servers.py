@@ -59,10 +59,11 @@ class Server:
 
     def __init__(
         self, name: str, argv: list[str], *, port: int, ready_path: str, log: Path,
-        cwd: Path | None = None, startup: float = 120.0,
+        cwd: Path | None = None, startup: float = 120.0, env: dict[str, str] | None = None,
     ) -> None:
         self.name, self.argv, self.port, self.ready_path = name, argv, port, ready_path
         self.log, self.cwd, self.startup = log, cwd, startup
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -85,6 +86,7 @@ class Server:
         """Start the process and wait until it answers; Unavailable (with its log) if not."""
         self.starts += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+        env.update(self.extra_env)
         with self.log.open("ab") as out:
             out.write(f"\n=== start {self.starts}: {' '.join(self.argv)}\n".encode())
             self.proc = subprocess.Popen(
@@ -170,3 +172,34 @@ def comfyui_server(work: Path) -> Server:
     ]
     return Server("ComfyUI", argv, port=port, ready_path="/queue", cwd=src,
                   log=work / "comfyui.log", startup=180)
+
+
+LITELLM_KEY = "sk-live-gateway-master"
+
+
+def litellm_server(work: Path, upstream: str) -> Server:
+    """LiteLLM's proxy (PyPI ``litellm[proxy]``, its own venv), no database, a master key set,
+    serving the model "tiny" from the OpenAI-compatible server at ``upstream``: the gateway many
+    teams put between their code and their models. Offline: its model price map is the one it
+    ships, and it retries nothing itself (a 5xx reaches runner as the gateway sends it)."""
+    python = venv_python("litellm")
+    port = free_port()
+    config = work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: tiny\n"
+        "    litellm_params:\n"
+        "      model: openai/tiny\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: none\n"
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
+        "litellm_settings:\n"
+        "  num_retries: 0\n",
+        encoding="utf-8",
+    )
+    argv = [str(python.parent / "litellm"), "--config", str(config),
+            "--host", "127.0.0.1", "--port", str(port)]
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    return Server("LiteLLM proxy", argv, port=port, ready_path="/health/liveliness",
+                  log=work / "litellm.log", startup=90, env=env)

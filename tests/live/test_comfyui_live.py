@@ -40,6 +40,8 @@ PROVIDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "bad_value": ("bad_value.json", {**SIZE, "prompt": "3.inputs.filename_prefix"}),
     "runtime_error": ("runtime_error.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
     "partly_bad": ("partly_bad.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
+    # the same two SaveImage nodes, and no output_node: which one is meant is not said
+    "two_outputs": ("partly_bad.json", {**SIZE, "prompt": "2.inputs.filename_prefix"}),
 }
 # A workflow with several image outputs names the one runner keeps (else it is refused).
 OUTPUT_NODES = {"partly_bad": "2"}
@@ -309,3 +311,63 @@ def test_node_errors_of_an_accepted_prompt_reach_the_console(
     assert "but will not run: node 3 (ImageScale): Value not in list: upscale_method: " in (
         run.stderr
     ), run.stderr
+
+
+# -- declared = delivered: what a workflow cannot take is refused before any prompt ------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "extra", "said"),
+    [
+        ("two_outputs", "", "the workflow has 2 image outputs"),
+        ("reference", "      references: [ref.png]\n", "does not carry `size`"),
+        ("solid", "      params: {steps: 20}\n", "does not carry `params.steps`"),
+    ],
+    ids=["several-outputs", "size", "params"],
+)
+def test_what_a_workflow_cannot_take_is_refused_before_any_prompt(
+    tmp_path: Path, comfyui: Server, provider: str, extra: str, said: str
+) -> None:
+    project(tmp_path, comfyui.url)
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(tmp_path / "ref.png")
+    images(tmp_path, provider, extra=extra)
+    known = set(history(comfyui))
+    checked = runner(tmp_path, "check", "pipeline.yaml")
+    assert checked.code == 2 and said in checked.stderr, checked.stderr
+    applied = runner(tmp_path, "apply", "pipeline.yaml")
+    assert applied.code == 2 and said in applied.stderr, applied.stderr
+    assert set(history(comfyui)) == known  # nothing was queued, so nothing was paid for
+
+
+def test_a_prompt_behind_another_clients_job_is_said_while_it_waits(
+    tmp_path: Path, comfyui: Server
+) -> None:
+    project(tmp_path, comfyui.url)
+    flow = json.loads((FLOWS / "blur.json").read_text(encoding="utf-8"))
+    flow["1"]["inputs"].update(width=1024, height=1024)
+    flow["3"]["inputs"]["filename_prefix"] = "live/someone-else"
+    http_json(f"{comfyui.url}/prompt", {"prompt": flow, "client_id": "someone-else"})
+    images(tmp_path, "solid", seed=0x0A0B0C)
+    run = runner(tmp_path, "apply", "pipeline.yaml")
+    assert run.code == 0, run.stderr
+    assert f"queued, 1 ahead on {comfyui.url}" in run.stderr, run.stderr
+
+
+def test_a_step_timeout_shorter_than_the_job_reattaches_and_never_queues_it_again(
+    tmp_path: Path, comfyui: Server
+) -> None:
+    project(tmp_path, comfyui.url)
+    images(tmp_path, "blur", seed=0x113355, size="1024x1024")
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "    uses: image\n", "    uses: image\n    timeout: 0.3\n    retries: 12\n"
+        ),
+        encoding="utf-8",
+    )
+    known = set(history(comfyui))
+    run = runner(tmp_path, "apply", "pipeline.yaml", "--json")
+    assert run.code == 0, run.stderr
+    assert "step's timeout fired after 0.3s" in run.stderr, run.stderr
+    assert len(set(history(comfyui)) - known) == 1  # one prompt, re-attached by each retry
+    assert near(solid(raw(tmp_path, run, 1)), rgb(0x113355))
