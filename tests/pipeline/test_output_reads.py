@@ -236,3 +236,26 @@ def test_a_non_string_env_value_becomes_text_by_the_one_documented_rule(project:
     doc = project.apply()
     assert doc["_exit"] == 0, doc
     assert (project.root / "out.txt").read_text() == '3|true||[1, "two"]|2.5'
+
+
+def _documented_pipelines() -> list[tuple[str, str]]:
+    """Every whole pipeline (a ```yaml block that starts with `runner:`) in README and docs/."""
+    import re
+
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for i, block in enumerate(re.findall(r"```yaml\n(.*?)```", text, re.S)):
+            if block.startswith("runner:"):
+                found.append((f"{page.relative_to(REPO)}#{i}", block))
+    return found
+
+
+@pytest.mark.parametrize(("where", "text"), _documented_pipelines(), ids=lambda v: str(v)[:40])
+def test_every_documented_pipeline_passes_runner_check(
+    shipped: Project, where: str, text: str
+) -> None:
+    """No false error: the typed-output and provider checks pass what the docs show."""
+    shipped.write("pipelines/documented.yaml", text)
+    res = shipped.cli("check", "pipelines/documented.yaml", "--strict")
+    assert res.exit_code == 0, (where, res.stdout, res.stderr)
