@@ -224,3 +224,37 @@ def test_a_run_crossing_max_cost_stops_before_the_crossing_call(tmp_path: Path) 
         resumed = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "5")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert server.billed == 5
+
+
+def test_calls_answered_by_a_batch_cost_half(tmp_path: Path) -> None:
+    from tests.providers.openai_batch_server import OpenAIBatchServer
+
+    items = json.dumps([f"w{i}" for i in range(4)])
+    (tmp_path / "pipeline.yaml").write_text(
+        "runner: 1\nname: batched\nsteps:\n  ask:\n    uses: llm\n"
+        f'    for_each: {items}\n    with:\n      prompt: "word ${{{{ item }}}}"\n'
+        '      batch: true\n    check:\n      - "${{ output.text | length > 0 }}"\n',
+        encoding="utf-8",
+    )
+    with OpenAIBatchServer(tmp_path / "double", api_key=KEY) as server:
+        (tmp_path / "runner.toml").write_text(
+            f'[general]\ndefault_provider = "openai"\n[providers.openai]\n'
+            f'base_url = "{server.url}/v1"\nmodel = "test-chat"\napi_key_env = "TEST_OPENAI_KEY"\n'
+            'timeout = 10\nbatch_wait = 30\n[prices]\ncurrency = "USD"\n'
+            '[prices."openai/test-chat"]\ninput_per_1k = 1.0\noutput_per_1k = 2.0\n',
+            encoding="utf-8",
+        )
+        env = {k: v for k, v in os.environ.items() if k != "RUNNER_STATE"}
+        env.update(NO_COLOR="1", TEST_OPENAI_KEY=KEY)
+        done = subprocess.run(
+            [*runner_bin(), "apply", "pipeline.yaml"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(server.batches()) == 1
+    doc = json.loads(_runner(tmp_path, "costs", "--json").stdout)
+    # The double reports 11 prompt and 3 completion tokens a reply: 0.017 direct, half by batch.
+    assert doc["total"]["batch_calls"] == 4 and doc["total"]["calls"] == 4
+    assert doc["total"]["input_tokens"] == 44 and doc["total"]["output_tokens"] == 12
+    assert doc["total"]["cost"] == pytest.approx(4 * 0.017 * 0.5)
+    assert doc["by_run"][0]["estimate"] is not None
