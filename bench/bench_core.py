@@ -2,23 +2,30 @@
 
 Shapes, each of N steps:
   chain    N `shell` steps, each `cat previous [mid] > out`; the middle one also reads src/mid.txt
+  distinct the same chain with every output distinct (`sed s/^/x/ previous [mid] > out`): the
+           store makes and syncs an object per step, where the chain's outputs hold two contents
   fan      one root, N-2 leaves reading the root (the second half also reads src/mid.txt), a join
   hash     (runner only) N in-process `hash` steps in a chain after two `read` steps
 
 Scenarios, run in this order in a fresh directory per tool and shape:
   cold     first apply / make
-  noop     again, nothing changed (runner: the first no-op after work takes the full path)
-  noop2    once more (runner: answered by the converged-run fingerprint, without compiling)
+  noop     again, nothing changed (runner: the first no-op after a run that did work)
+  noop2    once more (both no-ops are answered by the converged run's fingerprint)
   source   src/in.txt edited: everything re-runs
   mid      src/mid.txt edited: half re-runs
   validate `runner validate` (and, separately, validate of 10,000 hash steps)
 
 Every number is one subprocess's wall time (time.perf_counter around subprocess.run), so it
-includes interpreter start-up, with bytecode cached for every tool (see ENV). Both tools run 2 jobs at once (`make -j2`, `runner --jobs 2`);
-`doit` runs 2 (`-n 2`), `doit-1` runs serially (the fan target compares with it), `floor` runs
-the same commands the way runner spawns them with no engine (cold only; see FLOOR).
+includes interpreter start-up, with bytecode cached for every tool (see ENV), and its CPU time
+(user + system of the process and its children). runner and make run 2 jobs at once (`make -j2`,
+`runner --jobs 2`); `doit` is plain `doit`, as a user runs it (serially), `doit-n2` is
+`doit -n 2`; `floor` runs the same commands the way runner spawns them with no engine (cold only;
+see FLOOR). With --rounds R every tool runs every scenario R times, each round in fresh
+directories with the tools' order rotated; a cell is the median, and each ratio the median of the
+rounds' ratios with their range.
 
-Run: /work/venv/bin/python bench/bench_core.py [--n 1000] [--quick] [--shapes chain,fan,hash]
+Run: python bench/bench_core.py [--n 1000] [--quick] [--rounds 3] [--shapes chain,distinct,fan,hash]
+         [--python ~/.cache/runner-bench/runner/bin/python]   # runner's interpreter (default: this one)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +57,7 @@ class Row:
     seconds: float
     ran: int | None = None
     cpu: float | None = None  # user + system seconds of the process and its children
+    round: int = 0
 
 
 # Every tool runs with its bytecode cached, as an installed tool does: pip compiles doit's (and
@@ -66,9 +75,11 @@ def cache_bytecode() -> None:
     compileall.compile_dir(str(Path(runner.__file__).parent), quiet=1)
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     began = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=ENV)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False, env=env or ENV)
     elapsed = time.perf_counter() - began
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
@@ -109,8 +120,69 @@ def write_chain(root: Path, n: int) -> None:
         rules.append(f"{out}: {' '.join(ins)}\n\t@{run}\n")
     (root / "pipeline.yaml").write_text("runner: 1\nname: chain\nsteps:\n" + "".join(steps))
     (root / "Makefile").write_text("".join(rules))
-    _write_dodo(root, [(f"s{i:05d}", r) for i, r in enumerate(rules[1:])])
+    (root / "dodo.py").write_text(DODO_CHAIN.format(n=n, tool="cat"))
     _write_waves(root, [[r.split("\n\t@", 1)[1].strip()] for r in rules[1:]])
+
+
+def write_distinct(root: Path, n: int) -> None:
+    """The chain with every output distinct: step i prefixes each line of its input with x."""
+    write_chain(root, n)
+    for name in ("pipeline.yaml", "Makefile", "waves.json"):
+        path = root / name
+        path.write_text(path.read_text().replace("cat ", "sed s/^/x/ "))
+    (root / "dodo.py").write_text(DODO_CHAIN.format(n=n, tool="sed s/^/x/"))
+    text = (root / "pipeline.yaml").read_text().replace("name: chain", "name: distinct", 1)
+    (root / "pipeline.yaml").write_text(text)
+
+
+# The dodo.py files are written as a doit user writes one: a loop making the tasks.
+DODO_CHAIN = """\
+N = {n}
+
+
+def task_build():
+    for i in range(N):
+        out = f"out/{{i:05d}}.txt"
+        ins = ["src/in.txt"] if i == 0 else [f"out/{{i - 1:05d}}.txt"]
+        if i == N // 2:
+            ins.append("src/mid.txt")
+        yield {{
+            "name": f"s{{i:05d}}",
+            "file_dep": ins,
+            "targets": [out],
+            "actions": [f"{tool} {{' '.join(ins)}} > {{out}}"],
+        }}
+"""
+
+DODO_FAN = """\
+N = {n}
+
+
+def task_build():
+    yield {{
+        "name": "root",
+        "file_dep": ["src/in.txt"],
+        "targets": ["out/root.txt"],
+        "actions": ["cat src/in.txt > out/root.txt"],
+    }}
+    leaves = []
+    for i in range(N - 2):
+        out = f"out/l{{i:05d}}.txt"
+        leaves.append(out)
+        ins = ["out/root.txt"] + (["src/mid.txt"] if i >= (N - 2) // 2 else [])
+        yield {{
+            "name": f"l{{i:05d}}",
+            "file_dep": ins,
+            "targets": [out],
+            "actions": [f"cat {{' '.join(ins)}} > {{out}}"],
+        }}
+    yield {{
+        "name": "join",
+        "file_dep": leaves,
+        "targets": ["out/join.txt"],
+        "actions": ["cat out/l*.txt > out/join.txt"],
+    }}
+"""
 
 
 def write_fan(root: Path, n: int) -> None:
@@ -136,7 +208,7 @@ def write_fan(root: Path, n: int) -> None:
     rules.append(f"out/join.txt: {' '.join(outs)}\n\t@{join}\n")
     (root / "pipeline.yaml").write_text("runner: 1\nname: fan\nsteps:\n" + "".join(steps))
     (root / "Makefile").write_text("".join(rules))
-    _write_dodo(root, [(f"t{i}", r) for i, r in enumerate(rules[1:])])
+    (root / "dodo.py").write_text(DODO_FAN.format(n=n))
     recipes = [r.split("\n\t@", 1)[1].strip().replace("$@", "out/root.txt") for r in rules[1:]]
     _write_waves(root, [recipes[:1], recipes[1:-1], recipes[-1:]])
 
@@ -160,26 +232,6 @@ def hash_pipeline(n: int, name: str = "hashes") -> str:
 def write_hash(root: Path, n: int) -> None:
     _sources(root)
     (root / "pipeline.yaml").write_text(hash_pipeline(n))
-
-
-def _write_dodo(root: Path, rules: list[tuple[str, str]]) -> None:
-    """The same rules as doit tasks (file_dep/targets; doit checks content by md5)."""
-    tasks = []
-    for name, rule in rules:
-        head, recipe = rule.split("\n\t@", 1)
-        target, deps = head.split(": ", 1)
-        # make's automatic variable has no meaning to doit: spell the target out
-        action = recipe.strip().replace("$@", target)
-        tasks.append(
-            {"name": name, "file_dep": deps.split(), "targets": [target], "actions": [action]}
-        )
-    (root / "dodo.py").write_text(
-        "import json\n"
-        f"TASKS = json.loads({json.dumps(json.dumps(tasks))})\n\n"
-        "def task_build():\n"
-        "    for t in TASKS:\n"
-        "        yield dict(t)\n"
-    )
 
 
 def _write_waves(root: Path, waves: list[list[str]]) -> None:
@@ -214,6 +266,7 @@ asyncio.run(main(int(sys.argv[1])))
 
 SHAPES: dict[str, Callable[[Path, int], None]] = {
     "chain": write_chain,
+    "distinct": write_distinct,
     "fan": write_fan,
     "hash": write_hash,
 }
@@ -222,13 +275,19 @@ SHAPES: dict[str, Callable[[Path, int], None]] = {
 # -- tools --------------------------------------------------------------------------------------
 
 
+# runner's interpreter (--python): this one by default. A clean venv like doit's gives a user's
+# start-up: this machine's interpreter runs an editable install's finder and other .pth files
+# at every start (bench/README.md).
+PYTHON = [sys.executable]
+
+
 def runner_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runner", *args]
+    return [*PYTHON, "-m", "runner", *args]
 
 
-def run_runner(root: Path) -> tuple[float, int]:
+def run_runner(root: Path, env: dict[str, str] | None = None) -> tuple[float, int]:
     seconds, proc = timed(
-        runner_cmd("apply", "pipeline.yaml", "--json", "--quiet", "--jobs", str(JOBS)), root
+        runner_cmd("apply", "pipeline.yaml", "--json", "--quiet", "--jobs", str(JOBS)), root, env
     )
     return seconds, int(json.loads(proc.stdout)["summary"]["ran"])
 
@@ -238,24 +297,32 @@ def run_make(root: Path) -> tuple[float, int | None]:
     return seconds, None
 
 
+# doit in a venv of its own, as bench/README.md builds it (doit is no project dependency)
+DOIT_VENV = Path.home() / ".cache" / "runner-bench" / "doit" / "bin" / "doit"
+
+
 def doit_cmd() -> list[str] | None:
     exe = shutil.which("doit")
     if exe:
         return [exe]
+    if DOIT_VENV.is_file():
+        return [str(DOIT_VENV)]
     if importlib.util.find_spec("doit") is not None:
         return [sys.executable, "-m", "doit"]
     return None
 
 
-def run_doit(root: Path, jobs: int = JOBS) -> tuple[float, int | None]:
+def run_doit(root: Path, jobs: int | None = None) -> tuple[float, int | None]:
+    """Plain `doit`, as a user runs it (serially); with ``jobs``, `doit -n JOBS`."""
     cmd = doit_cmd()
     assert cmd is not None
-    seconds, _ = timed([*cmd, "-n", str(jobs), "--db-file", ".doit.db"], root)
+    flags = ["-n", str(jobs)] if jobs else []
+    seconds, _ = timed([*cmd, *flags, "--db-file", ".doit.db"], root)
     return seconds, None
 
 
-def run_doit_serial(root: Path) -> tuple[float, int | None]:
-    return run_doit(root, 1)
+def run_doit_parallel(root: Path) -> tuple[float, int | None]:
+    return run_doit(root, JOBS)
 
 
 def run_floor(root: Path, waves: str = "waves.json") -> tuple[float, int | None]:
@@ -268,31 +335,38 @@ def edit(root: Path, rel: str, n: int) -> None:
 
 
 def scenarios(
-    shape: str, tool: str, run: Callable[[Path], tuple[float, int | None]], n: int, base: Path
+    shape: str,
+    tool: str,
+    run: Callable[[Path], tuple[float, int | None]],
+    n: int,
+    base: Path,
+    rnd: int = 0,
 ) -> list[Row]:
-    root = base / f"{shape}-{tool}"
+    root = base / f"{shape}-{tool}-{rnd}"
     root.mkdir()
     SHAPES[shape](root, n)
     rows: list[Row] = []
     if tool == "floor":  # it has no notion of up to date: only a cold run means anything
         cpu = _children_cpu()
         seconds, _ = run(root)
-        return [Row(shape, "cold", tool, seconds, cpu=_children_cpu() - cpu)]
+        return [Row(shape, "cold", tool, seconds, cpu=_children_cpu() - cpu, round=rnd)]
     for scenario, before in (
         ("cold", None),
         ("noop", None),
         ("noop2", None),
         ("source", "src/in.txt"),
         ("mid", "src/mid.txt"),
+        ("noop-mid", None),  # the first no-op after a run that did work (the mid edit's)
     ):
         if before:
             edit(root, before, len(rows))
         cpu = _children_cpu()
         seconds, ran = run(root)
-        rows.append(Row(shape, scenario, tool, seconds, ran, _children_cpu() - cpu))
-    if tool == "runner":
+        rows.append(Row(shape, scenario, tool, seconds, ran, _children_cpu() - cpu, rnd))
+    if tool in ("runner", "before"):
+        cpu = _children_cpu()
         seconds, _ = timed(runner_cmd("validate", "pipeline.yaml"), root)
-        rows.append(Row(shape, "validate", tool, seconds))
+        rows.append(Row(shape, "validate", tool, seconds, cpu=_children_cpu() - cpu, round=rnd))
     return rows
 
 
@@ -488,36 +562,59 @@ def edit_costs(base: Path, n_chain: int, n_hash: int, n_list: int) -> list[str]:
     return lines
 
 
+def _spread(values: list[float]) -> str:
+    """The median, and the range when there is more than one value."""
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return f"{mid:.2f}x"
+    return f"{mid:.2f}x [{min(values):.2f}-{max(values):.2f}]"
+
+
 def table(rows: list[Row], tools: list[str]) -> str:
-    keyed = {(r.shape, r.scenario, r.tool): r for r in rows}
-    head = f"{'shape':<12}{'scenario':<10}" + "".join(f"{t + ' s':>12}" for t in tools)
-    head += f"{'ran':>7}" + "".join(f"{'runner/' + t:>14}" for t in tools if t != "runner")
+    """Per shape and scenario: each tool's median wall seconds over the rounds, then runner's
+    wall and CPU ratio to each other tool: the median of the rounds' ratios [their range]."""
+    by: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        by.setdefault((r.shape, r.scenario, r.tool), []).append(r)
+    others = [t for t in tools if t != "runner"]
+    head = f"{'shape':<10}{'scenario':<10}" + "".join(f"{t + ' s':>10}" for t in tools)
+    head += f"{'ran':>6}  " + "  ".join(f"runner/{t} wall | cpu" for t in others)
     lines = [head, "-" * len(head)]
-    seen = []
+    seen: list[tuple[str, str]] = []
     for r in rows:
         if (r.shape, r.scenario) in seen:
             continue
         seen.append((r.shape, r.scenario))
-        cells, ratio = "", ""
-        mine = keyed.get((r.shape, r.scenario, "runner"))
+        mine = {x.round: x for x in by.get((r.shape, r.scenario, "runner"), [])}
+        cells = ""
         for t in tools:
-            other = keyed.get((r.shape, r.scenario, t))
-            cells += f"{other.seconds:>12.3f}" if other else f"{'-':>12}"
-            if t != "runner":
-                if other is not None and mine is not None and other.seconds > 0:
-                    ratio += f"{mine.seconds / other.seconds:>13.1f}x"
-                else:
-                    ratio += f"{'-':>14}"
-        ran = mine.ran if mine and mine.ran is not None else "-"
-        lines.append(f"{r.shape:<12}{r.scenario:<10}{cells}{ran!s:>7}{ratio}")
+            got = by.get((r.shape, r.scenario, t))
+            cells += f"{statistics.median(x.seconds for x in got):>10.3f}" if got else f"{'-':>10}"
+        ratios = []
+        for t in others:
+            pairs = [
+                (mine[x.round], x) for x in by.get((r.shape, r.scenario, t), []) if x.round in mine
+            ]
+            walls = [m.seconds / o.seconds for m, o in pairs if o.seconds > 0]
+            cpus = [m.cpu / o.cpu for m, o in pairs if m.cpu and o.cpu]
+            if walls:
+                cpu = _spread(cpus) if cpus else "-"
+                ratios.append(f"{_spread(walls)} | {cpu}")
+            else:
+                ratios.append("-")
+        ran = next((x.ran for x in mine.values() if x.ran is not None), "-")
+        lines.append(f"{r.shape:<10}{r.scenario:<10}{cells}{ran!s:>6}  " + "  ".join(ratios))
     return "\n".join(lines)
 
 
 def targets(rows: list[Row], n: int) -> list[str]:
     """The issue's cold-run targets, and what the engine costs over the spawn floor."""
-    keyed = {(r.shape, r.scenario, r.tool): r.seconds for r in rows}
+    grouped: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        grouped.setdefault((r.shape, r.scenario, r.tool), []).append(r.seconds)
+    keyed = {k: statistics.median(v) for k, v in grouped.items()}
     lines = []
-    for shape in ("chain", "fan"):
+    for shape in ("chain", "distinct", "fan"):
         mine, floor = keyed.get((shape, "cold", "runner")), keyed.get((shape, "cold", "floor"))
         if mine is not None and floor is not None:
             lines.append(
@@ -528,7 +625,7 @@ def targets(rows: list[Row], n: int) -> list[str]:
     chain, make = keyed.get(("chain", "cold", "runner")), keyed.get(("chain", "cold", "make"))
     if chain and make:
         lines.append(f"target chain cold <= 1.25x make: {chain / make:.2f}x")
-    fan, serial = keyed.get(("fan", "cold", "runner")), keyed.get(("fan", "cold", "doit-1"))
+    fan, serial = keyed.get(("fan", "cold", "runner")), keyed.get(("fan", "cold", "doit"))
     if fan and serial:
         lines.append(
             f"target fan cold --jobs 2 >= 1.6x faster than doit serial: {serial / fan:.2f}x"
@@ -538,10 +635,14 @@ def targets(rows: list[Row], n: int) -> list[str]:
         lines.append(f"target fan cold <= 1.3x make -j2: {fan / fan_make:.2f}x")
     # Cores busy: CPU seconds (user + system, the process and every child it waited for) over
     # wall seconds. With 2 jobs a tool that keeps both commands running all the time nears 2.
+    fan_rows: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.shape == "fan" and r.scenario == "cold" and r.cpu is not None and r.seconds > 0:
+            fan_rows.setdefault(r.tool, []).append(r)
     busy = [
-        f"{r.tool} {r.cpu / r.seconds:.2f} (cpu {r.cpu:.2f} s)"
-        for r in rows
-        if r.shape == "fan" and r.scenario == "cold" and r.cpu is not None and r.seconds > 0
+        f"{tool} {statistics.median(r.cpu / r.seconds for r in got if r.cpu):.2f} "
+        f"(cpu {statistics.median(r.cpu for r in got if r.cpu):.2f} s)"
+        for tool, got in fan_rows.items()
     ]
     if busy:
         lines.append("fan cold, cores busy (target runner >= 1.8): " + ", ".join(busy))
@@ -559,10 +660,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--shapes",
-        default="chain,fan,hash",
-        help="comma-separated subset of chain,fan,hash (default all)",
+        default="chain,distinct,fan,hash",
+        help="comma-separated subset of chain,distinct,fan,hash (default all)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds, tools rotated (default 1)")
+    parser.add_argument("--python", help="runner's interpreter (default: this one)")
+    parser.add_argument(
+        "--before", type=Path, help="another tree holding runner/ (put first on PYTHONPATH)"
     )
     args = parser.parse_args()
+    if args.python:
+        PYTHON[:] = [args.python]
     n = 100 if args.quick else args.n
     tools = ["runner", "make"]
     runs: dict[str, Callable[[Path], tuple[float, int | None]]] = {
@@ -571,9 +679,9 @@ def main() -> None:
     }
     notes = []
     if doit_cmd() is not None:
-        tools += ["doit", "doit-1"]
+        tools += ["doit", "doit-n2"]
         runs["doit"] = run_doit
-        runs["doit-1"] = run_doit_serial
+        runs["doit-n2"] = run_doit_parallel
     else:
         notes.append("doit: not installed (neither on PATH nor importable); column skipped")
     if not os.access(MAKE, os.X_OK):
@@ -582,6 +690,13 @@ def main() -> None:
     tools.append("floor")
     runs["floor"] = run_floor
     cache_bytecode()
+    if args.before is not None:
+        import compileall
+
+        compileall.compile_dir(str(args.before / "runner"), quiet=1)
+        before_env = dict(ENV, PYTHONPATH=str(args.before.resolve()))
+        tools.insert(1, "before")
+        runs["before"] = lambda root: run_runner(root, before_env)
     if args.edits:
         print(f"edit costs, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start")
         with tempfile.TemporaryDirectory(prefix="bench-edits-") as tmp:
@@ -594,19 +709,24 @@ def main() -> None:
         print(f"load {os.getloadavg()[0]:.1f} at the end")
         return
     rows: list[Row] = []
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
         base = Path(tmp)
-        for shape in args.shapes.split(","):
-            for tool in tools:
-                if shape == "hash" and tool != "runner":
-                    continue  # in-process steps have no make/doit equivalent
-                rows.extend(scenarios(shape, tool, runs[tool], n, base))
-                print(f"  done {shape} with {tool}", file=sys.stderr)
+        for rnd in range(args.rounds):
+            order = tools[rnd % len(tools) :] + tools[: rnd % len(tools)]
+            for shape in args.shapes.split(","):
+                for tool in order:
+                    if shape == "hash" and tool not in ("runner", "before"):
+                        continue  # in-process steps have no make/doit equivalent
+                    rows.extend(scenarios(shape, tool, runs[tool], n, base, rnd))
+                    print(f"  round {rnd + 1}: done {shape} with {tool}", file=sys.stderr)
+            load.append(os.getloadavg()[0])
         if "hash" in args.shapes:
             rows.append(validate_big(base, 1000 if args.quick else 10_000))
     print(
         f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
-        f"python {sys.version.split()[0]}"
+        f"python {sys.version.split()[0]} ({' '.join(PYTHON)}), {args.rounds} round(s), "
+        f"load {min(load):.1f}-{max(load):.1f}"
     )
     print(table(rows, tools))
     for line in targets(rows, n):

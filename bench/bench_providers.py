@@ -19,7 +19,10 @@ Every timed section ends with the apply's final commit and fsyncs.
 3. Over real sockets (loopback servers in this process answering after 200 ms, measuring calls
    in flight server-side): an ``llm`` for_each of 64 calls at concurrency 16 as a whole
    ``runner apply`` process with ``--jobs`` at its default, side by side with a plain asyncio +
-   httpx script making the same 64 calls 16 at a time (both processes with bytecode cached);
+   httpx script making the same 64 calls 16 at a time (both processes with bytecode cached), the
+   script in a venv holding httpx alone (built under ~/.cache/runner-bench/httpx from PyPI
+   when missing, or --httpx-python): in runner's environment `import httpx` also loads its
+   command-line client's rich and click, which a user of plain httpx does not pay;
    and the image step over a pool of 4 backends x max_concurrency 4 (64 calls, in process)
    against the 0.8 s ideal (64 / 16 x 200 ms).
 4. Engine overhead per call at delay 0, in process: an ``llm`` for_each over the fake provider
@@ -190,7 +193,6 @@ def durable_put(root: Path, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-
 FAN_OUT = """\
 runner: 1
 name: fan
@@ -242,11 +244,37 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple
     return wall, cpu
 
 
-def llm_process(root: Path, calls: int, repeat: int, before: Path | None) -> None:
+HTTPX_VENV = Path.home() / ".cache" / "runner-bench" / "httpx"
+
+
+def httpx_python(given: str | None) -> str:
+    """The interpreter of the plain httpx script: ``given``, or a venv holding httpx alone (made
+    under ~/.cache from PyPI the first time: outside the repository, never in runner's env)."""
+    if given:
+        return given
+    python = HTTPX_VENV / "bin" / "python"
+    if not python.is_file():
+        print(f"making {HTTPX_VENV} (httpx alone, from PyPI)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(HTTPX_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "httpx"], check=True)
+    return str(python)
+
+
+def llm_process(
+    root: Path, calls: int, repeat: int, before: Path | None, peer_python: str | None = None
+) -> None:
     """Section 3a: the llm fan-out as a whole process against plain httpx (and, with ``before``,
     the same apply from another source tree, interleaved in the same runs)."""
+    peer = httpx_python(peer_python)
+    loaded = subprocess.run(
+        [peer, "-c", "import httpx, sys; print(len(sys.modules), 'rich' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ENV,
+    ).stdout.split()
     compile_tree()
-    runners = {"runner": None}
+    runners: dict[str, Path | None] = {"runner": None}
     if before is not None:
         compile_tree(before)
         runners = {"before": before, "runner": None}
@@ -281,7 +309,7 @@ def llm_process(root: Path, calls: int, repeat: int, before: Path | None) -> Non
                 tree = runners.get(name)
                 cmd = [*apply, "-p", f"items={items}"]
                 if name == "httpx":
-                    cmd = [sys.executable, "peer.py", url, str(calls), str(conc)]
+                    cmd = [peer, "peer.py", url, str(calls), str(conc)]
                 server.ask("reset")
                 rows[name].append(timed(cmd, work, {"PYTHONPATH": str(tree)} if tree else None))
                 [[peak, served]] = server.ask("stats")
@@ -293,18 +321,27 @@ def llm_process(root: Path, calls: int, repeat: int, before: Path | None) -> Non
     def med(name: str, i: int) -> float:
         return statistics.median(r[i] for r in rows[name])
 
+    def paired(name: str, i: int) -> str:
+        """The median of the rounds' ratios to plain httpx [their range]."""
+        ratios = [a[i] / b[i] for a, b in zip(rows[name], rows["httpx"], strict=True)]
+        return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+
     print(
         f"llm for_each, {calls} calls x {delay * 1000:.0f} ms at concurrency {conc}, whole "
         f"process, --jobs default ({os.cpu_count()} cores), median of {repeat}, load average "
         f"{os.getloadavg()[0]:.1f}:"
     )
     labels = {"before": f"runner {before}", "runner": "runner (this tree)", "httpx": "plain httpx"}
+    print(
+        f"  plain httpx runs on {peer}: `import httpx` loads {loaded[0]} modules"
+        f"{', rich among them' if loaded[1] == 'True' else ', not rich'}"
+    )
     for name in rows:
         ratio = ""
         if name != "httpx":
             ratio = (
-                f"; ratio to httpx wall {med(name, 0) / med('httpx', 0):5.2f}x (target <= "
-                f"1.15x), CPU {med(name, 1) / med('httpx', 1):5.2f}x"
+                f"; to httpx, round by round: wall {paired(name, 0)} (target <= 1.08x), "
+                f"CPU {paired(name, 1)} (target <= 1.4x)"
             )
         print(
             f"  {labels[name]:<24} wall {med(name, 0):6.2f} s, CPU {med(name, 1):5.2f} s "
@@ -346,7 +383,8 @@ def pool(root: Path, calls: int, repeat: int) -> None:
 
 def llm_overhead(root: Path, calls: int, repeat: int) -> None:
     """Section 4: an llm for_each over the fake at delay 0, in process, per element."""
-    from runner.engine.run.apply import ApplyOptions, apply_file
+    from runner.engine.run.apply import apply_file
+    from runner.engine.run.options import ApplyOptions
     from runner.providers import TextRequest
 
     work = root / "overhead"
@@ -439,6 +477,11 @@ def main() -> None:
         help="another source tree of runner (e.g. a git worktree of the commit before) to "
         "measure side by side with this one",
     )
+    parser.add_argument(
+        "--httpx-python",
+        help="the plain httpx script's interpreter (default: a venv of httpx alone under "
+        "~/.cache/runner-bench/httpx, made from PyPI when missing)",
+    )
     opts = parser.parse_args()
     before = opts.before.resolve() if opts.before else None
     wanted = {
@@ -453,7 +496,7 @@ def main() -> None:
                 llm_overhead(Path(tmp), opts.calls, opts.repeat)
     if "llm" in wanted:
         with tempfile.TemporaryDirectory() as tmp:
-            llm_process(Path(tmp), opts.calls, opts.repeat, before)
+            llm_process(Path(tmp), opts.calls, opts.repeat, before, opts.httpx_python)
     if "pool" in wanted:
         if before is not None:
             compare("pool", before, opts)

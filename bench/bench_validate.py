@@ -1,12 +1,14 @@
 """Benchmark: `runner validate` of N shell steps beside `doit list` of the same tasks (issue 17
 section 5, figure (c)), and optionally beside another runner tree (a "before" checkout).
 
-The pipeline and dodo.py are bench_core's chain (bench_core.write_chain), so the figure is the
-one `bench_core.py --edits` prints as (c), with more rounds: rounds alternate the tools, and the
-best CPU time (user + system of the child) of each is compared, beside its wall time. On a
-loaded machine the CPU time is the steadier figure; the load average is printed too.
+The pipeline and dodo.py are bench_core's chain (bench_core.write_chain: the dodo.py is a plain
+loop making the tasks, as a doit user writes one), so the figure is the one `bench_core.py
+--edits` prints as (c), with more rounds: rounds alternate the tools; each tool's best and median
+wall and CPU time (user + system of the child) are printed, and runner's ratio to `doit list`
+round by round, wall and CPU: the median [range]. On a loaded machine the CPU time is the
+steadier figure; the load average is printed too.
 
-Run: /work/venv/bin/python bench/bench_validate.py [--n 10000] [--rounds 5]
+Run: python bench/bench_validate.py [--n 10000] [--rounds 5] [--python PATH]
          [--before /path/to/other/checkout]   # a tree holding runner/ (put first on PYTHONPATH)
 """
 
@@ -16,6 +18,7 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_core import ENV, cache_bytecode, doit_cmd, runner_cmd, write_chain
+from bench_core import ENV, PYTHON, cache_bytecode, doit_cmd, runner_cmd, write_chain
 
 
 def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -43,7 +46,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before", type=Path, help="another tree with runner/ to compare")
+    parser.add_argument("--python", help="runner's interpreter (default: this one)")
     args = parser.parse_args()
+    if args.python:
+        PYTHON[:] = [args.python]
+    load = [os.getloadavg()[0]]
     cache_bytecode()
     tools: dict[str, tuple[list[str], dict[str, str]]] = {
         "runner": (runner_cmd("validate", "pipeline.yaml"), ENV)
@@ -66,14 +73,26 @@ def main() -> None:
                 # doit compiles dodo.py on its first import, as in bench_core's single run
                 shutil.rmtree(root / "__pycache__", ignore_errors=True)
                 runs[name].append(measure(cmd, root, env))
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"validate of {args.n} shell steps, best of {args.rounds} rounds (load {load}):")
-    peer = min(c for _, c in runs["doit list"]) if "doit list" in runs else None
+    load.append(os.getloadavg()[0])
+    print(
+        f"validate of {args.n} shell steps, {args.rounds} rounds, load {min(load):.1f}-"
+        f"{max(load):.1f}, runner on {' '.join(PYTHON)}; best / median seconds:"
+    )
+    peer = runs.get("doit list")
     for name, got in runs.items():
-        wall, cpu = min(w for w, _ in got), min(c for _, c in got)
-        ratio = f"  {cpu / peer:.2f}x doit list (cpu)" if peer else ""
-        every = " ".join(f"{c:.2f}" for _, c in got)
-        print(f"  {name:10s} wall {wall:6.3f} s  cpu {cpu:6.3f} s{ratio}   (cpu each: {every})")
+        walls, cpus = [w for w, _ in got], [c for _, c in got]
+        line = (
+            f"  {name:10s} wall {min(walls):6.3f} / {statistics.median(walls):6.3f}  "
+            f"cpu {min(cpus):6.3f} / {statistics.median(cpus):6.3f}"
+        )
+        if peer is not None and name != "doit list":
+            wr = [w / pw for (w, _), (pw, _) in zip(got, peer, strict=True)]
+            cr = [c / pc for (_, c), (_, pc) in zip(got, peer, strict=True)]
+            line += (
+                f"   / doit list: wall {statistics.median(wr):.2f}x [{min(wr):.2f}-{max(wr):.2f}]"
+                f", cpu {statistics.median(cr):.2f}x [{min(cr):.2f}-{max(cr):.2f}]"
+            )
+        print(line)
     if peer is None:
         print("  doit: not installed (neither on PATH nor importable); no peer column")
     else:
