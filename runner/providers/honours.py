@@ -39,6 +39,10 @@ class Honours:
     refused_params: Mapping[str, str] = field(default_factory=dict)
     seedless_varies: bool = True
     params_why: str = ""  # what to do instead of a params key it does not send
+    # params keys holding a mapping whose own keys the service reads by name (Ollama's
+    # ``options``): each key allowed there, and what to do with another
+    nested: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    nested_why: str = ""
 
     def field_refusal(self, name: str) -> str | None:
         """Why a step may not set ``name`` on this provider (None: it is carried)."""
@@ -55,6 +59,13 @@ class Honours:
             why = f"the provider sends no such parameter (it sends: {carried})"
             return f"{why}; {self.params_why}" if self.params_why else why
         return None
+
+    def nested_refusal(self, key: str, inner: str) -> str | None:
+        """Why ``params.<key>.<inner>`` would have no effect (None: it is read)."""
+        allowed = self.nested.get(key)
+        if allowed is None or inner in allowed:
+            return None
+        return f"the service reads no such {key} entry; {self.nested_why}".rstrip("; ")
 
     def to_json(self) -> dict[str, object]:
         return {

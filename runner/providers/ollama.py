@@ -19,8 +19,64 @@ from ..state.canonical import loads_strict
 from ._http import HttpProvider, b64decode, b64encode, usage_ints
 from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, TextRequest, TextResult
+from .honours import IMAGE_FIELDS, TEXT_FIELDS, Honours
 
 _USAGE = {"prompt_eval_count": "prompt_tokens", "eval_count": "completion_tokens"}
+
+
+# What Ollama's /api/chat and /api/generate read (its api/types.go), besides what runner sets
+# itself (model, messages or prompt, format, images): `endpoint` is runner's own choice of the
+# two. Unknown fields are ignored by the server.
+_CHAT_FIELDS = frozenset(
+    {
+        "endpoint",
+        "options",
+        "stream",
+        "keep_alive",
+        "think",
+        "tools",
+        "raw",
+        "suffix",
+        "template",
+        "context",
+        "system",
+    }
+)
+_IMAGE_FIELDS = frozenset({"options", "stream", "keep_alive", "steps"})
+_OPTIONS = frozenset(
+    {
+        "num_keep",
+        "seed",
+        "num_predict",
+        "top_k",
+        "top_p",
+        "min_p",
+        "tfs_z",
+        "typical_p",
+        "repeat_last_n",
+        "temperature",
+        "repeat_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "penalize_newline",
+        "stop",
+        "numa",
+        "num_ctx",
+        "num_batch",
+        "num_gpu",
+        "main_gpu",
+        "low_vram",
+        "f16_kv",
+        "logits_all",
+        "vocab_only",
+        "use_mmap",
+        "use_mlock",
+        "num_thread",
+    }
+)
 
 
 class OllamaProvider(HttpProvider):
@@ -42,6 +98,20 @@ class OllamaProvider(HttpProvider):
         {"base_url", "model", "image_model", "options", "keep_alive"}
     )
     defaults: ClassVar[dict[str, Any]] = {"model": "llama3.2"}
+
+    def honours(self, kind: str) -> Honours:
+        # Ollama reads the fields of its request types by name and drops the others without a
+        # word (Go's JSON decoding), and drops an unknown option with a log line on the server:
+        # a sampling setting anywhere but options, or misspelt there, would be paid for and do
+        # nothing.
+        top = _CHAT_FIELDS if kind == "text" else _IMAGE_FIELDS
+        return Honours(
+            fields=TEXT_FIELDS if kind == "text" else IMAGE_FIELDS,
+            params=top,
+            params_why="sampling settings go under params.options (e.g. options: {top_p: 0.9})",
+            nested={"options": _OPTIONS},
+            nested_why="Ollama's options are listed in its API (num_ctx, top_k, top_p, ...)",
+        )
 
     def _options(self, extra: dict[str, Any]) -> dict[str, Any]:
         base = self.settings.get("options", {})

@@ -225,7 +225,7 @@ def test_a_call_queued_behind_another_clients_job_is_said_on_the_plain_console(
 
     from tests.conftest import runner_bin
 
-    with ComfyUIServer(render_s=1.5) as server:
+    with ComfyUIServer(render_s=4.0) as server:  # the other job outlasts runner's start
         _comfy(project, server.url, FULL)
         project.write("pipeline.yaml", _image_step("prompt: a lighthouse\nsize: 64x48\n"))
         graph = json.loads((DATA / "sd15_api.json").read_text(encoding="utf-8"))
@@ -282,3 +282,38 @@ def test_an_http_error_names_the_whole_url_asked(project: Project) -> None:
         assert done["_exit"] != 0
         asked = f"POST {server.url}/v1/chat/completions/v1/chat/completions -> HTTP 404"
         assert asked in json.dumps(done), done
+
+
+@pytest.mark.parametrize(
+    ("params", "refused"),
+    [
+        ("{top_p: 0.9}", "params.top_p"),
+        ("{options: {top_pp: 0.9}}", "params.options.top_pp"),
+        ("{options: {top_p: 0.9}, keep_alive: 5m}", None),
+    ],
+    ids=["top-level", "misspelt-option", "carried"],
+)
+def test_what_ollama_would_drop_without_a_word_is_refused(
+    project: Project, params: str, refused: str | None
+) -> None:
+    """Ollama ignores a field it does not know (and an unknown option, with a log line of its
+    own): a sampling setting outside `options`, or misspelt in it, is refused."""
+    project.write(
+        "runner.toml",
+        '[general]\ndefault_provider = "local"\n\n[providers.local]\ntype = "ollama"\n'
+        'base_url = "http://127.0.0.1:9"\n',
+    )
+    project.write(
+        "pipeline.yaml",
+        "runner: 1\nname: t\nsteps:\n  ask:\n    uses: llm\n    with:\n"
+        f"      prompt: hi\n      params: {params}\n"
+        '    check: ["${{ output.text | length > 0 }}"]\n',
+    )
+    checked = project.cli("check", "pipeline.yaml", "--json")
+    if refused is None:
+        assert checked.exit_code == 0, checked.stdout
+        return
+    assert checked.exit_code == 2, checked.stdout
+    error = json.loads(checked.stdout)["error"]
+    assert f"does not carry `{refused}`" in error["message"], error
+    assert "pipeline.yaml:8:" in error["where"], error

@@ -26,7 +26,15 @@ def check_honoured(
     honours = provider.honours(kind)
     for setting, path in asked(args).items():
         if setting.startswith("params."):
-            why = honours.param_refusal(setting.removeprefix("params."))
+            key = setting.removeprefix("params.")
+            why = honours.param_refusal(key)
+            inner = (args.get("params") or {}).get(key)
+            if why is None and isinstance(inner, dict):
+                for name in inner:
+                    why = honours.nested_refusal(key, str(name))
+                    if why is not None:
+                        setting, path = f"{setting}.{name}", (*path, name)
+                        break
         else:
             why = honours.field_refusal(setting)
         if why is not None:
