@@ -46,6 +46,7 @@ from .base import (
     invalid,
     reference_files,
 )
+from .batched import batching, image_in_batch, image_of
 from .outputshape import (
     INTEGER,
     MAPPING,
@@ -171,6 +172,8 @@ class ImageStep(StepType):
     description: ClassVar[str] = "generate n images from a prompt with an image provider"
     key_neutral: ClassVar[Mapping[str, str]] = {
         "concurrency": "how many calls are in flight at once, never what they make",
+        "batch": "how the calls are sent, not what they ask: a batch line is the direct request, "
+        "under the same call key",
     }
     output_doc: ClassVar[dict[str, str]] = {
         "iterations": (
@@ -239,6 +242,11 @@ class ImageStep(StepType):
                 "description": "reference images: object digests or workspace paths",
             },
             "params": {"type": "object", "description": "provider-specific parameters"},
+            "batch": {
+                "type": "boolean",
+                "description": "send the calls through the provider's batch API (half price; "
+                "the run suspends, awaiting_batch, until a later apply collects them)",
+            },
             "template_hash": {
                 "type": "string",
                 "description": "hash of the prompt template spec (key part)",
@@ -327,6 +335,7 @@ class ImageStep(StepType):
             )
         cap = min(int(args.get("concurrency", 4)), caps.max_concurrency)
         calls = _Calls(ctx, provider, profile, asyncio.Semaphore(max(cap, 1)), ref_sha)
+        calls.batch = batching(ctx, provider, args.get("batch"))
         item = str(args.get("video_id") or args.get("item") or "")
 
         async def iteration(k: int) -> dict[str, Any]:
@@ -351,9 +360,13 @@ class ImageStep(StepType):
             return await self._one(calls, k, request)
 
         try:
-            iterations = await asyncio.gather(*(iteration(k) for k in range(1, n + 1)))
+            # Every iteration asks (a batch's are queued together), then a wait is raised.
+            done = await asyncio.gather(*map(iteration, range(1, n + 1)), return_exceptions=True)
         finally:
             await calls.logs_written()
+        iterations = [it for it in done if not isinstance(it, BaseException)]
+        if len(iterations) < n:
+            raise next(it for it in done if isinstance(it, BaseException))
         return self._result(iterations, provider, profile)
 
     async def _one(self, calls: _Calls, k: int, request: ImageRequest) -> dict[str, Any]:
@@ -397,6 +410,8 @@ class ImageStep(StepType):
             if refused is not None:
                 ctx.log(f"image #{k}: {refused}")
                 return {**entry, "error": f"{provider.name}: {refused}"}
+        # batch mode: the batch's answer (BatchPending raised while it has none)
+        from_batch = await image_in_batch(ctx, provider, request) if calls.batch else None
         summary = {
             "provider": provider.name,
             "profile": calls.profile,
@@ -434,12 +449,17 @@ class ImageStep(StepType):
             return provider.generate_image(request)
 
         try:
-            # The step's own cap outside the provider's: a call waiting for this step's turn
-            # must not hold a permit that other steps' calls could use.
-            async with calls.gate:
-                result = await with_provider_retries(
-                    provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
-                )
+            if from_batch is not None:
+                if ctx.ledger is not None:
+                    ctx.ledger.sent(key)
+                result = image_of(provider, from_batch, request)
+            else:
+                # The step's own cap outside the provider's: a call waiting for this step's
+                # turn must not hold a permit that other steps' calls could use.
+                async with calls.gate:
+                    result = await with_provider_retries(
+                        provider, call, on_retry=retrying, retry_uncertain=ctx.env.retry_uncertain
+                    )
             stored = await calls.keep(result.image)
         except asyncio.CancelledError as exc:  # the step's timeout, or a cancelled run
             cancelled_in_flight(ctx.ledger, key, request.tracker, exc)
@@ -534,6 +554,7 @@ class _Calls:
     ) -> None:
         self.ctx, self.provider, self.profile, self.gate = ctx, provider, profile, gate
         self.ref_sha = ref_sha
+        self.batch = False  # batch mode: the calls go to the provider's batch API
         self._writes: list[asyncio.Future[None]] = []
         # What an image came back as, to hold it to the size asked where the provider carries it.
         self.sizes: dict[str, tuple[int, int]] = {}

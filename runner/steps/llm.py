@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidPipeline, Location, ProviderError, StepFailure
 from ..providers.base import Provider, TextRequest, TextResult
-from ..providers.batchapi import batch_api_of
 from ..providers.calls import (
     CallLog,
     Event,
@@ -36,6 +35,7 @@ from ..providers.limits import waiting
 from ..providers.requestkey import canonical_request, request_key
 from ..source.datafiles import load_json
 from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
+from .batched import asked_in_batch, batching
 from .image import load_reference, resolve_provider
 from .ordered import in_order
 from .outputshape import Shape, from_doc, from_json_schema
@@ -280,7 +280,8 @@ class LlmStep(StepType):
         if round_ is not None:
             _unlike_earlier_rounds(ctx, request, profile)
         canonical = canonical_request(request)
-        record = await self._call(ctx, provider, request, canonical, batch=bool(args.get("batch")))
+        batch = batching(ctx, provider, args.get("batch"))
+        record = await self._call(ctx, provider, request, canonical, batch=batch)
         refusal = (record.get("metadata") or {}).get("refusal")
         if refusal:  # the model declined: its words, not a parse error about an empty reply
             raise StepFailure(f"{provider.name}: the model refused: {refusal}", check=True)
@@ -383,14 +384,8 @@ class LlmStep(StepType):
         under the same key, journaled as the ledger's row once the batch has answered it.
         Raises BatchPending while it waits, StepFailure when its request failed in the batch
         (retryable when the service's failure was transient: a later batch sends it again)."""
-        api = batch_api_of(provider)
-        if api is None or ctx.env.batches is None:
-            raise StepFailure(f"{provider.name}: this provider has no batch API (batch: true)")
         key = request.idempotency_key
-        endpoint, body = api.text_body(request)
-        line = await ctx.env.batches.answer(
-            step_id=ctx.step_id, provider=provider, api=api, key=key, endpoint=endpoint, body=body
-        )
+        api, line = await asked_in_batch(ctx, provider, key, lambda api: api.text_body(request))
         log = CallLog(ctx.log_dir, key, provider.redactor)
         asked = Event("request", {**meta, "batch": True})
         if ctx.ledger is not None:

@@ -65,8 +65,9 @@ class OpenAIBatchServer(OpenAIServer):
         create_delay_s: float = 0.0,
         fail_once: str | None = None,
         expiring: int | None = None,
+        api_key: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(api_key=api_key)
         self.port = port
         self.root = root
         (root / "files").mkdir(parents=True, exist_ok=True)
@@ -77,13 +78,22 @@ class OpenAIBatchServer(OpenAIServer):
         self.create_delay_s = create_delay_s
         self.fail_once, self.expiring = fail_once, expiring
         self._state = threading.RLock()
-        self.route("POST", "/v1/files", self._upload)
-        self.route("GET", "/v1/files", self._list_files)
-        self.route("GET", "/v1/files/[^/]+/content", self._content)
-        self.route("POST", "/v1/batches", self._create)
-        self.route("GET", "/v1/batches", self._list_batches)
-        self.route("GET", "/v1/batches/[^/]+", self._get)
-        self.route("POST", "/v1/batches/[^/]+/cancel", self._cancel)
+        self.route("POST", "/v1/files", self._keyed(self._upload))
+        self.route("GET", "/v1/files", self._keyed(self._list_files))
+        self.route("GET", "/v1/files/[^/]+/content", self._keyed(self._content))
+        self.route("POST", "/v1/batches", self._keyed(self._create))
+        self.route("GET", "/v1/batches", self._keyed(self._list_batches))
+        self.route("GET", "/v1/batches/[^/]+", self._keyed(self._get))
+        self.route("POST", "/v1/batches/[^/]+/cancel", self._keyed(self._cancel))
+
+    def _keyed(self, handler: Any) -> Any:
+        """``handler`` behind the service's key check (as every other endpoint)."""
+
+        def serve(rec: Recorded) -> Reply:
+            refused = self._refuse(rec, azure=False)
+            return refused if refused is not None else handler(rec)
+
+        return serve
 
     # --- what the tests read ------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import runner_bin
 from tests.providers.openai_batch_server import OpenAIBatchServer
@@ -122,7 +123,7 @@ def _texts(n: int, start: int = 0) -> set[str]:
 
 
 def test_a_for_each_goes_as_one_batch_and_a_later_apply_collects_it(tmp_path: Path) -> None:
-    with OpenAIBatchServer(tmp_path / "double") as server:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET) as server:
         assert isinstance(server, OpenAIBatchServer)
         _project(tmp_path, server.url, 1000)
         first = _apply(tmp_path)
@@ -319,3 +320,82 @@ def test_a_step_larger_than_one_batch_is_split_and_the_double_restarts(tmp_path:
         assert done.returncode == 0, done.stdout + done.stderr
         assert len(server.batches()) == 3
         assert set(_outputs(tmp_path).values()) == _texts(n)
+
+
+def _image_pipeline(root: Path, n: int) -> None:
+    items = json.dumps(list(range(n)))
+    (root / "pipeline.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            runner: 1
+            name: drawn
+            steps:
+              draw:
+                uses: image
+                for_each: {items}
+                with:
+                  prompt: "picture ${{{{ item }}}}"
+                  size: "1024x1024"
+                  batch: true
+            """
+        ),
+        encoding="utf-8",
+    )
+
+
+def _images(root: Path) -> dict[str, Any]:
+    """call key -> the colour of the image its ledger row names (read from the object store)."""
+    from PIL import Image
+
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        rows = db.execute("SELECT key, result FROM calls WHERE status='completed'").fetchall()
+    finally:
+        db.close()
+    out = {}
+    for key, result in rows:
+        digest = json.loads(result)["digest"]
+        path = root / ".runner" / "objects" / digest[:2] / digest[2:]
+        with Image.open(path) as img:
+            out[key] = img.convert("RGB").getpixel((0, 0))
+    return out
+
+
+def test_an_image_step_in_batch_mode_survives_kill_9(tmp_path: Path) -> None:
+    """/v1/images/generations by batch: killed while uploading, validating and running, then
+    applied: one batch, each image made once, each the image its prompt asks for."""
+    n = 40
+    with OpenAIBatchServer(
+        tmp_path / "double",
+        upload_delay_s=5.0,
+        validate_s=3.0,
+        per_request_s=0.1,
+        api_key=SECRET,
+    ) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, 1, extra="batch_wait = 60")
+        _image_pipeline(tmp_path, n)
+        run = _Runner(tmp_path)
+        _until(lambda: len(server.uploads()) == 1, "the upload")
+        run.kill()
+        run = _Runner(tmp_path)
+        _until(lambda: _status(server) == "validating", "the batch, validating")
+        time.sleep(0.5)
+        run.kill()
+        run = _Runner(tmp_path)
+        _until(lambda: _status(server) == "in_progress", "the batch in progress")
+        time.sleep(0.5)
+        run.kill()
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (batch,) = server.batches()
+        assert batch["endpoint"] == "/v1/images/generations"
+        assert len(server.uploads()) == 1
+        answered = server.answered()
+        assert len(answered) == n and set(answered.values()) == {1}
+        assert server.count("POST", "/v1/images/generations") == 0
+        from tests.providers.servers import colour_of
+
+        assert sorted(_images(tmp_path).values()) == sorted(
+            colour_of(f"picture {i}") for i in range(n)
+        )
