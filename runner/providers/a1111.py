@@ -32,6 +32,76 @@ from ._httpx import httpx
 from .base import Capabilities, ImageRequest, ImageResult, ProviderConfigError
 from .honours import IMAGE_FIELDS, Honours
 
+# The fields of A1111's txt2img and img2img request models (modules/api/models.py: the
+# processing classes' __init__ parameters, less API_NOT_ALLOWED, plus the API's own), less what
+# runner sets itself (prompt, negative_prompt, seed, width, height, init_images).
+_PAYLOAD_FIELDS = frozenset(
+    {
+        "styles",
+        "subseed",
+        "subseed_strength",
+        "seed_resize_from_h",
+        "seed_resize_from_w",
+        "sampler_name",
+        "scheduler",
+        "batch_size",
+        "n_iter",
+        "steps",
+        "cfg_scale",
+        "restore_faces",
+        "tiling",
+        "do_not_save_samples",
+        "do_not_save_grid",
+        "eta",
+        "denoising_strength",
+        "s_min_uncond",
+        "s_churn",
+        "s_tmax",
+        "s_tmin",
+        "s_noise",
+        "override_settings",
+        "override_settings_restore_afterwards",
+        "refiner_checkpoint",
+        "refiner_switch_at",
+        "disable_extra_networks",
+        "comments",
+        "enable_hr",
+        "firstphase_width",
+        "firstphase_height",
+        "hr_scale",
+        "hr_upscaler",
+        "hr_second_pass_steps",
+        "hr_resize_x",
+        "hr_resize_y",
+        "hr_checkpoint_name",
+        "hr_sampler_name",
+        "hr_scheduler",
+        "hr_prompt",
+        "hr_negative_prompt",
+        "resize_mode",
+        "image_cfg_scale",
+        "mask",
+        "mask_blur_x",
+        "mask_blur_y",
+        "mask_blur",
+        "mask_round",
+        "inpainting_fill",
+        "inpaint_full_res",
+        "inpaint_full_res_padding",
+        "inpainting_mask_invert",
+        "initial_noise_multiplier",
+        "latent_mask",
+        "script_name",
+        "script_args",
+        "send_images",
+        "save_images",
+        "alwayson_scripts",
+        "force_task_id",
+        "infotext",
+        "sampler_index",
+    }
+)
+
 
 class A1111Provider(HttpProvider):
     """A local AUTOMATIC1111 web UI API (default http://127.0.0.1:7860)."""
@@ -84,7 +154,11 @@ class A1111Provider(HttpProvider):
         one = "runner takes one image per call (its own key and ledger row): ask the step for n:"
         return Honours(
             fields=IMAGE_FIELDS,
+            # A1111's API models are made from its processing classes' fields, and pydantic
+            # drops any other field without a word: a misspelt one would be paid for.
+            params=_PAYLOAD_FIELDS,
             refused_params={"batch_size": one, "n_iter": one},
+            params_why="A1111 ignores fields its txt2img/img2img models do not have",
         )
 
     def check(self, *, references: int | None, where: Location | None = None) -> None:

@@ -22,7 +22,9 @@ from tests.providers.openai_server import OpenAIServer
 
 DATA = Path(__file__).parent.parent / "data" / "comfyui"
 PROMPT_ONLY = 'prompt = "6.inputs.text"\n'
-FULL = PROMPT_ONLY + 'seed = "3.inputs.seed"\nwidth = "5.inputs.width"\nheight = "5.inputs.height"\n'
+FULL = (
+    PROMPT_ONLY + 'seed = "3.inputs.seed"\nwidth = "5.inputs.width"\nheight = "5.inputs.height"\n'
+)
 
 
 def _comfy(project: Project, url: str, subs: str, *, extra: str = "", graph: str = "") -> None:
@@ -48,9 +50,8 @@ def _comfy(project: Project, url: str, subs: str, *, extra: str = "", graph: str
 
 
 def _image_step(with_: str) -> str:
-    return (
-        "runner: 1\nname: pic\nsteps:\n  gen:\n    uses: image\n    with:\n"
-        + textwrap.indent(textwrap.dedent(with_), "      ")
+    return "runner: 1\nname: pic\nsteps:\n  gen:\n    uses: image\n    with:\n" + textwrap.indent(
+        textwrap.dedent(with_), "      "
     )
 
 
@@ -258,9 +259,7 @@ def test_a_reference_that_is_not_an_image_is_named_as_the_user_named_it(
     project: Project,
 ) -> None:
     project.write("notes.png", "meeting notes, not a picture\n")
-    project.write(
-        "pipeline.yaml", _image_step("prompt: a lighthouse\nreferences: [notes.png]\n")
-    )
+    project.write("pipeline.yaml", _image_step("prompt: a lighthouse\nreferences: [notes.png]\n"))
     done = project.apply()
     assert done["_exit"] != 0
     said = json.dumps(done)
@@ -317,3 +316,24 @@ def test_what_ollama_would_drop_without_a_word_is_refused(
     error = json.loads(checked.stdout)["error"]
     assert f"does not carry `{refused}`" in error["message"], error
     assert "pipeline.yaml:8:" in error["where"], error
+
+
+def test_an_a1111_field_its_api_would_drop_is_refused_and_its_own_fields_pass(
+    project: Project,
+) -> None:
+    project.write(
+        "runner.toml",
+        '[general]\ndefault_provider = "sd"\n\n[providers.sd]\ntype = "a1111"\n'
+        'base_url = "http://127.0.0.1:9"\n',
+    )
+    project.write("pipeline.yaml", _image_step("prompt: a lighthouse\nparams: {stepz: 30}\n"))
+    error = _refused(project)
+    assert "does not carry `params.stepz`" in error["message"], error
+    assert "txt2img/img2img" in error["hint"], error
+    project.write(
+        "pipeline.yaml",
+        _image_step(
+            "prompt: a lighthouse\nparams: {steps: 30, cfg_scale: 5, sampler_name: Euler}\n"
+        ),
+    )
+    assert project.cli("check", "pipeline.yaml").exit_code == 0
