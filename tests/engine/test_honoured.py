@@ -337,3 +337,20 @@ def test_an_a1111_field_its_api_would_drop_is_refused_and_its_own_fields_pass(
         ),
     )
     assert project.cli("check", "pipeline.yaml").exit_code == 0
+
+
+def test_params_set_for_a_provider_in_runner_toml_are_held_to_what_it_carries(
+    project: Project,
+) -> None:
+    with OpenAIServer() as server:
+        _openai(project, server.url)
+        with (project.root / "runner.toml").open("a", encoding="utf-8") as f:
+            f.write("params = {stream = true}\n")
+        project.write(
+            "pipeline.yaml",
+            "runner: 1\nname: t\nsteps:\n  ask:\n    uses: llm\n    with:\n      prompt: hi\n"
+            '    check: ["${{ output.text | length > 0 }}"]\n',
+        )
+        error = _refused(project)
+        assert "`params.stream` set in runner.toml's [providers.gw]" in error["message"], error
+        assert server.requests == []

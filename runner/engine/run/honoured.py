@@ -45,6 +45,18 @@ def check_honoured(
                 step=step.id,
                 hint=why,
             )
+    # runner.toml's own params for the provider go into every request just the same.
+    base = getattr(provider, "settings", {}).get("params")
+    for key in base if isinstance(base, dict) else ():
+        why = honours.param_refusal(str(key))
+        if why is not None:
+            raise InvalidPipeline(
+                f"provider '{name}' does not carry `params.{key}` set in runner.toml's "
+                f"[providers.{name}]: every call would pay for it to have no effect",
+                where=step.where,
+                step=step.id,
+                hint=why,
+            )
     n = args.get("n", 1)
     varies = honours.seedless_varies or "seed" in honours.fields
     if kind == "image" and isinstance(n, int) and n > 1 and not varies:
