@@ -120,7 +120,7 @@ def test_costs_equal_the_doubles_usage_priced_by_hand(tmp_path: Path) -> None:
     )
     [fake] = [m for m in doc["by_model"] if m["provider"] == "fake"]
     assert fake["images"] == 2 and fake["cost"] == pytest.approx(images)
-    assert [p["provider"] for p in doc["by_provider"]] == ["anthropic", "fake"]
+    assert sorted(p["provider"] for p in doc["by_provider"]) == ["anthropic", "fake"]
     [run] = doc["by_run"]
     assert run["pipeline"] == "tagging" and run["cost"] == doc["total"]["cost"]
     assert run["estimate"] is not None and run["estimate"] > 0  # the plan's model, same calls
@@ -258,3 +258,67 @@ def test_calls_answered_by_a_batch_cost_half(tmp_path: Path) -> None:
     assert doc["total"]["input_tokens"] == 44 and doc["total"]["output_tokens"] == 12
     assert doc["total"]["cost"] == pytest.approx(4 * 0.017 * 0.5)
     assert doc["by_run"][0]["estimate"] is not None
+
+
+def test_calls_in_flight_count_at_their_worst_case() -> None:
+    from runner.providers.spendguard import Budget, OverSpend, SpendGuard
+
+    prices = Prices(rows={"p": {"image": 1.0}}, currency="USD")
+    stops: list[str] = []
+    guard = SpendGuard(prices, [Budget(2.5, "--max-cost")], on_stop=stops.append)
+    first = guard.reserve("p", "m", "image")
+    second = guard.reserve("p", "m", "image")
+    with pytest.raises(OverSpend, match=r"not sent: budget 2.5 USD \(--max-cost\) reached"):
+        guard.reserve("p", "m", "image")  # 2 in flight + 1 > 2.5, though nothing is spent yet
+    [why] = stops
+    assert "this run spent 0 USD, 2 USD in flight, and the next call may cost 1 USD" in why
+    guard.settle(first, None)  # failed before any work: released, nothing spent
+    guard.settle(second, None, maybe_executed=True)  # its reply was lost: counted at its worst
+    assert guard.spent == 1.0 and guard.in_flight == 0.0
+    with pytest.raises(OverSpend):
+        guard.reserve("p", "m", "image")  # the run stopped: no call goes out any more
+    unpriced = SpendGuard(prices, [Budget(0.5, "x")]).reserve("q", "m", "image")
+    assert unpriced.worst is None  # no price known: not bounded (the plan says so)
+
+
+def test_a_daily_budget_counts_what_earlier_runs_spent(tmp_path: Path) -> None:
+    # Each call: 201 output tokens at 1 per 1k (0.201), worst case 0.3. The first apply spends
+    # 5 x 0.201 = 1.005 today; with max_cost_per_day = 1.5 the second apply sends one call
+    # (1.005 + 0.3 <= 1.5) and stops before its second (1.206 + 0.3 > 1.5).
+    with AnthropicServer(api_key=KEY) as server:
+        _project(tmp_path, server.url, LONG)
+        toml = (
+            (tmp_path / "runner.toml")
+            .read_text(encoding="utf-8")
+            .replace(
+                f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}",
+                "input_per_1k = 0\noutput_per_1k = 1.0\nassumed_output_tokens = 1",
+            )
+        )
+        (tmp_path / "runner.toml").write_text(toml, encoding="utf-8")
+        assert _runner(tmp_path, "apply", "pipeline.yaml").returncode == 0
+        assert server.billed == 5
+        with (tmp_path / "runner.toml").open("a", encoding="utf-8") as f:
+            f.write("[budget]\nmax_cost_per_day = 1.5\n")
+        (tmp_path / "pipeline.yaml").write_text(
+            LONG.replace('"a", "b", "c", "d", "e"', '"f", "g", "h", "i", "j"'), encoding="utf-8"
+        )
+        stopped = _runner(tmp_path, "apply", "pipeline.yaml")
+        assert stopped.returncode == 9, stopped.stdout + stopped.stderr
+        assert server.billed == 6
+        said = stopped.stdout + stopped.stderr
+        assert "budget 1.5 USD (runner.toml [budget] max_cost_per_day) reached: today spent" in said
+
+
+def test_a_call_whose_reply_was_lost_is_said_to_maybe_be_billed(tmp_path: Path) -> None:
+    from tests.providers.servers import Reply
+
+    with AnthropicServer(api_key=KEY) as server:
+        _project(tmp_path, server.url, LONG.replace('"a", "b", "c", "d", "e"', '"a"'))
+        server.queue("POST", "/v1/messages", Reply(drop=True))  # sent, and no reply came
+        failed = _runner(tmp_path, "apply", "pipeline.yaml")
+        assert failed.returncode != 0 and "may have completed (and billed)" in failed.stdout
+    doc = json.loads(_runner(tmp_path, "costs", "--json").stdout)
+    assert doc["total"]["calls"] == 0 and doc["maybe_billed_calls"] == 1
+    text = _runner(tmp_path, "costs").stdout
+    assert "spent: nothing" in text and "1 call(s) whose reply was lost" in text, text

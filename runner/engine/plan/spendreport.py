@@ -10,13 +10,16 @@ never as 0; a free provider's (fake) calls cost 0 and say so.
 Shape (``--json``)::
 
     {"currency": str, "since": float|null, "run": str|null,
-     "total": TOTALS, "by_run": [{"run_id", "pipeline", **TOTALS, "estimate": float|null}],
+     "total": TOTALS, "maybe_billed_calls": int,
+     "by_run": [{"run_id", "pipeline", **TOTALS, "estimate": float|null}],
      "by_step": [{"run_id", "step_id", **TOTALS}], "by_model": [{"provider", "model", **TOTALS}],
      "by_provider": [{"provider", **TOTALS}], "by_day": [{"day": "YYYY-MM-DD", **TOTALS}]}
     TOTALS = {"calls", "cost", "unpriced_calls", "input_tokens", "output_tokens",
               "cache_read_tokens", "cache_write_tokens", "images", "batch_calls"}
 
-``cost`` sums the priced calls; ``unpriced_calls`` counts those with no price known.
+``cost`` sums the priced calls; ``unpriced_calls`` counts those with no price known;
+``maybe_billed_calls`` (beside ``total``) counts calls sent whose reply was lost: the service
+may have billed them, with no usage to say how much.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def spend_report(
         "since": since,
         "run": run,
         "total": _rounded(total),
+        "maybe_billed_calls": _maybe_billed(journal, since=since, run=run),
     }
     for name, grouped in groups.items():
         out = []
@@ -154,6 +158,23 @@ def _estimate(
         row_prices = prices.row(row["provider"], facts.model) or {}
         each *= float(row_prices.get("batch_factor", 0.5))
     return each
+
+
+def _maybe_billed(journal: Any, *, since: float | None, run: str | None) -> int:
+    """Calls sent whose reply was lost (maybe executed): the service may have billed them, and
+    no usage says how much."""
+    sql = (
+        "SELECT COUNT(*) FROM calls WHERE (status='maybe_executed' OR (status='in_flight' "
+        "AND submitted_at IS NOT NULL))"
+    )
+    args: list[Any] = []
+    if since is not None:
+        sql += " AND COALESCE(submitted_at, started_at) >= ?"
+        args.append(since)
+    if run is not None:
+        sql += " AND run_id = ?"
+        args.append(run)
+    return int(journal.conn.execute(sql, args).fetchone()[0])
 
 
 def _pipelines(journal: Any, run_ids: Iterable[str]) -> dict[str, str]:

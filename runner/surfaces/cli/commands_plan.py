@@ -289,11 +289,20 @@ def spend_lines(doc: dict[str, Any]) -> list[str]:
         return ", ".join(parts)
 
     total = doc["total"]
+    lost = doc.get("maybe_billed_calls") or 0
+    lost_line = (
+        f"  plus {lost} call(s) whose reply was lost: the provider may have billed them "
+        "(runner runs show RUN lists them)"
+    )
     if not total["calls"]:
+        since = " since then)" if doc["since"] else ")"
         return [
-            "spent: nothing (no completed provider call" + (" since then)" if doc["since"] else ")")
+            f"spent: nothing (no completed provider call{since}",
+            *([lost_line] if lost else []),
         ]
     out = [f"spent: {money(total)} over {total['calls']} call(s) ({tokens(total)})"]
+    if lost:
+        out.append(lost_line)
     for run in doc["by_run"]:
         est = run["estimate"]
         beside = (
