@@ -287,3 +287,27 @@ def test_params_and_labels_read_as_text(runs: Runs, served: Any, browser: Any) -
     wait(browser, lambda d: element_names(d) == ["#1 <b onclick=x>b</b>"])
     assert browser.execute_script("return window.__pwned") is None
     assert not browser.find_elements(By.CSS_SELECTOR, "main img[src='x'], #browser-body b")
+
+
+def test_the_run_list_groups_counts_times_and_previews(
+    runs: Runs, served: Any, browser: Any
+) -> None:
+    browser.get(f"{served.url}/")
+    groups = browser.find_elements(By.CSS_SELECTOR, "#runs tbody.run-group")
+    names = [g.get_attribute("data-pipeline") for g in groups]
+    assert sorted(names) == sorted(set(names))  # one group per pipeline
+    assert {"thumbnail", "gated", "cities", "poster"} <= set(names)
+    gated = browser.find_element(By.CSS_SELECTOR, 'tbody.run-group[data-pipeline="gated"]')
+    assert "2 runs" in gated.find_element(By.CSS_SELECTOR, "tr.group-head").text
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{runs.site.gated2}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".status").text == "waiting for review"
+    assert "1 of 3" in row.find_element(By.CLASS_NAME, "step-counts").text
+    assert "1 waiting" in row.find_element(By.CLASS_NAME, "step-counts").text
+    cities = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{runs.cities}"]')
+    assert cities.find_element(By.CLASS_NAME, "step-counts").text == "2 of 2"
+    assert cities.find_element(By.CLASS_NAME, "took").text.endswith("s")
+    hero = browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{runs.site.hero}"]')
+    preview = hero.find_element(By.CSS_SELECTOR, "td.preview img")
+    wait(browser, lambda d: d.execute_script("return arguments[0].naturalWidth", preview) > 0)
+    assert not cities.find_elements(By.CSS_SELECTOR, "td.preview img")  # no images, no preview
+    shot(browser, "page2-run-list")

@@ -249,14 +249,14 @@ def test_run_list_follows_runs_and_the_tab_follows_the_page(
 ) -> None:
     browser.get(f"{served.url}/")
     assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Runs"
-    before = len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr"))
+    before = len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr[data-run]"))
     doc = site.apply("report", "title=Appears by itself")
     wait(
         browser,
         lambda d: d.find_elements(By.CSS_SELECTOR, f'#runs tr[data-run="{doc["run"]["id"]}"]'),
         15,
     )
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == before + 1
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr[data-run]")) == before + 1
     shot(browser, "runs-live")
     browser.get(f"{served.url}/?awaiting=1")
     assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Awaiting review"

@@ -40,6 +40,20 @@ def _bar(started: float | None, finished: float | None, span: Any) -> str:
     return f"left:{left * 100:.2f}%;width:max(2px,{width * 100:.2f}%)"
 
 
+def _took(value: float | None) -> str:
+    """A run's length as a person says it: 0.42s, 12.3s, 4m 05s, 1h 02m."""
+    if value is None:
+        return "-"
+    if value < 10:
+        return f"{value:.2f}s"
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, seconds = divmod(int(value), 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    return f"{minutes // 60}h {minutes % 60:02d}m"
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
 
@@ -95,9 +109,11 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["bar"] = _bar
+    env.filters["status_words"] = service.status_words
     env.filters.update(
         when=_when,
         seconds=_seconds,
+        took=_took,
         pretty=_pretty,
         compact=_compact,
         yaml=_yaml,
@@ -162,11 +178,18 @@ async def runs_page(request: Request) -> Response:
             limit=200,
         ),
     )
+    groups = await api.in_state(request, lambda s: service.run_list_page(s, doc["runs"]))
     query = urlencode(
         {**{k: v for k, v in filters.items() if v}, **({"awaiting": "1"} if awaiting else {})}
     )
     return render(
-        request, "runs.html", runs=doc["runs"], filters=filters, awaiting=awaiting, query=query
+        request,
+        "runs.html",
+        runs=doc["runs"],
+        groups=groups,
+        filters=filters,
+        awaiting=awaiting,
+        query=query,
     )
 
 

@@ -162,38 +162,21 @@ function followTiles(runId) {
 
 // -- the run list follows runs starting and finishing ----------------------------------------
 
-function runRow(r) {
-  const tr = el("tr");
-  tr.dataset.run = r.id;
-  tr.dataset.status = r.status;
-  const link = el("a", null, r.id);
-  link.href = "/runs/" + encodeURIComponent(r.id);
-  const cells = [link, r.pipeline, r.item || "-", null, r.kind || "run",
-                 r.created_at ? new Date(r.created_at * 1000).toLocaleString() : "-",
-                 r.exit_code ?? "-"];
-  cells.forEach((c, i) => {
-    const td = el("td");
-    if (i === 3) td.append(el("span", "status status-" + r.status, r.status));
-    else if (c instanceof Node) td.append(c);
-    else td.textContent = String(c);
-    tr.append(td);
-  });
-  return tr;
-}
-
+// The run list follows new and finishing runs: the page asks for itself again and swaps in
+// its list (laid out by the server, as on the first load) when a run started or moved on.
 function followRuns(table) {
-  const body = table.tBodies[0];
-  const query = table.dataset.query;
+  const sig = (root) => [...root.querySelectorAll("tr[data-run]")]
+    .map((r) => r.dataset.run + ":" + r.dataset.status + ":" + (r.querySelector(".step-counts")?.textContent || "")).join(",");
   async function poll() {
     try {
-      const res = await fetch("/api/runs?limit=200" + (query ? "&" + query : ""));
+      const res = await fetch(window.location.pathname + window.location.search, {headers: {Accept: "text/html"}});
       if (res.ok) {
-        const runs = (await res.json()).runs;
-        const now = runs.map((r) => r.id + ":" + r.status).join(",");
-        const was = [...body.rows].map((r) => r.dataset.run + ":" + r.dataset.status).join(",");
-        if (now !== was) {
-          body.replaceChildren(...runs.map(runRow));
-          document.getElementById("no-runs").hidden = runs.length > 0;
+        const fresh = new DOMParser().parseFromString(await res.text(), "text/html");
+        const list = fresh.getElementById("runs");
+        const current = document.getElementById("runs");
+        if (list && current && sig(list) !== sig(current)) {
+          current.replaceWith(document.adoptNode(list));
+          document.getElementById("no-runs").hidden = !!list.querySelector("tr[data-run]");
         }
       }
     } catch (e) { /* the server went away: try again */ }
