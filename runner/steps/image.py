@@ -426,7 +426,11 @@ class ImageStep(StepType):
             "step": ctx.step_id,
         }
         if ctx.ledger is not None:
-            ctx.ledger.begin(key, jsonable(summary))
+            try:
+                ctx.ledger.begin(key, jsonable(summary))
+            except StepFailure as exc:  # a budget on real spend refused it: it is not sent
+                ctx.log(f"image #{k}: {exc.reason}")
+                return {**entry, "error": exc.reason}
             await ctx.ledger.durable()  # in flight, committed, before the provider is called
             if provider.remote_jobs:  # a job journaled by an earlier attempt is re-attached
                 note = functools.partial(ctx.ledger.note_remote_job, key)

@@ -322,3 +322,32 @@ def test_a_call_whose_reply_was_lost_is_said_to_maybe_be_billed(tmp_path: Path) 
     assert doc["total"]["calls"] == 0 and doc["maybe_billed_calls"] == 1
     text = _runner(tmp_path, "costs").stdout
     assert "spent: nothing" in text and "1 call(s) whose reply was lost" in text, text
+
+
+IMAGES = """\
+runner: 1
+name: pictures
+steps:
+  draw:
+    uses: image
+    with: {prompt: "PROMPT", n: 3, size: 32x32, seed: 1}
+"""
+
+
+def test_a_daily_budget_stops_an_image_step_between_its_images(tmp_path: Path) -> None:
+    # The fake provider priced at 1 an image: the first apply spends 3 today; with
+    # max_cost_per_day = 4.5 the second apply makes one image (3 + 1 <= 4.5) and sends no other
+    # (3 + 1 in flight or spent + 1 > 4.5); the plan, which knows no day, let it start.
+    (tmp_path / "pipeline.yaml").write_text(IMAGES.replace("PROMPT", "a fox"), encoding="utf-8")
+    (tmp_path / "runner.toml").write_text(
+        '[prices]\ncurrency = "USD"\n[prices.fake]\nimage = 1.0\n', encoding="utf-8"
+    )
+    assert _runner(tmp_path, "apply", "pipeline.yaml").returncode == 0
+    with (tmp_path / "runner.toml").open("a", encoding="utf-8") as f:
+        f.write("[budget]\nmax_cost_per_day = 4.5\n")
+    (tmp_path / "pipeline.yaml").write_text(IMAGES.replace("PROMPT", "an owl"), encoding="utf-8")
+    stopped = _runner(tmp_path, "apply", "pipeline.yaml")
+    assert stopped.returncode == 9, stopped.stdout + stopped.stderr
+    assert "budget 4.5 USD (runner.toml [budget] max_cost_per_day) reached" in stopped.stdout
+    doc = json.loads(_runner(tmp_path, "costs", "--json").stdout)
+    assert doc["total"]["images"] == 4 and doc["total"]["cost"] == pytest.approx(4.0)
