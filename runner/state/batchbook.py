@@ -105,21 +105,25 @@ def batch(journal: BatchedJournal, batch_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def latest_items(journal: BatchedJournal, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each key's item in its latest batch (with that batch's status as ``batch_status``)."""
-    out: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(keys), 500):
-        chunk = list(keys[start : start + 500])
-        marks = ",".join("?" * len(chunk))
-        rows = journal.query(
-            "SELECT i.batch_id, i.key, i.status, i.answer, i.error, b.status AS batch_status, "
-            "b.created_at FROM batch_items i JOIN batches b ON b.id = i.batch_id "
-            f"WHERE i.key IN ({marks}) ORDER BY b.created_at, b.rowid",
-            tuple(chunk),
-        )
-        for row in rows:
-            out[row["key"]] = row  # the latest batch last
-    return out
+def where_keys(journal: BatchedJournal) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Each key's latest batch and its item's status there, and each batch's status."""
+    where: dict[str, tuple[str, str]] = {}
+    for key, batch_id, status in journal.conn.execute(
+        "SELECT i.key, i.batch_id, i.status FROM batch_items i JOIN batches b "
+        "ON b.id = i.batch_id ORDER BY b.created_at, b.rowid"
+    ):
+        where[key] = (batch_id, status)  # the latest batch last
+    statuses = dict(journal.conn.execute("SELECT id, status FROM batches").fetchall())
+    return where, statuses
+
+
+def item(journal: BatchedJournal, batch_id: str, key: str) -> tuple[str | None, str | None]:
+    """Item (``batch_id``, ``key``)'s answer JSON and error ((None, None): none)."""
+    # A tuple, not the journal's dict rows: asked once per element (~18 us against ~48).
+    row = journal.conn.execute(
+        "SELECT answer, error FROM batch_items WHERE batch_id=? AND key=?", (batch_id, key)
+    ).fetchone()
+    return (row[0], row[1]) if row else (None, None)
 
 
 def items(journal: BatchedJournal, batch_id: str) -> list[dict[str, Any]]:
@@ -136,6 +140,6 @@ def live_batches(journal: BatchedJournal, run_id: str | None = None) -> list[dic
     return journal.query(f"SELECT * FROM batches WHERE {where} ORDER BY created_at", args)
 
 
-def answer_of(row: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(row["answer"]) if row.get("answer") else {}
+def answer_of(text: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(text) if text else {}
     return body
