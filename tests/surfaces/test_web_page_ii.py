@@ -85,6 +85,30 @@ HOSTILE = """\
 """
 
 
+INGEST = """\
+    runner: 1
+    name: ingest
+    steps:
+      files:
+        uses: read
+        with: {path: "notes/*.txt"}
+      put:
+        uses: ingest
+        for_each: "${{ steps.files.output.files }}"
+        label: "${{ item.path }}"
+        with:
+          collection: notes
+          create: true
+          documents: [{path: "${{ item.path }}", metadata: {kind: note}}]
+        check: [{collection_has: {collection: notes, ids: "${{ output.ids }}"}}]
+"""
+NOTES = {
+    "notes/acme-invoice.txt": "Invoice from ACME for 12 widgets, due in March.\n",
+    "notes/minutes.txt": "Minutes of the board meeting: budget approved.\n",
+    "notes/odd.txt": "A note <script>window.__pwned=3</script> about lighthouses.\n",
+}
+
+
 @dataclass
 class Runs:
     site: Site
@@ -98,12 +122,16 @@ class Runs:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     site = build_site(tmp_path_factory.mktemp("page2"))
     proj = site.project
+    for rel, text in NOTES.items():
+        (proj.root / rel).parent.mkdir(exist_ok=True)
+        (proj.root / rel).write_text(text)
     ids = {}
     for name, text, args in (
         ("cities", CITIES, ["-p", 'cities=["Paris", "Lagos", "Lima"]']),
         ("people", PEOPLE, []),
         ("poster", POSTER, []),
         ("hostile", HOSTILE, []),
+        ("ingest", INGEST, []),
     ):
         proj.write(f"{name}.yaml", text)
         res = proj.cli("apply", f"{name}.yaml", "--json", "-q", "--state", ".runner", *args)
@@ -311,3 +339,29 @@ def test_the_run_list_groups_counts_times_and_previews(
     wait(browser, lambda d: d.execute_script("return arguments[0].naturalWidth", preview) > 0)
     assert not cities.find_elements(By.CSS_SELECTOR, "td.preview img")  # no images, no preview
     shot(browser, "page2-run-list")
+
+
+def test_collections_are_listed_and_searched(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/")
+    browser.find_element(By.LINK_TEXT, "Collections").click()
+    row = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-collection="notes"]'))
+    assert row[0].find_elements(By.TAG_NAME, "td")[1].text == "3"
+    assert browser.find_element(By.CSS_SELECTOR, "nav a.here").text == "Collections"
+    box = browser.find_element(By.ID, "collection-q")
+    box.send_keys("acme")
+    box.submit()
+    hits = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#hits tr[data-doc]"))
+    assert [h.get_attribute("data-doc") for h in hits] == ["notes/acme-invoice.txt"]
+    assert "[ACME]" in hits[0].text and '"kind": "note"' in hits[0].text
+    shot(browser, "page2-collections-search")
+    box = browser.find_element(By.ID, "collection-q")
+    box.clear()
+    box.send_keys("lighthouses")
+    box.submit()
+    hits = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#hits tr[data-doc]"))
+    assert "<script>window.__pwned=3</script>" in hits[0].text  # text, never markup
+    assert browser.execute_script("return window.__pwned") is None
+    browser.get(f"{served.url}/collections/notes")  # a collection's documents without a search
+    docs = browser.find_elements(By.CSS_SELECTOR, "#documents tr[data-doc]")
+    assert len(docs) == 3
+    assert "3 of 3 documents" in browser.find_element(By.ID, "result-count").text

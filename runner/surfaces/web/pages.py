@@ -217,8 +217,19 @@ async def providers_page(request: Request) -> Response:
     return render(request, "providers.html", providers=doc["providers"])
 
 
+async def collections_page(request: Request) -> Response:
+    # the search form names its collection as a field (so it works without script)
+    name = request.query_params.get("collection") or request.path_params.get("name")
+    query = request.query_params.get("q", "")[:500]
+    cfg = api.settings(request)
+    doc = await run_in_threadpool(service.collections, cfg.state_dir, name, query, 100)
+    return render(request, "collections.html", doc=doc)
+
+
 ROUTES = [
     Route("/", runs_page),
+    Route("/collections", collections_page),
+    Route("/collections/{name}", collections_page),
     Route("/runs/{run_id}", run_page),
     Route("/steps", steps_page),
     Route("/providers", providers_page),

@@ -251,6 +251,35 @@ def events(state: State, run_id: str, after: int) -> dict[str, Any]:
     }
 
 
+def collections(state_dir: Path, name: str | None, query: str, limit: int) -> dict[str, Any]:
+    """The collections page: every collection with its count (`runner collections list`), and
+    for ``name`` its documents (`collections show`) or, with ``query``, the documents that match
+    it best first (`collections search`; a query it cannot read is said in ``error``).
+    Raises NotFound for an unknown collection."""
+    from ...errors import NotFound
+    from ...state.collections import Collections
+
+    doc: dict[str, Any] = {"collections": [], "name": name, "query": query, "error": None}
+    if not (state_dir / "collections.db").is_file():  # nothing ingested yet: make no file
+        if name is not None:
+            raise NotFound(f"unknown collection '{name}'", hint="no collection exists yet")
+        return doc
+    with Collections(state_dir) as cols:
+        doc["collections"] = cols.names_and_counts()
+        if name is None:
+            return doc
+        cols.require(name)
+        doc["count"] = cols.count(name)
+        if query.strip():
+            try:
+                doc["hits"] = cols.search(name, query, limit)
+            except UsageError as exc:
+                doc["hits"], doc["error"] = [], exc.message
+        else:
+            doc["documents"] = cols.documents(name, limit)
+    return doc
+
+
 def step_types() -> dict[str, Any]:
     """`runner steps --json`."""
     from ...steps.registry import default_registry, describe
