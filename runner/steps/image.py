@@ -424,6 +424,7 @@ class ImageStep(StepType):
             "ordinal": k,
             "run_id": ctx.run_id,
             "step": ctx.step_id,
+            **({"batch": True} if calls.batch else {}),  # priced at the batch rate (spend.py)
         }
         if ctx.ledger is not None:
             try:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import runner_bin
 from tests.providers.openai_batch_server import OpenAIBatchServer
 
@@ -399,3 +401,22 @@ def test_an_image_step_in_batch_mode_survives_kill_9(tmp_path: Path) -> None:
         assert sorted(_images(tmp_path).values()) == sorted(
             colour_of(f"picture {i}") for i in range(n)
         )
+
+
+def test_plan_prices_a_batch_step_at_the_batch_price_and_says_it_suspends(tmp_path: Path) -> None:
+    prices = "batch_wait = 0\n[prices.openai]\ninput_per_1k = 0.002\noutput_per_1k = 0.004"
+    pipeline = _project(tmp_path, "http://127.0.0.1:9", 10, batch=False, extra=prices)
+
+    def plan() -> tuple[dict[str, Any], str]:
+        args = [*runner_bin(), "plan", "pipeline.yaml"]
+        run = dict(cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+        doc = json.loads(subprocess.run([*args, "--json"], **run).stdout)  # type: ignore[call-overload]
+        return doc, subprocess.run(args, **run).stdout  # type: ignore[call-overload]
+
+    direct, direct_text = plan()
+    write_pipeline(pipeline, 10, batch=True)
+    batched, text = plan()
+    (line,) = batched["cost"]["calls"]
+    assert line["batch"] is True and line["calls"] == 10
+    assert line["cost"] == pytest.approx(direct["cost"]["calls"][0]["cost"] / 2)
+    assert "by batch" in text and "awaiting_batch" in text and "by batch" not in direct_text

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import RunnerError
-from ...providers.prices import FREE_PROVIDERS, Prices, estimate_call, load_prices
+from ...providers.prices import BATCH_FACTOR, FREE_PROVIDERS, Prices, estimate_call, load_prices
 from .forecast import Call, Forecast
 
 __all__ = ["FREE_PROVIDERS", "OverBudget", "Prices", "check_budget", "estimate", "load_prices"]
@@ -37,6 +37,7 @@ class CallLine:
     cost: float | None  # None: no price for it
     exact: bool  # False when some prompt was not known yet (input tokens assumed)
     free: bool = False  # a provider that costs nothing (fake), not a price of 0 in runner.toml
+    batch: bool = False  # by the provider's batch API: its batch price, and the run suspends
 
     def to_json(self) -> dict[str, Any]:
         cost = None if self.cost is None else round(self.cost, 6)
@@ -48,6 +49,7 @@ class CallLine:
             "cost": cost,
             "exact": self.exact,
             "free": self.free,
+            **({"batch": True} if self.batch else {}),  # (said only of batch calls)
         }
 
 
@@ -76,18 +78,19 @@ class Estimate:
 
 def estimate(fc: Forecast, prices: Prices) -> Estimate:
     """Calls per (provider, model, kind) and their cost, from the would-run elements."""
-    grouped: dict[tuple[str, str | None, str], CallLine] = {}
+    grouped: dict[tuple[str, str | None, str, bool], CallLine] = {}
     for call in fc.calls():
-        k = (call.provider, call.model, call.kind)
+        k = (call.provider, call.model, call.kind, call.batch)
         line = grouped.get(k)
         cost = _cost(call, prices)
         if line is None:
             grouped[k] = CallLine(
-                *k,
+                *k[:3],
                 call.count,
                 cost,
                 call.kind == "image" or call.input_chars is not None,
                 free=call.provider in FREE_PROVIDERS and prices.row(call.provider, None) is None,
+                batch=call.batch,
             )
             continue
         line.calls += call.count
@@ -107,6 +110,9 @@ def _cost(call: Call, prices: Prices) -> float | None:
         size=call.size,
         quality=call.quality,
     )
+    if each is not None and call.batch:  # a batch API's price: batch_factor of the direct one
+        row = prices.row(call.provider, call.model) or {}
+        each *= float(row.get("batch_factor", BATCH_FACTOR))
     return None if each is None else each * call.count
 
 

@@ -36,6 +36,7 @@ class Call:
     quality: str | None = None
     input_chars: int | None = None  # text known before the apply (None: depends on upstream)
     max_tokens: int | None = None
+    batch: bool = False  # sent by the provider's batch API (batch mode): its batch price
 
 
 @dataclass

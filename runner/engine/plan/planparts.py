@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...providers.batchapi import batch_api_of
 from ...state.journal import Journal
 from .forecast import Call
 
@@ -24,8 +25,10 @@ def provider_calls(
         provider = providers.get(name if isinstance(name, str) else None)
         pname = str(provider.name)
         settings = getattr(provider, "settings", {}) or {}
+        # batch mode where the provider has a batch API (else its calls go directly)
+        batch = get("batch") is True and batch_api_of(provider) is not None
     except Exception:  # a provider that cannot be configured: the apply will say why
-        pname, settings = str(name or "default"), {}
+        pname, settings, batch = str(name or "default"), {}, False
     params = get("params") or {}
     model = get("model") or settings.get("model")
     if kind == "image":
@@ -46,6 +49,7 @@ def provider_calls(
                 n if isinstance(n, int) else 1,
                 size=size if isinstance(size, str) else None,
                 quality=quality if isinstance(quality, str) else None,
+                batch=batch,
             )
         ]
     chars = None
@@ -60,6 +64,7 @@ def provider_calls(
             1,
             input_chars=chars,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+            batch=batch,
         )
     ]
 
