@@ -416,13 +416,16 @@ def run_graph(state: State, run_id: str) -> dict[str, Any]:
 
     run = state.journal.get_run(run_id)
     plan, error = run_plan(state, run)
-    statuses = {s["id"]: s["status"] for g in step_groups(state, run) for s in g["steps"]}
+    steps = [s for g in step_groups(state, run, outputs=False) for s in g["steps"]]
     graph = None if plan is None else graph_json(plan, state.journal.workers(run["id"]))
     return {
         "run_id": run["id"],
         "status": run["status"],
         "graph": graph,
-        "statuses": statuses,
+        "statuses": {s["id"]: s["status"] for s in steps},
+        # a for_each's element count in this run, and how its elements ended (what "mixed" is)
+        "counts": {s["id"]: s["elements"] for s in steps if s.get("elements") is not None},
+        "elements": {s["id"]: s["element_statuses"] for s in steps if s.get("element_statuses")},
         "error": error,
         "exit_code": 0,
     }

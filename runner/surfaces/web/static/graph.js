@@ -1,11 +1,38 @@
-// runner serve: the run page's graph (its nodes follow step status; its edges are drawn once
-// the boxes are laid out). Loaded before app.js, which calls markNode and drawEdges.
+// runner serve: the run page's graph (its nodes follow step status). Laid out by dagre (a
+// layered, Sugiyama-style layout: static/dagre.min.js, MIT, see dagre.LICENSE.txt), so edges are
+// routed between the boxes, never through a step's label. Loaded before app.js, which calls
+// markNode and drawGraph.
 
 // -- the graph --------------------------------------------------------------------------------
 
+// What a node's status line says. "mixed": a for_each whose elements ended differently.
+function nodeStatus(doc, id) {
+  const status = doc.statuses[id] || "pending";
+  const counts = (doc.elements || {})[id];
+  if (status !== "mixed" || !counts) return status;
+  return "mixed: " + Object.entries(counts).map(([s, n]) => n + " " + s).join(", ");
+}
+
 function markNode(step, status) {
   const node = document.getElementById("node-" + step);
-  if (node) node.className = "node status-" + status;
+  if (node) node.className = "node status-" + status.split(" ")[0];
+}
+
+function nodeBox(doc, s) {
+  const status = doc.statuses[s.id] || "pending";
+  const node = el("div", "node status-" + status.split(" ")[0]);
+  node.id = "node-" + s.id;
+  node.title = nodeStatus(doc, s.id);
+  node.append(el("strong", null, s.id), " ", el("small", null, s.uses));
+  if (s.for_each) {
+    const n = (doc.counts || {})[s.id];
+    const badge = el("span", "fe-badge", n == null ? "for each" : "for each: " + n);
+    badge.title = "runs once per element of its for_each list" +
+      (n == null ? "" : " (" + n + (n === 1 ? " element" : " elements") + " in this run)");
+    node.append(" ", badge);
+  }
+  node.append(el("span", "node-status", nodeStatus(doc, s.id)));
+  return node;
 }
 
 async function drawGraph(runId) {
@@ -17,42 +44,109 @@ async function drawGraph(runId) {
     box.replaceChildren(el("p", "hint", why || "no graph"));
     return;
   }
+  const steps = doc.graph.phases.flatMap((ph) => ph.steps);
+  const dense = steps.length > LAYERED_MAX || doc.graph.edges.length > LAYERED_EDGES;
+  if (typeof dagre === "undefined" || dense) drawColumns(box, doc);
+  else drawLayered(box, doc);
+}
+
+// Up to LAYERED_MAX steps and LAYERED_EDGES edges are laid out by dagre; a larger pipeline keeps
+// one column per phase (a layout of thousands of nodes would hold the page for seconds, and a
+// layered drawing of 30 x 25 all-to-all edges is a wall of lines many screens high).
+const LAYERED_MAX = 400;
+const LAYERED_EDGES = 300;
+const PAD = 16;
+const LABEL = 20;  // a phase frame's label, above its steps
+
+function drawLayered(box, doc) {
+  const canvas = el("div", "graph-canvas");
+  box.replaceChildren(canvas);
+  const g = new dagre.graphlib.Graph({compound: true, multigraph: false});
+  g.setGraph({rankdir: "LR", nodesep: 18 + LABEL, ranksep: 56, edgesep: 12, marginx: PAD, marginy: PAD + LABEL});
+  g.setDefaultEdgeLabel(() => ({}));
+  const nodes = new Map();
+  const phased = doc.graph.phases.length > 1 || doc.graph.phases.some((ph) => ph.phase);
+  for (const ph of doc.graph.phases) {
+    const cluster = "phase:" + (ph.phase || "");
+    if (phased) g.setNode(cluster, {label: ph.phase || "(no phase)"});
+    for (const s of ph.steps) {
+      const node = nodeBox(doc, s);
+      canvas.append(node);  // measured in place, then moved where the layout puts it
+      nodes.set(s.id, node);
+      g.setNode(s.id, {width: node.offsetWidth, height: node.offsetHeight});
+      if (phased) g.setParent(s.id, cluster);
+    }
+  }
+  for (const [from, to] of doc.graph.edges) {
+    if (nodes.has(from) && nodes.has(to)) g.setEdge(from, to);
+  }
+  dagre.layout(g);
+  const size = g.graph();
+  canvas.style.width = Math.ceil(size.width) + "px";
+  canvas.style.height = Math.ceil(size.height) + "px";
+  if (phased) {
+    for (const ph of doc.graph.phases) {
+      const c = g.node("phase:" + (ph.phase || ""));
+      if (!c || !ph.steps.length) continue;
+      const frame = el("div", "phase-box");
+      frame.append(el("h4", null, ph.phase || "(no phase)"));
+      // the frame reaches above its cluster by its label's height: the label is never under a box
+      Object.assign(frame.style, {left: (c.x - c.width / 2) + "px", top: (c.y - c.height / 2 - LABEL) + "px",
+                                  width: c.width + "px", height: (c.height + LABEL) + "px"});
+      canvas.prepend(frame);
+    }
+  }
+  for (const [id, node] of nodes) {
+    const n = g.node(id);
+    node.style.left = (n.x - n.width / 2) + "px";
+    node.style.top = (n.y - n.height / 2) + "px";
+  }
+  const curves = [];
+  for (const e of g.edges()) {
+    const pts = g.edge(e).points || [];
+    if (pts.length < 2) continue;
+    curves.push("M" + pts.map((p) => p.x.toFixed(1) + "," + p.y.toFixed(1)).join(" L"));
+  }
+  drawPaths(canvas, curves, Math.ceil(size.width), Math.ceil(size.height));
+  box.append(edgeCount(curves.length));
+}
+
+// The fallback: one column per phase, edges as curves from box to box.
+function drawColumns(box, doc) {
   const cols = el("div", "graph-cols");
   for (const ph of doc.graph.phases) {
     const col = el("div", "phase-col");
     col.append(el("h4", null, ph.phase || "(no phase)"));
-    for (const s of ph.steps) {
-      const node = el("div", "node status-" + (doc.statuses[s.id] || "pending").split(" ")[0]);
-      node.id = "node-" + s.id;
-      node.title = (doc.statuses[s.id] || "pending");
-      node.append(el("strong", null, s.id), " ", el("small", null, s.uses));
-      if (s.for_each) {
-        const badge = el("span", "fe-badge", "for each");
-        badge.title = "runs once per element of its for_each list";
-        node.append(" ", badge);
-      }
-      node.append(el("span", "node-status", doc.statuses[s.id] || "pending"));
-      col.append(node);
-    }
+    for (const s of ph.steps) col.append(nodeBox(doc, s));
     cols.append(col);
   }
   box.replaceChildren(cols);
-  drawEdges(box, doc.graph.edges);
-}
-
-// Every edge is drawn. Node boxes are measured once (not twice per edge); up to EACH_EDGE edges
-// get a path each (hover-able), a larger graph one path of many curves, which lays out in one go.
-const EACH_EDGE = 600;
-
-function drawEdges(box, edges) {
   const base = box.getBoundingClientRect();
   const rects = new Map();
   for (const node of box.querySelectorAll(".node")) rects.set(node.id.slice(5), node.getBoundingClientRect());
+  const curves = [];
+  for (const [from, to] of doc.graph.edges) {
+    const ra = rects.get(from), rb = rects.get(to);
+    if (!ra || !rb) continue;
+    const x1 = ra.right - base.left, y1 = ra.top + ra.height / 2 - base.top;
+    const x2 = rb.left - base.left, y2 = rb.top + rb.height / 2 - base.top;
+    const mid = (x1 + x2) / 2;
+    curves.push(`M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`);
+  }
+  drawPaths(box, curves, box.scrollWidth, box.scrollHeight);
+  box.append(edgeCount(curves.length));
+}
+
+// Every edge is drawn. Up to EACH_EDGE edges get a path each (hover-able, with an arrowhead), a
+// larger graph one path of many curves, which lays out in one go.
+const EACH_EDGE = 600;
+
+function drawPaths(where, curves, width, height) {
   const NS = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(NS, "svg");
   svg.classList.add("edges");
-  svg.setAttribute("width", String(box.scrollWidth));
-  svg.setAttribute("height", String(box.scrollHeight));
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
   // an arrowhead at each edge's end: the direction data flows
   const defs = document.createElementNS(NS, "defs");
   const marker = document.createElementNS(NS, "marker");
@@ -64,15 +158,6 @@ function drawEdges(box, edges) {
   marker.append(head);
   defs.append(marker);
   svg.append(defs);
-  const curves = [];
-  for (const [from, to] of edges) {
-    const ra = rects.get(from), rb = rects.get(to);
-    if (!ra || !rb) continue;
-    const x1 = ra.right - base.left, y1 = ra.top + ra.height / 2 - base.top;
-    const x2 = rb.left - base.left, y2 = rb.top + rb.height / 2 - base.top;
-    const mid = (x1 + x2) / 2;
-    curves.push(`M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`);
-  }
   const paths = curves.length > EACH_EDGE ? [curves.join(" ")] : curves;
   for (const d of paths) {
     const path = document.createElementNS(NS, "path");
@@ -82,8 +167,11 @@ function drawEdges(box, edges) {
     svg.append(path);
   }
   svg.dataset.edges = String(curves.length);
-  box.append(svg);  // after the boxes, above them (CSS z-index): an edge is never hidden
-  box.append(el("p", "hint edge-count", curves.length + (curves.length === 1 ? " edge" : " edges") +
-    (curves.length > EACH_EDGE ? " (drawn as one layer), without arrowheads: each runs from its" +
-      " left end, a step, to its right end, a step that reads it" : "")));
+  where.append(svg);  // after the boxes, above them (CSS z-index): an edge is never hidden
+}
+
+function edgeCount(n) {
+  return el("p", "hint edge-count", n + (n === 1 ? " edge" : " edges") +
+    (n > EACH_EDGE ? " (drawn as one layer), without arrowheads: each runs from its" +
+      " left end, a step, to its right end, a step that reads it" : ""));
 }
