@@ -197,6 +197,11 @@ class BatchDesk:
             **extra,
         )
 
+    def progress(self, step_id: str) -> str:
+        """Where ``step_id``'s live batches of this run stand, as last known (for its reason)."""
+        rows = batchbook.live_batches(self.journal, self.run_id)
+        return "; ".join(self._progress_text(str(r["id"])) for r in rows if r["step_id"] == step_id)
+
     # --- collecting -----------------------------------------------------------------------------
 
     async def settle(self, step_id: str) -> bool:

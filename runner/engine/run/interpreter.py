@@ -62,6 +62,16 @@ from .scheduler import Scheduler
 _Ready = tuple[dict[str, Any], int, dict[str, Any], KeyParts, str, str | None]
 
 
+def _waiting(outcome: StepOutcome, where: str) -> StepOutcome:
+    """``outcome`` of a step whose calls wait in batches, its reason saying where they stand
+    (its elements said only "queued" before the batches were made)."""
+    if outcome.status is StepStatus.AWAITING_BATCH and where:
+        waiting = sum(e.status is StepStatus.AWAITING_BATCH for e in outcome.elements or [])
+        total = len(outcome.elements or [])
+        outcome.reason = f"{waiting} of {total} elements wait: {where}" if total else where
+    return outcome
+
+
 def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
     return StepOutcome(
         step.id, el.status, el.key, el.output, el.reason, check_failure=el.check_failure
@@ -380,7 +390,7 @@ class Interpreter(Executions):
                     step.id, StepStatus.FAILED, reason=reason, elements=outcome.elements
                 )
             if not await self.batches.settle(step.id):
-                return outcome
+                return _waiting(outcome, self.batches.progress(step.id))
             if step.for_each is not None:
                 outcome = await self._for_each(step)
             else:

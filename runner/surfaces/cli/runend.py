@@ -22,6 +22,15 @@ def end_text(state: Any, report: Any) -> str:
     """The text after a run stops (``report`` is the engine's RunReport)."""
     doc = report.to_json()
     lines = [summary_line(report.status.value, doc["summary"], report.run_id)]
+    if report.status.value == "awaiting_batch":  # batch mode: the provider works on it
+        waiting = [o for o in report.steps if o.status.value == "awaiting_batch"]
+        lines += [f"  waiting: {o.id}: {o.reason}" for o in waiting]
+        lines.append(
+            f"  the provider answers within its batch window; `runner apply` (or `runner resume "
+            f"{report.run_id}`) collects what is done, `runner runs cancel {report.run_id}` "
+            "cancels the batch"
+        )
+        return "\n".join(lines) + "\n"
     said = ("failed", "partial", "rejected")
     if report.status.value != "awaiting_human" and not any(
         o.status.value in said for o in report.steps
