@@ -2,7 +2,7 @@
 do not edit (a test compares it with what the migrations build)."""
 # ruff: noqa: E501
 
-VERSION = 9
+VERSION = 10
 
 STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL)',
@@ -20,7 +20,7 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE INDEX "idx_iterations_idempotency_key"\n    ON "iterations" ("idempotency_key")',
     'CREATE TABLE "decisions" (\n   "id" INTEGER PRIMARY KEY,\n   "run_id" TEXT,\n   "gate" TEXT,\n   "status" TEXT,\n   "decision" TEXT,\n   "by" TEXT,\n   "comment" TEXT,\n   "input" TEXT,\n   "summary" TEXT,\n   "requested_at" REAL,\n   "decided_at" REAL,\n   "artifact" TEXT,\n   "round" INTEGER\n, "key" TEXT)',
     'CREATE INDEX "idx_decisions_run_id_gate"\n    ON "decisions" ("run_id", "gate")',
-    'CREATE TABLE "overrides" (\n   "id" INTEGER PRIMARY KEY,\n   "pipeline" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "contract" TEXT,\n   "output" TEXT,\n   "status" TEXT,\n   "reason" TEXT,\n   "created_at" REAL\n)',
+    'CREATE TABLE "overrides" (\n   "id" INTEGER PRIMARY KEY,\n   "pipeline" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "contract" TEXT,\n   "output" TEXT,\n   "status" TEXT,\n   "reason" TEXT,\n   "created_at" REAL\n, "identity" TEXT)',
     'CREATE INDEX "idx_overrides_pipeline_step_id_element_status"\n    ON "overrides" ("pipeline", "step_id", "element", "status")',
     'CREATE TABLE "batches" (\n   "id" TEXT PRIMARY KEY,\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "provider" TEXT,\n   "endpoint" TEXT,\n   "status" TEXT,\n   "file_id" TEXT,\n   "remote_id" TEXT,\n   "remote_status" TEXT,\n   "total" INTEGER,\n   "done" INTEGER,\n   "failed" INTEGER,\n   "expires_at" REAL,\n   "created_at" REAL,\n   "updated_at" REAL,\n   "error" TEXT\n)',
     'CREATE INDEX "idx_batches_run_id"\n    ON "batches" ("run_id")',

@@ -229,6 +229,12 @@ def _m9_batches(db: Any) -> None:
     db["batch_items"].create_index(["key"])
 
 
+def _m10_override_identity(db: Any) -> None:
+    # What a for_each element an edit is of is (the digest of its item): an edit follows its
+    # element when the list is reordered, not the index it had (state/overrides.py).
+    db["overrides"].add_column("identity", str)
+
+
 TABLES = (
     "runs",
     "executions",
@@ -253,6 +259,7 @@ MIGRATIONS: list[Migration] = [
     _m7_execution_worker,
     _m8_file_ctime,
     _m9_batches,
+    _m10_override_identity,
 ]
 
 

@@ -1,16 +1,22 @@
-"""User edits of a step's stored output, reused while the step's contract still holds.
+"""User edits of a step's stored output, reused while the step's contract holds.
 
 A person may correct what a model produced (`runner edit RUN STEP [--element K]`). The edit is
 stored as an override bound to the step's contract: the value of its `contract:` expression
 (typically the hash of the prompt card the output was made from), or, for a step without one,
 its cache key. Later applies reuse the edit while the contract is unchanged; when the card
 drifted, is missing or is invalid, the edit is set aside (kept, reported) and the step
-regenerates.
+regenerates. An edit is a result of its inputs, like a step's output of its key: set aside, it
+comes back when the contract does (an input changed, then put back exactly).
+
+A for_each element's edit is of what the element is (``identity``: the digest of its item), not
+of the index it had: a reordered list keeps each element's edit. (Edits recorded before the
+identity was kept have none and follow their index.)
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +36,12 @@ class Override:
     status: str
     reason: str | None
     created_at: float
+    identity: str | None = None
 
     @classmethod
     def from_row(cls, r: dict[str, Any]) -> Override:
         return cls(
+            identity=r.get("identity"),
             id=int(r["id"]),
             pipeline=r["pipeline"],
             step_id=r["step_id"],
@@ -58,19 +66,66 @@ class Override:
         }
 
 
-def active(journal: Journal, pipeline: str, step_id: str, element: int) -> Override | None:
+def standing(
+    journal: Journal,
+    pipeline: str,
+    step_id: str,
+    element: int,
+    identity: str | None = None,
+    present: Collection[str] | None = None,
+) -> list[Override]:
+    """The edits of one element that may answer it, newest first: the active one and those set
+    aside when their contract changed (each comes back with its contract). The element is
+    found by ``identity`` (its item's digest) when both it and the edit have one, else by
+    index; an edit whose item is in none of the list's elements now (``present``: their
+    identities) is of the element at its index (the item was edited in place), so its
+    contract decides, as before identities."""
     rows = journal.query(
-        "SELECT * FROM overrides WHERE pipeline=? AND step_id=? AND element=? AND status='active' "
-        "ORDER BY id DESC LIMIT 1",
-        (pipeline, step_id, element),
+        "SELECT * FROM overrides WHERE pipeline=? AND step_id=? AND status IN "
+        "('active','set_aside') ORDER BY id DESC",
+        (pipeline, step_id),
     )
-    return Override.from_row(rows[0]) if rows else None
+    out = []
+    for r in rows:
+        ov = Override.from_row(r)
+        if ov.identity is None or identity is None:
+            same = ov.element == element
+        else:
+            gone = present is not None and ov.identity not in present
+            same = ov.identity == identity or (gone and ov.element == element)
+        if same:
+            out.append(ov)
+    return out
+
+
+def holding(edits: list[Override], contract: str | None) -> Override | None:
+    """Of ``standing``'s edits, the newest made under ``contract`` (None: no edit holds)."""
+    if contract is None:
+        return None
+    return next((ov for ov in edits if ov.contract == contract), None)
+
+
+def active(
+    journal: Journal, pipeline: str, step_id: str, element: int, identity: str | None = None
+) -> Override | None:
+    """The element's active edit (what the last apply that met it used), or None."""
+    return next(
+        (
+            ov
+            for ov in standing(journal, pipeline, step_id, element, identity)
+            if ov.status == "active"
+        ),
+        None,
+    )
 
 
 def any_active(journal: Journal, pipeline: str) -> set[str]:
-    """Step ids of a pipeline that have an active edit (so the engine checks only those)."""
+    """Step ids of a pipeline with an edit that may answer an element (active, or set aside
+    until its contract comes back), so the engine checks only those."""
     rows = journal.query(
-        "SELECT DISTINCT step_id FROM overrides WHERE pipeline=? AND status='active'", (pipeline,)
+        "SELECT DISTINCT step_id FROM overrides WHERE pipeline=? AND status IN "
+        "('active','set_aside')",
+        (pipeline,),
     )
     return {r["step_id"] for r in rows}
 
@@ -78,6 +133,13 @@ def any_active(journal: Journal, pipeline: str) -> set[str]:
 def set_aside(journal: Journal, override_id: int, reason: str) -> None:
     journal.conn.execute(
         "UPDATE overrides SET status='set_aside', reason=? WHERE id=?", (reason, override_id)
+    )
+
+
+def revive(journal: Journal, override_id: int) -> None:
+    """An edit set aside whose contract came back answers its element again."""
+    journal.conn.execute(
+        "UPDATE overrides SET status='active', reason=NULL WHERE id=?", (override_id,)
     )
 
 
@@ -100,6 +162,16 @@ def execution_for(journal: Journal, run_id: str, step_id: str, element: int) -> 
         raise NotFound(f"run {run['id']} has no finished {what}step '{step_id}'")
     row = rows[0]
     journal.fill_cached(row)  # a no-op run's row names its result by key
+    if row.get("key_parts") is None and row.get("key"):
+        # a cached row does not repeat its key's parts: the execution that made it has them
+        # (the element's identity is among them)
+        made = journal.query(
+            "SELECT key_parts FROM executions WHERE pipeline=? AND key=? "
+            "AND key_parts IS NOT NULL ORDER BY id DESC LIMIT 1",
+            (run["pipeline"], row["key"]),
+        )
+        if made:
+            row["key_parts"] = made[0]["key_parts"]
     if row["output"] is None:
         raise UsageError(f"step '{step_id}' of run {run['id']} has no stored output to edit")
     return {"run": run, "execution": row}
@@ -113,22 +185,31 @@ def record(
     element: int,
     contract: str | None,
     output: Any,
+    identity: str | None = None,
 ) -> Override:
-    """Store an edit; an earlier active edit of the same step element is superseded."""
+    """Store an edit. An earlier edit of the same element under the same contract is
+    superseded; one active under another contract is set aside (it comes back with its
+    contract, as any edit set aside does)."""
     now = time.time()
+    earlier = standing(journal, pipeline, step_id, element, identity)
     with journal.transaction() as conn:
-        conn.execute(
-            "UPDATE overrides SET status='superseded' WHERE pipeline=? AND step_id=? AND "
-            "element=? AND status='active'",
-            (pipeline, step_id, element),
-        )
+        for ov in earlier:
+            if ov.contract == contract:
+                conn.execute("UPDATE overrides SET status='superseded' WHERE id=?", (ov.id,))
+            elif ov.status == "active":
+                conn.execute(
+                    "UPDATE overrides SET status='set_aside', reason=? WHERE id=?",
+                    (f"edit made under another contract: {(contract or '')[:16]}", ov.id),
+                )
         cur = conn.execute(
             "INSERT INTO overrides (pipeline, step_id, element, contract, output, status, "
-            "created_at) VALUES (?,?,?,?,?,'active',?)",
-            (pipeline, step_id, element, contract, dumps(output), now),
+            "created_at, identity) VALUES (?,?,?,?,?,'active',?,?)",
+            (pipeline, step_id, element, contract, dumps(output), now, identity),
         )
         oid = int(cur.lastrowid or 0)
-    return Override(oid, pipeline, step_id, element, contract, output, "active", None, now)
+    return Override(
+        oid, pipeline, step_id, element, contract, output, "active", None, now, identity
+    )
 
 
 def list_overrides(journal: Journal, pipeline: str | None = None) -> list[Override]:

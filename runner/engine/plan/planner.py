@@ -34,7 +34,7 @@ from ...state.journal import CachedResult, Journal
 from ...state.objects import ObjectStore
 from ...state.records import loads
 from ..run import gates, gatestep
-from ..run.keys import KeyParts, changed_parts
+from ..run.keys import KeyParts, changed_parts, identities
 from .forecast import (
     Action,
     Call,
@@ -102,6 +102,7 @@ class _Planner:
         interp.reuse.hasher = self.hasher
         self.cached = self.journal.cached_results(plan.name, steps=plan.steps.keys())
         self.edited = overrides.any_active(self.journal, plan.name)
+        self.present: dict[str, frozenset[str]] = {}  # step -> its items' identities (edits)
         self.outcomes: dict[str, StepForecast] = {}
         self.predicted: dict[tuple[str, int], Any] = {}  # (step, element) -> computed output
         self.again = False  # a remembered revision: forecast again with its review
@@ -186,6 +187,8 @@ class _Planner:
             sf = StepForecast(step.id, step.uses, Action.RUN, ["for_each does not give a list"])
             self._publish(step, sf, None)
             return sf
+        if step.id in self.edited:  # an edit follows its item (state/overrides.py)
+            self.present[step.id] = identities(items)
         elements = [self._element(step, i, {"item": it, "index": i}) for i, it in enumerate(items)]
         names = element_labels(step.label, items, self._ctx())
         for e in elements:
@@ -314,7 +317,7 @@ class _Planner:
         self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, parts: KeyParts
     ) -> ElementForecast:
         if step.id in self.edited:
-            edited = self._override(step, index, extra, key)
+            edited = self._override(step, index, extra, key, parts.identity())
             if isinstance(edited, ElementForecast):
                 return edited
             if edited is not None:
@@ -450,12 +453,15 @@ class _Planner:
         return out
 
     def _override(
-        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str
+        self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, identity: str | None
     ) -> ElementForecast | str | None:
-        """The forecast of an element a user edit answers; the reason it is set aside (a str);
-        or None without an active edit."""
-        ov = overrides.active(self.journal, self.plan.name, step.id, index)
-        if ov is None:
+        """The forecast of an element a user edit answers (its own, or one set aside whose
+        contract came back: reuse.override); the reason the active one is set aside (a str);
+        or None without an edit that may answer it."""
+        edits = overrides.standing(
+            self.journal, self.plan.name, step.id, index, identity, self.present.get(step.id)
+        )
+        if not edits:
             return None
         try:
             contract = self.interp._contract(step, extra, key)
@@ -463,15 +469,20 @@ class _Planner:
             return ElementForecast(
                 index,
                 Action.UNKNOWN,
-                [f"user edit #{ov.id} holds only if '{t.args[0]}' keeps its result"],
+                [f"a user edit holds only if '{t.args[0]}' keeps its result"],
                 key,
             )
-        if contract is not None and contract == ov.contract:
+        ov = overrides.holding(edits, contract)
+        if ov is not None:
             self.cached[(step.id, key)] = CachedResult(
                 key, ov.output, [], {}, "completed", "", None
             )
-            return ElementForecast(index, Action.CACHED, [f"user edit #{ov.id} holds"], key)
-        return f"user edit #{ov.id} would be set aside: its contract changed"
+            back = "" if ov.status == "active" else " again (its contract is back)"
+            return ElementForecast(index, Action.CACHED, [f"user edit #{ov.id} holds{back}"], key)
+        gone = [e for e in edits if e.status == "active"]
+        if gone:
+            return f"user edit #{gone[0].id} would be set aside: its contract changed"
+        return None
 
     def _pending(self, step: CompiledStep, index: int, args: Mapping[str, Any] | None) -> None:
         """Files this execution would write are not known until it runs."""

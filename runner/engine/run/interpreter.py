@@ -39,7 +39,7 @@ from .execution import Executions
 from .executors import Executor
 from .files import FileHasher
 from .foreach import run_elements
-from .keys import KeyParts, resolve
+from .keys import KeyParts, identities, resolve
 from .options import ApplyOptions
 from .outcomes import (
     ElementOutcome,
@@ -474,6 +474,8 @@ class Interpreter(Executions):
         if not isinstance(items, list):
             raise StepFailure(f"for_each must give a list, found {type(items).__name__}")
         self.cached.fresh(step.id)  # a first run asks for no result element by element
+        if step.id in self.edited_steps:  # an edit follows its item (state/overrides.py)
+            self.reuse.present[step.id] = identities(items)
         self.recorder.labels[step.id] = element_labels(step.label, items, self._context())
         elements = await run_elements(
             items,
@@ -591,7 +593,9 @@ class Interpreter(Executions):
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         contract = self._contract(step, extra, key)
         if step.id in self.edited_steps:
-            edited = self.reuse.override(step, index, el_index, key, contract)
+            edited = self.reuse.override(
+                step, index, el_index, key, contract, parts.identity()
+            )
             if edited is not None:
                 return edited
         if step.cache is CachePolicy.USE and step.id not in self.options.force:

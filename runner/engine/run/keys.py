@@ -50,6 +50,13 @@ class KeyParts:
             return self.key()
         return _refiled(self, self.predicted(), None).key()
 
+    def identity(self) -> str | None:
+        """What a for_each element is: its item's digest, as ``summary`` journals it (None
+        outside a for_each). A user edit follows it (state/overrides.py)."""
+        if not self.has_item:
+            return None
+        return sha256_hex(utf8(self._canonical_parts()["item"]))
+
     def as_document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "type": self.step_type,
@@ -114,6 +121,18 @@ class KeyParts:
 # The parts document's names in canonical (sorted) order.
 _ORDER = ("args", "extra", "files", "item", "type", "type_version", "version")
 _EMPTY_DIGEST = sha256_hex(b"{}")
+
+
+def identities(items: list[Any]) -> frozenset[str]:
+    """The identities (``KeyParts.identity``) of a for_each's items; an item no key can hold
+    has none (its element fails before any edit is looked for)."""
+    out = set()
+    for item in items:
+        try:
+            out.add(sha256_hex(utf8(_canonical(item))))
+        except CanonicalError:
+            continue
+    return frozenset(out)
 
 
 def _canonical(value: Any) -> str:

@@ -43,6 +43,8 @@ class Reuse:
         self.workspace_used: dict[str, str] = {}
         self.objects_used: set[str] = set()
         self._real_root: str | None = None
+        # step -> the identities of its for_each items now, for a step with edits (override)
+        self.present: dict[str, frozenset[str]] = {}
 
     def _inside_now(self, rel: str) -> Path | None:
         """``paths.inside_now`` below the root, whose own real path is found once per run
@@ -95,24 +97,43 @@ class Reuse:
         return ElementOutcome(el_index, StepStatus.CACHED, key, hit.output)
 
     def override(
-        self, step: CompiledStep, index: int | None, el_index: int, key: str, contract: str | None
+        self,
+        step: CompiledStep,
+        index: int | None,
+        el_index: int,
+        key: str,
+        contract: str | None,
+        identity: str | None = None,
     ) -> ElementOutcome | None:
-        """A user edit of this element, when its contract still holds; else it is set aside."""
-        ov = overrides.active(self.journal, self.plan.name, step.id, el_index)
-        if ov is None:
-            return None
-        if contract is None or contract != ov.contract:
+        """A user edit of this element (found by ``identity``, its item's digest) made under
+        ``contract``: used, and brought back when it was set aside; an active edit made under
+        another contract is set aside (state/overrides.py)."""
+        edits = overrides.standing(
+            self.journal,
+            self.plan.name,
+            step.id,
+            el_index,
+            identity,
+            self.present.get(step.id),
+        )
+        ov = overrides.holding(edits, contract)
+        for other in edits:
+            if other.status != "active" or other is ov:
+                continue
             why = (
                 "its contract is missing or invalid"
                 if contract is None
-                else f"its contract changed ({(ov.contract or '')[:16]} -> {contract[:16]})"
+                else f"its contract changed ({(other.contract or '')[:16]} -> {contract[:16]})"
             )
-            reason = f"user edit #{ov.id} set aside: {why}; regenerating"
-            overrides.set_aside(self.journal, ov.id, reason)
+            reason = f"user edit #{other.id} set aside: {why}; regenerating"
+            overrides.set_aside(self.journal, other.id, reason)
             self.recorder.emit(
-                EventType.OVERRIDE_SET_ASIDE, step.id, index, override=ov.id, reason=reason
+                EventType.OVERRIDE_SET_ASIDE, step.id, index, override=other.id, reason=reason
             )
+        if ov is None:
             return None
+        if ov.status != "active":  # its contract came back: so does the edit
+            overrides.revive(self.journal, ov.id)
         self.recorder.emit(EventType.OVERRIDE_USED, step.id, index, override=ov.id)
         self.recorder.emit(EventType.STEP_SKIPPED, step.id, index, reason="edited", key=key)
         self.recorder.reused(step.id, el_index, key, ov.output, f"user edit #{ov.id}", contract)

@@ -126,11 +126,17 @@ def edit_output(
         bound_to_contract = execution["contract"] not in (None, execution["key"])
         output = json.loads(execution["output"])
         contract = execution["contract"] or execution["key"]
+        # A for_each element's edit is of what it is, its item (state/overrides.py)
+        identity = (json.loads(execution["key_parts"] or "{}") or {}).get("item")
         # An edit already standing for this output is what the next apply uses: the new text
         # is an edit of that (it was compared with the run's output, so going back to what the
         # run used was "unchanged" and left the other edit in force).
         standing = overrides.active(
-            state.journal, found["run"]["pipeline"], step, -1 if element is None else element
+            state.journal,
+            found["run"]["pipeline"],
+            step,
+            -1 if element is None else element,
+            identity,
         )
         if standing is not None and standing.contract == contract:
             output = standing.output
@@ -173,6 +179,7 @@ def edit_output(
                 element=-1 if element is None else element,
                 contract=contract,
                 output=new_output,
+                identity=identity,
             )
             changed = True
     finally:
