@@ -4,9 +4,10 @@ journaled before it is made and at each step of its making, and each request in 
 A batch row moves ``intent`` (its requests journaled, nothing sent) -> ``uploaded`` (the
 service holds its file: ``file_id``) -> ``submitted`` (the service's batch: ``remote_id``) ->
 ``collected`` (every answer and failure copied into its items) or ``abandoned`` (the service
-failed it: its items go again). An item is ``pending`` until its batch is collected, then
-``answered`` (its response body in ``answer``), ``failed`` (``error``; a request that failed
-on its own) or ``unfinished`` (an expired or cancelled batch never ran it: sent again).
+failed it whole: each item fails with its reason). An item is ``pending`` until its batch is
+collected, then ``answered`` (its response body in ``answer``), ``failed`` (``error``: it
+failed on its own, or its batch did) or ``unfinished`` (an expired or cancelled batch never ran
+it: sent again); a failure, once said to its element, is ``spent`` (asked again, it goes anew).
 Every write is its own transaction, committed before the remote action it announces.
 """
 
@@ -79,11 +80,12 @@ def collect(
 
 
 def abandon(journal: BatchedJournal, batch_id: str, error: str, *, remote_status: str) -> None:
-    """The service failed batch ``batch_id`` as a whole: its items are sent again."""
+    """The service failed batch ``batch_id`` as a whole (its file did not validate): each of
+    its items fails with ``error`` (said once to its element; asked again, it is sent anew)."""
     with journal.transaction() as conn:
         conn.execute(
-            "UPDATE batch_items SET status='unfinished' WHERE batch_id=? AND status='pending'",
-            (batch_id,),
+            "UPDATE batch_items SET status='failed', error=? WHERE batch_id=? AND status='pending'",
+            (error, batch_id),
         )
         conn.execute(
             "UPDATE batches SET status='abandoned', remote_status=?, error=?, updated_at=? "

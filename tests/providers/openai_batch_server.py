@@ -66,6 +66,7 @@ class OpenAIBatchServer(OpenAIServer):
         fail_once: str | None = None,
         expiring: int | None = None,
         api_key: str | None = None,
+        refuse: str | None = None,
     ) -> None:
         super().__init__(api_key=api_key)
         self.port = port
@@ -77,6 +78,7 @@ class OpenAIBatchServer(OpenAIServer):
         self.fail_ids, self.upload_delay_s = fail_ids, upload_delay_s
         self.create_delay_s = create_delay_s
         self.fail_once, self.expiring = fail_once, expiring
+        self.refuse = refuse  # a request whose body holds this fails the whole batch's validation
         self._state = threading.RLock()
         self.route("POST", "/v1/files", self._keyed(self._upload))
         self.route("GET", "/v1/files", self._keyed(self._list_files))
@@ -318,6 +320,8 @@ class OpenAIBatchServer(OpenAIServer):
             seen.add(cid)
             if line.get("method") != "POST" or line.get("url") != batch["endpoint"]:
                 return _errors("mismatched_endpoint", "url must match the batch's endpoint", n)
+            if self.refuse is not None and self.refuse in json.dumps(line.get("body")):
+                return _errors("invalid_request", "The model `test-chat` does not exist.", n)
         return None
 
     def _finish(self, batch: dict[str, Any], done: int, status: str, code: str) -> None:

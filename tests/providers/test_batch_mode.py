@@ -420,3 +420,20 @@ def test_plan_prices_a_batch_step_at_the_batch_price_and_says_it_suspends(tmp_pa
     assert line["batch"] is True and line["calls"] == 10
     assert line["cost"] == pytest.approx(direct["cost"]["calls"][0]["cost"] / 2)
     assert "by batch" in text and "awaiting_batch" in text and "by batch" not in direct_text
+
+
+def test_a_batch_the_service_fails_fails_its_elements_once(tmp_path: Path) -> None:
+    """A batch whose file does not validate fails its elements with the service's reason (not
+    resent behind the user's back); the next apply sends them again, in a new batch."""
+    with OpenAIBatchServer(tmp_path / "double", refuse="word 3") as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, 5, extra="batch_wait = 30")
+        failed = _apply(tmp_path)
+        assert failed.returncode == 4, failed.stdout + failed.stderr  # every element failed
+        assert "does not exist" in failed.stdout + failed.stderr
+        assert [b["status"] for b in server.batches()] == ["failed"]
+        server.refuse = None
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sorted(b["status"] for b in server.batches()) == ["completed", "failed"]
+        assert set(_outputs(tmp_path).values()) == _texts(5)

@@ -266,13 +266,12 @@ class BatchDesk:
         (masked: a reply that echoes a secret is stored as every record is, with ``***``)."""
         index = self._index()
         mine = {k for k, (b, s) in index.items() if b == batch_id and s == "pending"}
-        if remote.status == "failed":
-            batchbook.abandon(
-                self.journal, batch_id, remote.problem or "failed", remote_status=remote.status
-            )
+        if remote.status == "failed":  # refused whole (its file did not validate): not retried
+            why = f"||the service failed batch {batch_id}: {remote.problem or 'no reason given'}"
+            batchbook.abandon(self.journal, batch_id, why, remote_status=remote.status)
             self._status[batch_id] = "abandoned"
             for key in mine:
-                index[key] = (batch_id, "unfinished")
+                index[key] = (batch_id, "failed")
             return
         redact = provider.redactor.redact
         rows: list[tuple[str, str, str | None, str | None]] = []
