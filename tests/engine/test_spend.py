@@ -188,39 +188,40 @@ steps:
       prompt: "WORDS ${{ item }}"
     check:
       - "${{ output.text | length > 0 }}"
-""".replace("WORDS", ("word " * 199).strip())
+""".replace("WORDS", ("x " * 400).strip())
+# Prompts of one-letter words: 801 characters, which the plan (characters / 4) takes for 201
+# tokens (0.201 USD at 1 per 1k input tokens), and the double counts as 401 (0.401): real spend
+# is twice the estimate. Output is free here, so max_tokens plays no part.
+INPUT_ONLY = "input_per_1k = 1.0\noutput_per_1k = 0"
+
+
+def _input_priced(root: Path) -> None:
+    toml = (root / "runner.toml").read_text(encoding="utf-8")
+    old = f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}"
+    (root / "runner.toml").write_text(toml.replace(old, INPUT_ONLY), encoding="utf-8")
 
 
 def test_a_run_crossing_max_cost_stops_before_the_crossing_call(tmp_path: Path) -> None:
-    # Each reply is 201 words (201 output tokens: 0.201 USD at 1 per 1k); its worst case is the
-    # provider's max_tokens (300: 0.3). The plan, with assumed_output_tokens 1, estimates 0.005
-    # for all five, so only real spend can stop the run: after two calls 0.402 is spent, and
-    # 0.402 + 0.3 > 0.7, so the third is not sent.
+    # The plan estimates 5 x 0.201 = 1.005, within --max-cost 1.3; each call really costs 0.401.
+    # After three calls 1.203 is spent, and 1.203 + 0.201 (the fourth's worst case) > 1.3: the
+    # fourth is not sent, and spend stays within the budget.
     with AnthropicServer(api_key=KEY) as server:
         _project(tmp_path, server.url, LONG)
-        toml = (
-            (tmp_path / "runner.toml")
-            .read_text(encoding="utf-8")
-            .replace(
-                f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}",
-                "input_per_1k = 0\noutput_per_1k = 1.0\nassumed_output_tokens = 1",
-            )
-        )
-        (tmp_path / "runner.toml").write_text(toml, encoding="utf-8")
+        _input_priced(tmp_path)
         plan = json.loads(_runner(tmp_path, "plan", "pipeline.yaml", "--json").stdout)
-        assert plan["cost"]["total"] < 0.7
-        stopped = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "0.7")
+        assert plan["cost"]["total"] == pytest.approx(1.005)
+        stopped = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "1.3")
         assert stopped.returncode == 9, stopped.stdout + stopped.stderr
-        assert server.billed == 2
+        assert server.billed == 3
         said = stopped.stdout + stopped.stderr
-        assert "budget 0.7 USD (--max-cost) reached" in said, said
+        assert "budget 1.3 USD (--max-cost) reached: this run spent 1.203 USD" in said, said
         assert "it was not sent" in said
         runs = json.loads(_runner(tmp_path, "runs", "list", "--json").stdout)
         first = runs["runs"][0] if isinstance(runs, dict) else runs[0]
         assert first["status"] == "interrupted"
         spent = json.loads(_runner(tmp_path, "costs", "--json").stdout)["total"]["cost"]
-        assert spent == pytest.approx(0.402) and spent <= 0.7
-        # Raised, the next apply goes on: only the three calls not made are sent.
+        assert spent == pytest.approx(1.203) and spent <= 1.3
+        # Raised, the next apply goes on: only the two calls not made are sent.
         resumed = _runner(tmp_path, "apply", "pipeline.yaml", "--max-cost", "5")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert server.billed == 5
@@ -282,24 +283,16 @@ def test_calls_in_flight_count_at_their_worst_case() -> None:
 
 
 def test_a_daily_budget_counts_what_earlier_runs_spent(tmp_path: Path) -> None:
-    # Each call: 201 output tokens at 1 per 1k (0.201), worst case 0.3. The first apply spends
-    # 5 x 0.201 = 1.005 today; with max_cost_per_day = 1.5 the second apply sends one call
-    # (1.005 + 0.3 <= 1.5) and stops before its second (1.206 + 0.3 > 1.5).
+    # Each call really costs 0.401 (estimated 0.201). The first apply spends 5 x 0.401 = 2.005
+    # today; with max_cost_per_day = 2.5 the second apply sends one call (2.005 + 0.201 <= 2.5)
+    # and stops before its second (2.406 + 0.201 > 2.5).
     with AnthropicServer(api_key=KEY) as server:
         _project(tmp_path, server.url, LONG)
-        toml = (
-            (tmp_path / "runner.toml")
-            .read_text(encoding="utf-8")
-            .replace(
-                f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}",
-                "input_per_1k = 0\noutput_per_1k = 1.0\nassumed_output_tokens = 1",
-            )
-        )
-        (tmp_path / "runner.toml").write_text(toml, encoding="utf-8")
+        _input_priced(tmp_path)
         assert _runner(tmp_path, "apply", "pipeline.yaml").returncode == 0
         assert server.billed == 5
         with (tmp_path / "runner.toml").open("a", encoding="utf-8") as f:
-            f.write("[budget]\nmax_cost_per_day = 1.5\n")
+            f.write("[budget]\nmax_cost_per_day = 2.5\n")
         (tmp_path / "pipeline.yaml").write_text(
             LONG.replace('"a", "b", "c", "d", "e"', '"f", "g", "h", "i", "j"'), encoding="utf-8"
         )
@@ -307,7 +300,7 @@ def test_a_daily_budget_counts_what_earlier_runs_spent(tmp_path: Path) -> None:
         assert stopped.returncode == 9, stopped.stdout + stopped.stderr
         assert server.billed == 6
         said = stopped.stdout + stopped.stderr
-        assert "budget 1.5 USD (runner.toml [budget] max_cost_per_day) reached: today spent" in said
+        assert "budget 2.5 USD (runner.toml [budget] max_cost_per_day) reached: today spent" in said
 
 
 def test_a_call_whose_reply_was_lost_is_said_to_maybe_be_billed(tmp_path: Path) -> None:
@@ -351,3 +344,15 @@ def test_a_daily_budget_stops_an_image_step_between_its_images(tmp_path: Path) -
     assert "budget 4.5 USD (runner.toml [budget] max_cost_per_day) reached" in stopped.stdout
     doc = json.loads(_runner(tmp_path, "costs", "--json").stdout)
     assert doc["total"]["images"] == 4 and doc["total"]["cost"] == pytest.approx(4.0)
+
+
+def test_the_plan_holds_a_step_without_max_tokens_to_the_providers_limit(tmp_path: Path) -> None:
+    # Anthropic always sends max_tokens (the provider's, 300 here, when the step sets none): the
+    # plan's estimate is held to it, not to assumed_output_tokens, so it stays an upper bound.
+    _project(tmp_path, "http://127.0.0.1:9", LONG.replace('"a", "b", "c", "d", "e"', '"a"'))
+    toml = (tmp_path / "runner.toml").read_text(encoding="utf-8")
+    old = f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}"
+    new = "input_per_1k = 0\noutput_per_1k = 1.0\nassumed_output_tokens = 5"
+    (tmp_path / "runner.toml").write_text(toml.replace(old, new), encoding="utf-8")
+    plan = json.loads(_runner(tmp_path, "plan", "pipeline.yaml", "--json").stdout)
+    assert plan["cost"]["total"] == pytest.approx(0.3)

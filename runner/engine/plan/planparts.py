@@ -55,7 +55,9 @@ def provider_calls(
     chars = None
     if args is not None:
         chars = sum(len(v) for k in ("system", "prompt") if isinstance(v := args.get(k), str))
-    max_tokens = get("max_tokens")
+    # A provider that always sends a limit (Anthropic's max_tokens setting) is held to it when
+    # the step sets none: the estimate stays an upper bound, as a running budget's worst case.
+    max_tokens = get("max_tokens") or settings.get("max_tokens")
     return [
         Call(
             pname,

@@ -152,7 +152,7 @@ def _estimate(
     facts = call_facts(row["meta"], settings_of)
     each = estimate_call(
         prices, row["provider"], facts.model, facts.kind, input_chars=facts.input_chars,
-        max_tokens=facts.asked_max_tokens, size=facts.size, quality=facts.quality,
+        max_tokens=facts.max_tokens, size=facts.size, quality=facts.quality,
     )  # fmt: skip
     if each is not None and facts.batch:
         row_prices = prices.row(row["provider"], facts.model) or {}

@@ -44,7 +44,6 @@ class CallFacts:
     size: str | None = None
     quality: str | None = None
     batch: bool = False
-    asked_max_tokens: int | None = None  # the step's own (the plan's estimate reads only it)
 
 
 def call_facts(meta: Mapping[str, Any], settings_of: SettingsOf) -> CallFacts:
@@ -58,8 +57,7 @@ def call_facts(meta: Mapping[str, Any], settings_of: SettingsOf) -> CallFacts:
     request = meta.get("request")
     if isinstance(request, dict):  # an llm call: its canonical request
         model = request.get("model") or settings.get("model")
-        asked = request.get("max_tokens")
-        limit = asked or settings.get("max_tokens")  # what goes out: Anthropic's is required
+        limit = request.get("max_tokens") or settings.get("max_tokens")  # (Anthropic's: always)
         messages = request.get("messages") or []
         chars = sum(
             len(m["content"])
@@ -69,7 +67,6 @@ def call_facts(meta: Mapping[str, Any], settings_of: SettingsOf) -> CallFacts:
         return CallFacts(
             provider, "text", model if isinstance(model, str) else None, chars,
             limit if isinstance(limit, int) else None, batch=batch,
-            asked_max_tokens=asked if isinstance(asked, int) else None,
         )  # fmt: skip
     raw = meta.get("params")
     params: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
