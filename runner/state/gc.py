@@ -73,6 +73,9 @@ class GcResult:
     bytes_freed: int = 0
     run_dirs_deleted: list[str] = field(default_factory=list)
     dry_run: bool = False
+    # Decisions a later apply would have given again on the same inputs (the latest made at
+    # each gate on each input), gone with their runs: those gates ask again.
+    decisions_forgotten: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class GcResult:
             "objects_deleted": len(self.objects_deleted),
             "bytes_freed": self.bytes_freed,
             "run_dirs_deleted": self.run_dirs_deleted,
+            "decisions_forgotten": self.decisions_forgotten,
             "dry_run": self.dry_run,
         }
 
@@ -175,15 +179,13 @@ def _collect(
         for e in journal.query(
             "SELECT id, pipeline, step_id, key, status FROM executions WHERE run_id=?", (rid,)
         ):
-            if (
-                e["status"] in ("completed", "partial")
-                and (e["pipeline"], e["key"]) in used
-            ):
+            if e["status"] in ("completed", "partial") and (e["pipeline"], e["key"]) in used:
                 continue
             doomed_execs.append(int(e["id"]))
             if e["status"] in ("completed", "partial"):
                 gone.add((e["pipeline"], items.get(rid), e["step_id"]))
     result.executions_deleted = len(doomed_execs)
+    result.decisions_forgotten = _forgotten_decisions(journal, doomed, used)
     if not dry_run and doomed:
         with journal.transaction() as conn:
             for i in range(0, len(doomed_execs), 500):
@@ -227,6 +229,36 @@ def _collect(
         # the next apply and plan take the full path, which sees what is left.
         shutil.rmtree(state.dir / "converged", ignore_errors=True)
     return result
+
+
+def _forgotten_decisions(
+    journal: Any, doomed: set[str], used: set[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The decisions of ``doomed`` runs that are the latest made at their gate on their
+    inputs (what gates.remembered gives a later apply): deleted, that gate asks again. An
+    approval whose gate execution a kept run uses (``used``) is not: that result answers."""
+    if not doomed:
+        return []
+    rows = journal.query(
+        "SELECT d.id, d.run_id, d.gate, d.key, d.decision, d.by, r.pipeline FROM decisions d "
+        "JOIN runs r ON r.id = d.run_id WHERE d.status='decided' AND d.key IS NOT NULL "
+        "ORDER BY d.decided_at, d.id"
+    )
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows:  # oldest first: the latest decision on each (pipeline, gate, key) wins
+        latest[(r["pipeline"], r["gate"], r["key"])] = r
+    return [
+        {
+            "pipeline": r["pipeline"],
+            "gate": r["gate"],
+            "decision": r["decision"],
+            "by": r["by"],
+            "run": r["run_id"],
+        }
+        for r in latest.values()
+        if r["run_id"] in doomed
+        and not (r["decision"] == "approve" and (r["pipeline"], r["key"]) in used)
+    ]
 
 
 FORGOTTEN = "gc.json"  # beside the journal: which steps' results a gc removed, and when

@@ -195,7 +195,9 @@ def decide(
         return _revised(step, key, rows, decided[-1], recall, recorder)
     if last is not None and last.status is gates.RowStatus.PENDING and last.key == key:
         return _awaiting(step, key, last.round, last.summary, recorder, again=True)
-    round_ = (last.round + 1) if last is not None else 1
+    # A round is a question after each decision: one superseded unanswered (the inputs
+    # changed, maybe back) is asked again in the same round, not counted as a revision.
+    round_ = 1 + sum(r.status is gates.RowStatus.DECIDED for r in rows)
     if (
         recall is not None
         and recall.row is not None

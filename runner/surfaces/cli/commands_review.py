@@ -419,3 +419,9 @@ def gc(
         f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects, "
         f"{len(result.run_dirs_deleted)} run folders ({result.bytes_freed / 1e6:.1f} MB)"
     )
+    for d in result.decisions_forgotten:
+        # said, not silent: the next apply asks this gate again on inputs decided before
+        echo(
+            f"{'would forget' if dry_run else 'forgot'} {d['decision']} by {d['by']} at gate "
+            f"'{d['gate']}' of {d['pipeline']} (run {d['run']}): it asks again on those inputs"
+        )
