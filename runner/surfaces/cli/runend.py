@@ -13,7 +13,9 @@ from typing import Any
 def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
     """``completed: ran 3, cached 2  (run ID)``: the counts that are not zero (fits 80 columns)."""
     counts = ", ".join(
-        f"{k} {summary[k]}" for k in ("ran", "cached", "skipped", "failed") if summary[k]
+        f"{k} {summary[k]}"
+        for k in ("ran", "cached", "skipped", "failed", "partial")
+        if summary.get(k)
     )
     return f"{status}: {counts or 'nothing to do'}  (run {run_id})"
 
@@ -21,7 +23,11 @@ def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
 def end_text(state: Any, report: Any) -> str:
     """The text after a run stops (``report`` is the engine's RunReport)."""
     doc = report.to_json()
-    lines = [summary_line(report.status.value, doc["summary"], report.run_id)]
+    # A for_each step with some elements done is partial: counted, so a run that stopped in
+    # one does not read "nothing to do".
+    partial = sum(1 for o in report.steps if o.status.value == "partial")
+    summary = {**doc["summary"], "partial": partial}
+    lines = [summary_line(report.status.value, summary, report.run_id)]
     if report.status.value == "awaiting_batch":  # batch mode: the provider works on it
         waiting = [o for o in report.steps if o.status.value == "awaiting_batch"]
         lines += [f"  waiting: {o.id}: {o.reason}" for o in waiting]
