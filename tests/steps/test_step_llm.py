@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -16,6 +17,7 @@ from runner.steps.base import StepEnv, StepResult
 from runner.steps.llm import FEEDBACK_HEADING, LlmStep, with_feedback
 from tests.conftest import Project, ran
 from tests.providers.ollama_server import OllamaServer
+from tests.providers.servers import png
 from tests.providers.stepkit import MemoryLedger, make_ctx, make_env
 
 SCRIPT = """
@@ -183,7 +185,8 @@ def test_over_a_real_socket_with_ollama(tmp_path: Path) -> None:
 def test_image_inputs_are_loaded_from_the_store(tmp_path: Path) -> None:
     with OllamaServer() as server:
         env = make_env(tmp_path, f'[providers.ollama]\nbase_url = "{server.url}"\n')
-        digest = env.objects.put_bytes(b"\x89PNG fake bytes")
+        picture = png((10, 20, 30), (4, 4))  # a whole image: a reference is checked to be one
+        digest = env.objects.put_bytes(picture)
         run(
             env,
             {
@@ -192,7 +195,7 @@ def test_image_inputs_are_loaded_from_the_store(tmp_path: Path) -> None:
             },
         )
         body = server.requests[0].json()
-    assert body["messages"][0]["images"] == ["iVBORyBmYWtlIGJ5dGVz"]
+    assert body["messages"][0]["images"] == [base64.b64encode(picture).decode("ascii")]
 
 
 def test_compile_time_validation(tmp_path: Path) -> None:
