@@ -437,3 +437,22 @@ def test_a_batch_the_service_fails_fails_its_elements_once(tmp_path: Path) -> No
         assert done.returncode == 0, done.stdout + done.stderr
         assert sorted(b["status"] for b in server.batches()) == ["completed", "failed"]
         assert set(_outputs(tmp_path).values()) == _texts(5)
+
+
+def test_runs_cancel_of_an_apply_waiting_on_its_batch_cancels_the_batch(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double", per_request_s=0.5) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, 20, extra="batch_wait = 60")
+        run = _Runner(tmp_path)
+        _until(lambda: _status(server) == "in_progress", "the batch in progress")
+        db = sqlite3.connect(tmp_path / ".runner" / "journal.db")
+        (run_id,) = db.execute("SELECT id FROM runs").fetchone()
+        db.close()
+        cancel = subprocess.run(
+            [*runner_bin(), "runs", "cancel", run_id, "--wait", "30"],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        assert run.proc.wait(timeout=30) == 130
+        assert _status(server) == "cancelled"
+        assert _run_status(tmp_path) == ["cancelled"]

@@ -308,6 +308,11 @@ class BatchDesk:
 
     # --- cancelling -----------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """Stop waiting on batches (the run ends): the looks under way are cancelled."""
+        for fut in self._polls.values():
+            fut.cancel()
+
     async def cancel(self, providers: Callable[[str], tuple[Any, BatchAPI | None]]) -> int:
         """Cancel the service's batches of this run still running; how many were asked."""
         asked = 0

@@ -25,6 +25,7 @@ from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...pipeline.labels import element_labels
+from ...providers.batchapi import batch_api_of
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
 from ...state import overrides
@@ -246,8 +247,10 @@ class Interpreter(Executions):
         except asyncio.CancelledError:
             current = asyncio.current_task()
             status = RunStatus.CANCELLED
+            self.batches.stop()  # (a batch's poll is shielded from its elements' cancel)
             if self.scheduler.cancel_requested and (current is None or not current.cancelling()):
                 # `runner runs cancel` from elsewhere: a normal end with exit 130
+                await self._cancel_batches()
                 return self._finish(status, started, "cancelled with runner runs cancel")
             main.cancel()
             self._finish(status, started, "cancelled by the user")
@@ -398,6 +401,25 @@ class Interpreter(Executions):
             if not self.batches.waiting(step.id):
                 return outcome
         return outcome
+
+    async def _cancel_batches(self) -> None:
+        """`runner runs cancel` of a run waiting on its batches cancels them at the service
+        too (a Ctrl-C does not: the batches go on, and the next apply collects them)."""
+        access = self.env.providers
+        if access is None:
+            return
+
+        def api(name: str) -> tuple[Any, Any]:
+            provider = access.get(name)
+            return provider, batch_api_of(provider)
+
+        try:
+            asked = await self.batches.cancel(api)
+        except ProviderError as exc:
+            self.recorder.emit_warning(f"the run's batches could not be cancelled: {exc.message}")
+            return
+        if asked:
+            self.recorder.emit_warning(f"cancelled {asked} batch(es) at the provider")
 
     def _say_batch(self, step_id: str, text: str) -> None:
         self.recorder.emit(EventType.STEP_WAITING, step_id, None, where=text)
