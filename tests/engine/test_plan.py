@@ -221,7 +221,7 @@ def test_explain_lists_every_element_it_would_run(project: Project) -> None:
     for n in names:
         project.write(f"in/{n}.txt", f"{n}\n")
     out = project.cli("explain", "pipeline.yaml").stdout
-    assert all(f"[{i}] run: never ran" in out for i in range(12))
+    assert all(f"[{i} n{i}] run: never ran" in out for i in range(12))  # index and label
     assert "jinja" not in out.lower() and "has no attribute" not in out
 
 
