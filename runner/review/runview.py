@@ -37,12 +37,43 @@ def call_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def batch_json(row: dict[str, Any]) -> dict[str, Any]:
+    """One batch row as runs show --json gives it (state/batchbook.py has its statuses)."""
+    names = ("id", "step_id", "provider", "endpoint", "status", "file_id", "remote_id")
+    out: dict[str, Any] = {k: row.get(k) for k in names}
+    out.update(
+        remote_status=row.get("remote_status"),
+        total=int(row.get("total") or 0),
+        done=int(row.get("done") or 0),
+        failed=int(row.get("failed") or 0),
+        expires_at=row.get("expires_at"),
+        error=row.get("error"),
+    )
+    return out
+
+
 @dataclass
 class RunView:
     run: dict[str, Any]
     executions: list[dict[str, Any]]
     children: list[str]
     calls: list[dict[str, Any]] = field(default_factory=list)  # journal.calls rows
+    batches: list[dict[str, Any]] = field(default_factory=list)  # the run's provider batches
+
+    def batch_lines(self) -> list[str]:
+        """The run's provider batches (batch mode) as text lines (none when it made none)."""
+        if not self.batches:
+            return []
+        lines = ["", "Provider batches"]
+        for b in map(batch_json, self.batches):
+            remote = f" {b['remote_id']} ({b['remote_status']})" if b["remote_id"] else ""
+            lines.append(
+                f"  {b['step_id']:<16} {b['id']} {b['status']:<10} {b['done']} of {b['total']}"
+                f" done, {b['failed']} failed, {b['provider']}{remote}"
+            )
+            if b["error"]:
+                lines.append(f"    {b['error']}")
+        return lines
 
     def call_lines(self) -> list[str]:
         """The provider calls of the run as text lines (none when it made no call)."""
@@ -85,7 +116,12 @@ class RunView:
             if d["element"] == -1:
                 d["element"] = None
             execs.append(d)
-        return {"run": run, "executions": execs, "calls": [call_json(c) for c in self.calls]}
+        return {
+            "run": run,
+            "executions": execs,
+            "calls": [call_json(c) for c in self.calls],
+            "batches": [batch_json(b) for b in self.batches],
+        }
 
     def latest(self) -> list[dict[str, Any]]:
         """The newest execution of each (step, element), in the order steps first ran: a run
@@ -145,6 +181,7 @@ class RunView:
             if e.get("error"):
                 lines.append(f"    {printable(e['error'])}")
         lines.extend(self.call_lines())
+        lines.extend(self.batch_lines())
         return "\n".join(lines) + "\n"
 
 
@@ -158,4 +195,7 @@ def run_view(state: Any, run_id: str) -> RunView:
             "SELECT id FROM runs WHERE parent_run_id=? ORDER BY created_at, rowid", (run["id"],)
         )
     ]
-    return RunView(run, execs, children, state.journal.calls(run["id"]))
+    batches = state.journal.query(
+        "SELECT * FROM batches WHERE run_id=? ORDER BY created_at, rowid", (run["id"],)
+    )
+    return RunView(run, execs, children, state.journal.calls(run["id"]), batches)

@@ -111,6 +111,14 @@ def _run_status(root: Path) -> list[str]:
         db.close()
 
 
+def _run_ids(root: Path) -> list[str]:
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        return [r[0] for r in db.execute("SELECT id FROM runs ORDER BY created_at")]
+    finally:
+        db.close()
+
+
 def _until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -134,6 +142,13 @@ def test_a_for_each_goes_as_one_batch_and_a_later_apply_collects_it(tmp_path: Pa
         batches = server.batches()
         assert len(batches) == 1 and batches[0]["request_counts"]["total"] == 1000
         assert server.count("POST", "/v1/chat/completions") == 0  # nothing went directly
+        show = subprocess.run(
+            [*runner_bin(), "runs", "show", "--json", _run_ids(tmp_path)[0]],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        (shown,) = json.loads(show.stdout)["batches"]
+        assert shown["status"] == "submitted" and shown["total"] == 1000
+        assert shown["remote_id"] == batches[0]["id"]
         second = _apply(tmp_path)
         assert second.returncode == 0, second.stdout + second.stderr
         assert set(_outputs(tmp_path).values()) == _texts(1000)
