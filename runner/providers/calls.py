@@ -29,6 +29,7 @@ from .base import Provider
 from .limits import gated_call, waiting
 from .pool import tell
 from .retry import call_with_retries
+from .spendguard import admitted
 from .tracking import CallTracker
 
 T = TypeVar("T")
@@ -132,9 +133,15 @@ async def with_provider_retries(
         if on_retry is not None:
             on_retry(attempt, exc, delay)
 
+    async def admitted_then() -> T:
+        # Inside the provider's gate: a budget on real spend counts the call as in flight only
+        # from here, and may hold it until the calls out before it have ended (spendguard.py).
+        await admitted()
+        return await fn()
+
     async with waiting():
         return await call_with_retries(
-            lambda: gated_call(provider, fn),
+            lambda: gated_call(provider, admitted_then),
             attempts=policy.attempts,
             base_delay=policy.base_delay,
             cap=policy.cap,

@@ -3,10 +3,12 @@ spent plus the worst case of every call in flight, itself included, stays within
 
 The engine makes one ``SpendGuard`` per run (engine/run/spend.py: the budgets of ``--max-cost``,
 the pipeline's ``limits.max_cost`` and runner.toml's ``[budget]``, with what the day and the month
-had spent before the run) and hands it to the steps through ``StepEnv.spend``. A step asks
-``reserve`` before it journals a call and sends it, and ``settle``s the hold with the call's real
-cost when it is back. A call over a budget is not sent: ``reserve`` raises ``OverSpend``, and the
-guard tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9).
+had spent before the run). Each call is admitted (``admit``) as it goes out, holding its
+provider's permit (calls.with_provider_retries awaits ``admitted()``, which the engine's ledger
+set up when it journaled the call), and its hold is settled with the call's real cost when it is
+back. A call over a budget only because of the calls in flight waits for them to end; one whose
+worst case is over a budget on what was spent alone is not sent: ``OverSpend``, and the guard
+tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9).
 
 A call's worst case is the plan's estimate of it (providers/prices.py ``estimate_call``: input
 characters / 4, ``max_tokens`` or ``assumed_output_tokens``). A call whose reply was lost (maybe
@@ -16,7 +18,9 @@ with no price known is not bounded by any budget (the plan lists it as "no price
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +29,27 @@ from .prices import Prices, estimate_call, spend_cost
 
 class OverSpend(Exception):
     """The call would take spend over a budget: it is not sent."""
+
+
+# Set (by the engine's ledger, engine/run/spend.py) when a call is journaled, in the call's own
+# task: what the call awaits once it holds its provider's permit, before its request goes out.
+_admission: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "runner_spend_admission", default=None
+)
+
+
+def expect_admission(admit: Callable[[], Awaitable[None]] | None) -> None:
+    """The next call sent from this task awaits ``admit()`` first (None: no budget)."""
+    _admission.set(admit)
+
+
+async def admitted() -> None:
+    """Await this task's pending admission, once (calls.with_provider_retries, inside the
+    provider's gate, so a call counts as in flight only once it is out)."""
+    admit = _admission.get()
+    if admit is not None:
+        _admission.set(None)  # a retry of the same call is admitted already
+        await admit()
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,7 @@ class SpendGuard:
     unpriced: int = 0  # calls sent with no price known
     stopped: str | None = field(default=None, init=False)  # why the run stopped
     refusal: str = field(default="", init=False)  # what a call refused says
+    _event: asyncio.Event | None = field(default=None, init=False, repr=False)
 
     @property
     def _unit(self) -> str:
@@ -96,6 +122,47 @@ class SpendGuard:
         self.in_flight += worst
         return Hold(provider, worst)
 
+    async def admit(
+        self,
+        provider: str,
+        model: str | None,
+        kind: str,
+        *,
+        input_chars: int | None = None,
+        max_tokens: int | None = None,
+        size: str | None = None,
+        quality: str | None = None,
+    ) -> Hold:
+        """``reserve``, except that a call over a budget only because of the calls in flight
+        waits for them to end (their real spend is mostly below their worst case) and is then
+        judged again: the run stops only when what was spent plus this call's worst case is
+        over a budget. Raises OverSpend."""
+        while True:
+            if self.stopped is not None:
+                raise OverSpend(self.refusal)
+            worst = estimate_call(
+                self.prices, provider, model, kind,
+                input_chars=input_chars, max_tokens=max_tokens, size=size, quality=quality,
+            )  # fmt: skip
+            waits = worst is not None and self.in_flight > 0 and all(
+                b.before + self.spent + worst <= b.limit + 1e-12 for b in self.budgets
+            ) and any(
+                b.before + self.spent + self.in_flight + worst > b.limit + 1e-12
+                for b in self.budgets
+            )  # fmt: skip
+            if not waits:
+                return self.reserve(
+                    provider, model, kind, input_chars=input_chars, max_tokens=max_tokens,
+                    size=size, quality=quality,
+                )  # fmt: skip
+            await self._settled().wait()
+
+    def _settled(self) -> asyncio.Event:
+        """Set at the next ``settle`` (one event per wait round, made in the running loop)."""
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
     def settle(
         self, hold: Hold, spend: Mapping[str, Any] | None, *, maybe_executed: bool = False
     ) -> float | None:
@@ -112,6 +179,9 @@ class SpendGuard:
             self.spent += cost if cost is not None else (hold.worst or 0.0)
         elif maybe_executed and hold.worst is not None:
             self.spent += hold.worst
+        if self._event is not None:  # the calls waiting for this one are judged again
+            self._event.set()
+            self._event = None
         return cost
 
     def _why(self, budget: Budget, worst: float) -> str:

@@ -356,3 +356,26 @@ def test_the_plan_holds_a_step_without_max_tokens_to_the_providers_limit(tmp_pat
     (tmp_path / "runner.toml").write_text(toml.replace(old, new), encoding="utf-8")
     plan = json.loads(_runner(tmp_path, "plan", "pipeline.yaml", "--json").stdout)
     assert plan["cost"]["total"] == pytest.approx(0.3)
+
+
+def test_a_call_over_a_budget_only_by_the_calls_in_flight_waits_for_them(tmp_path: Path) -> None:
+    # Five calls at once, each with a worst case of 0.3 (max_tokens 300 at 1 per 1k output
+    # tokens) and a real cost of 0.012 (12 words), under max_cost_per_day = 0.5: two worst cases
+    # in flight would be over it, but spent + one worst case never is. Each call waits for the
+    # one out before it instead of stopping the run, and all five are made.
+    short = LONG.replace(("x " * 400).strip(), ("x " * 10).strip()).replace(
+        "concurrency: 1", "concurrency: 5"
+    )
+    with AnthropicServer(api_key=KEY) as server:
+        _project(tmp_path, server.url, short)
+        toml = (tmp_path / "runner.toml").read_text(encoding="utf-8")
+        old = f"input_per_1k = {RATES['input']}\noutput_per_1k = {RATES['output']}"
+        toml = toml.replace(old, "input_per_1k = 0\noutput_per_1k = 1.0")
+        (tmp_path / "runner.toml").write_text(
+            toml + "[budget]\nmax_cost_per_day = 0.5\n", encoding="utf-8"
+        )
+        done = _runner(tmp_path, "apply", "pipeline.yaml")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert server.billed == 5
+    spent = json.loads(_runner(tmp_path, "costs", "--json").stdout)["total"]["cost"]
+    assert spent == pytest.approx(5 * 0.012)

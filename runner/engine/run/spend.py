@@ -1,13 +1,14 @@
 """Real spend during a run: every completed call's usage journaled in one shape, and the run's
 budgets held on it before each call is sent (providers/spendguard.py).
 
-The ledger a step sees (recorder.JournalLedger) hands each call here: ``begin`` (before the call
-is journaled and sent) reserves its worst case under the budgets and raises StepFailure, unsent,
-when it would go over one; ``complete`` adds the call's ``spend`` record (providers/usage.py) to
-what the ledger keeps and settles the reservation at its real price; ``fail`` releases it (a lost
-reply stays counted at its worst case). Nothing in a step body changes: what a call is, is read
-from the meta it is journaled with (the llm step's ``request``; the image step's size and
-params; a batch line's ``batch: true``).
+The ledger a step sees (recorder.JournalLedger) hands each call here: ``begin`` (as the call is
+journaled) notes what it is and sets up its admission, which the call awaits once it holds its
+provider's permit (``admit``: its worst case held under the budgets, after the calls in flight
+when only they are in the way; over a budget a permanent ProviderError, unsent); ``complete``
+adds the call's ``spend`` record (providers/usage.py) to what the ledger keeps and settles the
+hold at its real price; ``fail`` releases it (a lost reply stays counted at its worst case).
+No step body knows of it: what a call is, is read from the meta it is journaled with (the llm
+step's ``request``; the image step's size and params; a batch line's ``batch: true``).
 
 Budgets: ``--max-cost``, the pipeline's ``limits.max_cost`` and runner.toml ``[budget]
 max_cost`` bound this run's spend; ``max_cost_per_day`` / ``max_cost_per_month`` bound the
@@ -16,15 +17,16 @@ project's spend over the local day / calendar month, counting what earlier runs 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import StepFailure
+from ...errors import ProviderError, StepFailure
 from ...providers.prices import Prices, load_prices, spend_cost
-from ...providers.spendguard import Budget, Hold, OverSpend, SpendGuard
+from ...providers.spendguard import Budget, Hold, OverSpend, SpendGuard, expect_admission
 from ...providers.usage import spend_record
 from ...state.records import loads
 
@@ -93,18 +95,30 @@ class RunSpend:
         self._holds: dict[str, Hold] = {}
 
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
-        """Reserve call ``key``'s worst case; raises StepFailure (not sent) over a budget."""
+        """Note call ``key``: its request awaits ``admit`` before it goes out (in this task).
+        Raises StepFailure, nothing journaled, once the run stopped at a budget."""
         facts = call_facts(meta, self.settings_of)
-        self._facts[key] = facts
         if facts.batch:
+            self._facts[key] = facts
             return  # answered by a batch already sent: its spend is recorded, not reserved
+        if self.guard.stopped is not None:
+            raise StepFailure(f"{facts.provider}: {self.guard.refusal}")
+        self._facts[key] = facts
+        expect_admission(functools.partial(self.admit, key))
+
+    async def admit(self, key: str) -> None:
+        """Hold call ``key``'s worst case under the budgets as it goes out (it may wait for the
+        calls out before it); raises a permanent ProviderError, unsent, over a budget."""
+        facts = self._facts.get(key)
+        if facts is None or key in self._holds:
+            return
         try:
-            self._holds[key] = self.guard.reserve(
+            self._holds[key] = await self.guard.admit(
                 facts.provider, facts.model, facts.kind, input_chars=facts.input_chars,
                 max_tokens=facts.max_tokens, size=facts.size, quality=facts.quality,
             )  # fmt: skip
         except OverSpend as exc:
-            raise StepFailure(f"{facts.provider}: {exc}") from None
+            raise ProviderError(f"{facts.provider}: {exc}", provider=facts.provider) from None
 
     def complete(self, key: str, result: Mapping[str, Any]) -> dict[str, Any]:
         """``result`` with its ``spend`` record; the reservation settled at the real price."""
