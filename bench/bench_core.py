@@ -232,6 +232,46 @@ def hash_pipeline(n: int, name: str = "hashes") -> str:
 def write_hash(root: Path, n: int) -> None:
     _sources(root)
     (root / "pipeline.yaml").write_text(hash_pipeline(n))
+    (root / "dodo.py").write_text(DODO_HASH.format(n=n))
+
+
+# The hash chain as doit python-actions: each task's returned dict is saved in doit's database
+# and passed on with getargs, as runner passes a step's output (doit re-runs a task whose
+# getargs values changed: 1,001 tasks after src/in.txt, 501 after src/mid.txt, none on a no-op).
+DODO_HASH = """\
+import hashlib
+import json
+
+N = {n}
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return {{"text": f.read()}}
+
+
+def _hash(value, mid=None):
+    value = value if mid is None else [value, mid]
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return {{"canonical": canonical, "sha256": digest, "short": digest[:16]}}
+
+
+def task_src():
+    return {{"actions": [(_read, ["src/in.txt"])], "file_dep": ["src/in.txt"]}}
+
+
+def task_mid():
+    return {{"actions": [(_read, ["src/mid.txt"])], "file_dep": ["src/mid.txt"]}}
+
+
+def task_h():
+    for i in range(N):
+        args = {{"value": ("src", "text") if i == 0 else (f"h:h{{i - 1:05d}}", "short")}}
+        if i == N // 2:
+            args["mid"] = ("mid", "text")
+        yield {{"name": f"h{{i:05d}}", "actions": [_hash], "getargs": args}}
+"""
 
 
 def _write_waves(root: Path, waves: list[list[str]]) -> None:
@@ -716,8 +756,8 @@ def main() -> None:
             order = tools[rnd % len(tools) :] + tools[: rnd % len(tools)]
             for shape in args.shapes.split(","):
                 for tool in order:
-                    if shape == "hash" and tool not in ("runner", "before"):
-                        continue  # in-process steps have no make/doit equivalent
+                    if shape == "hash" and tool not in ("runner", "before", "doit"):
+                        continue  # in-process steps: doit's python-actions are the peer
                     rows.extend(scenarios(shape, tool, runs[tool], n, base, rnd))
                     print(f"  round {rnd + 1}: done {shape} with {tool}", file=sys.stderr)
             load.append(os.getloadavg()[0])
