@@ -12,6 +12,7 @@ import http.server
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -441,3 +442,35 @@ def test_the_graph_is_laid_out_in_layers(runs: Runs, served: Any, browser: Any) 
     assert sorted(f.text for f in frames) == ["ONE", "THREE", "TWO"]
     browser.execute_script("document.getElementById('graph-box').scrollIntoView()")
     shot(browser, "page2-graph-layered")
+
+
+DOCS_PICTURE = Path(__file__).resolve().parents[2] / "docs" / "run-page.png"
+
+
+def test_the_docs_picture_is_this_page(runs: Runs, served: Any, browser: Any) -> None:
+    """docs/run-page.png (the README's and docs/web.md's picture) is a screenshot of this page:
+    RUNNER_DOCS_PICTURES=1 makes it again; otherwise it must be there, and small."""
+    import io
+    import os
+
+    from PIL import Image
+
+    browser.get(f"{served.url}/runs/{runs.cities}")
+    browser.find_element(By.CSS_SELECTOR, 'button.browse[data-step="describe"]').click()
+    wait(browser, lambda d: len(element_names(d)) == 3)
+    browser.execute_script("document.querySelector('#browser details.element').open = true")
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.set_window_size(1280, 1100)
+    try:
+        png = browser.get_screenshot_as_png()
+    finally:
+        browser.set_window_size(1280, 1000)
+    if os.environ.get("RUNNER_DOCS_PICTURES") == "1":
+        image = Image.open(io.BytesIO(png)).convert("RGB")
+        image = image.resize((960, round(image.height * 960 / image.width)), Image.LANCZOS)
+        image = image.quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+        image.save(DOCS_PICTURE, optimize=True)
+    assert DOCS_PICTURE.is_file(), "make it: RUNNER_DOCS_PICTURES=1 pytest -k docs_picture"
+    assert DOCS_PICTURE.stat().st_size < 200_000
+    with Image.open(DOCS_PICTURE) as pic:
+        assert pic.width == 960
