@@ -24,7 +24,6 @@ from typing import Any
 from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
-from ...pipeline.labels import element_labels
 from ...providers.batchapi import batch_api_of
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
@@ -498,6 +497,8 @@ class Interpreter(Executions):
         self.cached.fresh(step.id)  # a first run asks for no result element by element
         if step.id in self.edited_steps:  # an edit follows its item (state/overrides.py)
             self.reuse.present[step.id] = identities(items)
+        from ...pipeline.labels import element_labels  # only a for_each needs it
+
         self.recorder.labels[step.id] = element_labels(step.label, items, self._context())
         elements = await run_elements(
             items,
