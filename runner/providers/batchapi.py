@@ -9,10 +9,12 @@ journals the batches; docs/providers.md, "Batch mode").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import StepFailure
-from .base import ImageRequest, ImageResult, TextRequest, TextResult
+
+if TYPE_CHECKING:  # every apply makes a batch desk: the requests' module is not loaded for it
+    from .base import ImageRequest, ImageResult, TextRequest, TextResult
 
 # A remote batch in one of these is over: nothing more will be answered in it.
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})

@@ -23,6 +23,8 @@ steps:
 """
 
 # Every runner module a fresh apply of PIPELINE (with a runner.toml naming no budget) imports.
+# (The interpreter makes a batch desk for every run: batchdesk, batchapi and batchbook load, not
+# the providers' request classes.)
 APPLY = frozenset(
     {
         "runner",
@@ -35,6 +37,7 @@ APPLY = frozenset(
         "runner.engine.run",
         "runner.engine.run.apply",
         "runner.engine.run.attempts",
+        "runner.engine.run.batchdesk",
         "runner.engine.run.events",
         "runner.engine.run.execution",
         "runner.engine.run.executor_config",
@@ -69,12 +72,14 @@ APPLY = frozenset(
         "runner.expr.values",
         "runner.pipeline",
         "runner.pipeline.compiler",
+        "runner.pipeline.labels",
         "runner.pipeline.loader",
         "runner.pipeline.order",
         "runner.pipeline.outputrefs",
         "runner.pipeline.prompt_lock",
         "runner.pipeline.refs",
         "runner.providers",
+        "runner.providers.batchapi",
         "runner.providers.limits",
         "runner.providers.pool",
         "runner.source",
@@ -96,6 +101,7 @@ APPLY = frozenset(
         "runner.state",
         "runner.state._schema",
         "runner.state.backends",
+        "runner.state.batchbook",
         "runner.state.batching",
         "runner.state.canonical",
         "runner.state.filedigest",
