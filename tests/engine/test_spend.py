@@ -379,3 +379,32 @@ def test_a_call_over_a_budget_only_by_the_calls_in_flight_waits_for_them(tmp_pat
         assert server.billed == 5
     spent = json.loads(_runner(tmp_path, "costs", "--json").stdout)["total"]["cost"]
     assert spent == pytest.approx(5 * 0.012)
+
+
+def test_a_monthly_budget_counts_only_this_months_calls(tmp_path: Path) -> None:
+    import sqlite3
+
+    from runner.engine.run.spend import period_starts
+
+    # Three images at 1 each; two of them are moved to the month before. With
+    # max_cost_per_month = 2.5 this month has spent 1: the next apply makes one image (1 + 1)
+    # and stops before its second (2 + 1 > 2.5).
+    (tmp_path / "pipeline.yaml").write_text(IMAGES.replace("PROMPT", "a fox"), encoding="utf-8")
+    (tmp_path / "runner.toml").write_text(
+        '[prices]\ncurrency = "USD"\n[prices.fake]\nimage = 1.0\n', encoding="utf-8"
+    )
+    assert _runner(tmp_path, "apply", "pipeline.yaml").returncode == 0
+    last_month = period_starts()["month"] - 86400
+    with sqlite3.connect(tmp_path / ".runner" / "journal.db") as db:
+        keys = [r[0] for r in db.execute("SELECT key FROM calls ORDER BY key")][:2]
+        db.executemany(
+            "UPDATE calls SET finished_at=? WHERE key=?", [(last_month, k) for k in keys]
+        )
+    with (tmp_path / "runner.toml").open("a", encoding="utf-8") as f:
+        f.write("[budget]\nmax_cost_per_month = 2.5\n")
+    (tmp_path / "pipeline.yaml").write_text(IMAGES.replace("PROMPT", "an owl"), encoding="utf-8")
+    stopped = _runner(tmp_path, "apply", "pipeline.yaml")
+    assert stopped.returncode == 9, stopped.stdout + stopped.stderr
+    assert "max_cost_per_month) reached: this month spent 2 USD" in stopped.stdout
+    doc = json.loads(_runner(tmp_path, "costs", "--json").stdout)
+    assert doc["total"]["images"] == 4 and len(doc["by_day"]) == 2
