@@ -617,7 +617,7 @@ def table(rows: list[Row], tools: list[str]) -> str:
     for r in rows:
         by.setdefault((r.shape, r.scenario, r.tool), []).append(r)
     others = [t for t in tools if t != "runner"]
-    head = f"{'shape':<10}{'scenario':<10}" + "".join(f"{t + ' s':>10}" for t in tools)
+    head = f"{'shape':<12}{'scenario':<10}" + "".join(f"{t + ' s':>10}" for t in tools)
     head += f"{'ran':>6}  " + "  ".join(f"runner/{t} wall | cpu" for t in others)
     lines = [head, "-" * len(head)]
     seen: list[tuple[str, str]] = []
@@ -643,7 +643,7 @@ def table(rows: list[Row], tools: list[str]) -> str:
             else:
                 ratios.append("-")
         ran = next((x.ran for x in mine.values() if x.ran is not None), "-")
-        lines.append(f"{r.shape:<10}{r.scenario:<10}{cells}{ran!s:>6}  " + "  ".join(ratios))
+        lines.append(f"{r.shape:<12}{r.scenario:<10}{cells}{ran!s:>6}  " + "  ".join(ratios))
     return "\n".join(lines)
 
 
