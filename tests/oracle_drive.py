@@ -16,7 +16,9 @@ from runner.providers.fake import FakeProvider
 from .oracle_project import Observed, Variant, cli, has_journal, journal, observe, read_events
 
 Decisions = Mapping[str, tuple[str, str | None]]  # gate key -> decision, revise input
-Edits = Mapping[tuple[str, str, int | None], tuple[str, str]]  # (file, step, el) -> key, text
+# (file, step, the key it is bound to) -> its text: an edit holds wherever its step's element
+# has that key (it comes back with its inputs and follows its item: state/overrides.py)
+Edits = Mapping[tuple[str, str, str], str]
 
 # -- the provider calls actually sent (the fake provider's own entry point) ------------------
 
@@ -167,10 +169,11 @@ def scratch_apply(
 
 def _replay_edits(root: Path, state: Path, file: str, ref: Observed, edits: Edits) -> bool:
     made = False
-    for (f, step, element), (key, text) in edits.items():
-        slot = (step, element)
-        if f != file or ref.keys.get(slot) != key or ref.actions.get(slot) == "edited":
+    for (f, step, key), text in edits.items():
+        slot = next((s for s, k in ref.keys.items() if s[0] == step and k == key), None)
+        if f != file or slot is None or ref.actions.get(slot) == "edited":
             continue
+        element = slot[1]
         src = root / "edit.txt"
         src.write_text(text, encoding="utf-8")
         extra = [] if element is None else ["--element", str(element)]

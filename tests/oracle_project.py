@@ -39,12 +39,22 @@ def writers(file: str, topic: str) -> dict[str, str]:
     return {f"out/{topic}/draft.md": "write", f"out/{topic}/final.md": "publish"}
 
 
-NOTES = ("alpha notes\n", "alpha notes\nbeta\n", "", "gamma ünïcode ✓\n")
+# NOTES[4] is NOTES[0]'s size: a rewrite keeping the mtime (cp -p) changes only its bytes
+NOTES = ("alpha notes\n", "alpha notes\nbeta\n", "", "gamma ünïcode ✓\n", "alpha NOTES\n")
 TEMPLATES = (
     "Write about {{ topic }}.\nNotes: {{ notes }}\n",
     "Write briefly about {{ topic }}.\nNotes: {{ notes }}\n",
     "{# a comment only #}Write about {{ topic }}.\nNotes: {{ notes }}\n",
+    # an include by a computed name: what it reads is known once a render read it (issue 44)
+    'Write about {{ topic }}.\n{% include "prompts/parts/" ~ topic ~ ".j2" %}\nNotes: {{ notes }}\n',
 )
+PARTS = ("In a {{ topic }} voice.", "In a warm {{ topic }} voice.")  # parts/<topic>.j2
+# a json_schema check's schema_file and an exec check's script (both pass; their bytes differ)
+SCHEMAS = (
+    '{"type": "object", "required": ["a"]}\n',
+    '{"type": "object", "required": ["a"], "description": "v2"}\n',
+)
+SCRIPTS = ("exit 0\n", "# v2\nexit 0\n")
 CARDS = tuple(
     f"""\
 title: OracleCard
@@ -92,6 +102,11 @@ class Variant:
     hash_extra: int = 0
     retries: int = 0  # key-neutral: the fastpath's keyed digest answers an edit of it
     comment: int = 0  # layout only: the fastpath's document digest answers an edit of it
+    part: int = 0  # index into PARTS (what the computed include reads)
+    schema: int = 0  # index into SCHEMAS
+    script: int = 0  # index into SCRIPTS
+    renamed: bool = False  # the hash and caption steps under other ids (same keys)
+    on_edit: str = "restore"  # the pipelines' defaults: on_edit
 
     def params(self) -> list[str]:
         return ["-p", f"topic={self.topic}", "-p", f"shots={json.dumps(list(self.shots))}"]
@@ -102,6 +117,7 @@ class Variant:
 
 def _common_steps(v: Variant) -> str:
     extra = f", extra: {v.hash_extra}" if v.hash_extra else ""
+    digest, caption = ("checksum", "captions") if v.renamed else ("digest", "caption")
     return f"""\
   notes:
     uses: read
@@ -111,7 +127,7 @@ def _common_steps(v: Variant) -> str:
     with:
       template: prompts/p.j2
       vars: {{topic: "${{{{ params.topic }}}}", notes: "${{{{ steps.notes.output.text }}}}"}}
-  digest:
+  {digest}:
     uses: hash
     with: {{value: {{topic: "${{{{ params.topic }}}}", shots: "${{{{ params.shots }}}}"{extra}}}}}
   card:
@@ -126,17 +142,25 @@ def _common_steps(v: Variant) -> str:
     retries: {v.retries}
     with: {{prompt: "${{{{ steps.prompt.output.text }}}}", seed: {v.llm_seed}}}
     check: ["${{{{ output.text | length > 0 }}}}"]
-  caption:
+  {caption}:
     uses: llm
     for_each: "${{{{ steps.shot.output }}}}"
     with: {{prompt: "caption for ${{{{ item.text }}}}", seed: {v.llm_seed}}}
     check: ["${{{{ output.text | length > 0 }}}}"]
+  meta:
+    uses: template
+    with: {{text: '{{"a": 1}}'}}
+    check:
+      - json_schema: {{value: "${{{{ output.text }}}}", parse: true, schema_file: checks/schema.json}}
+      - exec: {{run: "sh checks/ok.sh"}}
 """
 
 
 def _header(name: str, v: Variant, *, item: bool) -> str:
     comment = "# layout edit\n" * v.comment
     head = f"runner: 1\nname: {name}\n{comment}"
+    if v.on_edit != "restore":
+        head += f"defaults: {{on_edit: {v.on_edit}}}\n"
     if item:
         head += 'item: "${{ params.topic }}"\n'
     return head + (
@@ -205,6 +229,9 @@ def write_project(root: Path, v: Variant, *, remote: str | None = None, delay_ms
         "data/notes.txt": NOTES[v.notes],
         "prompts/p.j2": TEMPLATES[v.template],
         "cards/oracle.yaml": CARDS[v.card],
+        "checks/schema.json": SCHEMAS[v.schema],
+        "checks/ok.sh": SCRIPTS[v.script],
+        **{f"prompts/parts/{t}.j2": PARTS[v.part] for t in TOPICS},
     }
     for rel, text in files.items():
         path = root / rel
@@ -330,12 +357,14 @@ def output_of(db: sqlite3.Connection, key: str) -> Any:
     return _strip(json.loads(row[0])) if row and row[0] is not None else None
 
 
-def edit_of(db: sqlite3.Connection, pipeline: str, slot: Slot) -> Any:
-    """The active ``runner edit`` of a step element: what the apply used instead of its run."""
+def edit_of(db: sqlite3.Connection, pipeline: str, slot: Slot, key: str | None) -> Any:
+    """The active ``runner edit`` a step element used instead of its run: the oracle edits steps
+    without `contract:`, whose edits are bound to their key (found by it, wherever the element
+    is now)."""
     row = db.execute(
-        "SELECT output FROM overrides WHERE pipeline=? AND step_id=? AND element=?"
+        "SELECT output FROM overrides WHERE pipeline=? AND step_id=? AND contract=?"
         " AND status='active' ORDER BY id DESC LIMIT 1",
-        (pipeline, slot[0], -1 if slot[1] is None else slot[1]),
+        (pipeline, slot[0], key),
     ).fetchone()
     return _strip(json.loads(row[0])) if row else None
 
@@ -377,7 +406,7 @@ def observe(
             _expand_steps(db, obs)
             for slot, key in obs.keys.items():
                 if obs.actions[slot] == "edited":
-                    obs.outputs[slot] = edit_of(db, NAMES[file], slot)
+                    obs.outputs[slot] = edit_of(db, NAMES[file], slot, key)
                 elif key and obs.actions[slot] in ("run", "cached", "restore", "remote"):
                     obs.outputs[slot] = output_of(db, key)
         finally:
@@ -468,7 +497,7 @@ def plan_actions(doc: dict[str, Any]) -> dict[Slot, str]:
 
 def copy_sources(src: Path, dst: Path) -> None:
     """The project's sources (no state, no outputs, no remote) in a fresh directory."""
-    for rel in ("pipeline.yaml", "lite.yaml", "data", "prompts", "cards"):
+    for rel in ("pipeline.yaml", "lite.yaml", "data", "prompts", "cards", "checks"):
         s = src / rel
         if s.is_dir():
             shutil.copytree(s, dst / rel)
