@@ -187,8 +187,9 @@ def test_kill_9_while_uploading_validating_and_running_makes_one_batch(tmp_path:
         tmp_path / "double",
         upload_delay_s=5.0,
         create_delay_s=5.0,
-        validate_s=4.0,
-        per_request_s=0.006,
+        # long enough that a runner started on a loaded machine still finds each state
+        validate_s=8.0,
+        per_request_s=0.02,
     ) as server:
         assert isinstance(server, OpenAIBatchServer)
         _project(tmp_path, server.url, n, extra="batch_wait = 60")
