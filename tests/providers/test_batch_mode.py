@@ -149,6 +149,11 @@ def test_a_for_each_goes_as_one_batch_and_a_later_apply_collects_it(tmp_path: Pa
         (shown,) = json.loads(show.stdout)["batches"]
         assert shown["status"] == "submitted" and shown["total"] == 1000
         assert shown["remote_id"] == batches[0]["id"]
+        plan = subprocess.run(
+            [*runner_bin(), "plan", "pipeline.yaml"],
+            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert plan.stdout.count("its call waits in a provider batch") == 1000, plan.stdout[:2000]
         second = _apply(tmp_path)
         assert second.returncode == 0, second.stdout + second.stderr
         assert set(_outputs(tmp_path).values()) == _texts(1000)

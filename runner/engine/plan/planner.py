@@ -397,6 +397,8 @@ class _Planner:
         if last["status"] in ("failed", "interrupted", "cancelled") and last["key"] == key:
             error = f": {last['error']}" if last["error"] else ""
             return [f"last attempt {last['status']}{error}"]
+        if last["status"] == "awaiting_batch" and last["key"] == key:  # batch mode
+            return ["its call waits in a provider batch (an apply collects it)"]
         return changed_parts(old, summary) or ["input changed"]
 
     def _removed(self, step_id: str, since: float | None = None) -> str | None:
