@@ -477,3 +477,32 @@ def test_runs_cancel_of_an_apply_waiting_on_its_batch_cancels_the_batch(tmp_path
         assert run.proc.wait(timeout=30) == 130
         assert _status(server) == "cancelled"
         assert _run_status(tmp_path) == ["cancelled"]
+
+
+def test_an_image_step_with_n_sends_its_iterations_as_one_batch(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, 1, extra="batch_wait = 30")
+        (tmp_path / "pipeline.yaml").write_text(
+            textwrap.dedent(
+                """\
+                runner: 1
+                name: drawn
+                steps:
+                  draw:
+                    uses: image
+                    with:
+                      prompt: "one picture"
+                      size: "1024x1024"
+                      n: 4
+                      batch: true
+                """
+            ),
+            encoding="utf-8",
+        )
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (batch,) = server.batches()
+        assert batch["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
+        assert len(_images(tmp_path)) == 4  # four calls (four keys), each with its image
+        assert server.count("POST", "/v1/images/generations") == 0
