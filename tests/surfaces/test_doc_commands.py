@@ -6,7 +6,7 @@
   the page's last `runner apply` made, a run id the page prints is the run just made. A transcript's output lines must be
   in what the command printed, in order (run ids, durations, digests and times aside).
 - `runner serve` prints the URL its page's comment shows (then it is stopped).
-- Each pipeline a page shows (a `yaml` block beginning `runner: 1`) validates.
+- (Each pipeline a page shows passes `runner check`: tests/pipeline/test_output_reads.py.)
 - Every option an inline `runner ...` names exists on that command.
 """
 
@@ -237,34 +237,6 @@ RUN_PAGES = [p for p in PAGES if fenced_commands(p)]
 def test_the_commands_a_page_shows_do_what_it_says(page: Path, tmp_path: Path) -> None:
     failures = run_page(page, scratch(tmp_path))
     assert not failures, "\n\n".join(failures)
-
-
-def shown_pipelines() -> list[tuple[Path, int, str]]:
-    out = []
-    for page in PAGES:
-        text = page.read_text(encoding="utf-8")
-        for m in FENCE.finditer(text):
-            if m.group(1) == "yaml" and m.group(2).startswith("runner: 1"):
-                out.append((page, text.count("\n", 0, m.start(2)) + 1, m.group(2)))
-    return out
-
-
-@pytest.mark.parametrize(
-    "shown", shown_pipelines(), ids=[f"{p.name}:{n}" for p, n, _t in shown_pipelines()]
-)
-def test_a_pipeline_a_page_shows_validates(shown: tuple[Path, int, str], tmp_path: Path) -> None:
-    page, line, text = shown
-    cwd = scratch(tmp_path)
-    (cwd / "shown.yaml").write_text(text, encoding="utf-8")
-    for rel in re.findall(r"template: (prompts/\S+)", text):  # a file the example names
-        path = cwd / rel
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{{ title }}\n")
-    res = subprocess.run(
-        [*runner_bin(), "validate", "shown.yaml"], cwd=cwd, capture_output=True, text=True
-    )
-    assert res.returncode == 0, f"{page.relative_to(ROOT)}:{line}: {res.stderr}"
 
 
 INLINE = re.compile(r"`(runner [^`]+)`")

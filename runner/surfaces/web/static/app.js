@@ -162,22 +162,19 @@ function followTiles(runId) {
 
 // -- the run list follows runs starting and finishing ----------------------------------------
 
-// The run list follows new and finishing runs: the page asks for itself again and swaps in
-// its list (laid out by the server, as on the first load) when a run started or moved on.
+// The run list follows new and finishing runs: it asks the API which runs there are and in
+// what status, and when that changed the page loads again (the server lays the list out:
+// grouped, counted, with previews), unless a filter is being typed into.
 function followRuns(table) {
-  const sig = (root) => [...root.querySelectorAll("tr[data-run]")]
-    .map((r) => r.dataset.run + ":" + r.dataset.status + ":" + (r.querySelector(".step-counts")?.textContent || "")).join(",");
+  const query = table.dataset.query;
+  const shown = [...table.querySelectorAll("tr[data-run]")].map((r) => r.dataset.run + ":" + r.dataset.status).join(",");
   async function poll() {
     try {
-      const res = await fetch(window.location.pathname + window.location.search, {headers: {Accept: "text/html"}});
+      const res = await fetch("/api/runs?limit=200" + (query ? "&" + query : ""));
       if (res.ok) {
-        const fresh = new DOMParser().parseFromString(await res.text(), "text/html");
-        const list = fresh.getElementById("runs");
-        const current = document.getElementById("runs");
-        if (list && current && sig(list) !== sig(current)) {
-          current.replaceWith(document.adoptNode(list));
-          document.getElementById("no-runs").hidden = !!list.querySelector("tr[data-run]");
-        }
+        const now = (await res.json()).runs.map((r) => r.id + ":" + r.status).join(",");
+        const typing = document.activeElement && document.activeElement.closest("form.filters");
+        if (now !== shown && !typing) { window.location.reload(); return; }
       }
     } catch (e) { /* the server went away: try again */ }
     setTimeout(poll, 1000);
