@@ -40,6 +40,9 @@ def _options(name: str) -> set[str]:
 def test_plan_takes_every_flag_of_apply_that_changes_what_runs() -> None:
     missing = _options("apply") - NOT_WHAT_RUNS - _options("plan")
     assert not missing, f"apply flags plan does not take: {sorted(missing)}"
+    # explain is plan's per-step view: the same flags but the budget's (it prices nothing)
+    missing = _options("apply") - NOT_WHAT_RUNS - {"max_cost"} - _options("explain")
+    assert not missing, f"apply flags explain does not take: {sorted(missing)}"
 
 
 def _actions(doc: dict[str, object]) -> dict[str, str]:

@@ -166,6 +166,8 @@ def plan_cmd(
 @pipeline_arg
 @param_option
 @click.option("--force", multiple=True, metavar="STEP", help="Explain as if STEP were forced.")
+@reask_option
+@retry_uncertain_option
 @click.option("--item", default=None, help="The item the apply would be for.")
 @state_option
 @json_option
@@ -173,6 +175,8 @@ def explain(
     file: Path,
     params: tuple[str, ...],
     force: tuple[str, ...],
+    reask: tuple[str, ...],
+    retry_uncertain: bool,
     item: str | None,
     state_dir: str | None,
     as_json: bool,
@@ -182,7 +186,15 @@ def explain(
 
     Example: runner explain pipeline.yaml
     """
-    doc, fc = plan_document(file, parse_params(params), state_dir, force, item)
+    doc, fc = plan_document(
+        file,
+        parse_params(params),
+        state_dir,
+        force,
+        item,
+        reask=reask,
+        retry_uncertain=retry_uncertain,
+    )
     if as_json:
         emit_json(doc)
         return
