@@ -152,7 +152,7 @@ def test_a_real_apply_reads_in_pipeline_order(project: Project) -> None:
     assert got.count("== phase one") == 1 and got.count("== phase two") == 1
     one, two = got.index("== phase one"), got.index("== phase two")
     assert one < got.index("  ran     slow") < two < got.index("  ran     late")
-    assert one < got.index("  ran     each[1]") < two
+    assert one < got.index("  ran     each[1 2]") < two  # element 1, named by its item 2
     # everything cached: no phase has anything to say, so no header
     again = subprocess.run(
         [*cmd, "--force", "late"], cwd=project.root, capture_output=True, text=True, timeout=120

@@ -25,11 +25,12 @@ from ... import __version__
 from ...state.filedigest import sha256_file
 from . import fastdoc
 
-FORMAT = 11  # 3: workspace files carry their real paths; 4: and their signature and digest;
+FORMAT = 12  # 3: workspace files carry their real paths; 4: and their signature and digest;
 # 5: the document digest is of the values read (source.data_digest), not of libyaml's events;
 # 6: the matches of each glob read; 7: and the keyed digest (engine/plan/fastdoc.py); 8: a forecast
 # always (the no-op journals its element keys); 9: the run's params; 10: progress, phase;
-# 11: ctime in every file's signature (an mtime set back after a same-size rewrite is seen)
+# 11: ctime in every file's signature (an mtime set back after a same-size rewrite is seen);
+# 12: a for_each's element labels (plan --json names each element as the planner does)
 # A signature this close to the recording time may hide a later same-size write (racy-git).
 _RACY_NS = 2_000_000_000
 # Step types whose apply has side effects beyond their outputs (image records, gates,
@@ -226,7 +227,10 @@ def record(
         # what `runner plan` says while the fingerprint holds: every step and element cached
         # (and the keys the no-op journals, element by element, as the full path does)
         "forecast": {
-            "steps": [_forecast_step(plan.steps[s].uses, outcomes[s]) for s in plan.order],
+            "steps": [
+                _forecast_step(plan.steps[s].uses, outcomes[s], report.labels.get(s))
+                for s in plan.order
+            ],
             "max_cost": plan.limits.max_cost,
             "directory": str(plan.directory),
             "file": plan.file.name,
@@ -305,14 +309,17 @@ def _cached_rows(doc: dict[str, Any]) -> list[tuple[str, int, str | None]]:
     return rows
 
 
-def _forecast_step(uses: str, outcome: Any) -> dict[str, Any]:
+def _forecast_step(uses: str, outcome: Any, labels: dict[int, str] | None) -> dict[str, Any]:
     elements = outcome.elements
-    return {
+    doc = {
         "id": outcome.id,
         "uses": uses,
         "key": outcome.key,
         "elements": None if elements is None else [e.key for e in elements],
     }
+    if elements is not None and labels:  # JSON keys are text: an element's index as a string
+        doc["labels"] = {str(i): name for i, name in labels.items()}
+    return doc
 
 
 def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str | None) -> None:

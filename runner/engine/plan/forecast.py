@@ -122,8 +122,10 @@ def from_fingerprint(doc: dict[str, Any]) -> Forecast | None:
         if s["elements"] is None:
             steps.append(StepForecast(s["id"], s["uses"], Action.CACHED, matched, s["key"]))
             continue
+        labels = s.get("labels") or {}
         elements = [
-            ElementForecast(i, Action.CACHED, matched, key) for i, key in enumerate(s["elements"])
+            ElementForecast(i, Action.CACHED, matched, key, label=labels.get(str(i)))
+            for i, key in enumerate(s["elements"])
         ]
         action, reasons = summarise(elements)
         steps.append(StepForecast(s["id"], s["uses"], action, reasons, elements=elements))

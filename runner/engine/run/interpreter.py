@@ -318,6 +318,7 @@ class Interpreter(Executions):
             started_ns=int(started * 1e9),
             verified=self.objects.verified_signatures(),
             reads=self.reads,
+            labels=self.recorder.labels,
         )
 
     # -- one step ------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ class RunReport:
     # object -> its stat signature when this process last verified or wrote it
     verified: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     reads: dict[str, list[str]] = field(default_factory=dict)  # read step -> the files it read
+    labels: dict[str, dict[int, str]] = field(default_factory=dict)  # for_each step -> names
 
     def summary(self) -> dict[str, int]:
         s = {"ran": 0, "cached": 0, "skipped": 0, "failed": 0}
