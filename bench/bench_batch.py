@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,9 @@ class InProcessService:
     async def find_upload(self, name: str) -> str | None:
         return name if name in self.files else None
 
-    async def create(self, file_id: str, endpoint: str, tag: str) -> RemoteBatch:
+    async def create(
+        self, file_id: str, endpoint: str, tag: str, lines: Callable[[], bytes]
+    ) -> RemoteBatch:
         t0, c0 = time.perf_counter(), time.process_time()
         out = []
         for raw in self.files[file_id].splitlines():
@@ -83,7 +86,9 @@ class InProcessService:
         self.batches[tag] = batch
         return RemoteBatch(tag, "validating", n)
 
-    async def find_batch(self, tag: str) -> RemoteBatch | None:
+    async def find_batch(
+        self, tag: str, *, since: float, total: int, known: frozenset[str]
+    ) -> RemoteBatch | None:
         return self.batches.get(tag)
 
     async def get(self, remote_id: str) -> RemoteBatch:

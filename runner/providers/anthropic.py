@@ -39,13 +39,16 @@ anthropics/anthropic-sdk-python's generated types):
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._http import HttpProvider, b64encode
 from .base import Capabilities, ProviderConfigError, TextRequest, TextResult
 from .honours import Honours
 from .openai import image_type
 from .usage import text_usage
+
+if TYPE_CHECKING:
+    from .anthropic_batch import AnthropicBatches
 
 API_VERSION = "2023-06-01"
 TOOL_NAME = "reply"
@@ -79,6 +82,11 @@ class AnthropicProvider(HttpProvider):
             "params",
         }
     )
+    # batch mode: how long an apply waits on a running batch, and a smaller split
+    operational_settings: ClassVar[frozenset[str]] = HttpProvider.operational_settings | {
+        "batch_wait",
+        "batch_max_requests",
+    }
     defaults: ClassVar[dict[str, Any]] = {
         "model": "claude-sonnet-4-5",
         "api_key_env": "ANTHROPIC_API_KEY",
@@ -120,6 +128,12 @@ class AnthropicProvider(HttpProvider):
                 "messages": "give messages in the step's messages: or prompt:",
             },
         )
+
+    def batch_api(self) -> AnthropicBatches:
+        """Its Message Batches endpoints (batch mode: docs/providers.md)."""
+        from .anthropic_batch import AnthropicBatches
+
+        return AnthropicBatches(self)
 
     # --- the request ------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ journals the batches; docs/providers.md, "Batch mode").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,7 +61,13 @@ class LineResult:
 
 
 class BatchAPI(Protocol):
-    """A provider's batch endpoints. ``max_requests`` / ``max_bytes``: one batch's limits."""
+    """A provider's batch endpoints. ``max_requests`` / ``max_bytes``: one batch's limits.
+
+    ``upload`` puts the JSONL of the batch's lines where the service takes it (a service that
+    takes the requests in the creation itself returns a placeholder, and ``create`` reads
+    ``lines()``); ``find_upload`` / ``find_batch`` find what a request whose reply was lost made
+    (``tag``: runner's batch id; ``since``: when runner journaled it; ``total``: its lines;
+    ``known``: the service's batch ids runner already holds, none of which it can be)."""
 
     max_requests: int
     max_bytes: int
@@ -79,9 +86,13 @@ class BatchAPI(Protocol):
 
     async def find_upload(self, name: str) -> str | None: ...
 
-    async def create(self, file_id: str, endpoint: str, tag: str) -> RemoteBatch: ...
+    async def create(
+        self, file_id: str, endpoint: str, tag: str, lines: Callable[[], bytes]
+    ) -> RemoteBatch: ...
 
-    async def find_batch(self, tag: str) -> RemoteBatch | None: ...
+    async def find_batch(
+        self, tag: str, *, since: float, total: int, known: frozenset[str]
+    ) -> RemoteBatch | None: ...
 
     async def get(self, remote_id: str) -> RemoteBatch: ...
 

@@ -12,6 +12,7 @@ request and the journal) is found again, never made twice (engine/run/batchdesk.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._http import b64decode, usage_ints
@@ -112,7 +113,9 @@ class OpenAIBatches:
                 return str(f["id"])
         return None
 
-    async def create(self, file_id: str, endpoint: str, tag: str) -> RemoteBatch:
+    async def create(
+        self, file_id: str, endpoint: str, tag: str, lines: Callable[[], bytes]
+    ) -> RemoteBatch:
         body = {
             "input_file_id": file_id,
             "endpoint": endpoint,
@@ -121,7 +124,9 @@ class OpenAIBatches:
         }
         return _batch(await self._json("POST", "batches", json=body))
 
-    async def find_batch(self, tag: str) -> RemoteBatch | None:
+    async def find_batch(
+        self, tag: str, *, since: float, total: int, known: frozenset[str]
+    ) -> RemoteBatch | None:
         after: str | None = None
         for _ in range(_LIST_PAGES):
             q: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}

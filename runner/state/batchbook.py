@@ -128,6 +128,12 @@ def item(journal: BatchedJournal, batch_id: str, key: str) -> tuple[str | None, 
     return (row[0], row[1]) if row else (None, None)
 
 
+def remote_ids(journal: BatchedJournal) -> frozenset[str]:
+    """The service's ids of every batch runner journaled as made."""
+    rows = journal.conn.execute("SELECT remote_id FROM batches WHERE remote_id IS NOT NULL")
+    return frozenset(r[0] for r in rows)
+
+
 def items(journal: BatchedJournal, batch_id: str) -> list[dict[str, Any]]:
     return journal.query(
         "SELECT key, line, status FROM batch_items WHERE batch_id=? ORDER BY rowid", (batch_id,)

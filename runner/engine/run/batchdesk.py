@@ -168,18 +168,24 @@ class BatchDesk:
             return
         self._made[batch_id] = (str(row["step_id"]), provider, api)
         name = f"runner-{batch_id}.jsonl"
+
+        def lines() -> bytes:
+            return b"".join(bytes(i["line"]) for i in batchbook.items(self.journal, batch_id))
+
         if row["status"] == "intent":
             file_id = await api.find_upload(name)
             if file_id is None:
-                data = b"".join(bytes(i["line"]) for i in batchbook.items(self.journal, batch_id))
-                file_id = await api.upload(name, data)
+                file_id = await api.upload(name, lines())
             batchbook.update_batch(self.journal, batch_id, status="uploaded", file_id=file_id)
             row["status"], row["file_id"] = "uploaded", file_id
             self._status[batch_id] = "uploaded"
         if row["status"] == "uploaded":
-            remote = await api.find_batch(batch_id)
+            since, total = float(row["created_at"]), int(row["total"] or 0)
+            known = batchbook.remote_ids(self.journal)
+            remote = await api.find_batch(batch_id, since=since, total=total, known=known)
             if remote is None:
-                remote = await api.create(str(row["file_id"]), str(row["endpoint"]), batch_id)
+                file_id, endpoint = str(row["file_id"]), str(row["endpoint"])
+                remote = await api.create(file_id, endpoint, batch_id, lines)
             self._note(batch_id, remote, status="submitted")
             self._status[batch_id] = "submitted"
             self.say(str(row["step_id"]), _progress(batch_id, remote))
@@ -190,7 +196,7 @@ class BatchDesk:
             batch_id,
             remote_id=remote.id,
             remote_status=remote.status,
-            total=remote.total or None,
+            **({"total": remote.total} if remote.total else {}),  # (0 while it validates)
             done=remote.completed,
             failed=remote.failed,
             expires_at=remote.expires_at,
