@@ -506,3 +506,23 @@ def test_an_image_step_with_n_sends_its_iterations_as_one_batch(tmp_path: Path) 
         assert batch["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
         assert len(_images(tmp_path)) == 4  # four calls (four keys), each with its image
         assert server.count("POST", "/v1/images/generations") == 0
+
+
+def test_a_failed_check_is_retried_with_its_feedback_in_a_follow_up_batch(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double") as server:
+        assert isinstance(server, OpenAIBatchServer)
+        pipeline = _project(tmp_path, server.url, 6, extra="batch_wait = 30")
+        text = pipeline.read_text(encoding="utf-8")
+        text = text.replace(
+            "output.text.startswith('echo')",
+            "item != 3 or 'Previous attempt failed because' in output.text",
+        ).replace("    with:", "    retries: 1\n    with:")
+        pipeline.write_text(text, encoding="utf-8")
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        first, follow_up = sorted(server.batches(), key=lambda b: b["created_at"])
+        assert first["request_counts"]["total"] == 6
+        assert follow_up["request_counts"]["total"] == 1  # element 3, with its feedback
+        answers = _outputs(tmp_path).values()
+        assert any(a.startswith("echo: word 3") and "Previous attempt failed" in a for a in answers)
+        assert server.count("POST", "/v1/chat/completions") == 0
