@@ -67,9 +67,29 @@ _TOOLS: dict[str, _Tool] = {
 }
 
 
+# Commands that run the command in their arguments (`env sh`, `exec sh`, `timeout 5 sh`), with
+# how many operands they take before it; their options are skipped too.
+_WRAPPERS = {"env": 0, "exec": 0, "command": 0, "builtin": 0, "nice": 0, "nohup": 0}
+_WRAPPERS |= {"time": 0, "stdbuf": 0, "setsid": 0, "chrt": 1, "ionice": 0, "timeout": 1}
+
+
+def unwrapped(names: list[str]) -> list[str]:
+    """``names`` without the commands in front that only run the rest (``env A=1 exec sh``:
+    ``sh``); an option or assignment of theirs is dropped with them."""
+    i = 0
+    while i < len(names) and names[i] in _WRAPPERS:
+        skip = _WRAPPERS[names[i]]
+        i += 1
+        while i < len(names) and (names[i][:1] == "-" or "=" in names[i]):
+            i += 1
+        i += skip
+    return names[i:] if i else names
+
+
 def runs_input(names: list[str]) -> bool:
     """Whether the simple command ``names`` runs what it reads on its input as code
-    (``| sh``, ``| xargs sh -c``, ``bash <<< text``)."""
+    (``| sh``, ``| env sh``, ``| xargs sh -c``, ``bash <<< text``)."""
+    names = unwrapped(names)
     first = names[0] if names else ""
     if first in _SHELLS or first in _RUNS_ARGS:
         return True
@@ -83,9 +103,14 @@ def reparsed(words: list[str | None], holder: str) -> str | None:
     with an expansion), whose text before the value is ``holder``, would be evaluated as code,
     or None. ``sh -c 'script' name args``: the script would be; the args are not."""
     names = [w.rsplit("/", 1)[-1] if w is not None else None for w in words]
-    last = len(words)
+    if names and names[0] is not None and names[0] in _WRAPPERS and None not in names:
+        plain = [n for n in names if n is not None]
+        names = names[len(plain) - len(unwrapped(plain)) :]
+    last = len(names)
     if _SUBSCRIPT.match(holder):
         return "is inside an array subscript, which bash evaluates as arithmetic (running $( ))"
+    if names and names[0] is None and any(n in _RUNS_FLAGS or n == "-c" for n in names[1:]):
+        return "follows -c of a command named by an expansion ($SHELL -c), which may be a shell"
     for i, name in enumerate(names[:last]):
         if name in _RUNS_ARGS:
             return f"is an argument of `{name}`, which runs its arguments as shell code"

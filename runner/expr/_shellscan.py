@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ._shellcode import TEST_ARITH, reparsed, runs_input
+from ._shellcode import TEST_ARITH, reparsed, runs_input, unwrapped
 from ._shellgrammar import (
     ARITH_CHARS,
     ARITH_OPS,
@@ -156,8 +156,8 @@ class Scanner:
         if c == "\\":
             if text[i + 1 : i + 2] == "\n":
                 return i + 2  # a line continuation: gone before the shell reads words
-            if kind is Kind.CMD:
-                self._word(plain=False)
+            if kind is Kind.CMD:  # `s\h` is the word sh: the escaped letter is kept
+                self._word(plain=False, char=text[i + 1 : i + 2])
             return self._escape(text, i)
         if c == "`":
             self._word(plain=False, literal=False)
@@ -226,6 +226,11 @@ class Scanner:
             self.stack.pop()
         elif c == "{":
             self._lose("a { inside ${...}")
+        elif c == "@":  # ${x@P}: bash expands a variable's value as a prompt, running $( )
+            self.late.append(
+                "a ${...@...} transformation: bash may expand a variable's value as a prompt "
+                "(${x@P} runs its $( )), a value in the command could reach it"
+            )
         elif c in "'\"" and top.in_double:
             self._lose('a quote inside "${...}"')
         elif c == "'":
@@ -412,7 +417,8 @@ class Scanner:
             return
         if runs_input(names):
             how = "given on the input of" if frame.stdin_holds else "piped into"
-            self.late.append(f"a ${{{{ }}}} value is {how} `{names[0]}`, which runs it as code")
+            name = (unwrapped(names) or names)[0]
+            self.late.append(f"a ${{{{ }}}} value is {how} `{name}`, which runs it as code")
 
     def _operator(self, text: str, i: int) -> int:
         top = self.stack[-1]
@@ -459,6 +465,9 @@ class Scanner:
         if top.cases and top.cases[-1] != "body":
             self._lose("a redirection in a case pattern")
         if text[i + 1 : i + 2] == "(":  # <( ) and >( ): bash's process substitution
+            # bash's alone (a syntax error to dash), and what it feeds may run a value given
+            # anywhere in the command (`echo v | tee >(sh)`): refused wherever the value is.
+            self.late.append("<( ) or >( ) (process substitution) in a command with a ${{ }} value")
             self._word(plain=False, literal=False)
             self.stack.append(Frame(Kind.CMD, closer=")"))
             return i + 2
@@ -496,7 +505,9 @@ class Scanner:
             if text[i + 1 : i + 2] == "(":
                 top.depth = 1  # (( )): bash's arithmetic command, dash's two subshells
                 return i + 2
-            self.stack.append(Frame(Kind.CMD, closer=")"))
+            # A subshell reads the pipe its command reads: `| (sh)` runs a value piped in.
+            inner = Frame(Kind.CMD, closer=")", piped=top.piped, pipe_holds=top.pipe_holds)
+            self.stack.append(inner)
             return i + 1
         self._end_word()
         rest = text[i + 1 :].lstrip(" \t")

@@ -11,6 +11,7 @@ mistake raises RuleError/ExpressionError with its file:line:column.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,17 +276,62 @@ def _raw_shell(rule: Rule) -> Iterator[LintWarning]:
         yield from _raw_shell(child)
 
 
+# Arithmetic bash evaluates a variable's value in as an expression, recursively: a subscript in
+# it (`a[$(cmd)]`) runs cmd. A ${{ }} value (by environment, or through a variable the command
+# sets from one) reaching it is evaluated, not just read.
+_BASH_ARITH = re.compile(r"\$\(\(|\(\(|\$\[|\blet\s|-(?:eq|ne|lt|le|gt|ge)\b")
+
+
 def raw_shell_steps(steps: Mapping[str, Any]) -> list[LintWarning]:
-    """Steps (compiled, by id) whose ``with: {raw: true}`` pastes values as shell text."""
-    return [
-        LintWarning(
-            "raw-shell",
-            f"step '{sid}' pastes ${{{{ }}}} values into its command unquoted (raw: true)",
-            step.where,
-        )
-        for sid, step in steps.items()
-        if isinstance(step.args, dict) and step.args.get("raw") is True and step.uses == "shell"
-    ]
+    """Steps (compiled, by id) whose ``with: {raw: true}`` pastes values as shell text, and
+    commands (a shell step's ``run``, its ``exec`` checks) that do arithmetic where values
+    stand: under bash (macOS's /bin/sh, a `bash -c`) arithmetic evaluates a value as code."""
+    found: list[LintWarning] = []
+    for sid, step in steps.items():
+        if not isinstance(step.args, dict):
+            continue
+        runs = [step.args.get("run")] if step.uses == "shell" else []
+        if step.uses == "shell" and step.args.get("raw") is True:
+            found.append(
+                LintWarning(
+                    "raw-shell",
+                    f"step '{sid}' pastes ${{{{ }}}} values into its command unquoted (raw: true)",
+                    step.where,
+                )
+            )
+        for rule in [step.when, *getattr(step, "checks", ())]:
+            runs += _exec_runs(rule)
+        for run in map(_command_text, runs):
+            if "${{" in run and _BASH_ARITH.search(run):
+                found.append(
+                    LintWarning(
+                        "shell-arithmetic",
+                        f"step '{sid}' does arithmetic in a command holding ${{{{ }}}} values: "
+                        "bash evaluates a variable's value there as an expression (a[$(cmd)] "
+                        'runs cmd); check a value is a number first ([ "$x" -eq "$x" ] in '
+                        "sh) or keep it out of the arithmetic",
+                        step.where,
+                    )
+                )
+                break
+    return found
+
+
+def _command_text(run: Any) -> str:
+    """A command as written, from its text or its compiled form (each value as ``${{ }}``)."""
+    from .values import Interpolation
+
+    if isinstance(run, Interpolation):
+        return "".join(p if isinstance(p, str) else "${{ }}" for p in run.parts)
+    return run if isinstance(run, str) else ""
+
+
+def _exec_runs(rule: Any) -> list[Any]:
+    """The ``run`` texts, as written, of the ``exec`` checks in ``rule`` (None: no rule)."""
+    if rule is None:
+        return []
+    own = [rule.raw.get("run")] if rule.kind == "exec" and isinstance(rule.raw, dict) else []
+    return own + [r for child in rule.children() for r in _exec_runs(child)]
 
 
 def _param_of(node: nodes.Node) -> str | None:

@@ -1,4 +1,8 @@
-"""``${{ }}`` values inside a shell command: data, never shell syntax.
+"""``${{ }}`` values inside a shell command: where each stands, and the command with them quoted.
+
+What runs is not this text: values reach a command through its environment (shellenv.py), which
+uses the places learnt here. The text with the values quoted in is what a shell step's key is
+made of (as it was when it ran), so keys did not change when values moved to the environment.
 
 A command such as ``echo '${{ params.title }}' > out/t.txt`` is split into its literal text and
 its values. The literal text is scanned as /bin/sh would read it, to learn where each value
@@ -20,7 +24,7 @@ naming the place. Such a value can go through the environment instead (``env: {T
 says ``raw: true``, and `runner check` reports it. tests/security/test_shell_fuzz.py runs
 generated commands under bash and dash to hold the scanner to what the shells do.
 
-The shell step and the ``exec`` check both render their commands here.
+The shell step renders its key's text here; it and the ``exec`` check run shellenv's script.
 """
 
 from __future__ import annotations

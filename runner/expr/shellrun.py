@@ -78,7 +78,7 @@ async def run_shell(
     """
     hold = command_slot.get()
     with _Captured() as out, _Captured() as err:
-        simple = _simple(command) if _direct_possible(cwd) else None
+        simple = _simple(command, env) if _direct_possible(cwd) else None
         async with hold() if hold is not None else contextlib.nullcontext():
             proc: _Child | None = None
             if simple is not None:
@@ -247,6 +247,8 @@ _REDIRECTS = {
     ">": (1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
     ">>": (1, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
 }
+# A word that is exactly one value's reference, as shellenv writes a bare one (whitespace-free).
+_VALUE_WORD = re.compile(r'"\$\{(RUNNER_VALUE_[0-9]+)\}"')
 # Names a shell answers itself (builtins and keywords of dash, bash and POSIX): left to it.
 _SHELL_WORDS = frozenset((
     ".", ":", "alias", "bg", "bind", "break", "builtin", "caller", "case", "cd", "chdir",
@@ -268,10 +270,12 @@ class _Simple:
     redirects: tuple[tuple[int, str, int], ...]  # (descriptor, file, open flags), in order
 
 
-def _simple(command: str) -> _Simple | None:
+def _simple(command: str, env: Mapping[str, str] | None = None) -> _Simple | None:
     """``command`` as words and redirections when no shell would expand or interpret any of
-    it further, else None."""
-    if _SIMPLE.fullmatch(command.strip("\n")) is None:  # (a newline inside: two commands)
+    it further, else None. A word that is only a value's reference (``"${RUNNER_VALUE_1}"``,
+    runner/expr/shellenv.py) is the value itself, as dash expands it: one word, as it is."""
+    checked = _VALUE_WORD.sub("v", command) if '"${' in command else command
+    if _SIMPLE.fullmatch(checked.strip("\n")) is None:  # (a newline inside: two commands)
         return None
     argv: list[str] = []
     redirects: list[tuple[int, str, int]] = []
@@ -280,9 +284,18 @@ def _simple(command: str) -> _Simple | None:
         redirect = _REDIRECTS.get(token)
         if redirect is not None:
             name = next(tokens, None)
-            if name is None or _WORD.fullmatch(name) is None:
+            if name is not None and name[:1] == '"':
+                name = _value_of(name, env)  # a value: the file's name, whatever it holds
+            elif name is not None and _WORD.fullmatch(name) is None:
+                name = None
+            if name is None:
                 return None
             redirects.append((redirect[0], name, redirect[1]))
+        elif token[:1] == '"':
+            value = _value_of(token, env)
+            if value is None:
+                return None
+            argv.append(value)
         elif _WORD.fullmatch(token) is None:
             return None  # `<` or `>` inside a word (`2>err`, `>out`)
         else:
@@ -290,6 +303,12 @@ def _simple(command: str) -> _Simple | None:
     if not argv or _NAME.fullmatch(argv[0]) is None or argv[0] in _SHELL_WORDS:
         return None
     return _Simple(argv, tuple(redirects))
+
+
+def _value_of(token: str, env: Mapping[str, str] | None) -> str | None:
+    """The value a word that is one whole reference expands to (None: not one, or unset)."""
+    m = _VALUE_WORD.fullmatch(token)
+    return None if m is None or env is None else env.get(m.group(1))
 
 
 @functools.cache

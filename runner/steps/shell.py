@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import Location, StepFailure
-from ..expr.shellquote import Unquotable, check_command, render_command
+from ..expr.shellenv import check_names
+from ..expr.shellenv import command as shell_command
+from ..expr.shellquote import Unquotable, check_command
 from ..expr.values import as_text
 from ..source.paths import check_inside, inside, real_below
 from ..source.secretenv import command_environment
@@ -36,6 +38,10 @@ class ShellStep(StepType):
     runs_anywhere = True  # a Dask worker may run it (engine/run/executors.py)
     version = "1"
     description = "Run a command with /bin/sh in the pipeline's directory."
+    key_neutral: ClassVar[Mapping[str, str]] = {
+        "script": "made by runner from `run` (not written by a user): the script that runs, its "
+        "${{ }} values by environment; `run`, keyed, holds the same values quoted in",
+    }
     output_doc: ClassVar[dict[str, str]] = {
         "exit_code": "integer: the command's exit status (0: a non-zero one fails the step)",
         "stdout": "string: its standard output (the first 64 KiB)",
@@ -49,7 +55,12 @@ class ShellStep(StepType):
         "additionalProperties": False,
         "required": ["run"],
         "properties": {
-            "run": {"type": "string", "description": "The command, run with /bin/sh -c."},
+            "run": {
+                "type": "string",
+                "description": "The command, run with /bin/sh -c. Each ${{ }} in it reaches "
+                "the command as an environment variable the script expands, quoted, where the "
+                "value stands: the shell never parses a value.",
+            },
             "inputs": {
                 "type": "array",
                 "items": {"type": "string"},
@@ -79,7 +90,7 @@ class ShellStep(StepType):
                 "type": "boolean",
                 "default": False,
                 "description": "Paste ${{ }} values into run as shell text, unquoted (they "
-                "are otherwise quoted for where they stand); `runner check` reports it.",
+                "otherwise reach it by environment); `runner check` reports it.",
             },
         },
     }
@@ -89,6 +100,13 @@ class ShellStep(StepType):
             raise invalid("raw must be true or false, written as such (not an expression)", where)
         if isinstance(args.get("run"), str):
             check_command(args["run"], raw=args.get("raw") is True, where=where)
+        env, pass_env = args.get("env"), args.get("pass_env")
+        check_names(
+            args.get("run"),
+            env if isinstance(env, dict) else (),
+            pass_env if isinstance(pass_env, list) else (),
+            where,
+        )
         for field in ("inputs", "outputs"):
             for i, rel in enumerate(args.get(field) or []):
                 if isinstance(rel, str) and "${{" not in rel:
@@ -106,9 +124,11 @@ class ShellStep(StepType):
                 args[name] = super().evaluate(value, context)
                 continue
             try:
-                args[name] = render_command(value, context, raw=raw)
+                args[name], script = shell_command(value, context, raw=raw)
             except Unquotable as exc:
                 raise StepFailure(f"run: {exc.reason}") from None
+            if script.values:  # the key is made of `run` (values quoted in, as before)
+                args["script"] = script.to_json()
         return args
 
     def produces(self, args: Mapping[str, Any]) -> list[str]:
@@ -137,7 +157,9 @@ class ShellStep(StepType):
         )
         from ..expr.shellrun import run_shell  # asyncio: not needed to validate a pipeline
 
-        done = await run_shell(args["run"], cwd=ctx.root, env=env)
+        script = args.get("script") or {"script": args["run"], "values": {}}
+        env.update(script["values"])  # check_names keeps the user's own names apart
+        done = await run_shell(script["script"], cwd=ctx.root, env=env)
         code, out, err = done.code, done.stdout, done.stderr
         output: dict[str, Any] = {"exit_code": code, "files": {}}
         artifacts: list[str] = []

@@ -228,7 +228,7 @@ def _both_ways(
         for name, data in pristine.items():
             (root / name).write_bytes(data)
         if way == "shell":
-            monkeypatch.setattr(shellrun, "_simple", lambda _command: None)
+            monkeypatch.setattr(shellrun, "_simple", lambda _command, _env=None: None)
         done = asyncio.run(run_shell(command, cwd=root, **kwargs))
         files = {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
         runs.append((done.code, done.stdout, done.stderr, files))
@@ -258,6 +258,46 @@ def test_a_simple_command_runs_as_the_shell_would_run_it(
     direct, shell, spawned = _both_ways(command, tmp_path, monkeypatch)
     assert direct == shell
     assert spawned[0] != "/bin/sh" and spawned[1:] == ["/bin/sh"]  # the first went direct
+
+
+@needs_dash
+@pytest.mark.parametrize(
+    ("command", "values"),
+    [
+        ('cat "${RUNNER_VALUE_1}" > "${RUNNER_VALUE_2}"', ["in.txt", "out $(x) 'y'.txt"]),
+        ('head -c "${RUNNER_VALUE_1}" in.txt', ["3"]),
+        ('cat < "${RUNNER_VALUE_1}" >> log.txt', ["in.txt"]),
+        ('wc -c "${RUNNER_VALUE_1}" in.txt', ["*.txt\n`id`"]),  # cat's complaint, the same
+        ('"${RUNNER_VALUE_1}" in.txt', ["cat"]),
+    ],
+)
+def test_a_simple_command_with_values_by_environment_runs_as_the_shell_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, values: list[str]
+) -> None:
+    """A word that is one value's reference (runner/expr/shellenv.py) is the value, one word
+    as it is: started directly, it does what dash does with it."""
+    (tmp_path / "in.txt").write_text("hello\n")
+    (tmp_path / "log.txt").write_text("before\n")
+    env = {"PATH": os.environ["PATH"]} | {f"RUNNER_VALUE_{i}": v for i, v in enumerate(values, 1)}
+    direct, shell, spawned = _both_ways(command, tmp_path, monkeypatch, env=env)
+    assert direct == shell
+    assert spawned[0] != "/bin/sh" and spawned[1:] == ["/bin/sh"]  # the first went direct
+
+
+@needs_dash
+@pytest.mark.parametrize(
+    "command",
+    [
+        'cat "${RUNNER_VALUE_9}"',
+        'cat a"${RUNNER_VALUE_1}"',
+        'cat "${RUNNER_VALUE_1}"b',
+        'cat "${X}"',
+    ],
+)
+def test_a_reference_that_is_not_a_whole_word_of_a_set_value_goes_to_the_shell(
+    command: str,
+) -> None:
+    assert shellrun._simple(command, {"RUNNER_VALUE_1": "in.txt", "X": "in.txt"}) is None
 
 
 @needs_dash

@@ -1,22 +1,33 @@
-"""Differential fuzzing of the shell scanner (runner/expr/_shellscan.py) against real shells.
+"""Differential fuzzing of shell commands with ``${{ }}`` values against real shells.
 
-Hypothesis builds shell commands from a grammar (quotes, $( ), "$( )", case arms, subshells,
-groups, functions, loops, arithmetic, (( )), [[ ]], here-documents, here-strings, comments,
-escapes, pipelines) holding ``${{ v }}`` values in places both safe and unsafe. For every command
-the scanner accepts, it is rendered twice, with a plain value and with a hostile one, and run by
-bash and by dash (/bin/sh on Debian). What the command prints (``printf '%s\\0'`` into a file)
-with the hostile value must be what it printed with the plain one, the plain value replaced by
-the hostile one byte for byte, and no file may appear (the payloads ``touch`` one). A command the
-scanner refuses is fine: refusing is its answer for what it cannot prove.
+A value never enters the script text (runner/expr/shellenv.py): it reaches the command as an
+environment variable the script expands, quoted for where it stands as runner/expr/_shellscan.py
+learns it. What is proved here, under bash and dash (/bin/sh on Debian), with hostile values
+whose payloads ``touch`` a PWNED file:
 
-CI runs a bounded number of examples; RUNNER_FUZZ=soak runs many more (locally).
-Every failure found becomes a plain case in test_shell_regressions.py.
+1. For every command the scanner accepts, the script run with a hostile value prints (``printf
+   '%s\\0'`` into a file) what it printed with a plain one, the plain value replaced by the
+   hostile one byte for byte, and no file appears: the value is one piece of data.
+2. Whatever the scanner says, no value runs as code in the command text itself: the test builds
+   the script with every reference written for a place drawn at random (as a scanner mistake
+   would write it) and no PWNED marker appears. A wrong place can print the wrong text (a
+   reference kept literal inside '...', or expanded unquoted and split into words), never parse
+   a value. The claim is the shell runner starts: commands that hand an expanded value to
+   something that runs text -- ``eval``, ``sh -c "$x"``, ``| sh``, bash arithmetic on it,
+   ``${x@P}`` -- are the user's program reading data as code; the scanner refuses the ones it
+   knows (tested as such), and bounding the rest is the sandbox's job. Those constructs are kept
+   out of claim 2's corpus (``EVALUATES``).
+
+A command the scanner refuses is fine for claim 1: refusing is its answer for what it cannot
+prove. CI runs a bounded number of examples; RUNNER_FUZZ=soak runs many more (locally). Every
+failure found becomes a plain case in test_shell_regressions.py or test_shell_forms.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +39,8 @@ from hypothesis import strategies as st
 
 from runner.errors import ExpressionError
 from runner.expr import compile_value
-from runner.expr.shellquote import Unquotable, render_command
+from runner.expr.shellenv import Script, reference, script_command
+from runner.expr.shellquote import Place, Unquotable
 
 SHELLS = [s for s in (shutil.which("bash"), shutil.which("dash"), "/bin/sh") if s]
 SOAK = os.environ.get("RUNNER_FUZZ") == "soak"
@@ -234,17 +246,22 @@ def program(draw: st.DrawFn) -> str:
     return order[0] + "".join(s + item for s, item in zip(seps, order[1:], strict=True))
 
 
-def _render(template: str, value: str) -> str | None:
+def _render(template: str, value: str) -> Script | None:
     try:
-        return render_command(compile_value(template, lambda _p: None), {"v": value})
+        return script_command(compile_value(template, lambda _p: None), {"v": value})
     except (Unquotable, ExpressionError):  # ExpressionError: the soup wrote "${{" itself
         return None
 
 
-def _run(shell: str, command: str, cwd: Path) -> tuple[bytes, list[str]]:
+def _run(shell: str, command: str | Script, cwd: Path) -> tuple[bytes, list[str]]:
+    """Run ``command`` (a script with its values, or plain text) with ``shell -c`` in ``cwd``:
+    what it printed into ``o`` and the files it left."""
     for leftover in cwd.iterdir():
         leftover.unlink()
+    script = command if isinstance(command, Script) else Script(command)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"}
+    env.update(script.values)
+    command = script.text
     proc = subprocess.Popen(
         [shell, "-c", command],
         cwd=cwd,
@@ -271,6 +288,7 @@ def check_program(template: str, hostile: str, cwd: Path) -> None:
     if plain_cmd is None or hostile_cmd is None:
         assert plain_cmd is None and hostile_cmd is None, template  # refusal is per place
         return
+    assert plain_cmd.text == hostile_cmd.text  # the script never holds a value
     for shell in SHELLS:
         plain, made_plain = _run(shell, plain_cmd, cwd)
         got, made = _run(shell, hostile_cmd, cwd)
@@ -278,6 +296,60 @@ def check_program(template: str, hostile: str, cwd: Path) -> None:
         assert made == sorted(m.replace(PLAIN, hostile) for m in made_plain), (shell, hostile_cmd)
         expect = plain.replace(PLAIN.encode(), hostile.encode())
         assert got == expect, (shell, hostile_cmd)
+
+
+# Constructs that hand an expanded value to something that runs text: out of claim 2 (see the
+# module doc). A template holding one is left out of the forced-places corpus.
+EVALUATES = re.compile(
+    r"\$\(\(|\(\(|\$\[|\[\[|\b(eval|sh|bash|dash|let|read|declare|typeset|local|export|"
+    r"alias|trap|source|xargs|find|mapfile|readarray|getopts)\b|printf -v|-v\b|-exec|\B\.\s|@P"
+)
+ANY_PLACE = st.sampled_from([Place.BARE, Place.SINGLE, Place.DOUBLE])
+
+
+def forced(template: str, value: str, chosen: list[Place]) -> Script:
+    """``template``'s script as a scanner that answered ``chosen`` would write it."""
+    literals = template.split(V)
+    out, env = [literals[0]], {}
+    for i, lit in enumerate(literals[1:], 1):
+        env[f"RUNNER_VALUE_{i}"] = value
+        out += [reference(f"RUNNER_VALUE_{i}", chosen[(i - 1) % len(chosen)]), lit]
+    return Script("".join(out), env)
+
+
+def check_no_value_runs(template: str, hostile: str, chosen: list[Place], cwd: Path) -> None:
+    """Claim 2 for one command, one hostile value and the places a scanner might have said."""
+    if V not in template or EVALUATES.search(template):
+        return
+    script = forced(template, hostile, chosen)
+    for shell in SHELLS:
+        _out, made = _run(shell, script, cwd)
+        assert not [m for m in made if m.startswith("PWNED")], (shell, script)
+
+
+@settings(
+    max_examples=3000 if SOAK else 120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    template=program(),
+    hostile=st.sampled_from(HOSTILE) | META,
+    chosen=st.lists(ANY_PLACE, min_size=1, max_size=4),
+)
+def test_whatever_place_the_scanner_says_no_value_runs(
+    template: str, hostile: str, chosen: list[Place], tmp_path: Path
+) -> None:
+    check_no_value_runs(template, hostile + PAYLOAD, chosen, tmp_path)
+
+
+@pytest.mark.parametrize("risky", RISKY)
+@pytest.mark.parametrize("place", [Place.BARE, Place.SINGLE, Place.DOUBLE])
+def test_in_risky_places_a_wrong_place_runs_no_value(
+    risky: str, place: Place, tmp_path: Path
+) -> None:
+    for hostile in HOSTILE:
+        check_no_value_runs(risky, hostile + PAYLOAD, [place], tmp_path)
 
 
 @settings(
@@ -298,6 +370,7 @@ DIVERGENT = {
     ': "${x:-"$(echo \')\')"}"',
     "case x in x) : ;& y) : ;; esac",
     "[[ ( a == a ) ]]",
+    "cat <(echo ')') >/dev/null",  # process substitution: bash's; dash stops at a syntax error
 }
 
 

@@ -2,8 +2,8 @@
 
 The command runs with /bin/sh in its own process group, so on a timeout the whole group
 (background children included) is killed, and no process it started outlives the check.
-Values of ``${{ }}`` inside ``run`` are quoted for where they stand, as in the shell step
-(runner/expr/shellquote.py): data can never become shell syntax.
+Values of ``${{ }}`` inside ``run`` reach the command through its environment, as in the shell
+step (runner/expr/shellenv.py): the shell never parses a value.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 from ...errors import InvalidPipeline, Location
 from ...source.paths import inside
 from .. import Compiled, evaluate_value
-from ..shellquote import Unquotable, check_command, render_command
+from ..shellenv import Script, check_names, script_command
+from ..shellquote import Unquotable, check_command
 from ..values import as_text
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 
@@ -69,16 +70,16 @@ class ExecRule(Rule):
         found.update(dict.fromkeys(self.inputs, True))
         return found
 
-    def command(self, context: Mapping[str, Any]) -> str:
-        """The command text, with every expression's value quoted where it stands. Raises
-        Unquotable (a value with a NUL byte)."""
-        return render_command(self.run, context, raw=self.raw_shell)
+    def command(self, context: Mapping[str, Any]) -> Script:
+        """The script that runs, every expression's value by environment. Raises Unquotable
+        (a value with a NUL byte)."""
+        return script_command(self.run, context, raw=self.raw_shell)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
         from ..shellrun import run_shell  # asyncio loads when a check runs, not to validate
 
         try:
-            command = self.command(context)
+            script = self.command(context)
         except Unquotable as exc:
             return Verdict(False, [f"exec: {exc.reason}"], error=True)
         from ...source.secretenv import command_environment
@@ -86,6 +87,8 @@ class ExecRule(Rule):
 
         own = {k: as_text(v) for k, v in evaluate_value(self.env, context).items()}
         env = command_environment(own, pass_env=self.pass_env, named=provider_env_names(root))
+        env.update(script.values)  # check_names keeps the user's own names apart
+        command = script.text
         shown = command if len(command) <= 80 else command[:79] + "…"
         try:
             done = await run_shell(
@@ -177,8 +180,9 @@ class Exec(CheckType):
             "run": {
                 "type": "string",
                 "minLength": 1,
-                "description": "The shell command; values of ${{ }} inside it are quoted for "
-                "where they stand (bare, in '...', in \"...\").",
+                "description": "The shell command; values of ${{ }} inside it reach it as "
+                "environment variables it expands, quoted where they stand (bare, in '...', "
+                'in "...").',
             },
             "raw": {
                 "type": "boolean",
@@ -221,6 +225,8 @@ class Exec(CheckType):
         if not isinstance(raw_shell, bool):
             raise InvalidPipeline("exec: raw must be true or false", where=scope.where(path))
         check_command(args["run"], raw=raw_shell, where=scope.where((*path, "run")))
+        env_names = args.get("env") if isinstance(args.get("env"), dict) else {}
+        check_names(args["run"], env_names, args.get("pass_env") or (), scope.where(path))
         inputs: list[str] = []
         for i, rel in enumerate(args.get("inputs") or ()):
             try:
