@@ -68,6 +68,10 @@ class BatchAccess(Protocol):
         self, *, step_id: str, provider: Any, api: Any, key: str, endpoint: str, body: Any
     ) -> Any: ...
 
+    def holds(self, key: str) -> bool:
+        """Whether call ``key`` waits in a batch not yet collected (or its answer does)."""
+        ...
+
 
 class ProviderAccess(Protocol):
     """How a step reaches model providers without knowing configuration files."""

@@ -14,12 +14,17 @@ from ..providers.batchapi import BatchAPI, LineResult, batch_api_of
 from .base import StepContext
 
 
-def batching(ctx: StepContext, provider: Provider, asked: Any) -> bool:
+def batching(ctx: StepContext, provider: Provider, asked: Any, key: str | None = None) -> bool:
     """Whether this execution's calls go by batch: asked (``batch: true``), and the provider
     has a batch API in a run that keeps batches. A provider without one (fake, Ollama, ...)
-    is called directly, and the step's log says so: the answer is the same either way."""
+    is called directly, and the step's log says so: the answer is the same either way.
+
+    A call ``key`` that a batch holds (sent, or answered and not yet taken) goes by it even
+    when not asked (``batch: true`` taken off while it runs): sent directly, it would be paid
+    twice."""
     if not asked:
-        return False
+        held = key is not None and ctx.env.batches is not None and ctx.env.batches.holds(key)
+        return held and batch_api_of(provider) is not None
     if batch_api_of(provider) is None or ctx.env.batches is None:
         ctx.log(f"{provider.name} has no batch API: its calls go directly")
         return False

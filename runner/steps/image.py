@@ -411,7 +411,8 @@ class ImageStep(StepType):
                 ctx.log(f"image #{k}: {refused}")
                 return {**entry, "error": f"{provider.name}: {refused}"}
         # batch mode: the batch's answer (BatchPending raised while it has none)
-        from_batch = await image_in_batch(ctx, provider, request) if calls.batch else None
+        by_batch = calls.batch or batching(ctx, provider, False, key)  # (or a batch holds it)
+        from_batch = await image_in_batch(ctx, provider, request) if by_batch else None
         summary = {
             "provider": provider.name,
             "profile": calls.profile,

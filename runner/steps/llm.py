@@ -280,7 +280,7 @@ class LlmStep(StepType):
         if round_ is not None:
             _unlike_earlier_rounds(ctx, request, profile)
         canonical = canonical_request(request)
-        batch = batching(ctx, provider, args.get("batch"))
+        batch = batching(ctx, provider, args.get("batch"), request.idempotency_key)
         record = await self._call(ctx, provider, request, canonical, batch=batch)
         refusal = (record.get("metadata") or {}).get("refusal")
         if refusal:  # the model declined: its words, not a parse error about an empty reply

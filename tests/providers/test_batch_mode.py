@@ -526,3 +526,23 @@ def test_a_failed_check_is_retried_with_its_feedback_in_a_follow_up_batch(tmp_pa
         answers = _outputs(tmp_path).values()
         assert any(a.startswith("echo: word 3") and "Previous attempt failed" in a for a in answers)
         assert server.count("POST", "/v1/chat/completions") == 0
+
+
+def test_a_call_a_batch_holds_is_not_sent_directly_when_batch_is_taken_off(tmp_path: Path) -> None:
+    """`batch: true` taken off while the batch runs: its calls wait for the batch rather than
+    being sent (and paid) a second time directly."""
+    n = 20
+    with OpenAIBatchServer(tmp_path / "double", per_request_s=0.2) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        pipeline = _project(tmp_path, server.url, n)
+        assert _apply(tmp_path).returncode == AWAITING_BATCH
+        write_pipeline(pipeline, n, batch=False)
+        waiting = _apply(tmp_path)
+        assert waiting.returncode == AWAITING_BATCH, waiting.stdout + waiting.stderr
+        assert server.count("POST", "/v1/chat/completions") == 0
+        _until(lambda: _status(server) == "completed", "the batch's end")
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert server.count("POST", "/v1/chat/completions") == 0
+        assert set(_outputs(tmp_path).values()) == _texts(n)
+        assert len(server.batches()) == 1

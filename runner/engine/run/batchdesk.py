@@ -105,6 +105,13 @@ class BatchDesk:
         self._queue(step_id, provider, api, key, endpoint, body)
         raise BatchPending("queued for a batch")
 
+    def holds(self, key: str) -> bool:
+        """Whether a batch holds call ``key``: waiting in one not yet collected, or its answer
+        or failure not yet taken (a step without ``batch: true`` asks: sent directly, the call
+        would be paid twice)."""
+        where = self._index().get(key)
+        return where is not None and where[1] in ("pending", "answered", "failed")
+
     def _index(self) -> dict[str, tuple[str, str]]:
         if self._where is None:
             self._where, self._status = batchbook.where_keys(self.journal)
