@@ -7,7 +7,7 @@
   in what the command printed, in order (run ids, durations, digests and times aside).
 - `runner serve` prints the URL its page's comment shows (then it is stopped).
 - (Each pipeline a page shows passes `runner check`: tests/pipeline/test_output_reads.py.)
-- Every option an inline `runner ...` names exists on that command.
+- Every command and option an inline `runner ...` names exists.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PROJECT_PARTS = ("runner.toml", "pipelines", "prompts", "examples", "cards")
 RUN_ID = re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 # Commands whose output the offline project cannot give, each with why: not run (their options
-# are checked by test_every_option_a_page_names_exists).
+# are checked by test_every_command_and_option_a_page_names_exists).
 NOT_RUN = {
     ("state.md", "runner costs --since 7d"): "the spend of a paid provider (fake is free)",
 }
@@ -251,7 +251,7 @@ def _command(words: list[str]) -> click.Command | None:
     return None if cmd is cli else cmd
 
 
-def test_every_option_a_page_names_exists() -> None:
+def test_every_command_and_option_a_page_names_exists() -> None:
     wrong = []
     for page in PAGES:
         for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
@@ -259,6 +259,13 @@ def test_every_option_a_page_names_exists() -> None:
                 words = m.group(1).split()[1:]
                 cmd = _command(words)
                 if cmd is None:
+                    if words and re.fullmatch(r"[a-z][a-z-]*", words[0]):  # no such command
+                        wrong.append(f"{page.relative_to(ROOT)}:{n}: {m.group(1)} ({words[0]})")
+                    continue
+                if isinstance(cmd, click.Group) and len(words) > 1:
+                    sub = words[1]
+                    if re.fullmatch(r"[a-z][a-z-]*", sub) and sub not in cmd.commands:
+                        wrong.append(f"{page.relative_to(ROOT)}:{n}: {m.group(1)} ({sub})")
                     continue
                 known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
                 known |= {"--help"}
