@@ -21,7 +21,7 @@ from .base import (
     retry_uncertain_option,
     state_option,
 )
-from .termtext import echo
+from .termtext import echo, echo_block
 
 CHANGES_EXIT = 10  # --detailed-exitcode: the apply would do something (terraform uses 2; ours
 # is taken by "invalid pipeline")
@@ -249,7 +249,7 @@ def costs(
             writer.writerow(CSV_COLUMNS)
             rows = spend_rows(state.journal, prices, since=start, run=run, settings_of=settings_of)
             writer.writerows(csv_rows(rows))
-            click.echo(out.getvalue(), nl=False)
+            echo_block(out.getvalue())  # model names and step ids are data: made inert
             return
         doc = spend_report(state.journal, prices, since=start, run=run, settings_of=settings_of)
     finally:
