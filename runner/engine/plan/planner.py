@@ -447,7 +447,10 @@ class _Planner:
             except OSError as exc:
                 out.append(f"output {rel} cannot be read ({exc.strerror}): would restore it")
                 continue
-            if now != digest:
+            if now != digest and self.interp.reuse.objects.has(now):
+                # another result's bytes, put back by a revert of the inputs (reuse.py)
+                out.append(f"output {rel} holds another result of the step: would restore it")
+            elif now != digest:
                 out.append(
                     f"output {rel} was edited by hand ({digest[:12]} -> {now[:12]}): would keep "
                     "the edited bytes in the store and restore the recorded output"
