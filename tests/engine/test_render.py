@@ -186,8 +186,8 @@ def test_card_and_for_each_renders(project: Project) -> None:
 def test_step_selection_and_errors(project: Project) -> None:
     path = make(project)
     assert list(render_pipeline(path, steps=["ask"]).texts()) == ["ask"]
-    with pytest.raises(UsageError, match="does not produce a prompt"):
-        render_pipeline(path, steps=["greet"])
+    with pytest.raises(UsageError, match="unknown step 'nope'"):
+        render_pipeline(path, steps=["nope"])
     with pytest.raises(UsageError, match="unknown fixture 'smal'"):
         render_pipeline(path, fixture="smal")
 
@@ -316,11 +316,11 @@ def test_a_project_fake_script_answers_upstream_llm_steps(project: Project) -> N
 
 
 def test_a_fixture_can_limit_the_rendered_steps(project: Project) -> None:
-    path = make(project, PIPELINE + "  only:\n    steps: [prompt]\n  wrong:\n    steps: [greet]\n")
+    path = make(project, PIPELINE + "  only:\n    steps: [prompt]\n  wrong:\n    steps: [nope]\n")
     assert list(render_pipeline(path, fixture="only").texts()) == ["prompt"]
     with pytest.raises(InvalidPipeline) as ei:
         render_pipeline(path, fixture="wrong")
-    assert "does not produce a prompt" in str(ei.value)
+    assert "unknown step 'nope'" in str(ei.value)
     assert ei.value.where is not None and ei.value.where.line == PIPELINE.count("\n") + 4
 
 
@@ -339,3 +339,21 @@ def test_a_check_that_runs_a_command_runs_in_the_scratch_copy(project: Project) 
     )
     assert render_pipeline(path).texts() == {"prompt": "hi"}
     assert not (project.root / "made-by-check").exists()
+
+
+def test_a_shell_step_asked_for_renders_the_script_it_runs_and_its_values(
+    project: Project,
+) -> None:
+    """Values reach a command by environment (runner/expr/shellenv.py): the render shows the
+    script as /bin/sh runs it, each variable's value beside it; the command does not run."""
+    path = make(project)
+    hostile = "it's $(touch PWNED)\n"
+    text = render_pipeline(path, steps=["greet"], params={"title": hostile}).texts()["greet"]
+    assert text == (
+        "printf '%s' ''\"${RUNNER_VALUE_1}\"'' > out/greet.txt; cat out/greet.txt\n"
+        "-- its environment holds --\n"
+        f"RUNNER_VALUE_1={json.dumps(hostile)}\n"
+    )
+    assert not (project.root / "out" / "greet.txt").exists()
+    assert not (project.root / "PWNED").exists()
+    assert "greet" not in render_pipeline(path).texts()  # only when asked for

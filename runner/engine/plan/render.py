@@ -219,7 +219,7 @@ def _wanted_steps(
         problem = None
         if sid not in plan.steps:
             problem = f"unknown step '{sid}'"
-        elif sid not in prompt_ids:
+        elif sid not in prompt_ids and plan.steps[sid].uses != "shell":  # a shell step: asked
             problem = f"step '{sid}' ({plan.steps[sid].uses}) does not produce a prompt"
         if problem is not None:
             hint = did_you_mean(sid, prompt_ids) or "prompt steps: " + ", ".join(prompt_ids)
@@ -441,7 +441,17 @@ def _card_text(output: Any) -> str:
 
 
 def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) -> Render:
-    """An llm step's render: the messages it would send, from its resolved arguments."""
+    """An llm step's render: the messages it would send, from its resolved arguments; a shell
+    step's: the script it would run and the values its environment would hold."""
+    if step.type.name == "shell":
+
+        def text(ctx: Mapping[str, Any]) -> str:
+            return _script_text(step.type.evaluate(step.args, ctx))
+    else:
+
+        def text(ctx: Mapping[str, Any]) -> str:
+            return _messages_text(ex.evaluate_value(step.args, ctx))
+
     for d in step.deps:
         status = context["steps"].get(d, {}).get("status")
         if status == "skipped" and step.on_skipped != "run":
@@ -456,24 +466,31 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
                 reason = f"when: {reasons}" if reasons else "when is false"
                 return Render(step.id, step.type.name, f"(skipped: {reason})\n", skipped=True)
         if step.for_each is None:
-            return Render(
-                step.id, step.type.name, _messages_text(ex.evaluate_value(step.args, context))
-            )
+            return Render(step.id, step.type.name, text(context))
         items = ex.evaluate_value(step.for_each, context)
         if isinstance(items, dict):
             items = list(items.items())
         if not isinstance(items, list):
             raise RenderError(f"for_each must give a list, found {type(items).__name__}")
-        texts = [
-            _messages_text(ex.evaluate_value(step.args, {**context, "item": it, "index": i}))
-            for i, it in enumerate(items)
-        ]
+        texts = [text({**context, "item": it, "index": i}) for i, it in enumerate(items)]
         labels = element_labels(step.label, items, dict(context))
         return Render(step.id, step.type.name, _elements(texts, labels))
     except RunnerError as exc:
         if exc.step is None:
             exc.step = step.id
         raise
+
+
+def _script_text(args: Mapping[str, Any]) -> str:
+    """A shell step's command as /bin/sh runs it, each value's variable beside it (one line
+    each, as JSON: a value's newlines and escapes stay visible)."""
+    script = args.get("script") or {"script": args.get("run", ""), "values": {}}
+    lines = [_with_newline(script["script"])]
+    if script["values"]:
+        lines.append("-- its environment holds --\n")
+        for name, value in script["values"].items():
+            lines.append(f"{name}={json.dumps(value, ensure_ascii=False)}\n")
+    return "".join(lines)
 
 
 def _messages_text(args: Mapping[str, Any]) -> str:
@@ -507,6 +524,6 @@ def _messages_text(args: Mapping[str, Any]) -> str:
 
 # Step types whose render is not their output text; and those never run (they would pay).
 _RENDERERS: dict[str, Callable[[Any], str]] = {"card": _card_text}
-_UNCALLED = frozenset({"llm"})
+_UNCALLED = frozenset({"llm", "shell"})  # shell: only when asked for by --step
 # Step types that only read the workspace: renders needing nothing else run without a copy.
 _READ_ONLY = frozenset({"template", "card", "verify_card", "hash", "read", "llm"})

@@ -17,7 +17,8 @@ from .termtext import echo, echo_block
     "steps",
     multiple=True,
     metavar="ID",
-    help="Render only this prompt step (repeatable; default: every prompt step).",
+    help="Render only this prompt step (repeatable; default: every prompt step); a shell "
+    "step named here shows the script it would run and its values, without running it.",
 )
 @param_option
 @click.option(
