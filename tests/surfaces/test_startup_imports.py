@@ -67,6 +67,7 @@ APPLY = frozenset(
         "runner.expr._shellgrammar",
         "runner.expr._shellscan",
         "runner.expr.commandslot",
+        "runner.expr.shellenv",  # a shell step renders its command through it (values as env)
         "runner.expr.shellquote",
         "runner.expr.shellrun",
         "runner.expr.values",
