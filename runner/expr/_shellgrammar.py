@@ -14,6 +14,7 @@ class Place(enum.Enum):
     QUOTED = "quoted"  # bare, but always in quotes: inside [[ ]], where -n or -f is an operator
     SINGLE = "single"
     DOUBLE = "double"
+    HEREDOC = "heredoc"  # the body of an unquoted here-document: expanded, never split
 
 
 class Unquotable(ValueError):

@@ -55,7 +55,12 @@ class Scanner:
         if self.lost is not None:
             raise Unquotable(f"{where} comes after {self.lost}, which shells read differently")
         if self.in_heredoc is not None:
-            raise Unquotable(f"{where} is inside a here-document")
+            if self.in_heredoc[2]:
+                raise Unquotable(f"{where} is inside a quoted here-document, which expands nothing")
+            if self.line.endswith("$") or (len(self.line) - len(self.line.rstrip("\\"))) % 2:
+                raise Unquotable(f"{where} follows a '$' or '\\' in a here-document")
+            self.line += "\x00"  # the value's place: this line is no delimiter
+            return Place.HEREDOC
         if self.comment:
             raise Unquotable(f"{where} is inside a comment")
         if self.pending:

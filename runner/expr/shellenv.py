@@ -8,7 +8,7 @@ the place it stands (learnt by runner/expr/_shellscan.py, as for quoting):
 
 - bare: ``"${RUNNER_VALUE_1}"`` (one word, never split, globbed or a reserved word);
 - inside the user's '...': ``'"${RUNNER_VALUE_1}"'`` (close, expand, reopen);
-- inside "...": ``${RUNNER_VALUE_1}``.
+- inside "..." or an unquoted here-document's body: ``${RUNNER_VALUE_1}``.
 
 So a mistake of the scanner can at worst print the wrong text (a reference left inside quotes
 that do not expand it), never run a value: the guarantee no longer rests on the scanner being
@@ -59,7 +59,7 @@ def reference(name: str, place: Place) -> str:
     """The text that expands variable ``name`` as one piece of text at ``place``."""
     if place is Place.SINGLE:
         return f"'\"${{{name}}}\"'"
-    if place is Place.DOUBLE:
+    if place is Place.DOUBLE or place is Place.HEREDOC:
         return f"${{{name}}}"
     return f'"${{{name}}}"'
 

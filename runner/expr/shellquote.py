@@ -14,10 +14,11 @@ piece of text with the value's bytes, whatever it holds (quotes, ``$``, backtick
   stays as it is);
 - inside '...': each ``'`` becomes ``'\\''`` (close, an escaped quote, reopen);
 - inside "...": ``\\``, ``"``, ``$`` and backtick get a backslash (the only ones special there).
+- in an unquoted here-document's body: ``\\``, ``$`` and backtick get a backslash.
 
 Where a value stands is learnt by runner/expr/_shellscan.py, which refuses every place it cannot
 prove
-(backticks, ``${...}``, arithmetic, comments, here-documents, constructs dash and bash read
+(backticks, ``${...}``, arithmetic, comments, quoted here-documents, constructs dash and bash read
 differently, text that ``sh -c`` or ``eval`` parse again); the pipeline then fails to compile,
 naming the place. Such a value can go through the environment instead (``env: {TITLE: "${{ ...
 }}"}`` and ``"$TITLE"`` in the command). A step that really wants a value pasted as shell text
@@ -42,6 +43,7 @@ __all__ = ["Place", "Unquotable", "check_command", "places", "quote", "render", 
 
 
 _DQ_SPECIAL = re.compile(r'([\\"$`])')
+_HEREDOC_SPECIAL = re.compile(r"([\\$`])")
 # A bare value of only these stays unquoted (shlex's set without `=`, which would make an
 # assignment of a command name, and `,`, which bash's brace expansion splits at).
 _SAFE_BARE = re.compile(r"[\w@%+:./-]+", re.ASCII)
@@ -56,6 +58,8 @@ def quote(value: str, place: Place) -> str:
         return "'" + value.replace("'", "'\\''") + "'"
     if place is Place.SINGLE:
         return value.replace("'", "'\\''")
+    if place is Place.HEREDOC:  # a body's backslash quotes only \, $ and backtick
+        return _HEREDOC_SPECIAL.sub(r"\\\1", value)
     return _DQ_SPECIAL.sub(r"\\\1", value)
 
 

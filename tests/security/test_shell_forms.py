@@ -201,3 +201,16 @@ def test_bash_arithmetic_on_a_value_is_said_by_check(tmp_path: Path) -> None:
     warnings = json.loads(done.stdout)["warnings"]
     said = sorted((w["code"], w["message"].split("'")[1]) for w in warnings)
     assert said == [("shell-arithmetic", "plain"), ("shell-arithmetic", "s")]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_value_in_an_unquoted_here_document_body_arrives_byte_for_byte(
+    shell: str, tmp_path: Path
+) -> None:
+    template = f"cat <<EOF >o\nbefore {V} after\n$HOME_UNSET{V}\nEOF\ncat <<-E >>o\n\t{V}\n\tE"
+    value = HOSTILE + "\nEOF\n\\$x`id`\\"
+    script = script_command(_compiled(template), {"v": value})
+    assert "${RUNNER_VALUE_1}" in script.text and "PWNED" not in script.text
+    out, made = _run(shell, script, tmp_path)
+    assert made == []  # (o aside)
+    assert out.decode() == f"before {value} after\n{value}\n{value}\n"
