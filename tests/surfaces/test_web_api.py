@@ -536,3 +536,12 @@ def test_step_output_is_served_on_demand(site: Site, client: TestClient) -> None
     missing = client.get(f"/api/runs/{site.hero}/steps/nope/output")
     assert missing.status_code == 404
     assert missing.json()["error"]["message"] == f"run {site.hero} has no step 'nope'"
+
+
+def test_the_api_root_without_its_slash_answers_in_json(client: TestClient) -> None:
+    """`/api/objects/..` is normalised by a client to `/api`: still the API, so its 404 is the
+    API's JSON error, not the HTML page (the OpenAPI fuzz drew it)."""
+    for path in ("/api", "/api/objects/.."):
+        res = client.get(path, headers={**AUTH, "Origin": ORIGIN, "Accept": "application/json"})
+        assert res.status_code == 404, res.text
+        assert res.json()["error"]["type"] == "NotFound", res.text

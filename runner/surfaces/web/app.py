@@ -18,7 +18,7 @@ from . import api, pages
 from .adapters import Jobs
 from .masking import MaskMiddleware
 from .responses import error_response
-from .security import Guard, GuardMiddleware
+from .security import Guard, GuardMiddleware, is_api
 from .service import Conflict
 
 STATIC = Path(__file__).parent / "static"
@@ -26,7 +26,7 @@ JOB_GRACE_S = 30.0
 
 
 def _wants_html(request_path: str) -> bool:
-    return not request_path.startswith("/api/")
+    return not is_api(request_path)
 
 
 async def _runner_error(request: Request, exc: Exception) -> Response:

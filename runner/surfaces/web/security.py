@@ -206,7 +206,7 @@ class GuardMiddleware:
 
     def _login(self, scope: Scope, headers: dict[str, str]) -> bool:
         """A page GET carrying the right ``?token=`` (from the printed URL)."""
-        if scope["method"] != "GET" or scope["path"].startswith("/api/"):
+        if scope["method"] != "GET" or is_api(scope["path"]):
             return False
         query = scope.get("query_string", b"").decode("latin-1")
         given = dict(parse_qsl(query)).get(TOKEN_QUERY)
@@ -272,8 +272,14 @@ def _unframed(send: Send) -> Send:
     return wrapped
 
 
+
+def is_api(path: str) -> bool:
+    """Whether ``path`` is the JSON API's (answered in JSON, errors too): ``/api`` itself is,
+    as ``/api/objects/..`` normalised by a client becomes."""
+    return path == "/api" or path.startswith("/api/")
+
 async def _refuse(exc: RunnerError, scope: Scope, receive: Receive, send: Send) -> None:
-    response = error_response(exc, as_html=not scope["path"].startswith("/api/"))
+    response = error_response(exc, as_html=not is_api(scope["path"]))
     if isinstance(exc, Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="runner"'
     await response(scope, receive, _unframed(send))
