@@ -354,3 +354,22 @@ def test_params_set_for_a_provider_in_runner_toml_are_held_to_what_it_carries(
         error = _refused(project)
         assert "`params.stream` set in runner.toml's [providers.gw]" in error["message"], error
         assert server.requests == []
+
+
+def test_a_waiting_line_holding_hostile_bytes_is_printed_inert() -> None:
+    """Where a call waits names a backend (runner.toml) and a step: whatever bytes they hold,
+    the console line a terminal reads carries no control sequence and runs nothing."""
+    import io
+
+    from runner.engine.run.events import Event, EventType
+    from runner.surfaces.cli.console import PlainReporter
+
+    out = io.StringIO()
+    hostile = "queued, 1 ahead on http://h\x1b]0;pwned\x07\x1b[31m/'$(id)`id`\"<script>\n-x"
+    PlainReporter(out).event(
+        Event(EventType.STEP_WAITING, "r1", "gen\x1b[2J", None, {"where": hostile})
+    )
+    line = out.getvalue()
+    assert line.startswith("  waiting gen") and line.count("\n") == 1, repr(line)
+    assert "\x1b" not in line and "\x07" not in line, repr(line)
+    assert "$(id)" in line and "<script>" in line  # shown as the data it is
