@@ -136,6 +136,9 @@ def rounds_lines(rows: Sequence[dict[str, Any]], *, width: int = WIDTH) -> list[
     for r, c in zip(rows, cells, strict=True):
         lines.append(row_text(c))
         pad = 6
+        source = (r.get("summary") or {}).get("remembered_from")
+        if source:  # a decision this run was given again (same inputs), not asked for
+            lines.append(f"{'':<{pad}}given again from run {printable(str(source))}")
         if r["comment"]:
             first, *rest = _wrapped(r["comment"], pad + 9, width)
             lines.append(f"{'':<{pad}}comment  {first}")

@@ -311,10 +311,19 @@ def test_an_approved_revision_is_given_again_by_the_next_apply(project: Project)
     published = (project.root / "published/draft.txt").read_text()
     assert published == "draft reviewer feedback: shorter\n"
     assert (project.root / "out/draft.txt").read_text() == "draft reviewer feedback: shorter\n"
+    # every decision the re-applied run rests on: the revision and the approval that let it
+    # publish (issue 42), in the CLI, its --json and `runs show`
     rows = _decisions(project, again["run"]["id"])
     assert [(r["round"], r["decision"], r["summary"].get("remembered_from")) for r in rows] == [
-        (1, "revise", run_id)
+        (1, "revise", run_id),
+        (2, "approve", run_id),
     ]
+    shown = project.cli("runs", "show", again["run"]["id"], "--state", ".runner")
+    assert re.search(r"review +1 +revise", shown.stdout), shown.stdout
+    assert re.search(r"review +2 +approve", shown.stdout), shown.stdout
+    assert shown.stdout.count(f"given again from run {run_id}") == 2
+    doc = project.cli("runs", "show", again["run"]["id"], "--state", ".runner", "--json").json
+    assert [d["decision"] for d in doc["decisions"]] == ["revise", "approve"]
 
 
 def test_a_rejection_is_given_again_until_the_gate_is_reasked(project: Project) -> None:

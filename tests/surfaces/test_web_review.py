@@ -206,7 +206,8 @@ def test_gate_history_over_three_rounds(site: ReviewSite, served: Any, browser: 
         decided = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"))
         assert "runs again with your input" in decided[0].text and "asks again" in decided[0].text
         # the run goes on by itself; the page follows and reloads at the next round
-        wait(browser, lambda d: d.find_element(By.ID, "run-status").text == "awaiting_human", 30)
+        words = "waiting for review"  # the header says awaiting_human in words (issue 42)
+        wait(browser, lambda d: d.find_element(By.ID, "run-status").text == words, 30)
         wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"), 30)
     browser.get(f"{served.url}/runs/{run_id}")
     body = browser.find_element(By.TAG_NAME, "body")

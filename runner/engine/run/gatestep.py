@@ -97,7 +97,11 @@ def run(interp: GateHost, step: CompiledStep) -> StepOutcome:
         and (old is None or old.decision is gates.Decision.APPROVE)  # the latest decision wins
         and interp.reuse.usable(hit)
     ):
-        # Approved before with these very inputs (an earlier run): no need to ask again.
+        # Approved before with these very inputs (an earlier run): no need to ask again. The
+        # approval becomes this run's decision too, as a recalled one does: the run's history
+        # shows every decision its outcome rests on, not only the revisions taken on the way.
+        if old is not None:
+            adopt_once(interp.journal, old, run_id=interp.run_id, gate=step.id)
         interp.recorder.emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=key, restored=[])
         interp.recorder.reused(step.id, -1, key, hit.output, "approved before with the same inputs")
         return StepOutcome(step.id, StepStatus.CACHED, key, hit.output)
@@ -110,6 +114,16 @@ def run(interp: GateHost, step: CompiledStep) -> StepOutcome:
         return list(interp.review_rows.get(target, []))
 
     return decide(step, key, args, interp.journal, interp.recorder, Recall(old, chain, revised))
+
+
+def adopt_once(journal: Journal, row: gates.DecisionRow, *, run_id: str, gate: str) -> None:
+    """Record ``row`` (another run's decision on these inputs) as this run's next round of
+    ``gate``, unless this run holds it already (a pass that met the gate again)."""
+    rows = gates.decisions(journal, run_id, gate)
+    if any(r.summary.get("remembered_from") == row.run_id and r.key == row.key for r in rows):
+        return
+    round_ = 1 + sum(r.status is gates.RowStatus.DECIDED for r in rows)
+    gates.adopt(journal, row, run_id=run_id, round_=round_)
 
 
 def asked_here(journal: Journal, run_id: str, gate: str, key: str) -> bool:

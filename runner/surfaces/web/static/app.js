@@ -65,17 +65,31 @@ function copyable(value) {
   return box;
 }
 
+// A status as a person reads it, as the server's status_words (service.py) says it.
+const STATUS_WORDS = {awaiting_human: "waiting for review", awaiting_batch: "waiting for a batch"};
+
+function statusWords(status) {
+  return STATUS_WORDS[status] || status.replace(/_/g, " ");
+}
+
+function showRunStatus(status) {
+  const st = document.getElementById("run-status");
+  st.textContent = statusWords(status);
+  st.title = status;
+  st.className = "status status-" + status;
+}
+
 function setStatus(cell, status) {
-  cell.replaceChildren(el("span", "status status-" + status.split(" ")[0], status));
+  const [word, ...rest] = status.split(" ");
+  const text = [statusWords(word), ...rest].join(" ");
+  cell.replaceChildren(el("span", "status status-" + word, text));
 }
 
 const elementsDone = new Map();  // step -> elements finished while we watched
 
 function applyEvent(ev) {
   if (ev.type === "RunFinished" && ev.status) {
-    const st = document.getElementById("run-status");
-    st.textContent = ev.status;
-    st.className = "status status-" + ev.status;
+    showRunStatus(ev.status);
     return;
   }
   if (!ev.step) return;
@@ -117,7 +131,7 @@ function follow(runId, after, wasRunning) {
   es.addEventListener("end", (msg) => {
     es.close();
     const doc = JSON.parse(msg.data);
-    document.getElementById("run-status").textContent = doc.status;
+    showRunStatus(doc.status);
     // A run that finished while we watched: reload for its iterations, outputs and gates.
     if (wasRunning || n > 0) window.location.reload();
   });
@@ -567,7 +581,7 @@ if (page) {
         card.append(el("p", "decided", decidedText(doc)));
         flash(decidedText(doc), false);
         if (doc.resumed) {
-          setStatus(document.getElementById("run-status"), "running");
+          showRunStatus("running");
           follow(runId, page.dataset.lastEvent || "0", true);
         }
       }

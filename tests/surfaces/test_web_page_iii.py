@@ -1,0 +1,115 @@
+"""The run page, continued (issue 42, section 2's page items), in a real headless Chromium.
+
+A re-applied run's decisions are every decision its outcome rests on, the header's status is
+words, and a graph of hundreds of steps is laid out readably. One server and one browser for
+the module (tests/conftest.py's ``served`` and ``browser``); screenshots go to $RUNNER_SCREENS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.surfaces.test_web_api import Site, build_site
+from tests.webdriving import needs_browser, shot
+
+pytestmark = needs_browser
+webdriver = pytest.importorskip("selenium.webdriver")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+
+REVISED = """\
+    runner: 1
+    name: revised
+    params:
+      extra: {type: string, default: one}
+    steps:
+      draft:
+        uses: shell
+        with: {run: "echo 'draft ${{ feedback | join(\\",\\") }}'"}
+      other:
+        uses: shell
+        with: {run: "echo 'other ${{ params.extra }}'"}
+      review:
+        uses: human_gate
+        with:
+          summary: "Publish this draft?"
+          show: {draft: "${{ steps.draft.output.stdout }}"}
+          revise: draft
+      publish:
+        uses: shell
+        needs: [review, other]
+        with: {run: "echo published"}
+"""
+
+
+@dataclass
+class Runs:
+    site: Site
+    decided: str  # revised in round 1, approved in round 2
+    again: str  # a later run that changed only `other`: both decisions given again
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    site = build_site(tmp_path_factory.mktemp("page3"))
+    proj = site.project
+    proj.write("revised.yaml", REVISED)
+
+    def apply(*args: str) -> Any:
+        return proj.cli("apply", "revised.yaml", "--json", "-q", "--state", ".runner", *args)
+
+    first = apply()
+    assert first.exit_code == 7, first.stderr
+    decided = first.json["run"]["id"]
+    for decision, extra in (("revise", ["--input", "feedback=shorter"]), ("approve", [])):
+        res = proj.cli("decide", decided, "review", decision, *extra, "--state", ".runner")
+        assert res.exit_code in (0, 7), res.stderr
+    again = apply("-p", "extra=two")
+    assert again.exit_code == 0, again.stderr
+    assert again.json["run"]["id"] != decided
+    return Runs(site, decided, again.json["run"]["id"])
+
+
+@pytest.fixture(scope="module")
+def site(runs: Runs) -> Site:
+    return runs.site
+
+
+def rounds(browser: Any) -> list[list[str]]:
+    rows = browser.find_elements(By.CSS_SELECTOR, "#rounds tbody tr")
+    return [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+
+
+def test_a_reapplied_run_shows_every_decision_it_rests_on(
+    runs: Runs, served: Any, browser: Any
+) -> None:
+    browser.get(f"{served.url}/runs/{runs.again}")
+    got = rounds(browser)
+    assert [(c[0], c[1], c[2]) for c in got] == [
+        ("review", "1", "revise"),
+        ("review", "2", "approve"),
+    ]
+    for cells in got:  # each says where it was decided, and links there
+        assert f"given again from run {runs.decided}" in cells[5]
+    link = browser.find_element(By.CSS_SELECTOR, "#rounds .given-again a")
+    assert link.get_attribute("href").endswith(f"/runs/{runs.decided}")
+    shot(browser, "page3-decisions-given-again")
+    # the run that was asked shows the same two rounds, as decided there
+    browser.get(f"{served.url}/runs/{runs.decided}")
+    assert [(c[1], c[2]) for c in rounds(browser)] == [("1", "revise"), ("2", "approve")]
+    assert not browser.find_elements(By.CSS_SELECTOR, "#rounds .given-again")
+
+
+def test_the_header_says_the_status_in_words(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/runs/{runs.site.gated}")
+    status = browser.find_element(By.ID, "run-status")
+    assert status.text == "waiting for review"
+    assert status.get_attribute("title") == "awaiting_human"
+    assert "status-awaiting_human" in status.get_attribute("class")  # still coloured as one
+    review = browser.find_element(By.CSS_SELECTOR, 'tr[data-step="review"] td.st')
+    assert review.text == "waiting for review"
+    assert "awaiting_human" not in browser.find_element(By.TAG_NAME, "main").text
+    shot(browser, "page3-status-words")
