@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from .prices import Prices, estimate_call, spend_cost
+from .prices import BATCH_FACTOR, Prices, estimate_call, spend_cost
 
 
 class OverSpend(Exception):
@@ -97,15 +97,21 @@ class SpendGuard:
         max_tokens: int | None = None,
         size: str | None = None,
         quality: str | None = None,
+        batch: bool = False,
+        what: str = "the next call",
     ) -> Hold:
-        """Hold the call's worst case. Raises OverSpend (and stops the run) when spend plus the
-        calls in flight plus this one would be over a budget."""
+        """Hold the call's worst case (``batch``: at the batch price, a line of a batch about
+        to be made). Raises OverSpend (and stops the run, saying ``what`` was not sent) when
+        spend plus the calls in flight plus this one would be over a budget."""
         if self.stopped is not None:
             raise OverSpend(self.refusal)
         worst = estimate_call(
             self.prices, provider, model, kind,
             input_chars=input_chars, max_tokens=max_tokens, size=size, quality=quality,
         )  # fmt: skip
+        if worst is not None and batch:
+            row = self.prices.row(provider, model) or {}
+            worst *= float(row.get("batch_factor", BATCH_FACTOR))
         if worst is None:
             self.unpriced += 1
             return Hold(provider, None)
@@ -113,7 +119,7 @@ class SpendGuard:
             total = budget.before + self.spent + self.in_flight + worst
             if total > budget.limit + 1e-12:
                 # The run's reason says it all once; each call refused names the budget.
-                self.stopped = self._why(budget, worst)
+                self.stopped = self._why(budget, worst, what)
                 self.refusal = (
                     f"not sent: budget {budget.limit:g}{self._unit} ({budget.source}) reached"
                 )
@@ -184,15 +190,14 @@ class SpendGuard:
             self._event = None
         return cost
 
-    def _why(self, budget: Budget, worst: float) -> str:
+    def _why(self, budget: Budget, worst: float, what: str) -> str:
         unit = self._unit
         scope = {"run": "this run", "day": "today", "month": "this month"}[budget.scope]
         spent = budget.before + self.spent
         return (
             f"budget {budget.limit:g}{unit} ({budget.source}) reached: {scope} spent "
-            f"{spent:.4g}{unit}, {self.in_flight:.4g}{unit} in flight, and the next call may "
-            f"cost {worst:.4g}{unit}; it was not sent (raise the budget and apply again to "
-            "resume)"
+            f"{spent:.4g}{unit}, {self.in_flight:.4g}{unit} in flight, and {what} may cost "
+            f"{worst:.4g}{unit}; it was not sent (raise the budget and apply again to resume)"
         )
 
 

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import ProviderError
 from ...providers.batchapi import BatchAPI, BatchPending, LineResult, RemoteBatch
@@ -36,20 +36,37 @@ class _Queued:
     api: BatchAPI
     endpoint: str
     items: list[tuple[str, bytes]] = field(default_factory=list)
-    size: int = 0
+    bodies: dict[str, Any] = field(default_factory=dict)  # key -> request body (for its price)
+
+
+class LineBudget(Protocol):
+    """The run's budgets, held line by line before a batch is made (engine/run/spend.py)."""
+
+    def hold_line(self, provider: Any, endpoint: str, body: Any, *, what: str) -> Any | None:
+        """Hold the line's worst case at the batch price; None: over a budget (not sent)."""
+        ...
+
+    def release(self, hold: Any) -> None: ...
 
 
 class BatchDesk:
     """The run's batches: answers from them, queues for them, makes and collects them.
 
-    ``say(step_id, text)`` tells the user where a step's batch stands (a STEP_WAITING event).
+    ``say(step_id, text)`` tells the user where a step's batch stands (a STEP_WAITING event);
+    ``budget()`` gives the run's budgets, each line held under them before its batch is made.
     """
 
     def __init__(
-        self, journal: Journal, run_id: str, say: Callable[[str, str], None] | None = None
+        self,
+        journal: Journal,
+        run_id: str,
+        say: Callable[[str, str], None] | None = None,
+        budget: Callable[[], LineBudget] | None = None,
     ) -> None:
         self.journal, self.run_id = journal, run_id
         self.say = say or (lambda _step, _text: None)
+        self.budget = budget
+        self._holds: dict[str, Any] = {}  # key -> its line's hold, until its answer is back
         self._queued: dict[tuple[str, str, str], _Queued] = {}  # (step, provider, endpoint)
         self._queued_keys: set[str] = set()
         self._resume: dict[str, tuple[str, Any, BatchAPI]] = {}  # batch id -> step, provider
@@ -84,6 +101,7 @@ class BatchDesk:
             where = self._index().get(key)
         if where is not None and where[1] in ("answered", "failed"):
             batch_id, status = where
+            self._release(key)
             answer, error = batchbook.item(self.journal, batch_id, key)
             if status == "answered":
                 return LineResult(key, batchbook.answer_of(answer))
@@ -130,7 +148,39 @@ class BatchDesk:
         if q is None:
             q = self._queued[where] = _Queued(provider, api, endpoint)
         q.items.append((key, api.line(key, endpoint, body)))
+        q.bodies[key] = body
         self._queued_keys.add(key)
+
+    def _release(self, key: str) -> None:
+        hold = self._holds.pop(key, None)
+        if hold is not None and self.budget is not None:
+            self.budget().release(hold)
+
+    def _within_budget(self, step_id: str, q: _Queued) -> list[tuple[str, bytes]]:
+        """The queued lines the run's budgets cover, in order, each held at its worst case at
+        the batch price: the batch is made of those (none: not made); the line that would take
+        spend over a budget stops the run (exit 9), and it and those after it are not sent."""
+        if self.budget is None:
+            return q.items
+        budget, n = self.budget(), len(q.items)
+        kept: list[tuple[str, bytes]] = []
+        for i, (key, line) in enumerate(q.items):
+            self._release(key)  # (an unfinished line sent again: held anew)
+            what = f"request {i + 1} of the {n:,} of step {step_id}'s batch"
+            hold = budget.hold_line(q.provider, q.endpoint, q.bodies[key], what=what)
+            if hold is None:
+                break
+            self._holds[key] = hold
+            kept.append((key, line))
+        if len(kept) < n:
+            self.say(
+                step_id,
+                f"batch not created: the budget covers none of its {n:,} requests"
+                if not kept
+                else f"batch made of {len(kept):,} of its {n:,} requests: the budget covers no "
+                f"more (the other {n - len(kept):,} wait for a raised budget)",
+            )
+        return kept
 
     def waiting(self, step_id: str) -> bool:
         """Whether ``step_id`` left requests to send or batches to finish making."""
@@ -151,7 +201,8 @@ class BatchDesk:
         for where in [w for w in self._queued if w[0] == step_id]:
             q = self._queued.pop(where)
             self._queued_keys.difference_update(key for key, _line in q.items)
-            for chunk in _split(q.items, q.api.max_requests, q.api.max_bytes):
+            items = self._within_budget(step_id, q)
+            for chunk in _split(items, q.api.max_requests, q.api.max_bytes):
                 batch_id = f"rb-{uuid.uuid4().hex[:16]}"
                 batchbook.add_batch(
                     self.journal,

@@ -116,7 +116,7 @@ class Interpreter(Executions):
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
         self.recorder = Recorder(journal, reporter or NullReporter(), self.run_id, plan.name)
-        self.batches = BatchDesk(journal, self.run_id, say=self._say_batch)
+        self.batches = BatchDesk(journal, self.run_id, say=self._say_batch, budget=self.spend)
         self.env.batches = self.batches
         self.scheduler = Scheduler(plan, self.options.jobs)
         self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)

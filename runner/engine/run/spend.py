@@ -85,6 +85,46 @@ def call_facts(meta: Mapping[str, Any], settings_of: SettingsOf) -> CallFacts:
     )
 
 
+def line_facts(provider: Any, endpoint: str, body: Mapping[str, Any]) -> CallFacts:
+    """The facts of a batch line's request (its provider's own body: OpenAI's chat or image
+    request, Anthropic's Messages request), counted as ``call_facts`` counts a direct call's."""
+    name = str(provider.name)
+    settings: Mapping[str, Any] = getattr(provider, "settings", None) or {}
+    model = body.get("model")
+    if "/images/" in endpoint:
+        model = model or settings.get("image_model") or settings.get("model")
+        size, quality = body.get("size"), body.get("quality")
+        return CallFacts(
+            name, "image", model if isinstance(model, str) else None,
+            size=size if isinstance(size, str) else None,
+            quality=quality if isinstance(quality, str) else None, batch=True,
+        )  # fmt: skip
+    model = model or settings.get("model")
+    limit = (
+        body.get("max_tokens") or body.get("max_completion_tokens") or settings.get("max_tokens")
+    )
+    parts: list[Any] = [body.get("system")]
+    for m in body.get("messages") or []:
+        parts.append(m.get("content") if isinstance(m, dict) else None)
+    return CallFacts(
+        name, "text", model if isinstance(model, str) else None, sum(map(_chars, parts)),
+        limit if isinstance(limit, int) else None, batch=True,
+    )  # fmt: skip
+
+
+def _chars(content: Any) -> int:
+    """The text characters of a message's content: a string, or a list of content blocks."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(
+            len(b["text"])
+            for b in content
+            if isinstance(b, dict) and isinstance(b.get("text"), str)
+        )
+    return 0
+
+
 class RunSpend:
     """One run's spend, call by call (see the module docstring)."""
 
@@ -137,6 +177,26 @@ class RunSpend:
         else:  # (a batch line) counted all the same
             self.guard.spent += spend_cost(self.guard.prices, facts.provider, spend) or 0.0
         return out
+
+    def hold_line(
+        self, provider: Any, endpoint: str, body: Mapping[str, Any], *, what: str
+    ) -> Hold | None:
+        """Hold the worst case of a line of a batch about to be made, at the batch price; None
+        when it would take spend over a budget (the run stops: the line is not sent)."""
+        facts = line_facts(provider, endpoint, body)
+        try:
+            return self.guard.reserve(
+                facts.provider, facts.model, facts.kind, input_chars=facts.input_chars,
+                max_tokens=facts.max_tokens, size=facts.size, quality=facts.quality,
+                batch=True, what=what,
+            )  # fmt: skip
+        except OverSpend:
+            return None
+
+    def release(self, hold: Hold) -> None:
+        """A batch line's answer or failure came back: its worst case is no longer in flight
+        (its real cost is added as its call completes)."""
+        self.guard.settle(hold, None)
 
     def fail(self, key: str, status: str) -> None:
         self._facts.pop(key, None)

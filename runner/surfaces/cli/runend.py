@@ -38,7 +38,9 @@ def end_text(state: Any, report: Any) -> str:
         )
         return "\n".join(lines) + "\n"
     said = ("failed", "partial", "rejected")
-    if report.status.value != "awaiting_human" and not any(
+    # (a budget stop says why even when no step failed: a batch it kept from being made)
+    stopped = report.status.value == "interrupted" and report.reason
+    if report.status.value != "awaiting_human" and not stopped and not any(
         o.status.value in said for o in report.steps
     ):
         return lines[0] + "\n"  # the common end: the review's text helpers are not imported

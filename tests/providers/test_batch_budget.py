@@ -1,0 +1,96 @@
+"""A batch is held under the run's budgets before it is made (issue 41): each line's worst case
+at the batch price is reserved, in order; the batch is made of the lines the budget covers, the
+run stops (interrupted, exit 9) before the line that would take spend over it, and a budget that
+covers none makes no batch at all. runner runs in a subprocess against the loopback OpenAI
+batch double; the day's budget is the one the plan's up-front estimate does not judge, so only
+the running guard stands between the batch and the service."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from tests.providers.openai_batch_server import OpenAIBatchServer
+from tests.providers.test_batch_mode import SECRET, _apply, _outputs, _project, _texts
+
+N = 20
+# Each line: "word N" is 6-7 characters, 2 input tokens at 1.0 / 1k, and 10 output tokens
+# assumed at 2.0 / 1k: 0.022 direct, 0.011 at the batch price.
+PRICES = """\
+[prices]
+currency = "USD"
+[prices."openai/test-chat"]
+input_per_1k = 1.0
+output_per_1k = 2.0
+assumed_output_tokens = 10
+[budget]
+max_cost_per_day = {day}
+"""
+
+
+def _budget(root: Path, day: float) -> None:
+    toml = root / "runner.toml"
+    text = toml.read_text(encoding="utf-8").split("[prices]")[0]
+    toml.write_text(text + PRICES.format(day=day), encoding="utf-8")
+
+
+def _batch_rows(root: Path) -> list[tuple[str, int]]:
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        return [tuple(r) for r in db.execute("SELECT status, total FROM batches ORDER BY rowid")]
+    finally:
+        db.close()
+
+
+def test_a_budget_that_covers_no_line_makes_no_batch(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, N)
+        _budget(tmp_path, 0.005)  # under one line's 0.011
+        out = _apply(tmp_path)
+        assert out.returncode == 9, out.stdout + out.stderr
+        said = out.stdout + out.stderr
+        assert "batch not created: the budget covers none of its 20 requests" in said
+        assert "budget 0.005 USD (runner.toml [budget] max_cost_per_day) reached" in said
+        assert "request 1 of the 20 of step ask's batch may cost 0.011 USD" in said
+        assert server.batches() == [] and server.uploads() == []
+        assert _batch_rows(tmp_path) == []  # nothing journaled to re-attach to either
+
+
+def test_the_batch_is_trimmed_to_the_budget_and_a_raised_budget_sends_the_rest(
+    tmp_path: Path,
+) -> None:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, N, extra="batch_wait = 30")
+        _budget(tmp_path, 0.1)  # 9 lines (0.099), not 10 (0.11)
+        out = _apply(tmp_path)
+        assert out.returncode == 9, out.stdout + out.stderr
+        said = out.stdout + out.stderr
+        assert "batch made of 9 of its 20 requests: the budget covers no more" in said
+        assert "request 10 of the 20 of step ask's batch may cost 0.011 USD" in said
+        [made] = server.batches()
+        assert made["request_counts"]["total"] == 9
+        # Raised: the first batch is collected, the 11 others go in a second one.
+        _budget(tmp_path, 1.0)
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sorted(b["request_counts"]["total"] for b in server.batches()) == [9, 11]
+        answered = server.answered()
+        assert len(answered) == N and set(answered.values()) == {1}
+    assert set(_outputs(tmp_path).values()) == _texts(N)
+    costs = subprocess.run(
+        [*_runner(), "costs", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    doc = json.loads(costs.stdout)
+    # the double's 11 prompt and 3 completion tokens a reply, at half price: 0.0085 each
+    assert doc["total"]["batch_calls"] == N
+    assert abs(doc["total"]["cost"] - N * 0.0085) < 1e-9
+
+
+def _runner() -> list[str]:
+    from tests.conftest import runner_bin
+
+    return list(runner_bin())
