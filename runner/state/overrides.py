@@ -62,6 +62,7 @@ class Override:
             "contract": self.contract,
             "status": self.status,
             "reason": self.reason,
+            "created_at": self.created_at,
             "output": self.output,
         }
 
@@ -212,12 +213,75 @@ def record(
     )
 
 
-def list_overrides(journal: Journal, pipeline: str | None = None) -> list[Override]:
-    sql = "SELECT * FROM overrides"
-    args: tuple[Any, ...] = ()
+# The edits that may answer an element: in force, or set aside until their contract comes back.
+STANDING = ("active", "set_aside")
+DROPPED = "dropped"  # undone by `runner edits drop`: never answers again
+
+
+def list_overrides(
+    journal: Journal, pipeline: str | None = None, *, standing_only: bool = False
+) -> list[Override]:
+    """Every edit (of ``pipeline`` when given), oldest first; ``standing_only``: only those
+    that may answer an element (active or set aside), not superseded or dropped ones."""
+    where, args = [], []
     if pipeline is not None:
-        sql, args = sql + " WHERE pipeline=?", (pipeline,)
-    return [Override.from_row(r) for r in journal.query(sql + " ORDER BY id", args)]
+        where.append("pipeline=?")
+        args.append(pipeline)
+    if standing_only:
+        where.append(f"status IN ({','.join('?' * len(STANDING))})")
+        args.extend(STANDING)
+    sql = "SELECT * FROM overrides" + (" WHERE " + " AND ".join(where) if where else "")
+    return [Override.from_row(r) for r in journal.query(sql + " ORDER BY id", tuple(args))]
+
+
+def drop(
+    journal: Journal,
+    *,
+    edit_id: int | None = None,
+    step_id: str | None = None,
+    pipeline: str | None = None,
+    element: int | None = None,
+) -> list[Override]:
+    """Undo edits: the standing edit ``edit_id``, or every standing edit of ``step_id`` (of
+    one ``element`` when given; -1 is a step without for_each). A dropped edit is kept in the
+    journal (status ``dropped``) but never answers again: the next apply uses the step's own
+    output for its key, or runs it. Returns the edits dropped.
+
+    Raises NotFound when nothing standing matches, UsageError when ``step_id`` has edits in
+    several pipelines and ``pipeline`` does not say which.
+    """
+    edits = list_overrides(journal, pipeline, standing_only=True)
+    if edit_id is not None:
+        chosen = [ov for ov in edits if ov.id == edit_id]
+        what = f"edit #{edit_id}"
+    else:
+        chosen = [
+            ov
+            for ov in edits
+            if ov.step_id == step_id and (element is None or ov.element == element)
+        ]
+        what = f"step '{step_id}'" + (f" element {element}" if element not in (None, -1) else "")
+    if not chosen:
+        left = ", ".join(f"#{ov.id} {ov.step_id}" for ov in edits[:10])
+        raise NotFound(
+            f"no edit in force for {what}" + (f" of pipeline '{pipeline}'" if pipeline else ""),
+            hint=f"edits in force: {left}" if left else "no edit is in force (runner edits list)",
+        )
+    pipelines = sorted({ov.pipeline for ov in chosen})
+    if len(pipelines) > 1:
+        raise UsageError(
+            f"{what} has edits in pipelines {', '.join(pipelines)}",
+            hint="say which with --pipeline NAME",
+        )
+    with journal.transaction() as conn:
+        for ov in chosen:
+            conn.execute(
+                "UPDATE overrides SET status=?, reason=? WHERE id=?",
+                (DROPPED, "dropped by runner edits drop", ov.id),
+            )
+    for ov in chosen:
+        ov.status, ov.reason = DROPPED, "dropped by runner edits drop"
+    return chosen
 
 
 def _kind(value: Any) -> str:

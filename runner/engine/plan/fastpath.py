@@ -326,6 +326,22 @@ def forget(state_dir: Path, pipeline: Path, overrides: dict[str, str], item: str
     _record_path(state_dir, _tag(pipeline, overrides, item)).unlink(missing_ok=True)
 
 
+def forget_pipeline(state_dir: Path, name: str) -> int:
+    """Forget every fingerprint of the pipeline called ``name`` (any file, params or item):
+    what its runs used changed in the journal (an edit was dropped), where no fingerprint
+    looks. Returns how many were forgotten."""
+    forgotten = 0
+    for path in sorted((state_dir / "converged").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # unreadable: check() refuses it already
+        if isinstance(doc, dict) and doc.get("name") == name:
+            path.unlink(missing_ok=True)
+            forgotten += 1
+    return forgotten
+
+
 def check(
     state_dir: Path,
     pipeline: Path,
@@ -473,7 +489,6 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     written after a run). Raises Busy when the item's lock is held.
     """
     import sqlite3
-    import uuid
 
     from ...errors import Busy
     from ...state.interrupt import mark_interrupted
@@ -484,7 +499,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     with try_hold(state_dir, name, item) as held:
         if not held:
             raise Busy(f"another apply of pipeline '{name}' is running")
-        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + os.urandom(3).hex()
         now = time.time()
         conn = sqlite3.connect(
             state_dir / "journal.db",

@@ -1,8 +1,11 @@
-"""Prompt-version commands: `runner prompts lock|check`."""
+"""Prompt-version and edit commands: `runner prompts lock|check`, `runner edit`, `runner edits
+list|drop`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -101,11 +104,11 @@ def edit_output(
     """Correct a step's stored output; later applies reuse the edit while its contract holds.
 
     The edit is bound to the step's `contract:` (e.g. its prompt card's hash): when the card
-    drifts the edit is set aside (kept, reported) and the step regenerates.
+    drifts the edit is set aside (kept, reported) and the step regenerates. List edits with
+    `runner edits list`; undo one with `runner edits drop STEP`.
 
     Example: runner edit RUN detail --element 2 --from fixed.txt
     """
-    import json
     import os
     import shlex
     import subprocess
@@ -199,3 +202,104 @@ def edit_output(
         )
     else:
         echo("no change; nothing stored")
+
+
+@cli.group()
+def edits() -> None:
+    """List and undo `runner edit`s of step outputs.
+
+    Example: runner edits drop detail --element 2
+    """
+
+
+def _edit_line(ov: dict[str, Any]) -> str:
+    from ...review.gateview import printable, when
+
+    where = ov["step"] + (f"[{ov['element']}]" if ov["element"] is not None else "")
+    out = ov["output"]
+    text = out["text"] if isinstance(out, dict) and isinstance(out.get("text"), str) else None
+    first = (text if text is not None else json.dumps(out, ensure_ascii=False)).strip()
+    first = first.splitlines()[0] if first else ""
+    first = first[:57] + "..." if len(first) > 60 else first
+    reason = f" ({ov['reason']})" if ov["reason"] and ov["status"] != "active" else ""
+    return printable(
+        f"#{ov['id']:<4} {ov['pipeline']}  {where}  {ov['status'].replace('_', ' ')}{reason}"
+        f"  {when(ov['created_at'])}  {first}"
+    )
+
+
+@edits.command("list")
+@click.option("--pipeline", default=None, help="Only this pipeline's edits (its name).")
+@click.option(
+    "--all", "show_all", is_flag=True, help="Also edits superseded by a later one or dropped."
+)
+@state_option
+@json_option
+def edits_list(pipeline: str | None, show_all: bool, state_dir: str | None, as_json: bool) -> None:
+    """List the edits that answer a step (active) or wait for their contract (set aside).
+
+    Example: runner edits list --pipeline scene-detail --json
+    """
+    from ...state import overrides
+    from .openstate import open_state
+
+    state = open_state(state_dir)
+    try:
+        found = overrides.list_overrides(state.journal, pipeline, standing_only=not show_all)
+    finally:
+        state.close()
+    rows = [ov.to_json() for ov in found]
+    if as_json:
+        emit_json({"edits": rows, "exit_code": 0})
+    elif not rows:
+        echo("no edits" + ("" if show_all else " in force (--all lists superseded and dropped)"))
+    else:
+        echo("\n".join(_edit_line(r) for r in rows))
+
+
+@edits.command("drop")
+@click.argument("step", required=False)
+@click.option("--element", type=int, default=None, help="Only this for_each element's edit.")
+@click.option("--id", "edit_id", type=int, default=None, help="The edit's number (edits list).")
+@click.option("--pipeline", default=None, help="The pipeline, when STEP is in several.")
+@state_option
+@json_option
+def edits_drop(
+    step: str | None,
+    element: int | None,
+    edit_id: int | None,
+    pipeline: str | None,
+    state_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Undo the edits of STEP (or edit --id N): the next apply uses the step's own output.
+
+    A dropped edit stays in the journal (`edits list --all`) but never answers again.
+
+    Example: runner edits drop detail --element 2
+    """
+    from ...engine.plan import fastpath
+    from ...errors import UsageError
+    from ...state import overrides
+    from .openstate import open_state
+
+    if (step is None) == (edit_id is None):
+        raise UsageError(
+            "name the edit: a STEP or --id N (not both)", hint="see them with: runner edits list"
+        )
+    state = open_state(state_dir)
+    try:
+        dropped = overrides.drop(
+            state.journal, edit_id=edit_id, step_id=step, pipeline=pipeline, element=element
+        )
+        # a fingerprint of a run that used the edit would answer the next apply without it
+        for name in sorted({ov.pipeline for ov in dropped}):
+            fastpath.forget_pipeline(state.dir, name)
+    finally:
+        state.close()
+    if as_json:
+        emit_json({"dropped": [ov.to_json() for ov in dropped], "exit_code": 0})
+        return
+    for ov in dropped:
+        where = ov.step_id + (f"[{ov.element}]" if ov.element != -1 else "")
+        echo(f"dropped edit #{ov.id} of {where}; the next apply uses the step's own output")
