@@ -3,8 +3,10 @@
 Kept, whatever the age: the last K runs of every (pipeline, item), runs still running or
 waiting for a human, runs with a picked iteration, and the parents of kept runs. Of a deleted
 run, a completed execution whose key a kept run still uses stays (it is the cache entry the kept
-run resolves to). An object stays when a remaining execution, iteration, decision or run
-references it, or when it is newer than the oldest running run (an apply may be writing it).
+run resolves to); of the executions deleted, the digests of the output files they wrote are
+remembered (written.py: runner's own bytes, should they still be in the workspace). An object
+stays when a remaining execution, iteration, decision or run references it, or when it is newer
+than the oldest running run (an apply may be writing it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from . import written
 from .records import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
@@ -175,13 +178,16 @@ def _collect(
     doomed_execs: list[int] = []
     items = {r["id"]: r["item"] for r in runs}
     gone: set[tuple[str, str | None, str]] = set()  # (pipeline, item, step) results removed
+    files_cells: list[str | None] = []  # of the executions deleted: their outputs
     for rid in sorted(doomed):
         for e in journal.query(
-            "SELECT id, pipeline, step_id, key, status FROM executions WHERE run_id=?", (rid,)
+            "SELECT id, pipeline, step_id, key, status, files FROM executions WHERE run_id=?",
+            (rid,),
         ):
             if e["status"] in ("completed", "partial") and (e["pipeline"], e["key"]) in used:
                 continue
             doomed_execs.append(int(e["id"]))
+            files_cells.append(e["files"])
             if e["status"] in ("completed", "partial"):
                 gone.add((e["pipeline"], items.get(rid), e["step_id"]))
     result.executions_deleted = len(doomed_execs)
@@ -197,6 +203,8 @@ def _collect(
                 for table in ("events", "iterations", "decisions"):
                     conn.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
                 conn.execute("DELETE FROM runs WHERE id=?", (rid,))
+            # their outputs may still be in the workspace: runner's own bytes, not hand edits
+            written.remember(conn, written.outputs_of(files_cells), now)
         _remember_forgotten(state.dir, gone, now)
     referenced = _referenced(
         journal,

@@ -235,6 +235,14 @@ def _m10_override_identity(db: Any) -> None:
     db["overrides"].add_column("identity", str)
 
 
+def _m11_forgotten_outputs(db: Any) -> None:
+    # The digests of output files whose records `runner gc` deleted (state/written.py): runner
+    # still tells its own old bytes in the workspace from a hand edit after the records go.
+    db["forgotten_outputs"].create(
+        {"path": str, "digest": str, "forgotten_at": float}, pk=("path", "digest")
+    )
+
+
 TABLES = (
     "runs",
     "executions",
@@ -247,6 +255,7 @@ TABLES = (
     "overrides",
     "batches",
     "batch_items",
+    "forgotten_outputs",
 )
 
 MIGRATIONS: list[Migration] = [
@@ -260,6 +269,7 @@ MIGRATIONS: list[Migration] = [
     _m8_file_ctime,
     _m9_batches,
     _m10_override_identity,
+    _m11_forgotten_outputs,
 ]
 
 

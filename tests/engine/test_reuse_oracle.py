@@ -115,12 +115,11 @@ IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a
 # looks them up by pipeline and step), so the first run keys it without them. Off: such a
 # step's run is not held against the remote.
 RECORDED_READS_REMOTE = False
-# Found by this oracle (issue 44's moves), not settled: after `gc --keep-last 0` deleted every
-# record of an output file still in the workspace, runner cannot tell its own old bytes from a
-# hand edit, and with on_edit: fail the step's next run refuses to write over them (a fresh
-# apply has no file there). Off: with on_edit: fail, gc keeps at least the last run, and
-# on_edit: fail is not set once such a gc ran (until a new clone).
-OUTPUTS_FORGOTTEN = False
+# Found by this oracle (issue 44's moves), fixed: after `gc --keep-last 0` deleted every record
+# of an output file still in the workspace, runner could not tell its own old bytes from a hand
+# edit, and with on_edit: fail the step's next run refused to write over them (a fresh apply has
+# no file there); gc now remembers the digests of the outputs it forgets (state/written.py).
+OUTPUTS_FORGOTTEN = True
 
 
 class ReuseOracle(RuleBasedStateMachine):
@@ -152,7 +151,6 @@ class ReuseOracle(RuleBasedStateMachine):
         # topic -> the gate key a `--reask` asked about again, while its run waits on it (the
         # model's decision for that key is not given until the run's own answer)
         self.reasked: dict[str, str] = {}
-        self.outputs_forgotten = False  # a gc --keep-last 0 deleted the outputs' records
         self.applies = 0  # applies checked (CLI, watch cycles)
         self.steps = 0
         write_project(self.root, self.v, remote=self.remote)
@@ -242,13 +240,7 @@ class ReuseOracle(RuleBasedStateMachine):
         """The hash and caption steps under other ids: the same keys, nothing runs again."""
         self._edit(renamed=renamed)
 
-    @precondition(
-        lambda self: (
-            not self.edited
-            and not self.killed
-            and (OUTPUTS_FORGOTTEN or not self.outputs_forgotten)
-        )
-    )
+    @precondition(lambda self: not self.edited and not self.killed)
     @rule(policy=st.sampled_from(["restore", "fail"]))
     def set_on_edit(self, policy: str) -> None:
         """`defaults: on_edit: fail`: an output a revert puts back (another state's run wrote
@@ -680,8 +672,6 @@ class ReuseOracle(RuleBasedStateMachine):
 
     @rule(keep=st.integers(0, 2), dry_run=st.booleans(), older=st.booleans())
     def gc(self, keep: int, dry_run: bool, older: bool) -> None:
-        if self.v.on_edit == "fail" and not OUTPUTS_FORGOTTEN:
-            keep = max(keep, 1)
         args = ["gc", "--keep-last", str(keep), "--json", "--state", str(self.state)]
         args += ["--dry-run"] if dry_run else []
         args += ["--older-than", "30d"] if older else []
@@ -690,8 +680,6 @@ class ReuseOracle(RuleBasedStateMachine):
         res = cli(self.root, *args)
         assert res.exit_code == 0, res.stderr
         deleted = set() if dry_run else set(res.json()["runs_deleted"])
-        if deleted and keep == 0:
-            self.outputs_forgotten = True
         if deleted:
             # a deleted run's decisions go with it: the next apply asks again
             known = known_decisions(self.state)
@@ -733,7 +721,6 @@ class ReuseOracle(RuleBasedStateMachine):
         self.clones += 1
         self.state = self.tmp / f"state{self.clones}"
         shutil.rmtree(self.root / "out", ignore_errors=True)
-        self.outputs_forgotten = False
         # decisions and `runner edit`s are never shared; the hand edits are of the old state's
         # records (the new one has none)
         for w in self.watchers.values():

@@ -215,10 +215,11 @@ class Reuse:
                 continue
             if now == digest:
                 continue
-            if self.objects.has(now):
+            if self.runners_own(rel, now):
                 # runner's own bytes (another result of the step: its inputs changed, then
-                # back), as keep_before_rerun says, not a hand edit: the recorded output goes
-                # back whatever on_edit says, and nothing is lost (the store has these bytes)
+                # back; or one whose records gc deleted), as keep_before_rerun says, not a hand
+                # edit: the recorded output goes back whatever on_edit says, and nothing is
+                # lost (the store has these bytes, or gc was asked to forget them)
                 self.objects.restore(digest, path)
                 self.hasher.forget(path)
                 restored.append(rel)
@@ -234,6 +235,15 @@ class Reuse:
             self.hasher.forget(path)
             restored.append(rel)
         return restored, kept, None
+
+    def runners_own(self, rel: str, digest: str) -> bool:
+        """Whether an output's bytes are runner's, not a hand edit: a stored object (a result
+        of some step), or what a run whose records gc deleted wrote there (state/written.py)."""
+        if self.objects.has(digest):
+            return True
+        from ...state import written  # only for bytes in no object: rare
+
+        return written.runner_wrote(self.journal, rel, digest)
 
     def _keep_edit(
         self, step: CompiledStep, index: int | None, rel: str, path: Path, action: str
@@ -256,10 +266,25 @@ class Reuse:
         self, step: CompiledStep, index: int | None, args: Mapping[str, object]
     ) -> tuple[dict[str, str], str | None]:
         """Before ``step`` runs and writes its outputs again: each output file whose bytes are
-        in no stored object (edited by hand, or made outside runner) is kept in the store first,
+        not runner's own (edited by hand, or made outside runner) is kept in the store first,
         and said where, as a restore keeps it; ``on_edit: fail`` fails the step instead.
         Returns ({file: object digest of the kept bytes}, the reason to fail or None)."""
-        kept: dict[str, str] = {}
+        edited = self.edited_before_rerun(step, args)
+        if edited and step.on_edit == "fail":
+            return {}, rerun_refused(edited[0][0])
+        kept = {
+            rel: self._keep_edit(step, index, rel, path, "kept before re-run")
+            for rel, path in edited
+        }
+        return kept, None
+
+    def edited_before_rerun(
+        self, step: CompiledStep, args: Mapping[str, object]
+    ) -> list[tuple[str, Path]]:
+        """The output files ``step`` would write again whose bytes are not runner's own (no
+        stored object, nothing gc forgot): (path relative to the root, path). Reads only, so
+        the planner asks it too (with its own hasher)."""
+        edited: list[tuple[str, Path]] = []
         for rel in step.type.produces(args):
             if not os.path.lexists(os.path.join(self.plan.root, rel)):
                 continue  # nothing there by any way (one lstat; a first run's usual case)
@@ -270,13 +295,14 @@ class Reuse:
                 now = self.hasher.hash(path, used=False)  # the step writes it again next
             except OSError:
                 continue
-            if self.objects.has(now):
-                continue  # runner's own bytes, or the same as some stored result
-            if step.on_edit == "fail":
-                return kept, (
-                    f"{rel} was edited by hand and the step would write it again; "
-                    "on_edit: fail leaves it for you to resolve"
-                )
-            kept[rel] = self._keep_edit(step, index, rel, path, "kept before re-run")
-        return kept, None
+            if not self.runners_own(rel, now):
+                edited.append((rel, path))
+        return edited
 
+
+def rerun_refused(rel: str) -> str:
+    """Why a step with ``on_edit: fail`` does not run over its output ``rel`` edited by hand."""
+    return (
+        f"{rel} was edited by hand and the step would write it again; "
+        "on_edit: fail leaves it for you to resolve"
+    )
