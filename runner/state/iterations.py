@@ -49,6 +49,17 @@ class Iteration:
             metadata=loads(r["metadata"]) if r["metadata"] else None,
         )
 
+    @property
+    def image(self) -> str | None:
+        """The image a person looks at and exports: the final a finalize step made, else (a
+        pipeline with no finalize step, or one not run yet) the raw the provider returned."""
+        return self.final or self.raw
+
+    @property
+    def shows_raw(self) -> bool:
+        """Whether ``image`` is the raw: no finalize step finalised this iteration."""
+        return self.final is None and self.raw is not None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,

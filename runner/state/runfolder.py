@@ -1,7 +1,8 @@
 """A run's folder (runs/<run>/): read-only views of the object store, not copies.
 
-The finals and the contact sheet there are hard links to their objects (a copy, made read-only,
-where the file system has no hard links), so an unchanged re-apply's new folder costs no space,
+The finals (the raws, image-N.EXT, for a pipeline with no finalize step) and the contact sheet
+there are hard links to their objects (a copy, made read-only, where the file system has no hard
+links), so an unchanged re-apply's new folder costs no space,
 and an edit by hand cannot pass unnoticed: an editor that writes in place is refused (mode 0444)
 or, run as root, damages the object itself (every read of an object hashes it), and one that
 saves a new file under the name breaks the link, which ``edited`` finds.
@@ -24,6 +25,32 @@ READ_ONLY = 0o444
 
 def final_name(it: Iteration) -> str:
     return f"final-{it.ordinal}.{it.ext or 'jpg'}"
+
+
+def sniff_ext(path: Path) -> str:
+    """The file extension for an image's bytes (providers return PNG, JPEG, WebP or GIF)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return "bin"
+    if head.startswith(b"\x89PNG"):
+        return "png"
+    if head.startswith(b"\xff\xd8"):
+        return "jpg"
+    if head.startswith(b"GIF8"):
+        return "gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return "bin"
+
+
+def view_name(state: Any, it: Iteration) -> str:
+    """The name of an iteration's image in its run folder: final-N.EXT for a final; for the
+    raw of a pipeline with no finalize step, image-N.EXT (its type read from its bytes)."""
+    if it.final or not it.raw:
+        return final_name(it)
+    return f"image-{it.ordinal}.{sniff_ext(state.objects.path(it.raw))}"
 
 
 def place(state: Any, digest: str, target: Path) -> None:
@@ -68,8 +95,8 @@ def _same_file(a: Path, b: Path) -> bool:
 def _views(state: Any, run_id: str) -> Iterator[tuple[Path, str]]:
     folder = state.dir / "runs" / run_id
     for it in iterations_of(state.journal, run_id):
-        if it.final:
-            yield folder / final_name(it), it.final
+        if it.image:
+            yield folder / view_name(state, it), it.image
 
 
 def edited(state: Any, run_id: str) -> list[Path]:

@@ -10,6 +10,7 @@ import click
 
 from ...errors import StoreError
 from ...state.iterations import iterations_of
+from ...state.runfolder import sniff_ext as sniff_ext
 
 
 def after_apply(
@@ -121,10 +122,10 @@ def copy_finals(
     for it in its:
         if it.status != "completed" and only_compliant:
             continue
-        digest = it.raw if raw else it.final
+        digest = it.raw if raw else it.image  # no finalize step: the raws are the images
         if not digest:
             continue
-        ext = sniff_ext(state.objects.path(digest)) if raw else (it.ext or "jpg")
+        ext = sniff_ext(state.objects.path(digest)) if digest != it.final else (it.ext or "jpg")
         name = f"{safe_stem}-{it.ordinal}.{ext.lstrip('.')}"
         plan.append((digest, inside(dest, name)))
     if not overwrite:
@@ -158,21 +159,6 @@ def _same_bytes(a: Path, b: Path) -> bool:
         return filecmp.cmp(a, b, shallow=False)
     except OSError:
         return False
-
-
-def sniff_ext(path: Path) -> str:
-    """The file extension for an image's bytes (providers return PNG, JPEG, WebP or GIF)."""
-    with open(path, "rb") as f:
-        head = f.read(12)
-    if head.startswith(b"\x89PNG"):
-        return "png"
-    if head.startswith(b"\xff\xd8"):
-        return "jpg"
-    if head.startswith(b"GIF8"):
-        return "gif"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    return "bin"
 
 
 def export_run(
@@ -220,10 +206,18 @@ def export_run(
     files = copy_finals(
         state, completed, dest, run["item"] or run["pipeline"], raw=raw, overwrite=overwrite
     )
+    if not files:  # never "done" having written nothing
+        raise UsageError(
+            f"run {run['id']}'s completed iterations hold no image to export",
+            hint=f"see: runner runs show {run['id']}",
+        )
     return {
         "run_id": run["id"],
         "iteration_id": it.id if it else (completed[0].id if picked else None),
         "raw": raw,
+        # what was written: finals, or the provider's raws (asked for with --raw, or the
+        # pipeline has no finalize step: its raws are its images)
+        "images": "raw" if raw or all(i.shows_raw for i in completed) else "final",
         "picked": picked,
         "files": [str(f) for f in files],
         # run-folder finals edited by hand: what was exported is the recorded final

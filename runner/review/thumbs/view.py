@@ -28,12 +28,16 @@ def reference_of(run: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def final_path(state: Any, it: Iteration, raw: bool = False) -> Path | None:
-    """The readable copy under runs/<run>/ when it exists, else the object itself."""
-    digest = it.raw if raw else it.final
+    """The readable copy under runs/<run>/ when it exists, else the object itself: of the
+    iteration's image (its final; its raw when no finalize step made one), or with ``raw``
+    of its raw."""
+    from ...state.runfolder import view_name
+
+    digest = it.raw if raw else it.image
     if not digest:
         return None
     if not raw:
-        named: Path = state.dir / "runs" / it.run_id / f"final-{it.ordinal}.{it.ext or 'jpg'}"
+        named: Path = state.dir / "runs" / it.run_id / view_name(state, it)
         if _is_view(named, state.objects.path(digest)):
             return named  # the run folder's read-only view of the object (not an edited file)
     if not state.objects.has(digest):  # missing, or damaged (then set aside): nothing to show
@@ -60,7 +64,13 @@ def run_json(state: Any, run_id: str) -> dict[str, Any]:
     its = iterations_of(state.journal, view.run["id"])
     doc["decisions"] = [d.to_json() for d in decisions(state.journal, view.run["id"])]
     doc["iterations"] = [
-        {**it.to_json(), "final_path": str(final_path(state, it)) if it.final else None}
+        {
+            **it.to_json(),
+            "final_path": str(final_path(state, it)) if it.final else None,
+            # what a person looks at: the final, else (no finalize step) the raw
+            "image_path": str(final_path(state, it)) if it.image else None,
+            "image": None if not it.image else ("raw" if it.shows_raw else "final"),
+        }
         for it in its
     ]
     return doc
@@ -89,8 +99,8 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
 
 
 def files_dir(state: Any, its: list[Iteration]) -> Path | None:
-    """The one folder holding the readable finals (runs/<run>/), when every final is there."""
-    paths = [final_path(state, it) for it in its if it.final]
+    """The one folder holding the readable images (runs/<run>/), when every one is there."""
+    paths = [final_path(state, it) for it in its if it.image]
     parents = {p.parent for p in paths if p is not None}
     return parents.pop() if len(parents) == 1 else None
 
@@ -130,7 +140,7 @@ def preview(
             compliant=it.compliant,
         )
         for it in its
-        if it.final
+        if it.image
     ]
     if not tiles:
         return "", None
@@ -167,6 +177,8 @@ def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | 
     folder = files_dir(state, its)
     if folder is not None:
         lines.append(f"Files      {shown_path(folder)}/")
+    if any(it.shows_raw for it in its):  # said: these are not finals (no size, no overlay)
+        lines.append("Images     as the provider made them (no finalize step finalised them)")
     from ...state.runfolder import edited
 
     for path in edited(state, view.run["id"]):
