@@ -6,17 +6,48 @@ recorded values in the journal (see ``runner.engine``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 
-@dataclass(frozen=True)
 class Location:
-    """A place in a source file: 1-based line and column, as editors show them."""
+    """A place in a source file: 1-based line and column, as editors show them. Frozen, with a
+    dataclass's equality and repr (written out: every command imports this module, and
+    dataclasses would cost a no-op ~6 ms of imports)."""
 
-    file: str
-    line: int = 0
-    column: int = 0
+    __match_args__ = ("file", "line", "column")
+    if TYPE_CHECKING:  # read-only to the type checker, as a frozen dataclass's fields are
+
+        @property
+        def file(self) -> str: ...
+        @property
+        def line(self) -> int: ...
+        @property
+        def column(self) -> int: ...
+
+    def __init__(self, file: str, line: int = 0, column: int = 0) -> None:
+        fields = self.__dict__
+        fields["file"] = file
+        fields["line"] = line
+        fields["column"] = column
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Location)
+        return (self.file, self.line, self.column) == (other.file, other.line, other.column)
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.line, self.column))
+
+    def __repr__(self) -> str:
+        return f"Location(file={self.file!r}, line={self.line!r}, column={self.column!r})"
 
     def __str__(self) -> str:
         if self.line <= 0:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -164,7 +164,7 @@ class FsspecObjectStore:
         if self._rename:
             parent = target.rsplit("/", 1)[0]
             self.fs.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+            tmp = f"{parent}/.tmp-{os.urandom(16).hex()}"
             try:
                 self.fs.pipe_file(tmp, data)
                 self.fs.mv(tmp, target)

@@ -130,6 +130,7 @@ APPLY = frozenset(
         "runner.surfaces.cli.console",
         "runner.surfaces.cli.entry",
         "runner.surfaces.cli.openstate",
+        "runner.surfaces.cli.quickapply",  # answers a no-op before click loads
         "runner.surfaces.cli.runend",
         "runner.surfaces.cli.termtext",
     }

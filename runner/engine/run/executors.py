@@ -26,7 +26,7 @@ dask is imported only when a Dask executor is opened (the ``runner-pipelines[das
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -252,7 +252,7 @@ class DaskExecutor:
             futures = self.client.map(
                 run_batch,
                 [[p.job for p in b.members] for b in same],
-                key=[f"runner-{uuid.uuid4().hex}" for _ in same],
+                key=[f"runner-{os.urandom(16).hex()}" for _ in same],
                 pure=False,
                 resources=dict(resources) or None,
             )

@@ -27,7 +27,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from pathlib import Path
 
 from ...errors import StepFailure
@@ -82,7 +81,7 @@ def issue(path: str) -> str:
     before the body is sent to a worker); its path."""
     tickets = Path(f"{path}{TICKETS}")
     tickets.mkdir(parents=True, exist_ok=True)
-    ticket = str(tickets / uuid.uuid4().hex)
+    ticket = str(tickets / os.urandom(16).hex())
     os.close(os.open(ticket, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
     return ticket
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,7 @@ _CACHED_COLUMNS = (
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    return time.strftime("%Y%m%d-%H%M%S-") + os.urandom(3).hex()
 
 
 class JournalLedger:

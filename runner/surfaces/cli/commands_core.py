@@ -172,24 +172,16 @@ def apply(
     pipeline_path = file.resolve()
     asked = force or reask or out_dir or events_file or retry_uncertain or remote
     if not (asked or max_cost is not None):
-        held = fastpath.check(state_path, pipeline_path, overrides, item)
-        if held is not None and "validate" in held:
-            # Only values no key depends on changed (a description, retries): valid values
-            # keep every key, so the run is still fully cached. The schema checks all of them.
-            from ...pipeline.loader import load_document
+        from .quickapply import noop_line, noop_report
 
-            load_document(file)
-            fastpath.validated(state_path, pipeline_path, overrides, item, held)
-        noop = None if held is None else fastpath.journal_noop(state_path, pipeline_path, held)
+        # With ``file``: a pipeline changed only in values no key depends on (a description,
+        # retries) is checked against the schema, and then still fully cached.
+        noop = noop_report(state_path, pipeline_path, overrides, item, file=file)
         if noop is not None:
             if as_json:
                 emit_json(noop)
             else:
-                n = noop["summary"]["cached"]
-                echo(
-                    f"completed: ran 0, cached {n}, skipped 0, failed 0  "
-                    f"(run {noop['run']['id']}; nothing changed)"
-                )
+                echo(noop_line(noop))
             sys.exit(0)
 
     from ...engine.run.apply import State, apply_plan

@@ -1,15 +1,14 @@
 """The `runner` console command's main: masks secrets, then runs one command of the group.
 
-The group imports only the command module the command line names (base.LazyGroup); importing
-app.py instead registers every command.
+A no-op `runner apply` is answered before click loads (quickapply.py); otherwise the group
+imports only the command module the command line names (base.LazyGroup); importing app.py
+instead registers every command.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-from .base import cli
 
 
 def main() -> None:
@@ -24,6 +23,14 @@ def main() -> None:
     secretmask.learn_project(here)
     secretmask.mask_streams()
     try:
+        if here is not None:
+            from .quickapply import answer
+
+            code = answer(sys.argv[1:])
+            if code is not None:
+                sys.exit(code)
+        from .base import cli
+
         cli.main(prog_name="runner", standalone_mode=True)
     except KeyboardInterrupt:
         from .termtext import echo
