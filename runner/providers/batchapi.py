@@ -23,10 +23,12 @@ TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 class BatchPending(StepFailure):
     """Raised by a step body whose call waits in a batch (queued, or sent and not yet done):
-    the execution is not a failure, it is suspended (awaiting_batch) until a later apply."""
+    the execution is not a failure, it is suspended (awaiting_batch) until a later apply.
+    ``key``: the call that waits (its execution's row names it, so a plan finds its batch)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, key: str | None = None) -> None:
         super().__init__(reason, retryable=False)
+        self.key = key
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,14 @@ import subprocess
 from pathlib import Path
 
 from tests.providers.openai_batch_server import OpenAIBatchServer
-from tests.providers.test_batch_mode import SECRET, _apply, _outputs, _project, _texts
+from tests.providers.test_batch_mode import (
+    SECRET,
+    _apply,
+    _outputs,
+    _project,
+    _texts,
+    write_pipeline,
+)
 
 N = 20
 # Each line: "word N" is 6-7 characters, 2 input tokens at 1.0 / 1k, and 10 output tokens
@@ -94,3 +101,44 @@ def _runner() -> list[str]:
     from tests.conftest import runner_bin
 
     return list(runner_bin())
+
+
+def test_plan_counts_elements_waiting_in_a_live_batch_at_no_new_cost(tmp_path: Path) -> None:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET, validate_s=60.0) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        pipeline = _project(tmp_path, server.url, N)
+        _budget(tmp_path, 10.0)
+        first = _apply(tmp_path)
+        assert first.returncode == 11, first.stdout + first.stderr  # awaiting_batch
+        [batch_id] = [b for b in _batch_ids(tmp_path)]
+        # Two elements more: only they would be sent (and paid), by a new batch.
+        write_pipeline(pipeline, N + 2, batch=True)
+        plan = subprocess.run(
+            [*_runner(), "plan", "pipeline.yaml", "--json"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        doc = json.loads(plan.stdout)
+        calls = {c.get("waiting"): c for c in doc["cost"]["calls"]}
+        assert calls[batch_id]["calls"] == N and calls[batch_id]["cost"] == 0
+        assert calls[None]["calls"] == 2 and calls[None]["batch"] is True
+        assert abs(calls[None]["cost"] - 2 * 0.011) < 1e-9
+        assert abs(doc["cost"]["total"] - 2 * 0.011) < 1e-9
+        [step] = doc["steps"]
+        reasons = [e["reasons"] for e in step["elements"]]
+        assert reasons[:N] == [[f"in batch {batch_id} (waiting)"]] * N
+        assert all(r != [f"in batch {batch_id} (waiting)"] for r in reasons[N:])
+        text = subprocess.run(
+            [*_runner(), "plan", "pipeline.yaml"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        assert f"calls: {N} text to openai test-chat in batch {batch_id} (waiting): " in text
+        assert "no new cost" in text
+        assert len(server.batches()) == 1  # the plan sent nothing
+
+
+def _batch_ids(root: Path) -> list[str]:
+    db = sqlite3.connect(root / ".runner" / "journal.db")
+    try:
+        return [r[0] for r in db.execute("SELECT id FROM batches ORDER BY rowid")]
+    finally:
+        db.close()

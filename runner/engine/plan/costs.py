@@ -38,6 +38,7 @@ class CallLine:
     exact: bool  # False when some prompt was not known yet (input tokens assumed)
     free: bool = False  # a provider that costs nothing (fake), not a price of 0 in runner.toml
     batch: bool = False  # by the provider's batch API: its batch price, and the run suspends
+    waiting: str | None = None  # already in this live batch: paid there, no new cost
 
     def to_json(self) -> dict[str, Any]:
         cost = None if self.cost is None else round(self.cost, 6)
@@ -50,6 +51,7 @@ class CallLine:
             "exact": self.exact,
             "free": self.free,
             **({"batch": True} if self.batch else {}),  # (said only of batch calls)
+            **({"waiting": self.waiting} if self.waiting else {}),
         }
 
 
@@ -78,9 +80,9 @@ class Estimate:
 
 def estimate(fc: Forecast, prices: Prices) -> Estimate:
     """Calls per (provider, model, kind) and their cost, from the would-run elements."""
-    grouped: dict[tuple[str, str | None, str, bool], CallLine] = {}
+    grouped: dict[tuple[str, str | None, str, bool, str | None], CallLine] = {}
     for call in fc.calls():
-        k = (call.provider, call.model, call.kind, call.batch)
+        k = (call.provider, call.model, call.kind, call.batch, call.waiting)
         line = grouped.get(k)
         cost = _cost(call, prices)
         if line is None:
@@ -91,6 +93,7 @@ def estimate(fc: Forecast, prices: Prices) -> Estimate:
                 call.kind == "image" or call.input_chars is not None,
                 free=call.provider in FREE_PROVIDERS and prices.row(call.provider, None) is None,
                 batch=call.batch,
+                waiting=call.waiting,
             )
             continue
         line.calls += call.count
@@ -100,6 +103,8 @@ def estimate(fc: Forecast, prices: Prices) -> Estimate:
 
 
 def _cost(call: Call, prices: Prices) -> float | None:
+    if call.waiting is not None:  # in a batch already sent: paid for there
+        return 0.0
     each = estimate_call(
         prices,
         call.provider,

@@ -37,6 +37,7 @@ class Call:
     input_chars: int | None = None  # text known before the apply (None: depends on upstream)
     max_tokens: int | None = None
     batch: bool = False  # sent by the provider's batch API (batch mode): its batch price
+    waiting: str | None = None  # already in this live batch (paid there): no new cost
 
 
 @dataclass

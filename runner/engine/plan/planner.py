@@ -44,7 +44,7 @@ from .forecast import (
     summarise,
 )
 from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
-from .planparts import last_keyed, provider_calls
+from .planparts import in_batch, last_keyed, provider_calls
 from .unknowns import ArgReader, PlanHasher, Touched, Unknown, holds_unknown
 
 MAX_PASSES = 32  # as the interpreter's: one pass more per remembered revision
@@ -110,6 +110,7 @@ class _Planner:
         self.rejected: set[str] = set()  # gates a remembered rejection ends
         self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
         self.by_value: dict[str, dict[str, Any]] = {}  # step -> for_each value -> last execution
+        self.in_batch: dict[tuple[str, int], str] = {}  # (step, element) -> the batch holding it
         self.gc_removed: dict[tuple[str, str | None, str], float] | None = None  # read once
 
     def run(self) -> Forecast:
@@ -286,6 +287,8 @@ class _Planner:
         el = self._decide(step, index, extra, key, parts)
         if el.action is Action.RUN:
             el.calls = self._calls(step, extra, args)
+            for call in el.calls:
+                call.waiting = self.in_batch.get((step.id, index))
             self._pending(step, index, args)
             if step.type.predictable:
                 self._predict(step, index, args)
@@ -398,6 +401,10 @@ class _Planner:
             error = f": {last['error']}" if last["error"] else ""
             return [f"last attempt {last['status']}{error}"]
         if last["status"] == "awaiting_batch" and last["key"] == key:  # batch mode
+            batch = in_batch(self.journal, last.get("report"))
+            if batch is not None:  # paid for there: the apply collects it at no new cost
+                self.in_batch[(step.id, index)] = batch
+                return [f"in batch {batch} (waiting)"]
             return ["its call waits in a provider batch (an apply collects it)"]
         return changed_parts(old, summary) or ["input changed"]
 
@@ -420,8 +427,9 @@ class _Planner:
         found = self.by_value.get(step_id)
         if found is None:
             rows = self.journal.query(
-                "SELECT e.key, e.status, e.error, e.key_parts, e.started_at FROM executions e "
-                "JOIN runs r ON r.id = e.run_id WHERE e.pipeline=? AND e.step_id=? "
+                "SELECT e.key, e.status, e.error, e.key_parts, e.started_at, e.report "
+                "FROM executions e JOIN runs r ON r.id = e.run_id "
+                "WHERE e.pipeline=? AND e.step_id=? "
                 "AND e.element >= 0 AND e.key_parts IS NOT NULL AND e.status NOT IN ('running') "
                 "AND r.item IS ? ORDER BY e.id",
                 (self.plan.name, step_id, self.interp.options.item),

@@ -8,7 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...providers.batchapi import batch_api_of
+from ...state.batchbook import LIVE
 from ...state.journal import Journal
+from ...state.records import loads
 from .forecast import Call
 
 CALL_STEPS = {"llm": "text", "image": "image"}
@@ -92,3 +94,22 @@ def last_keyed(
         args = (*args, item)
     rows = journal.query(sql, args)
     return rows[0] if rows else None
+
+
+def in_batch(journal: Journal, report: str | None) -> str | None:
+    """The batch (runner's id) that holds the call an ``awaiting_batch`` execution waits on
+    (its report names the call): one still running it, or one that answered it and whose answer
+    an apply has yet to take. None: the call is in no batch (queued, never sent)."""
+    call = (loads(report) or {}).get("batch_call") if report else None
+    if not isinstance(call, str):
+        return None
+    row = journal.conn.execute(
+        "SELECT b.id, b.status, i.status FROM batch_items i JOIN batches b ON b.id = i.batch_id "
+        "WHERE i.key=? ORDER BY b.created_at DESC, b.rowid DESC LIMIT 1",
+        (call,),
+    ).fetchone()
+    if row is None:
+        return None
+    batch_id, status, item = row
+    held = (status in LIVE and item == "pending") or item == "answered"
+    return str(batch_id) if held else None

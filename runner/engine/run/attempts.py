@@ -106,7 +106,9 @@ async def attempt(
             # desk says where the batch stands, once per batch rather than per element.
             if mark is not None:
                 once.clear(mark)
-            recorder.awaiting_batch(exec_id, n, body.reason, time.perf_counter() - t0)
+            recorder.awaiting_batch(
+                exec_id, n, body.reason, time.perf_counter() - t0, call=body.failure.key
+            )
             return ElementOutcome(
                 el_index, StepStatus.AWAITING_BATCH, key, None, body.reason,
                 duration_s=time.perf_counter() - t0,

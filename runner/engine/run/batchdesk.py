@@ -115,13 +115,13 @@ class BatchDesk:
             batch_id = where[0]
             if self._status[batch_id] in ("intent", "uploaded"):  # made before a crash
                 self._resume[batch_id] = (step_id, provider, api)
-                raise BatchPending(f"batch {batch_id}: not yet sent")
+                raise BatchPending(f"batch {batch_id}: not yet sent", key)
             said = self._said.get(batch_id)
             if said is None:
                 said = self._said[batch_id] = self._progress_text(batch_id)
-            raise BatchPending(said)
+            raise BatchPending(said, key)
         self._queue(step_id, provider, api, key, endpoint, body)
-        raise BatchPending("queued for a batch")
+        raise BatchPending("queued for a batch", key)
 
     def holds(self, key: str) -> bool:
         """Whether a batch holds call ``key``: waiting in one not yet collected, or its answer

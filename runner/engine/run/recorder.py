@@ -499,12 +499,16 @@ class Recorder:
              "error": "cancelled"},
         )  # fmt: skip
 
-    def awaiting_batch(self, exec_id: int, attempts: int, reason: str, duration: float) -> None:
-        """An execution whose call waits in a provider's batch (a later apply collects it)."""
+    def awaiting_batch(
+        self, exec_id: int, attempts: int, reason: str, duration: float, *, call: str | None
+    ) -> None:
+        """An execution whose call ``call`` waits in a provider's batch (a later apply collects
+        it); its report names the call, so a plan finds the batch that holds it."""
         self._finish(
             exec_id,
             {"status": "awaiting_batch", "finished_at": time.time(), "attempts": attempts,
-             "error": reason, "duration_s": duration},
+             "error": reason, "duration_s": duration,
+             "report": dumps({"batch_call": call}) if call else None},
         )  # fmt: skip
 
     def failed(

@@ -69,7 +69,10 @@ def cost_lines(cost: dict[str, Any]) -> list[str]:
         model = f" {line['model']}" if line["model"] else ""
         approx = "" if line["exact"] else " (a prompt is not known yet: tokens assumed)"
         what = f"{line['calls']} {line['kind']} to {line['provider']}{model}"
-        if line.get("batch"):  # batch mode: the batch price, and the run waits for the batch
+        if line.get("waiting"):  # in a batch already sent: an apply collects it
+            what += f" in batch {line['waiting']} (waiting)"
+            price = "no new cost"
+        elif line.get("batch"):  # batch mode: the batch price, and the run waits for the batch
             what += " by batch (batch price; the run suspends, awaiting_batch, until collected)"
         out.append(f"calls: {what}: {price}{approx}")
     if not cost["calls"]:
