@@ -151,3 +151,34 @@ def live_batches(journal: BatchedJournal, run_id: str | None = None) -> list[dic
 def answer_of(text: str | None) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(text) if text else {}
     return body
+
+
+def droppable(journal: BatchedJournal, runs_gone: set[str]) -> list[str]:
+    """The batches ``runner gc`` may forget once ``runs_gone`` are deleted: over (collected or
+    abandoned) and of a run gone (these, or one an earlier gc deleted), each answer they hold
+    already taken into the ledger (a completed call). A live batch is never one (forgotten, its
+    requests would be sent and paid again), nor one holding the only copy of a paid answer."""
+    rows = journal.conn.execute(
+        "SELECT b.id, b.run_id, r.id FROM batches b LEFT JOIN runs r ON r.id = b.run_id "
+        "WHERE b.status IN ('collected', 'abandoned')"
+    ).fetchall()
+    over = {batch for batch, run, kept in rows if run in runs_gone or kept is None}
+    if not over:
+        return []
+    untaken = {
+        r[0]
+        for r in journal.conn.execute(
+            "SELECT DISTINCT i.batch_id FROM batch_items i WHERE i.status = 'answered' AND NOT "
+            "EXISTS (SELECT 1 FROM calls c WHERE c.key = i.key AND c.status = 'completed')"
+        )
+    }
+    return sorted(over - untaken)
+
+
+def drop(conn: Any, batch_ids: Sequence[str]) -> None:
+    """Delete batches ``batch_ids`` and their items (in the caller's transaction)."""
+    for i in range(0, len(batch_ids), 500):
+        chunk = list(batch_ids[i : i + 500])
+        marks = ",".join("?" * len(chunk))
+        conn.execute(f"DELETE FROM batch_items WHERE batch_id IN ({marks})", chunk)
+        conn.execute(f"DELETE FROM batches WHERE id IN ({marks})", chunk)

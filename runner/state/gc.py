@@ -6,7 +6,8 @@ run, a completed execution whose key a kept run still uses stays (it is the cach
 run resolves to); of the executions deleted, the digests of the output files they wrote are
 remembered (written.py: runner's own bytes, should they still be in the workspace). An object
 stays when a remaining execution, iteration, decision or run references it, or when it is newer
-than the oldest running run (an apply may be writing it).
+than the oldest running run (an apply may be writing it). A provider batch of a deleted run is
+forgotten once it is over and the ledger holds every answer it gave; a live one is kept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from . import written
+from . import batchbook, written
 from .records import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
@@ -79,6 +80,9 @@ class GcResult:
     # Decisions a later apply would have given again on the same inputs (the latest made at
     # each gate on each input), gone with their runs: those gates ask again.
     decisions_forgotten: list[dict[str, Any]] = field(default_factory=list)
+    # Provider batches forgotten: over, of a run deleted, every answer in the ledger
+    # (batchbook.droppable); a live batch is kept whatever its run.
+    batches_deleted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +93,7 @@ class GcResult:
             "bytes_freed": self.bytes_freed,
             "run_dirs_deleted": self.run_dirs_deleted,
             "decisions_forgotten": self.decisions_forgotten,
+            "batches_deleted": self.batches_deleted,
             "dry_run": self.dry_run,
         }
 
@@ -192,6 +197,11 @@ def _collect(
                 gone.add((e["pipeline"], items.get(rid), e["step_id"]))
     result.executions_deleted = len(doomed_execs)
     result.decisions_forgotten = _forgotten_decisions(journal, doomed, used)
+    batches = batchbook.droppable(journal, doomed)
+    result.batches_deleted = len(batches)
+    if not dry_run and batches:
+        with journal.transaction() as conn:
+            batchbook.drop(conn, batches)
     if not dry_run and doomed:
         with journal.transaction() as conn:
             for i in range(0, len(doomed_execs), 500):

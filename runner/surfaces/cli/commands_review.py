@@ -418,6 +418,7 @@ def gc(
         f"{verb} {len(result.runs_deleted)} runs ({result.runs_kept} kept), "
         f"{result.executions_deleted} executions, {len(result.objects_deleted)} objects, "
         f"{len(result.run_dirs_deleted)} run folders ({result.bytes_freed / 1e6:.1f} MB)"
+        + (f", {result.batches_deleted} provider batches" if result.batches_deleted else "")
     )
     for d in result.decisions_forgotten:
         # said, not silent: the next apply asks this gate again on inputs decided before
