@@ -2,7 +2,10 @@
 
 The watched set (``watchset.py``) is recomputed from every successful compile. The state
 directory and the pipeline's declared outputs are never watched, so a run cannot trigger
-itself; the journal is watched only while a run awaits a human decision.
+itself; the journal is watched only while a run awaits a human decision. A run that ends
+waiting for a provider batch (``awaiting_batch``) is applied again on its own, with backoff (as
+an apply polls: ``batchdesk.POLL_FIRST_S`` doubled up to ``POLL_MAX_S``), until the batch is
+collected: each look says how far the batch is, and the last one collects it.
 
 An event counts only when the file's sha256 differs from the last one seen (a ``touch`` runs
 nothing). A change during a run cancels it (or, with ``interrupt=False``, queues the next cycle).
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.run.apply import State, apply_plan_async, state_dir_for
+from ..engine.run.batchdesk import POLL_FIRST_S, POLL_MAX_S
 from ..engine.run.events import Event, EventType, FanOut, Reporter
 from ..engine.run.options import ApplyOptions
 from ..engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
@@ -66,6 +70,8 @@ class Cycle:
     duration_s: float = 0.0
     ran: list[str] = field(default_factory=list)
     cancelled_run: str | None = None  # id of a run stopped by a newer change or Ctrl-C
+    poll: bool = False  # started to look at the run's batches again, not by a change
+    next_poll_s: float | None = None  # the run waits for a batch: looked at again in this long
 
     @property
     def summary(self) -> dict[str, int] | None:
@@ -86,20 +92,23 @@ class Cycle:
             "duration_s": round(self.duration_s, 4),
             "error": self.error,
             "exit_code": self.exit_code,
+            **({"poll": True} if self.poll else {}),
+            **({"next_poll_s": self.next_poll_s} if self.next_poll_s is not None else {}),
         }
 
     def line(self) -> str:
         """The one-line human summary."""
         changed = ", ".join(self.changed) if self.changed else "(start)"
-        head = f"cycle {self.number}: {changed}"
+        head = f"cycle {self.number}: {'(batch)' if self.poll else changed}"
         if self.error is not None:
             return f"{head} -> error: {self.error}"
         if self.report is None:
             return f"{head} -> cancelled after {len(self.ran)} ran ({self.duration_s:.2f}s)"
         s = self.report.summary()
+        again = "" if self.next_poll_s is None else f"; its batch again in {self.next_poll_s:g} s"
         return (
             f"{head} -> {work_counts(self.report)}, failed {s['failed']}"
-            f" [{self.report.status.value}] in {self.duration_s:.2f}s"
+            f" [{self.report.status.value}] in {self.duration_s:.2f}s{again}"
         )
 
 
@@ -220,6 +229,11 @@ class Watcher:
         self._queue: asyncio.Queue[set[Path]] = asyncio.Queue()
         self._restart = asyncio.Event()
         self._state: State | None = None
+        # While the last run waits for a provider batch: when (loop time) to apply again, and
+        # the wait after that one (doubled each look, as an apply's poll).
+        self.poll_at: float | None = None
+        self._poll_delay = POLL_FIRST_S
+        self._poll_cycle: int | None = None  # the cycle started by a poll
 
     # -- what counts as a change ---------------------------------------------------------------
 
@@ -405,10 +419,13 @@ class Watcher:
         affected = plan.downstream(touched)
         return {sid: o for sid, o in done.items() if sid not in affected}
 
-    def _start(self, changed: list[str]) -> asyncio.Task[Cycle] | None:
-        """Recompile and start a run; an invalid pipeline ends the cycle at once."""
+    def _start(self, changed: list[str], *, poll: bool = False) -> asyncio.Task[Cycle] | None:
+        """Recompile and start a run (``poll``: to look at its batches); an invalid pipeline
+        ends the cycle at once."""
         self.cycles += 1
         number = self.cycles
+        self.poll_at = None
+        self._poll_cycle = number if poll else None
         if self.on_start is not None:
             self.on_start(number, changed)
         started = time.perf_counter()
@@ -449,6 +466,13 @@ class Watcher:
             if self.awaiting:
                 self.decisions = self._decision_signature()
             self._refresh_watch()
+        cycle.poll = cycle.number == self._poll_cycle
+        if cycle.report is not None and cycle.report.status is RunStatus.AWAITING_BATCH:
+            cycle.next_poll_s = self._poll_delay
+            self.poll_at = asyncio.get_running_loop().time() + self._poll_delay
+            self._poll_delay = min(POLL_MAX_S, self._poll_delay * 2)
+        elif cycle.exit_code != 130:
+            self._poll_delay = POLL_FIRST_S
         self.on_cycle(cycle)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -485,6 +509,9 @@ class Watcher:
                     waits.add(running)
                 settle_at = min(last_at + quiet, first_at + settle_by)
                 timeout = max(0.0, settle_at - loop.time()) if buffer else None
+                if self.poll_at is not None and running is None:
+                    until = max(0.0, self.poll_at - loop.time())
+                    timeout = until if timeout is None else min(timeout, until)
                 done, _ = await asyncio.wait(
                     waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -517,6 +544,9 @@ class Watcher:
                 if pending and running is None:
                     running = self._start(pending)
                     pending = []
+                polled = self.poll_at is not None and loop.time() >= self.poll_at
+                if polled and running is None and not buffer:
+                    running = self._start([], poll=True)  # the run's batches, looked at again
         finally:
             for task in (watcher, getter, stopper):
                 task.cancel()

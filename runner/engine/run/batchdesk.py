@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -359,16 +359,7 @@ class BatchDesk:
             index[key] = (batch_id, status)
 
     def _progress_text(self, batch_id: str) -> str:
-        row = batchbook.batch(self.journal, batch_id) or {}
-        remote = RemoteBatch(
-            id=str(row.get("remote_id")),
-            status=str(row.get("remote_status")),
-            total=int(row.get("total") or 0),
-            completed=int(row.get("done") or 0),
-            failed=int(row.get("failed") or 0),
-            expires_at=row.get("expires_at"),
-        )
-        return _progress(batch_id, remote)
+        return progress_of(batchbook.batch(self.journal, batch_id) or {"id": batch_id})
 
     # --- cancelling -----------------------------------------------------------------------------
 
@@ -390,6 +381,20 @@ class BatchDesk:
             self._note(str(row["id"]), remote)
             asked += 1
         return asked
+
+
+def progress_of(row: Mapping[str, Any]) -> str:
+    """A journaled batch row as ``batch B: 812 of 1,000 done (in_progress), expires in 19 h``
+    (how far it was when last looked at; the page and a waiting step's reason say it)."""
+    remote = RemoteBatch(
+        id=str(row.get("remote_id")),
+        status=str(row.get("remote_status") or row.get("status")),
+        total=int(row.get("total") or 0),
+        completed=int(row.get("done") or 0),
+        failed=int(row.get("failed") or 0),
+        expires_at=row.get("expires_at"),
+    )
+    return _progress(str(row.get("id")), remote)
 
 
 def _split(

@@ -176,7 +176,22 @@ def page_document(state: State, run_id: str) -> dict[str, Any]:
         "decisions": [gate_images(state, r.to_json()) for r in decisions(state.journal, run["id"])],
         "last_event": int(row[0] or 0),
         "iterate": iterate_explanation(state, run),
+        "batches": batch_progress(view.batches),
     }
+
+
+def batch_progress(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's provider batches as the page shows them: each as `runs show --json` gives it,
+    with ``progress`` while it is live (``batch B: 812 of 1,000 done (in_progress), expires in
+    19 h``, as last looked at; None once it is over)."""
+    from ...engine.run.batchdesk import progress_of
+    from ...review.runview import batch_json
+    from ...state.batchbook import LIVE
+
+    return [
+        {**batch_json(r), "progress": progress_of(r) if r["status"] in LIVE else None}
+        for r in rows
+    ]
 
 
 def gate_images(state: State, decision: dict[str, Any]) -> dict[str, Any]:
