@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -29,6 +30,9 @@ class Ctx:
 
     state: str | None = None
     json: bool = False
+    # The `runner` process itself (entry.py), not CliRunner or a library caller: a command may
+    # then change what is the whole interpreter's (its garbage collector), as it owns it.
+    console: bool = False
 
 
 def emit_json(doc: dict[str, Any]) -> None:
@@ -334,7 +338,9 @@ def cli(ctx: click.Context) -> None:
 
     Example: runner apply pipelines/thumbnail.yaml -p video_id=dQw4w9WgXcQ
     """
-    ctx.ensure_object(Ctx)
+    obj = ctx.ensure_object(Ctx)
+    if obj.console and ctx.invoked_subcommand != "apply":
+        gc.enable()  # off for start-up (entry.py); apply turns it on as its run starts
 
 
 @cli.group(cls=LazyGroup)
@@ -347,4 +353,3 @@ def runs() -> None:
 
 def isatty_stderr() -> bool:
     return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
-

@@ -241,6 +241,9 @@ def apply(
     state = State.open(state_path)
     reporter = _reporter(as_json, len(plan.order), events_file, quiet, plan)
     _install_sigterm()
+    if obj.console:  # start-up is over (entry.py): what it made lives as long as the process
+        gc.freeze()
+        gc.enable()
     try:
         report = apply_plan(plan, state, options, reporter)
     except KeyboardInterrupt:
