@@ -45,11 +45,20 @@ REVISED = """\
 """
 
 
+SAME = """\
+    runner: 1
+    name: same
+    steps:
+      hello: {uses: template, with: {text: "hello"}}
+"""
+
+
 @dataclass
 class Runs:
     site: Site
     decided: str  # revised in round 1, approved in round 2
     again: str  # a later run that changed only `other`: both decisions given again
+    same: list[str]  # three applies of an unchanged pipeline, oldest first
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +79,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     again = apply("-p", "extra=two")
     assert again.exit_code == 0, again.stderr
     assert again.json["run"]["id"] != decided
-    return Runs(site, decided, again.json["run"]["id"])
+    proj.write("same.yaml", SAME)
+    same = []
+    for _ in range(3):
+        res = proj.cli("apply", "same.yaml", "--json", "-q", "--state", ".runner")
+        assert res.exit_code == 0, res.stderr
+        same.append(res.json["run"]["id"])
+    return Runs(site, decided, again.json["run"]["id"], same)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +128,23 @@ def test_the_header_says_the_status_in_words(runs: Runs, served: Any, browser: A
     assert review.text == "waiting for review"
     assert "awaiting_human" not in browser.find_element(By.TAG_NAME, "main").text
     shot(browser, "page3-status-words")
+
+
+def test_unchanged_reapplies_are_one_row(runs: Runs, served: Any, browser: Any) -> None:
+    browser.get(f"{served.url}/")
+    group = browser.find_element(By.CSS_SELECTOR, 'tbody.run-group[data-pipeline="same"]')
+    rows = group.find_elements(By.CSS_SELECTOR, "tr[data-run]")
+    assert [r.get_attribute("data-run") for r in rows] == [runs.same[-1]]
+    assert rows[0].get_attribute("data-folded") == ",".join(runs.same[-2::-1])
+    note = rows[0].find_element(By.CSS_SELECTOR, ".repeats")
+    assert note.text == f"unchanged since {runs.same[0]}: 2 earlier runs folded"
+    link = note.find_element(By.TAG_NAME, "a").get_attribute("href")
+    assert link.endswith(f"/runs/{runs.same[0]}")
+    assert "1 run" in group.find_element(By.CSS_SELECTOR, "tr.group-head").text
+    # the list follows the API each second: the folded runs it lists are not news (no reload)
+    browser.execute_script("window.__stayed = true")
+    import time
+
+    time.sleep(2.5)
+    assert browser.execute_script("return window.__stayed") is True
+    shot(browser, "page3-runs-folded")

@@ -37,6 +37,12 @@ RUN_STATUSES = (
 @click.option("--item", default=None)
 @click.option("--awaiting", is_flag=True, help="Only runs waiting for a human decision.")
 @click.option("--limit", default=20, show_default=True)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List unchanged re-applies too (folded into the newest run of their result otherwise).",
+)
 @state_option
 @json_option
 def runs_list(
@@ -45,35 +51,52 @@ def runs_list(
     item: str | None,
     awaiting: bool,
     limit: int,
+    show_all: bool,
     state_dir: str | None,
     as_json: bool,
 ) -> None:
-    """List recent runs, newest first.
+    """List recent runs, newest first, each unchanged re-apply folded into the run it repeats.
+
+    An apply that ran nothing (every step cached, the same params and results) repeats the run
+    before it: the list shows the newest of such runs once and says how many it folds (--all
+    lists each). --json lists every run, each with the run it repeats (repeat_of, or null).
 
     Example: runner runs list --status failed
     """
+    from ...state.runfold import Folded, list_folded, repeats
+
+    filters: dict[str, Any] = {
+        "pipeline": pipeline,
+        "status": "awaiting_human" if awaiting else status,
+        "item": item,
+    }
     state = open_state(state_dir)
     try:
-        rows = state.journal.list_runs(
-            pipeline=pipeline,
-            status="awaiting_human" if awaiting else status,
-            item=item,
-            limit=limit,
-        )
+        if as_json:
+            rows = state.journal.list_runs(limit=limit, **filters)
+            keep = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
+            of = repeats(state.journal, rows)
+            listed = [{**{k: r[k] for k in keep}, "repeat_of": of[r["id"]]} for r in rows]
+            emit_json({"runs": listed, "exit_code": 0})
+            return
+        if show_all:
+            every = state.journal.list_runs(limit=limit, **filters)
+            lines = [Folded(r, (), r["id"]) for r in every]
+        else:
+            lines = list_folded(state.journal, limit=limit, **filters)
     finally:
         state.close()
-    keep = ("id", "pipeline", "item", "status", "kind", "created_at", "exit_code", "reason")
-    if as_json:
-        emit_json({"runs": [{k: r[k] for k in keep} for r in rows], "exit_code": 0})
-        return
-    if not rows:
+    if not lines:
         echo("no runs")
         return
     echo(f"{'RUN':<22}  {'PIPELINE':<20} {'STATUS':<15} ITEM")
-    for r in rows:
+    for line in lines:
+        r = line.run
         run_id, pipeline, item = safe(r["id"]), safe(r["pipeline"]), safe(r["item"] or "")
         status = r["status"] or "?"  # NULL in a damaged journal: verify names it
         echo(f"{run_id:<22}  {pipeline:<20} {status:<15} {item}")
+        if line.repeats:
+            echo(f"{'':<24}{safe(line.note())}")
 
 
 @runs.command("show")

@@ -314,6 +314,7 @@ def openapi_document() -> dict[str, Any]:
                             "created_at",
                             "exit_code",
                             "reason",
+                            "repeat_of",  # the run an unchanged re-apply repeats
                         )
                     },
                 },

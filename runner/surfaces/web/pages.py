@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import api, service
+from . import api, runlist, service
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -178,7 +178,7 @@ async def runs_page(request: Request) -> Response:
             limit=200,
         ),
     )
-    groups = await api.in_state(request, lambda s: service.run_list_page(s, doc["runs"]))
+    groups = await api.in_state(request, lambda s: runlist.run_list_page(s, doc["runs"]))
     query = urlencode(
         {**{k: v for k, v in filters.items() if v}, **({"awaiting": "1"} if awaiting else {})}
     )

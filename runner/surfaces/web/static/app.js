@@ -181,12 +181,15 @@ function followTiles(runId) {
 // grouped, counted, with previews), unless a filter is being typed into.
 function followRuns(table) {
   const query = table.dataset.query;
-  const shown = [...table.querySelectorAll("tr[data-run]")].map((r) => r.dataset.run + ":" + r.dataset.status).join(",");
+  // A run an unchanged re-apply repeats is folded under it on the page (repeat_of in the API).
+  const shown = [...table.querySelectorAll("tr[data-run]")].map((r) => r.dataset.run + ":" + r.dataset.status).sort().join(",");
   async function poll() {
     try {
       const res = await fetch("/api/runs?limit=200" + (query ? "&" + query : ""));
       if (res.ok) {
-        const now = (await res.json()).runs.map((r) => r.id + ":" + r.status).join(",");
+        const runs = (await res.json()).runs;
+        const folded = new Set(runs.map((r) => r.repeat_of).filter(Boolean));
+        const now = runs.filter((r) => !folded.has(r.id)).map((r) => r.id + ":" + r.status).sort().join(",");
         const typing = document.activeElement && document.activeElement.closest("form.filters");
         if (now !== shown && !typing) { window.location.reload(); return; }
       }
