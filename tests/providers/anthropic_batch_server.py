@@ -8,12 +8,21 @@ ended_at, created_at, expires_at (RFC 3339), cancel_initiated_at, archived_at, r
 GET /v1/messages/batches lists them newest first ({data, has_more, first_id, last_id},
 ``after_id``, ``limit``); POST .../{id}/cancel; the results (only once ended) are JSONL, one
 line per request {custom_id, result: {type: succeeded, message} | {type: errored, error:
-{type: "error", error: {type, message}}} | {type: canceled} | {type: expired}}. Every request
-needs x-api-key and anthropic-version, as /v1/messages does.
+{type: "error", error: {type, message}}} | {type: canceled} | {type: expired}}, in no set
+order ("results are not guaranteed to be in the same order as requests": this double gives
+them last request first). Every request needs x-api-key and anthropic-version, as /v1/messages
+does. request_counts keep every request ``processing`` until the whole batch has ended. A batch
+not done within 24 hours (``expires_at``) ends: the requests it did not reach are ``expired``.
 
 Each request is answered by the same handler a direct /v1/messages call reaches, when the batch
-ends (``per_request_s`` each); ``create_delay_s`` answers a creation that long after it is made
-(a client killed meanwhile never learns its id). ``answered`` counts each custom_id's executions.
+ends (``per_request_s`` each); ``create_hold_s`` holds a creation that long before the batch is
+made (a client killed meanwhile never learns of it, yet the service makes it), and
+``create_delay_s`` answers it that long after (a client killed meanwhile never learns its id);
+``results_delay_s`` holds each results download. ``expire_s`` (for the first ``expiring``
+batches, every one when None) stands for the 24 hours. With ``root`` every batch is kept on
+disk, so a double stopped and started again on the same root and port (a restart of the
+service) goes on where it was: its progress is a function of the clock. ``answered`` counts
+each custom_id's executions.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import re
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from .anthropic_server import AnthropicServer, invalid
@@ -37,6 +47,9 @@ def _rfc3339(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
+DAY_S = 24 * 3600.0
+
+
 class AnthropicBatchServer(AnthropicServer):
     def __init__(
         self,
@@ -44,11 +57,26 @@ class AnthropicBatchServer(AnthropicServer):
         api_key: str | None = None,
         per_request_s: float = 0.0,
         create_delay_s: float = 0.0,
+        create_hold_s: float = 0.0,
+        results_delay_s: float = 0.0,
+        expire_s: float = DAY_S,
+        expiring: int | None = None,
+        root: Path | None = None,
+        port: int = 0,
     ) -> None:
         super().__init__(api_key=api_key)
+        self.port = port
         self.per_request_s, self.create_delay_s = per_request_s, create_delay_s
+        self.create_hold_s, self.results_delay_s = create_hold_s, results_delay_s
+        self.expire_s, self.expiring = expire_s, expiring
+        self.root = root
         self._batches: dict[str, dict[str, Any]] = {}
         self._guard = threading.RLock()
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            for path in sorted(root.glob("msgbatch_*.json")):
+                batch = json.loads(path.read_text(encoding="utf-8"))
+                self._batches[batch["id"]] = batch
         self.route("POST", "/v1/messages/batches", self._keyed(self._create))
         self.route("GET", "/v1/messages/batches", self._keyed(self._list))
         self.route("GET", "/v1/messages/batches/[^/]+", self._keyed(self._get))
@@ -90,20 +118,25 @@ class AnthropicBatchServer(AnthropicServer):
             if not isinstance(r.get("params"), dict):
                 return invalid(f"requests.{i}.params: Field required")
             seen.add(cid)
+        time.sleep(self.create_hold_s)
         now = time.time()
-        batch: dict[str, Any] = {
-            "id": f"msgbatch_{uuid.uuid4().hex[:24]}",
-            "type": "message_batch",
-            "processing_status": "in_progress",
-            "created": now,
-            "expires": now + 24 * 3600,
-            "ended": None,
-            "cancel_at": None,
-            "_requests": requests,
-            "_headers": rec.headers,
-        }
         with self._guard:
+            expires = self.expire_s if self.expiring is None or self.expiring > 0 else DAY_S
+            if self.expiring is not None:
+                self.expiring -= 1
+            batch: dict[str, Any] = {
+                "id": f"msgbatch_{uuid.uuid4().hex[:24]}",
+                "type": "message_batch",
+                "processing_status": "in_progress",
+                "created": now,
+                "expires": now + expires,
+                "ended": None,
+                "cancel_at": None,
+                "_requests": requests,
+                "_headers": rec.headers,
+            }
             self._batches[batch["id"]] = batch
+            self._save(batch)
             public = self._public(batch)
         time.sleep(self.create_delay_s)
         return Reply(body=public)
@@ -148,6 +181,7 @@ class AnthropicBatchServer(AnthropicServer):
         with self._guard:
             if batch["processing_status"] == "in_progress":
                 batch["cancel_at"] = time.time()
+                self._save(batch)
                 batch = self._advance(batch)
             return Reply(body=self._public(batch))
 
@@ -155,8 +189,11 @@ class AnthropicBatchServer(AnthropicServer):
         batch = self._find(rec)
         if batch is None or batch["processing_status"] != "ended":
             return invalid("results are available once the batch has ended")
-        lines = "".join(json.dumps(r) + "\n" for r in batch["_results"])
-        return Reply(body=lines.encode(), content_type="application/binary")
+        # (in no set order, as the reference warns: the last request's result first)
+        lines = "".join(json.dumps(r) + "\n" for r in reversed(batch["_results"]))
+        return Reply(
+            body=lines.encode(), content_type="application/binary", delay=self.results_delay_s
+        )
 
     # --- progress -----------------------------------------------------------------------------
 
@@ -164,19 +201,24 @@ class AnthropicBatchServer(AnthropicServer):
         if batch["processing_status"] == "ended":
             return batch
         total = len(batch["_requests"])
-        until = batch["cancel_at"] or time.time()
+        now = time.time()
+        until = min(batch["cancel_at"] or now, batch["expires"])
         ran = until - batch["created"]
         done = total if self.per_request_s <= 0 else min(total, int(ran / self.per_request_s))
         if done >= total or batch["cancel_at"] is not None:
-            self._end(batch, done)
+            self._end(batch, done, "canceled", batch["cancel_at"] or now)
+        elif now >= batch["expires"]:  # not done within its 24 hours: the rest expire
+            self._end(batch, done, "expired", batch["expires"])
         return batch
 
-    def _end(self, batch: dict[str, Any], done: int) -> None:
+    def _end(self, batch: dict[str, Any], done: int, rest: str, at: float) -> None:
+        """Run the first ``done`` requests (each as a direct call would be); the others end
+        ``rest`` (canceled or expired), never run."""
         results: list[dict[str, Any]] = []
         executed: list[str] = []
         for n, r in enumerate(batch["_requests"]):
             if n >= done:
-                results.append({"custom_id": r["custom_id"], "result": {"type": "canceled"}})
+                results.append({"custom_id": r["custom_id"], "result": {"type": rest}})
                 continue
             executed.append(r["custom_id"])
             sent = Recorded(
@@ -188,8 +230,16 @@ class AnthropicBatchServer(AnthropicServer):
             else:
                 result = {"type": "errored", "error": reply.body}
             results.append({"custom_id": r["custom_id"], "result": result})
-        batch.update(processing_status="ended", ended=time.time(), _results=results)
+        batch.update(processing_status="ended", ended=at, _results=results)
         batch["_executed"] = executed
+        self._save(batch)
+
+    def _save(self, batch: dict[str, Any]) -> None:
+        if self.root is not None:
+            path = self.root / f"{batch['id']}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(batch), encoding="utf-8")
+            tmp.replace(path)
 
     def _public(self, batch: dict[str, Any]) -> dict[str, Any]:
         total = len(batch["_requests"])

@@ -108,3 +108,90 @@ def test_kill_9_before_the_batch_reply_finds_the_batch_it_made(tmp_path: Path) -
         answered = server.answered()
         assert len(answered) == n and set(answered.values()) == {1}
         assert set(_outputs(tmp_path).values()) == {f"echo: word {i}" for i in range(n)}
+
+
+class _Apply:
+    """``runner apply`` in the background, to be killed with SIGKILL at a chosen moment."""
+
+    def __init__(self, root: Path) -> None:
+        self.proc = subprocess.Popen(
+            [*runner_bin(), "apply", "pipeline.yaml"], cwd=root, env=_env(),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        assert self.proc.poll() is None, "runner ended before it could be killed"
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def test_kill_9_in_creation_while_in_progress_and_in_the_results_download_one_batch(
+    tmp_path: Path,
+) -> None:
+    """Killed while the service holds the creation (it makes the batch after runner died), while
+    runner polls the batch in progress, and while it downloads the results (the double itself
+    restarted in between): the next apply finds the one batch each time, and no request runs
+    twice."""
+    n = 200
+    double = tmp_path / "double"
+    slow = {"create_hold_s": 3.0, "per_request_s": 0.05, "results_delay_s": 3.0}
+    server = AnthropicBatchServer(api_key=SECRET, root=double, **slow)
+    with server:
+        _project(tmp_path, server.url, n, extra="batch_wait = 60")
+        # 1. killed while the service holds the creation: no batch yet when runner dies
+        run = _Apply(tmp_path)
+        _until(lambda: server.count("POST", "/v1/messages/batches") == 1, "the creation")
+        assert server.batches() == []
+        run.kill()
+        _until(lambda: len(server.batches()) == 1, "the batch made after runner died")
+        [made] = server.batches()
+        looks = f"/v1/messages/batches/{made['id']}"
+        # 2. killed while it polls the batch, in progress (every request still processing)
+        run = _Apply(tmp_path)
+        _until(lambda: server.count("GET", looks) > 0, "a look at the batch")
+        run.kill()
+        [made] = server.batches()
+        assert made["processing_status"] == "in_progress"
+        assert made["request_counts"]["processing"] == n
+        port = int(server.url.rsplit(":", 1)[1])
+    # 3. the service restarted (same root and port): the batch goes on where it was
+    server = AnthropicBatchServer(api_key=SECRET, root=double, port=port, **slow)
+    with server:
+        assert [b["id"] for b in server.batches()] == [made["id"]]
+        # 4. killed while it downloads the results of the ended batch
+        run = _Apply(tmp_path)
+        _until(lambda: server.count("GET", f"{looks}/results") > 0, "the results download")
+        run.kill()
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(server.batches()) == 1  # found again each time, never made twice
+        answered = server.answered()
+        assert len(answered) == n and set(answered.values()) == {1}  # 0 requests run twice
+        assert server.count("POST", "/v1/messages") == 0
+    assert set(_outputs(tmp_path).values()) == {f"echo: word {i}" for i in range(n)}
+    assert _run_status(tmp_path) == ["interrupted"] * 3 + ["completed"]
+
+
+def test_an_expired_message_batch_sends_the_requests_it_never_ran_again(tmp_path: Path) -> None:
+    """The first batch is not done within its window (1 s standing for 24 h): it ends, what it
+    ran succeeded and the rest is ``expired``; runner takes the answers and sends the expired
+    requests in a second batch, within the same apply."""
+    n = 60
+    with AnthropicBatchServer(
+        api_key=SECRET, per_request_s=0.03, expire_s=1.0, expiring=1
+    ) as server:
+        assert isinstance(server, AnthropicBatchServer)
+        _project(tmp_path, server.url, n, extra="batch_wait = 30")
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        first, second = sorted(server.batches(), key=lambda b: str(b["created_at"]))
+        counts = first["request_counts"]
+        assert first["processing_status"] == "ended" and 0 < counts["expired"] < n
+        assert counts["succeeded"] + counts["expired"] == n and counts["processing"] == 0
+        assert first["ended_at"] == first["expires_at"]  # it ended when its window closed
+        assert second["request_counts"]["succeeded"] == counts["expired"]
+        answered = server.answered()
+        assert len(answered) == n and set(answered.values()) == {1}
+        assert server.count("POST", "/v1/messages") == 0
+    assert set(_outputs(tmp_path).values()) == {f"echo: word {i}" for i in range(n)}
+    assert _run_status(tmp_path) == ["completed"]
