@@ -125,6 +125,14 @@ class _Apply:
         self.proc.wait(timeout=10)
 
 
+def _slow(root: Path, port: int = 0) -> AnthropicBatchServer:
+    """A double holding each creation 3 s, 0.05 s a request, each results download 3 s."""
+    return AnthropicBatchServer(
+        api_key=SECRET, root=root, port=port,
+        create_hold_s=3.0, per_request_s=0.05, results_delay_s=3.0,
+    )  # fmt: skip
+
+
 def test_kill_9_in_creation_while_in_progress_and_in_the_results_download_one_batch(
     tmp_path: Path,
 ) -> None:
@@ -134,8 +142,7 @@ def test_kill_9_in_creation_while_in_progress_and_in_the_results_download_one_ba
     twice."""
     n = 200
     double = tmp_path / "double"
-    slow = {"create_hold_s": 3.0, "per_request_s": 0.05, "results_delay_s": 3.0}
-    server = AnthropicBatchServer(api_key=SECRET, root=double, **slow)
+    server = _slow(double)
     with server:
         _project(tmp_path, server.url, n, extra="batch_wait = 60")
         # 1. killed while the service holds the creation: no batch yet when runner dies
@@ -155,7 +162,7 @@ def test_kill_9_in_creation_while_in_progress_and_in_the_results_download_one_ba
         assert made["request_counts"]["processing"] == n
         port = int(server.url.rsplit(":", 1)[1])
     # 3. the service restarted (same root and port): the batch goes on where it was
-    server = AnthropicBatchServer(api_key=SECRET, root=double, port=port, **slow)
+    server = _slow(double, port)
     with server:
         assert [b["id"] for b in server.batches()] == [made["id"]]
         # 4. killed while it downloads the results of the ended batch
