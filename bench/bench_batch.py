@@ -3,7 +3,8 @@
 What runner itself does for each request of a ``batch: true`` step, on a real journal in a
 temporary state directory (the journal's batched commits on, as in an apply), timed phase by
 phase over N requests: ``queue`` (each element asks the desk, finds nothing, is queued and told
-BatchPending), ``make`` (the batch journaled with every line before it is made, the JSONL
+BatchPending), ``make`` (each line's worst case held under the run's budget at the batch
+price, as an apply does; the batch journaled with every line before it is made, the JSONL
 built, the file id and batch id journaled), ``collect`` (the output file's lines parsed and
 every answer copied into the journal in one commit) and ``answer`` (each element asks again and
 gets its answer). Wall and CPU time are both printed (the CPU time of this process is
@@ -11,7 +12,7 @@ steadier on a shared machine). The service is an in-process stand-in holding the
 the output file from them (its own time is not runner's and is printed apart); the request
 bodies are real chat bodies from the OpenAI provider.
 
-    /work/venv/bin/python bench/bench_batch.py [--n 10000] [--repeat 3]
+    /work/venv/bin/python bench/bench_batch.py [--n 10000] [--repeat 3] [--no-budget]
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.engine.run.batchdesk import BatchDesk
+from runner.engine.run.spend import RunSpend
 from runner.providers.base import ImageRequest, ImageResult, TextRequest, TextResult
 from runner.providers.batchapi import BatchPending, LineResult, RemoteBatch
 from runner.providers.openai import OpenAIProvider
 from runner.providers.openai_batch import OpenAIBatches, _line
+from runner.providers.prices import Prices
+from runner.providers.spendguard import Budget, SpendGuard
 from runner.state.journal import Journal
 
 
@@ -103,13 +107,20 @@ class InProcessService:
         return self.batches[remote_id]
 
 
-async def one_round(n: int) -> dict[str, float]:
+def budget() -> RunSpend:
+    """A run's spend with a price for the model and a budget every line fits in."""
+    prices = Prices(rows={"openai/gpt-4o-mini": {"input_per_1k": 1.0, "output_per_1k": 2.0}})
+    return RunSpend(SpendGuard(prices, [Budget(1e9, "--max-cost")]), lambda _name: {})
+
+
+async def one_round(n: int, *, with_budget: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         journal = Journal.open(Path(tmp) / "state", new=True)
         journal.batch_commits()
         provider = OpenAIProvider(settings={"batch_wait": 1}, secrets={"api_key": "k"})
         service = InProcessService(OpenAIBatches(provider))
-        desk = BatchDesk(journal, "run-1")
+        spend = budget()
+        desk = BatchDesk(journal, "run-1", budget=(lambda: spend) if with_budget else None)
         requests = []
         for i in range(n):
             request = TextRequest(messages=[{"role": "user", "content": f"word {i}"}])
@@ -142,6 +153,7 @@ async def one_round(n: int) -> dict[str, float]:
         await desk.flush("ask")
         times["make"] = time.perf_counter() - t0 - service.service_s
         cpu["make"] = time.process_time() - c0 - service.service_cpu
+        assert not with_budget or spend.guard.in_flight > 0  # every line held
         t0, c0 = time.perf_counter(), time.process_time()
         assert await desk.settle("ask")
         times["collect"], cpu["collect"] = time.perf_counter() - t0, time.process_time() - c0
@@ -149,6 +161,7 @@ async def one_round(n: int) -> dict[str, float]:
         answers = await ask_all()
         times["answer"], cpu["answer"] = time.perf_counter() - t0, time.process_time() - c0
         assert len(answers) == n and all(a.body for a in answers)
+        assert spend.guard.in_flight < 1e-9  # every hold released as its answer came back
         journal.end_batch()
         journal.close()
         times["service (not runner's)"] = service.service_s
@@ -160,11 +173,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-budget", action="store_true", help="No budget held per line.")
     args = parser.parse_args()
     rounds = []
     for r in range(args.repeat):
         print(f"round {r + 1} of {args.repeat}", file=sys.stderr)
-        rounds.append(asyncio.run(one_round(args.n)))
+        rounds.append(asyncio.run(one_round(args.n, with_budget=not args.no_budget)))
     print(f"batch bookkeeping, {args.n:,} requests, median of {args.repeat}")
     print(f"{'phase':<24}{'wall s':>10}{'ms/element':>12}{'cpu ms/element':>16}")
     total = total_cpu = 0.0
