@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 ENDPOINT = "/v1/messages"
 INLINE = "inline"  # the "file" of a batch whose requests go in its creation
 _TRANSIENT = frozenset({"api_error", "overloaded_error", "rate_limit_error", "timeout_error"})
+# The HTTP status each error type has on the Messages API (its errors reference): an errored
+# result carries only the type, and a request that failed ran, unlike an expired one.
+_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+    "permission_error": 403, "not_found_error": 404, "request_too_large": 413,
+    "rate_limit_error": 429, "api_error": 500, "timeout_error": 504, "overloaded_error": 529,
+}  # fmt: skip
 _LIST_PAGES = 20
 
 
@@ -154,9 +161,10 @@ def _line(doc: dict[str, Any]) -> LineResult:
     kind = result.get("type")
     if kind == "succeeded" and isinstance(result.get("message"), dict):
         return LineResult(cid, result["message"])
-    if kind == "errored":
+    if kind == "errored":  # failed on its own: the step's retries decide, as on a direct call
         err = (result.get("error") or {}).get("error") or result.get("error") or {}
         type_ = str(err.get("type") or "error")
-        return LineResult(cid, None, None, f"{type_}: {err.get('message')}", type_ in _TRANSIENT)
+        message = f"{type_}: {err.get('message')}"
+        return LineResult(cid, None, _STATUS.get(type_, 500), message, type_ in _TRANSIENT)
     # canceled or expired: never run, sent again in a new batch
     return LineResult(cid, None, None, f"batch_{kind}", True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import textwrap
 import time
@@ -202,3 +203,58 @@ def test_an_expired_message_batch_sends_the_requests_it_never_ran_again(tmp_path
         assert server.count("POST", "/v1/messages") == 0
     assert set(_outputs(tmp_path).values()) == {f"echo: word {i}" for i in range(n)}
     assert _run_status(tmp_path) == ["completed"]
+
+
+def test_an_errored_request_follows_the_steps_retries_in_a_follow_up_batch(
+    tmp_path: Path,
+) -> None:
+    """A request the batch answers ``errored`` with the service's error (529 overloaded_error,
+    {type: error, error: {type, message}}) is transient: the step's retry sends it in a second
+    batch, and only it; the others are answered by the first."""
+    with AnthropicBatchServer(api_key=SECRET) as server:
+        assert isinstance(server, AnthropicBatchServer)
+        _project(tmp_path, server.url, 3, extra="batch_wait = 30")
+        pipeline = tmp_path / "pipeline.yaml"
+        text = pipeline.read_text(encoding="utf-8").replace(
+            "[0, 1, 2]", '["a", "b", "[[OVERLOAD]]"]'
+        )
+        pipeline.write_text(
+            text.replace("    with:", "    retries: 1\n    with:"), encoding="utf-8"
+        )
+        done = _apply(tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        first, second = sorted(server.batches(), key=lambda b: str(b["created_at"]))
+        assert first["request_counts"]["errored"] == 1 and first["request_counts"]["succeeded"] == 2
+        assert second["request_counts"] == {
+            "processing": 0, "succeeded": 1, "errored": 0, "canceled": 0, "expired": 0
+        }  # fmt: skip
+        assert server.billed == 3  # the overloaded request was not billed
+    db = sqlite3.connect(tmp_path / ".runner" / "journal.db")
+    try:
+        [error] = [
+            r[0] for r in db.execute("SELECT error FROM batch_items WHERE error IS NOT NULL")
+        ]
+    finally:
+        db.close()
+    assert error == "529|1|overloaded_error: Overloaded"  # transient, in the service's words
+    assert set(_outputs(tmp_path).values()) == {
+        "echo: word a",
+        "echo: word b",
+        "echo: word [[OVERLOAD]]",
+    }
+
+
+def test_an_errored_request_without_retries_fails_its_element(tmp_path: Path) -> None:
+    """With no retry left, an ``errored`` request fails its element with the service's words:
+    it is not sent again as an expired request would be."""
+    with AnthropicBatchServer(api_key=SECRET) as server:
+        assert isinstance(server, AnthropicBatchServer)
+        _project(tmp_path, server.url, 3, extra="batch_wait = 30")
+        pipeline = tmp_path / "pipeline.yaml"
+        text = pipeline.read_text(encoding="utf-8")
+        pipeline.write_text(text.replace("[0, 1, 2]", '["a", "b", "[[OVERLOAD]]"]'), "utf-8")
+        done = _apply(tmp_path)
+        assert done.returncode != 0
+        assert "overloaded_error: Overloaded" in done.stdout + done.stderr
+        assert len(server.batches()) == 1  # not sent again
+        assert server.billed == 2
