@@ -104,33 +104,20 @@ class Cycle:
             return f"{head} -> error: {self.error}"
         if self.report is None:
             return f"{head} -> cancelled after {len(self.ran)} ran ({self.duration_s:.2f}s)"
-        s = self.report.summary()
         again = "" if self.next_poll_s is None else f"; its batch again in {self.next_poll_s:g} s"
         return (
-            f"{head} -> {work_counts(self.report)}, failed {s['failed']}"
+            f"{head} -> {work_counts(self.report)}"
             f" [{self.report.status.value}] in {self.duration_s:.2f}s{again}"
         )
 
 
 def work_counts(report: RunReport) -> str:
-    """``ran 1 of 6 elements, cached 5``: a for_each counts by element (an edit to one shot is
-    one element to redo, not a whole step); plain steps are counted as steps beside them."""
-    ran_el = cached_el = total_el = ran = cached = plain = 0
-    for o in report.steps:
-        if o.elements is not None:
-            total_el += len(o.elements)
-            ran_el += sum(e.status is StepStatus.RAN for e in o.elements)
-            cached_el += sum(e.status is StepStatus.CACHED for e in o.elements)
-        else:
-            plain += 1
-            ran += o.status is StepStatus.RAN
-            cached += o.status is StepStatus.CACHED
-    if not total_el:
-        return f"ran {ran}, cached {cached}"
-    text = f"ran {ran_el} of {total_el} elements"
-    if plain:
-        text += f" and {ran} of {plain} step{'' if plain == 1 else 's'}"
-    return text + f", cached {cached_el + cached}"
+    """``ran 1 element, cached 2 elements and 1 step``: what apply's summary line says
+    (surfaces/counts.py): a for_each counts by element (an edit to one shot is one element to
+    redo, not a whole step), other steps as steps."""
+    from .counts import COUNTED, report_tally, tally_text
+
+    return tally_text(report_tally(report), COUNTED) or "nothing to do"
 
 
 def _no_longer_hold(

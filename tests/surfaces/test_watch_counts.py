@@ -1,4 +1,5 @@
-"""A watch cycle counts a for_each's work by element: editing one element is "ran 1 of 3"."""
+"""A watch cycle counts a for_each's work by element: editing one element is "ran 1 element"
+(in the words plan and apply count in: surfaces/counts.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,6 @@ def test_work_counts_by_element(project: Project) -> None:
     path = project.write("pipeline.yaml", PIPELINE)
     state = project.root / ".runner"
     first = apply_file(path, state_dir=state)
-    assert work_counts(first) == "ran 3 of 3 elements and 1 of 1 step, cached 0"
+    assert work_counts(first) == "ran 1 step and 3 elements"
     again = apply_file(path, {"names": '["ada", "bob", "dee"]'}, state_dir=state)
-    assert work_counts(again) == "ran 1 of 3 elements and 0 of 1 step, cached 3"
+    assert work_counts(again) == "ran 1 element, cached 1 step and 2 elements"

@@ -121,6 +121,18 @@ def cancel_batches(journal: Journal, run_id: str, where: Path) -> int:
     return asyncio.run(cancel())
 
 
+def kept_work(journal: Journal, run_id: str) -> dict[str, int]:
+    """What a run has done and keeps (completed or answered from the cache), counted as plan
+    and apply count (surfaces/counts.py): steps, a for_each step by its elements."""
+    rows = journal.query(
+        "SELECT DISTINCT step_id, element FROM executions WHERE run_id=? "
+        "AND status IN ('completed','cached')",
+        (run_id,),
+    )
+    elements = sum(1 for r in rows if r["element"] is not None and int(r["element"]) >= 0)
+    return {"steps": len(rows) - elements, "elements": elements}
+
+
 def wait_for_end(journal: Journal, run_id: str, timeout: float) -> str:
     """The run's status once it is no longer running, or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -32,9 +32,9 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
 
     for line in iter_lines(fc, verbose=verbose):
         echo(line)
-    ex = doc["executions"]
-    parts = [f"{ex.get(a, 0)} {a}" for a in ("run", "unknown", "restore", "ask", "cached", "skip")]
-    echo("plan: " + ", ".join(p for p in parts if not p.startswith("0 ")) or "plan: nothing")
+    from ..counts import plan_line
+
+    echo(plan_line(doc))  # in the words apply's summary line uses (surfaces/counts.py)
     for line in cost_lines(doc["cost"]):
         echo(line)
     budget = doc.get("budget")

@@ -184,19 +184,26 @@ def runs_cancel(run_id: str, wait_s: float, state_dir: str | None, as_json: bool
 
     Example: runner runs cancel 20261202-101500-ab12cd
     """
-    from ...engine.run.runctl import request_cancel, wait_for_end
+    from ...engine.run.runctl import kept_work, request_cancel, wait_for_end
+    from ..counts import amount
 
     state = open_state(state_dir, readonly=False)
     try:
         result = request_cancel(state.journal, run_id)
         if result["status"] == "cancelling" and wait_s > 0:
             result["status"] = wait_for_end(state.journal, result["run_id"], wait_s)
+        # what the run keeps, in the words plan and apply count in (steps and elements)
+        result["kept"] = kept_work(state.journal, result["run_id"])
     finally:
         state.close()
     if as_json:
         emit_json({**result, "exit_code": 0})
-    else:
-        echo(f"run {result['run_id']}: {result['status']}")
+        return
+    kept = amount(result["kept"]["steps"], result["kept"]["elements"])
+    echo(
+        f"run {result['run_id']}: {result['status']}; kept {kept} done"
+        + (f" (runner resume {result['run_id']} goes on from there)" if kept != "nothing" else "")
+    )
 
 
 @runs.command("events")

@@ -119,9 +119,10 @@ def noop_report(
 
 def noop_line(noop: dict[str, Any]) -> str:
     """The line `runner apply` prints for a no-op."""
-    n = noop["summary"]["cached"]
-    run = noop["run"]["id"]
-    return f"completed: ran 0, cached {n}, skipped 0, failed 0  (run {run}; nothing changed)"
+    from ..counts import Tally, tally_text
+
+    done = tally_text(Tally.of_steps_json(noop["steps"]), ("cached",)) or "nothing to do"
+    return f"completed: {done}  (run {noop['run']['id']}; nothing changed)"
 
 
 def answer(argv: list[str]) -> int | None:

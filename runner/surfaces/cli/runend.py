@@ -9,25 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..counts import COUNTED, Tally, report_tally, tally_text
 
-def summary_line(status: str, summary: dict[str, int], run_id: str) -> str:
-    """``completed: ran 3, cached 2  (run ID)``: the counts that are not zero (fits 80 columns)."""
-    counts = ", ".join(
-        f"{k} {summary[k]}"
-        for k in ("ran", "cached", "skipped", "failed", "partial")
-        if summary.get(k)
-    )
-    return f"{status}: {counts or 'nothing to do'}  (run {run_id})"
+WIDTH = 80  # the summary line fits a terminal's columns
+
+
+def summary_line(status: str, tally: Tally, run_id: str) -> str:
+    """``completed: ran 1 step and 2 elements, cached 1 step  (run ID)``: what happened to the
+    run's steps, a for_each step counted by its elements (surfaces/counts.py). Wider than 80
+    columns, the run id goes on a line of its own."""
+    head = f"{status}: {tally_text(tally, COUNTED) or 'nothing to do'}"
+    line = f"{head}  (run {run_id})"
+    return line if len(line) <= WIDTH else f"{head}\n  (run {run_id})"
 
 
 def end_text(state: Any, report: Any) -> str:
     """The text after a run stops (``report`` is the engine's RunReport)."""
-    doc = report.to_json()
-    # A for_each step with some elements done is partial: counted, so a run that stopped in
-    # one does not read "nothing to do".
-    partial = sum(1 for o in report.steps if o.status.value == "partial")
-    summary = {**doc["summary"], "partial": partial}
-    lines = [summary_line(report.status.value, summary, report.run_id)]
+    lines = [summary_line(report.status.value, report_tally(report), report.run_id)]
     if report.status.value == "awaiting_batch":  # batch mode: the provider works on it
         waiting = [o for o in report.steps if o.status.value == "awaiting_batch"]
         lines += [f"  waiting: {o.id}: {o.reason}" for o in waiting]
