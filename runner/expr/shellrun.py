@@ -45,9 +45,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .commandslot import command_slot
+
+if TYPE_CHECKING:
+    from .confined import Confinement
 
 
 @dataclass(frozen=True)
@@ -70,12 +73,19 @@ async def run_shell(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     keep: int | None = None,
+    confine: Confinement | None = None,
 ) -> Finished:
     """Run ``/bin/sh -c command`` in ``cwd``; its output is captured (the last ``keep`` bytes of
-    each stream when given, else all of it).
+    each stream when given, else all of it). ``confine``: what it may read, write and reach
+    (runner/expr/confined.py), where this machine has a sandbox.
 
     Raises OSError when the shell cannot start. A cancel kills the process group and propagates.
     """
+    if confine is not None:
+        from . import confined
+
+        if confined.status().confines:
+            return await _run_confined(command, cwd, env, timeout, keep, confine)
     hold = command_slot.get()
     with _Captured() as out, _Captured() as err:
         simple = _simple(command, env) if _direct_possible(cwd) else None
@@ -103,6 +113,63 @@ async def run_shell(
             code, said = _as_dash_says(proc)
             stderr = (stderr + said)[-keep:] if keep else stderr + said
         return Finished(code, out.contents(keep), stderr)
+
+
+async def _run_confined(
+    command: str,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    timeout: float | None,
+    keep: int | None,
+    confine: Confinement,
+) -> Finished:
+    """run_shell through the sandbox's spawner: the same command, streams and direct start."""
+    from .confined import run_confined
+
+    hold = command_slot.get()
+    source = os.environ if env is None else env
+    with _Captured() as out, _Captured() as err:
+        direct: dict[str, object] | None = None
+        simple = _simple(command, env) if _direct_possible(cwd) else None
+        if simple is not None:
+            path = _command_path(simple.argv[0], source.get("PATH", _DASH_PATH))
+            if path is not None:
+                direct = {
+                    "path": path,
+                    "argv": simple.argv,
+                    "env": _exports(source),
+                    "redirects": [list(r) for r in simple.redirects],
+                }
+        async with hold() if hold is not None else contextlib.nullcontext():
+            ended = await run_confined(
+                command,
+                cwd=cwd,
+                env=source,
+                direct=direct,
+                confine=confine,
+                stdin=_devnull(),
+                out=out.fd,
+                err=err.fd,
+                timeout=timeout,
+            )
+        code = None if ended is None else ended.returncode
+        stderr = err.contents(keep)
+        if direct is not None and ended is not None and code is not None and code < 0:
+            code, said = _as_dash_says(_Ended(ended.status))
+            stderr = (stderr + said)[-keep:] if keep else stderr + said
+        return Finished(code, out.contents(keep), stderr)
+
+
+class _Ended:
+    """A confined command's end, as _as_dash_says reads a _Spawned."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self.pid = 0
+
+    def wait(self) -> int:
+        return self.returncode
 
 
 def kill_group(pid: int) -> None:
@@ -403,7 +470,7 @@ def _as_dash_says(proc: _Child) -> tuple[int, bytes]:
     said = b""
     if number not in (signal.SIGINT, signal.SIGPIPE):
         name = signal.strsignal(number) or f"Signal {number}"
-        dumped = isinstance(proc, _Spawned) and os.WCOREDUMP(proc.status)
+        dumped = isinstance(proc, (_Spawned, _Ended)) and os.WCOREDUMP(proc.status)
         said = f"{name}{' (core dumped)' if dumped else ''}\n".encode()
     return 128 + number, said
 

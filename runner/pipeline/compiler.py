@@ -73,6 +73,8 @@ class CompiledStep:
     on_skipped: str = "skip"
     needs_complete: bool = False
     repeat_safe: bool = True  # false: never started twice without --force (engine/run/once.py)
+    sandbox: bool = True  # false: its commands run unconfined (runner/expr/confined.py)
+    network: bool = False  # true: its commands may reach the network
     description: str = ""
     contract: ex.Compiled = None
 
@@ -480,6 +482,8 @@ def _compile_step(
         on_skipped=raw.get("on_skipped", "skip"),
         needs_complete=bool(raw.get("needs_complete", False)),
         repeat_safe=bool(raw.get("repeat_safe", True)),
+        sandbox=bool(raw.get("sandbox", True)),
+        network=bool(raw.get("network", False)),
         contract=contract,
         description=raw.get("description", ""),
     )

@@ -124,6 +124,10 @@ class StepContext:
     waiting: Callable[[str], None] = lambda _where: None
     # A step not safe to repeat: where its body marks that it began (engine/run/once.py)
     once: str | None = None
+    # Its commands run confined to what it declares (`sandbox: false` says no), without the
+    # network unless it says `network: true` (runner/expr/confined.py).
+    sandbox: bool = True
+    network: bool = False
 
     @property
     def root(self) -> Path:

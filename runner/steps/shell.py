@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import Location, StepFailure
 from ..expr.shellenv import check_names
@@ -15,6 +16,9 @@ from ..expr.values import as_text
 from ..source.paths import check_inside, inside, real_below
 from ..source.secretenv import command_environment
 from .base import StepContext, StepResult, StepType, invalid
+
+if TYPE_CHECKING:
+    from ..expr.confined import Confinement
 
 INLINE_LIMIT = 64 * 1024
 
@@ -31,6 +35,60 @@ def _inside_now(real_root: str, rel: str) -> str:
             "pointing out)"
         )
     return path
+
+
+def _confinement(
+    ctx: StepContext, args: Mapping[str, Any], real_root: str, targets: Mapping[str, str]
+) -> tuple[Confinement | None, dict[str, tuple[int, int, int]]]:
+    """What the command may touch (None: the step said `sandbox: false`), and the declared
+    outputs made empty for it: Landlock grants a file only once it exists, so one the command
+    is to make is made first (and removed again when the command did not write it). Files
+    beside an output below the project's top may be made, replaced and removed (a tool that
+    writes a temporary file and renames it over its output), never read."""
+    if not ctx.sandbox:
+        return None, {}
+    from ..expr.confined import Confinement, status
+
+    if not status().confines:
+        return None, {}
+    read = [_inside_now(real_root, rel) for rel in args.get("inputs") or []]
+    made: dict[str, tuple[int, int, int]] = {}
+    for path in targets.values():
+        if not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                st = os.stat(path)
+                made[path] = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    dirs = {os.path.dirname(p) for p in targets.values()} - {real_root}
+    confine = Confinement(
+        real_root,
+        read=tuple(read),
+        write=tuple(targets.values()),
+        write_dirs=tuple(sorted(dirs)),
+        network=ctx.network,
+    )
+    return confine, made
+
+
+def _unmade(made: Mapping[str, tuple[int, int, int]]) -> None:
+    """Remove the outputs made empty for the command that it never wrote (same file, same
+    times, still empty): it did not produce them."""
+    for path, (ino, mtime, ctime) in made.items():
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size) == (ino, mtime, ctime, 0):
+                os.unlink(path)
+
+
+def _refusals(confine: Confinement | None, err: bytes) -> str:
+    """What the sandbox refused the command, as the files to declare (empty: nothing named)."""
+    if confine is None:
+        return ""
+    from ..expr.confined import say_refused, undeclared
+
+    declared = (*confine.read, *confine.write)
+    refused = undeclared(err, cwd=confine.root, root=confine.root, declared=declared)
+    return f" ({say_refused(refused)})" if refused else ""
 
 
 class ShellStep(StepType):
@@ -159,7 +217,11 @@ class ShellStep(StepType):
 
         script = args.get("script") or {"script": args["run"], "values": {}}
         env.update(script["values"])  # check_names keeps the user's own names apart
-        done = await run_shell(script["script"], cwd=ctx.root, env=env)
+        confine, made = _confinement(ctx, args, real_root, targets)
+        try:
+            done = await run_shell(script["script"], cwd=ctx.root, env=env, confine=confine)
+        finally:
+            _unmade(made)
         code, out, err = done.code, done.stdout, done.stderr
         output: dict[str, Any] = {"exit_code": code, "files": {}}
         artifacts: list[str] = []
@@ -174,7 +236,7 @@ class ShellStep(StepType):
         if code != 0:
             tail = err.decode("utf-8", errors="replace").strip().splitlines()[-5:]
             detail = (": " + " | ".join(tail)) if tail else ""
-            raise StepFailure(f"command exited with {code}{detail}")
+            raise StepFailure(f"command exited with {code}{detail}{_refusals(confine, err)}")
         files: dict[str, str] = {}
         for rel in targets:
             path = _inside_now(real_root, rel)  # the command may swap a directory

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runner.errors import Location
+from runner.expr.commandscope import scoped
 from runner.expr.rules import Verdict, compile_rule
 
 
@@ -52,18 +56,38 @@ def test_env_values_are_passed(tmp_path: Path) -> None:
     assert result.passed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"  # a zombie is dead, only waiting for its parent to reap it
+def _running(marker: str) -> list[int]:
+    """Processes (seen from here, whatever pid namespace they are in) whose command line holds
+    ``marker``: not zombies, which are dead and only wait for their parent to reap them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    command = "sleep 30 & echo $! > bg.pid; echo $$ > sh.pid; echo waiting >&2; wait"
+def _gone(marker: str) -> bool:
+    deadline = time.monotonic() + 3
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(marker)
+
+
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "unsandboxed"])
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, sandbox: bool) -> None:
+    # A fractional sleep no other process runs: the marker the processes are found by.
+    marker = f"30.{os.getpid()}{int(sandbox)}1"
+    command = f"sleep {marker} & echo waiting >&2; exec sleep {marker}"
     started = time.monotonic()
-    result = run({"run": command, "timeout": 0.5}, tmp_path)
+    with scoped(sandbox, False):
+        result = run({"run": command, "timeout": 0.5}, tmp_path)
     assert time.monotonic() - started < 5
     assert result == Verdict(
         False,
@@ -72,24 +96,21 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
             "stderr: waiting"
         ],
     )
-    pids = [int((tmp_path / name).read_text()) for name in ("bg.pid", "sh.pid")]
-    deadline = time.monotonic() + 3
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in pids), "a process of the check outlived it"
+    assert _gone(marker), "a process of the check outlived it"
 
 
-def test_background_children_of_a_finished_command_do_not_outlive_it(tmp_path: Path) -> None:
-    result = run(
-        {
-            "run": "(sleep 30 >/dev/null 2>&1 &) ; sleep 30 >/dev/null 2>&1 & echo $! > bg.pid",
-            "timeout": 5,
-        },
-        tmp_path,
-    )
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "unsandboxed"])
+def test_background_children_of_a_finished_command_do_not_outlive_it(
+    tmp_path: Path, sandbox: bool
+) -> None:
+    marker = f"30.{os.getpid()}{int(sandbox)}2"
+    with scoped(sandbox, False):
+        result = run(
+            {
+                "run": f"(sleep {marker} >/dev/null 2>&1 &) ; sleep {marker} >/dev/null 2>&1 &",
+                "timeout": 5,
+            },
+            tmp_path,
+        )
     assert result.passed
-    pid = int((tmp_path / "bg.pid").read_text())
-    deadline = time.monotonic() + 3
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    assert _gone(marker)

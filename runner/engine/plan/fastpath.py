@@ -228,7 +228,7 @@ def record(
         # (and the keys the no-op journals, element by element, as the full path does)
         "forecast": {
             "steps": [
-                _forecast_step(plan.steps[s].uses, outcomes[s], report.labels.get(s))
+                _forecast_step(plan.steps[s], outcomes[s], report.labels.get(s))
                 for s in plan.order
             ],
             "max_cost": plan.limits.max_cost,
@@ -309,13 +309,16 @@ def _cached_rows(doc: dict[str, Any]) -> list[tuple[str, int, str | None]]:
     return rows
 
 
-def _forecast_step(uses: str, outcome: Any, labels: dict[int, str] | None) -> dict[str, Any]:
+def _forecast_step(step: Any, outcome: Any, labels: dict[int, str] | None) -> dict[str, Any]:
+    from ...expr.commandscope import confinement_of
+
     elements = outcome.elements
     doc = {
         "id": outcome.id,
-        "uses": uses,
+        "uses": step.uses,
         "key": outcome.key,
         "elements": None if elements is None else [e.key for e in elements],
+        **confinement_of(step),
     }
     if elements is not None and labels:  # JSON keys are text: an element's index as a string
         doc["labels"] = {str(i): name for i, name in labels.items()}

@@ -79,6 +79,16 @@ def plan_document(
         ),
         "exit_code": 0,
     }
+    from ...expr.commandscope import confinement_of
+
+    if plan is not None:
+        said = {sid: confinement_of(step) for sid, step in plan.steps.items()}
+    else:  # the fingerprint recorded what the compiled steps said
+        said = {
+            s["id"]: {k: s[k] for k in ("sandbox", "network") if k in s} for s in limit["steps"]
+        }
+    for step_doc in doc["steps"]:
+        step_doc.update(said.get(step_doc["id"]) or {})
     # (the fingerprint's path: no image step, so no run folder to look at)
     doc["run_folder_edits"] = [] if plan is None else _run_folder_edits(state_path, plan, item)
     return doc, fc

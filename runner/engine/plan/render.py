@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import expr as ex
 from ...errors import InvalidPipeline, RunnerError, UsageError
+from ...expr.commandscope import scoped
 from ...pipeline.compiler import CompiledStep, Plan, compile_document
 from ...pipeline.labels import element_labels
 from ...pipeline.loader import PipelineDoc, did_you_mean, load_document, resolve_params
@@ -460,7 +461,8 @@ def _render_uncalled(plan: Plan, step: CompiledStep, context: dict[str, Any]) ->
             )
     try:
         if step.when is not None:
-            verdict = asyncio.run(step.when.evaluate(context, root=plan.root))
+            with scoped(step.sandbox, step.network):
+                verdict = asyncio.run(step.when.evaluate(context, root=plan.root))
             if not verdict.passed:
                 reasons = "; ".join(verdict.reasons)
                 reason = f"when: {reasons}" if reasons else "when is false"

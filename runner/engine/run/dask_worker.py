@@ -45,6 +45,8 @@ class Job:
     retry_uncertain: bool = False
     once: str | None = None  # a step not safe to repeat: its mark (engine/run/once.py)
     ticket: str | None = None  # and the one start this dispatch may make (once.issue)
+    sandbox: bool = True  # its commands confined (runner/expr/confined.py)
+    network: bool = False
 
 
 def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
@@ -65,6 +67,8 @@ def job_for(step_type: StepType, ctx: StepContext, args: dict[str, Any]) -> Job:
         retry_uncertain=ctx.env.retry_uncertain,
         once=ctx.once,
         ticket=_ticket(ctx.once),
+        sandbox=ctx.sandbox,
+        network=ctx.network,
     )
 
 
@@ -205,6 +209,8 @@ def _run_body(job: Job) -> tuple[StepResult, list[str]]:
         review=list(job.review),
         ledger=_WorkerLedger(journal, job.run_id, job.step_id),
         log=lines.append,
+        sandbox=job.sandbox,
+        network=job.network,
     )
     if job.once is not None:  # Dask may run a lost worker's batch again: not this body
         from .once import claim

@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StepFailure, StoreError
+from ...expr.commandscope import CommandScope, command_scope
 from ...pipeline.compiler import CompiledStep, Plan
 from ...state.journal import Journal
 from ...state.objects import ObjectStore
@@ -152,6 +153,8 @@ class Executions:
                 ledger=JournalLedger(self.journal, self.run_id, step.id, self.spend),
                 log=self.recorder.logger(step.id, index),
                 waiting=self.recorder.waiter(step.id, index),
+                sandbox=step.sandbox,
+                network=step.network,
             )
 
         def evaluate(attempt: int, feedback: list[str]) -> dict[str, Any]:
@@ -160,7 +163,13 @@ class Executions:
             return args
 
         async def checks(result: StepResult, attempt: int) -> list[str]:
-            return await self._checks(step, result, extra, attempt)
+            # An exec check reads what the key names and what the step wrote, nothing else.
+            files = (*parts.files, *step.type.produces(args))
+            scope = command_scope.set(CommandScope(step.sandbox, step.network, files))
+            try:
+                return await self._checks(step, result, extra, attempt)
+            finally:
+                command_scope.reset(scope)
 
         done = await attempts.attempt(
             step,

@@ -23,6 +23,7 @@ from typing import Any
 
 from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
+from ...expr.commandscope import runs_commands, scoped
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...providers.batchapi import batch_api_of
 from ...providers.pool import notices as pool_notices
@@ -154,6 +155,17 @@ class Interpreter(Executions):
         """A warning for the user (consoles show it; the run goes on)."""
         self.recorder.emit_warning(message)
 
+    def _say_sandbox(self) -> None:
+        """Where commands cannot be confined as the docs say (no bubblewrap, no Landlock), say
+        so once in this process, when a step would run a command sandboxed."""
+        if not any(s.sandbox and runs_commands(s) for s in self.plan.steps.values()):
+            return
+        from ...expr.confined import note_once
+
+        said = note_once()
+        if said is not None:
+            self.emit_warning(said)
+
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
@@ -166,6 +178,7 @@ class Interpreter(Executions):
             # A backend going down or coming back is told on the console as it happens.
             with pool_notices(self.emit_warning):
                 report = await self._apply()
+            self._say_sandbox()  # bubblewrap found but unable to run is learnt at a command
             if self.remote is not None:
                 await self.remote.drain()  # pushes finish before the run is reported done
             return report
@@ -185,6 +198,7 @@ class Interpreter(Executions):
     async def _apply(self) -> RunReport:
         plan = self.plan
         gatestep.check_gates(plan)
+        self._say_sandbox()
         # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
         self.cached = self.journal.cached_results(
             plan.name, preload=not self.options.reuse, steps=plan.steps.keys()
@@ -346,7 +360,8 @@ class Interpreter(Executions):
         started = time.perf_counter()
         try:
             if step.when is not None:
-                verdict = await step.when.evaluate(self._context(), root=self.plan.root)
+                with scoped(step.sandbox, step.network):
+                    verdict = await step.when.evaluate(self._context(), root=self.plan.root)
                 if verdict.error:  # a condition that cannot be evaluated is a failure, not a skip
                     reason = "when: " + "; ".join(verdict.reasons or ["cannot be evaluated"])
                     emit(EventType.STEP_FAILED, step.id, reason=reason)

@@ -12,15 +12,19 @@ import os
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import InvalidPipeline, Location
-from ...source.paths import inside
+from ...source.paths import inside, real_below
 from .. import Compiled, evaluate_value
+from ..commandscope import command_scope
 from ..shellenv import Script, check_names, script_command
 from ..shellquote import Unquotable, check_command
 from ..values import as_text
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
+
+if TYPE_CHECKING:
+    from ..confined import Confinement
 
 DEFAULT_TIMEOUT = 60.0
 TAIL_CHARS = 400
@@ -70,6 +74,20 @@ class ExecRule(Rule):
         found.update(dict.fromkeys(self.inputs, True))
         return found
 
+    def _confinement(self, root: Path) -> Confinement | None:
+        """What the command may read: the files its step's key names and the step wrote, and
+        the check's own (its ``inputs:`` and script); no project file written; the network
+        only when its step says so. None: the step said ``sandbox: false``."""
+        scope = command_scope.get()
+        if not scope.sandbox:
+            return None
+        from ..confined import Confinement
+
+        real_root = os.path.realpath(root)
+        own = (*scope.files, *self.inputs, *((self.script,) if self.script else ()))
+        read = tuple(real_below(real_root, rel) for rel in dict.fromkeys(own))
+        return Confinement(real_root, read=read, network=scope.network)
+
     def command(self, context: Mapping[str, Any]) -> Script:
         """The script that runs, every expression's value by environment. Raises Unquotable
         (a value with a NUL byte)."""
@@ -90,14 +108,24 @@ class ExecRule(Rule):
         env.update(script.values)  # check_names keeps the user's own names apart
         command = script.text
         shown = command if len(command) <= 80 else command[:79] + "…"
+        confine = self._confinement(root)
         try:
             done = await run_shell(
-                command, cwd=root, env=env, timeout=self.timeout, keep=_KEEP_BYTES
+                command, cwd=root, env=env, timeout=self.timeout, keep=_KEEP_BYTES, confine=confine
             )
         except OSError as exc:
             return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
         stdout, stderr, timed_out = done.stdout, done.stderr, done.timed_out
         output = _tail(stderr) or _tail(stdout)
+        if confine is not None and done.code not in (0, None):
+            from ..confined import say_refused, undeclared
+
+            refused = undeclared(
+                stderr, cwd=confine.root, root=confine.root, declared=confine.read
+            )
+            if refused:
+                said = say_refused(refused).replace("the step's inputs", "the check's inputs")
+                output = f"{output} ({said})" if output else said
         stream = "stderr" if _tail(stderr) else "stdout"
         detail = f"; {stream}: {output}" if output else ""
         if timed_out:

@@ -32,6 +32,10 @@ def render_plan(doc: dict[str, Any], fc: Any, *, verbose: bool) -> None:
 
     for line in iter_lines(fc, verbose=verbose):
         echo(line)
+    from ...expr.commandscope import confinement_lines
+
+    for line in confinement_lines(doc["steps"]):
+        echo(line)
     from ..counts import plan_line
 
     echo(plan_line(doc))  # in the words apply's summary line uses (surfaces/counts.py)
@@ -204,6 +208,10 @@ def explain(
     from ...engine.plan.forecast import iter_lines
 
     for line in iter_lines(fc, verbose=True):
+        echo(line)
+    from ...expr.commandscope import confinement_lines
+
+    for line in confinement_lines(doc["steps"]):
         echo(line)
 
 

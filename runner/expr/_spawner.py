@@ -1,0 +1,281 @@
+"""The sandbox's spawner: a small process that starts runner's commands, each confined.
+
+Run by runner (runner/expr/confined.py) as ``python -I -S _spawner.py FD``, inside one
+``bwrap`` per apply where there is bubblewrap (its own pid namespace, and its own network
+namespace unless steps may reach the network), else directly. It is a script, not a module of
+the package: it imports only the standard library and ``landlock.py`` beside it, so it starts in
+~20 ms and holds nothing of runner's (no key, no journal, no other step's environment but the
+request it is serving).
+
+Each request arrives on descriptor FD (a SOCK_SEQPACKET socket) as one message: a JSON header,
+and descriptors -- the reply socket, stdin, stdout, stderr, and the header itself in a memory
+file when it is large. The spawner forks; the child makes a new session, restricts itself with
+the request's Landlock rules (``landlock.Ruleset``), opens the redirections and execs. The
+spawner answers on the reply socket with ``exit STATUS`` (a raw wait status) once the command
+has ended and its process group was killed; ``kill`` on the reply socket, or its closing, kills
+the group at once. Runner's end closing (runner exited, however) kills every group and ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.util
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location(
+    "runner_landlock", os.path.join(_HERE, "landlock.py")
+)
+assert _spec is not None and _spec.loader is not None
+landlock = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(landlock)
+
+_MAX_HEADER = 1 << 20
+_CLONE_FS = 0x200
+_BASE_SECONDS = 5.0
+_libc = ctypes.CDLL(None, use_errno=True)
+_DEFAULT_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ", "SIGINT", "SIGQUIT")
+    if hasattr(signal, name)
+)
+# Outside the project: readable (and executable) everywhere, writable only in these.
+_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+_DEVICES = "/dev"
+
+
+class _Base:
+    """What every command beneath one project root is granted, opened once per root: all of /
+    but the root readable, the temporary directories but the root writable, /dev whole."""
+
+    def __init__(self, root: str, abi: int) -> None:
+        self.grants: list[tuple[int, int, bool]] = []  # (O_PATH descriptor, rights, is_dir)
+        self.made = time.monotonic()
+        write = landlock.EVERYTHING & ~landlock.IOCTL_DEV
+        for path in landlock.outside(root):
+            self._add(path, landlock.READ)
+        for top in _WRITABLE:
+            real = os.path.realpath(top)
+            for path in landlock.outside(root, within=real):
+                self._add(path, write)
+        self._add(_DEVICES, landlock.EVERYTHING)
+
+    def _add(self, path: str, rights: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        except OSError:
+            return
+        self.grants.append((fd, rights, is_dir))
+
+    def close(self) -> None:
+        for fd, _rights, _is_dir in self.grants:
+            os.close(fd)
+
+
+class Spawner:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.abi = landlock.abi()
+        self.bases: dict[str, _Base] = {}
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(control, selectors.EVENT_READ, self._request)
+        self.running: dict[
+            int, tuple[socket.socket, int, str | None]
+        ] = {}  # pid: reply, pidfd, scratch
+        self.by_reply: dict[int, int] = {}  # reply socket fd: pid
+
+    def serve(self) -> None:
+        while True:
+            for key, _events in self.selector.select():
+                key.data(key.fileobj)
+
+    def _request(self, control: socket.socket) -> None:
+        try:
+            header, fds, _flags, _addr = socket.recv_fds(
+                control, _MAX_HEADER, 6, socket.MSG_CMSG_CLOEXEC
+            )
+        except OSError:
+            header, fds = b"", []
+        if not header:  # runner is gone: nothing it started may outlive it
+            for pid in list(self.running):
+                _kill(pid)
+                os.waitpid(pid, 0)
+            os._exit(0)
+        reply = socket.socket(fileno=fds[0])
+        try:
+            if len(fds) > 4:  # a large header travels in a memory file
+                with os.fdopen(fds[4], "rb") as f:
+                    header = f.read()
+            request = json.loads(header)
+            scratch = tempfile.mkdtemp(prefix="runner-step-") if request.get("scratch") else None
+            pid = self._fork(request, fds[1], fds[2], fds[3], scratch)
+        except Exception as exc:
+            reply.send(f"error {exc}".encode())
+            reply.close()
+            return
+        finally:
+            for fd in fds[1:4]:
+                os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.running[pid] = (reply, pidfd, scratch)
+        self.by_reply[reply.fileno()] = pid
+        self.selector.register(pidfd, selectors.EVENT_READ, lambda _f, p=pid: self._exited(p))
+        self.selector.register(reply, selectors.EVENT_READ, lambda r, p=pid: self._told(r, p))
+
+    def _told(self, reply: socket.socket, pid: int) -> None:
+        try:
+            said = reply.recv(64)
+        except OSError:
+            said = b""
+        if said == b"kill" or not said:
+            _kill(pid)
+        if not said:  # runner will not read the status: forget it once the command ends
+            self.selector.unregister(reply)
+
+    def _exited(self, pid: int) -> None:
+        _pid, status = os.waitpid(pid, 0)
+        _kill(pid)  # what it left running in the background goes with it
+        reply, pidfd, scratch = self.running.pop(pid)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        self.by_reply.pop(reply.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(reply)
+        with contextlib.suppress(OSError):
+            reply.send(f"exit {status}".encode())
+        reply.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _base(self, root: str) -> _Base:
+        """The root's base grants, made again after a few seconds: a long-lived runner
+        (`watch`, `serve`) sees directories made beside the project's ancestors since."""
+        base = self.bases.get(root)
+        if base is not None and time.monotonic() - base.made > _BASE_SECONDS:
+            self.bases.pop(root).close()
+            base = None
+        if base is None:
+            if len(self.bases) >= 16:
+                self.bases.pop(next(iter(self.bases))).close()
+            base = self.bases[root] = _Base(root, self.abi)
+        return base
+
+    def _fork(
+        self, request: dict[str, Any], stdin: int, out: int, err: int, scratch: str | None
+    ) -> int:
+        base = self._base(request["root"]) if request.get("root") else None
+        started: list[int | BaseException] = []
+        # Landlock restricts the thread that asks (and what it starts), for good: a thread of
+        # its own per command, which starts it with posix_spawn (a vfork: ~5x cheaper than a
+        # fork of this process) and ends.
+        thread = threading.Thread(
+            target=_start, args=(self.abi, base, request, stdin, out, err, scratch, started)
+        )
+        thread.start()
+        thread.join()
+        if isinstance(started[0], BaseException):
+            raise started[0]
+        return started[0]
+
+
+def _start(
+    abi: int,
+    base: _Base | None,
+    request: dict[str, Any],
+    stdin: int,
+    out: int,
+    err: int,
+    scratch: str | None,
+    started: list[int | BaseException],
+) -> None:
+    try:
+        started.append(_restricted_spawn(abi, base, request, stdin, out, err, scratch))
+    except BaseException as exc:
+        started.append(exc)
+
+
+def _restricted_spawn(
+    abi: int,
+    base: _Base | None,
+    request: dict[str, Any],
+    stdin: int,
+    out: int,
+    err: int,
+    scratch: str | None,
+) -> int:
+    """Restrict this thread, then start the command from it (it inherits the restriction)."""
+    if _libc.unshare(_CLONE_FS) != 0:  # a working directory of this thread's own
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_FS)")
+    os.chdir(request["cwd"])
+    env = request["env"]
+    if scratch is not None:
+        env = {**env, "TMPDIR": scratch}
+    if base is not None and abi:
+        rules = landlock.Ruleset(abi, network=bool(request.get("network")))
+        try:
+            for fd, rights, is_dir in base.grants:
+                rules.allow_fd(fd, rights, is_dir=is_dir)
+            for path in request.get("read", ()):
+                rules.allow(path, landlock.READ)
+            for path in request.get("write", ()):
+                rules.allow(path, landlock.READ_FILE | landlock.WRITE_FILE | landlock.TRUNCATE)
+            for path in request.get("write_dirs", ()):
+                rules.allow(path, landlock.EVERYTHING & ~landlock.IOCTL_DEV)
+            if scratch is not None:
+                rules.allow(scratch, landlock.EVERYTHING & ~landlock.IOCTL_DEV)
+            rules.enforce()
+        finally:
+            rules.close()
+    streams = [
+        (os.POSIX_SPAWN_DUP2, stdin, 0),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, err, 2),
+    ]
+    direct = request.get("direct")
+    if direct is not None:  # a simple command, started as dash would (runner/expr/shellrun.py)
+        exported = direct["env"] if scratch is None else {**direct["env"], "TMPDIR": scratch}
+        opens = [
+            (os.POSIX_SPAWN_OPEN, fd, name, flags, 0o666) for fd, name, flags in direct["redirects"]
+        ]
+        try:
+            return _spawn(direct["path"], direct["argv"], exported, streams + opens)
+        except OSError:  # dash does it again, and says why it fails in its own words
+            pass
+    return _spawn("/bin/sh", ["/bin/sh", "-c", request["command"]], env, streams)
+
+
+def _spawn(path: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
+    return os.posix_spawn(
+        path, argv, env, file_actions=actions, setsid=True, setsigdef=_DEFAULT_SIGNALS
+    )
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # runner's ^C is runner's to handle
+    control = socket.socket(fileno=int(sys.argv[1]))
+    os.set_inheritable(control.fileno(), False)
+    spawner = Spawner(control)
+    control.send(b"ready")
+    spawner.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""Commands confined to what their step declares: the spawner they start from, and its sandbox.
+
+A step's command (a ``shell`` step's ``run``, an ``exec`` check, a ``when: {exec: ...}``) may
+read, inside the project, only the files its step declares (``Confinement.read``), write only
+its declared outputs (``write``, ``write_dirs``) and a scratch directory of its own, and reach the
+network only when the step says ``network: true``. Everything outside the project stays readable
+(the tools a command runs, their libraries), and writable only in the temporary directories. So
+a file a command reads is a file its key holds: an undeclared read fails (``undeclared``
+names it from what the command said), it never becomes a stale reuse.
+
+How (Linux): runner starts one spawner (runner/expr/_spawner.py) per network setting, inside
+one ``bwrap`` each where bubblewrap can run -- its own pid namespace (no step sees runner's
+``/proc/PID/environ`` or memory), and its own network namespace for steps without ``network:
+true``. The spawner forks each command and the child restricts itself with Landlock rules
+before it execs (runner/expr/landlock.py). A command costs the spawner a fork and a few hundred
+microseconds of rules; runner only sends a message, so its event loop never waits on an exec.
+Without bubblewrap (or where it cannot make namespaces), Landlock alone confines files and TCP;
+without Landlock (an old kernel, macOS) commands run unconfined, and ``status()`` says so once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+_SPAWNER = str(Path(__file__).with_name("_spawner.py"))
+_INLINE_HEADER = 32 * 1024  # larger headers (a long value in the environment) go in a memfd
+_READY_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What one command may touch beyond everything outside the project. Paths are absolute
+    real paths; ``root`` is the project's."""
+
+    root: str
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()  # files: read, written, truncated
+    write_dirs: tuple[str, ...] = ()  # directories whose files may be made, replaced, removed
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class Status:
+    """How commands are confined on this machine: ``kind`` is "bubblewrap+landlock",
+    "landlock" or "none"; ``note`` says what is missing, once, where it is not the first."""
+
+    kind: str
+    note: str = ""
+
+    @property
+    def confines(self) -> bool:
+        return self.kind != "none"
+
+
+class SandboxError(OSError):
+    """The spawner could not start a command (said as the command's failure to start)."""
+
+
+@functools.cache
+def _landlock_abi() -> int:
+    if not sys.platform.startswith("linux"):
+        return 0
+    from . import landlock
+
+    return landlock.abi()
+
+
+_fallback_note: str | None = None
+
+
+def status() -> Status:
+    """How commands are confined here (bubblewrap found and working, Landlock's ABI)."""
+    abi = _landlock_abi()
+    if not abi:
+        where = (
+            "this kernel has no Landlock"
+            if sys.platform.startswith("linux")
+            else (f"{sys.platform} has no sandbox runner can use")
+        )
+        return Status(
+            "none",
+            f"{where}: steps' commands run unsandboxed (they can read and write anything you can)",
+        )
+    if _fallback_note is not None:
+        return Status("landlock", _fallback_note)
+    if shutil.which("bwrap") is None:
+        return Status(
+            "landlock",
+            "bubblewrap (bwrap) is not installed: steps' files and TCP "
+            "are confined by Landlock, but they share runner's pid and network "
+            "namespaces (install the `bubblewrap` package)",
+        )
+    return Status("bubblewrap+landlock")
+
+
+_noted = False
+
+
+def note_once() -> str | None:
+    """What ``status()`` has to say, the first time in this process it is asked; else None."""
+    global _noted
+    said = status().note
+    if _noted or not said:
+        return None
+    _noted = True
+    return said
+
+
+class _Host:
+    """One spawner, in its bwrap or not; requests go over ``control``."""
+
+    def __init__(self, *, bwrap: bool, network: bool) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-I", "-S", _SPAWNER, str(theirs.fileno())]
+        if bwrap:
+            argv = [
+                "bwrap", "--die-with-parent", "--unshare-pid",
+                *(() if network else ("--unshare-net",)),
+                "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+                "--", *argv,
+            ]  # fmt: skip
+        self.process = subprocess.Popen(
+            argv,
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        theirs.close()
+        self.control = ours
+        self.lock = threading.Lock()
+        self._ready()
+
+    def _ready(self) -> None:
+        """Wait for the spawner's first word: ``ready`` (or its failure to start, said)."""
+        self.control.settimeout(_READY_TIMEOUT)
+        try:
+            said = self.control.recv(64)
+        except OSError:
+            said = b""
+        self.control.settimeout(None)
+        if said != b"ready":
+            self.close()
+            detail = b""
+            if self.process.stderr is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    detail = self.process.stderr.read(2000)
+            raise SandboxError(detail.decode(errors="replace").strip() or "it did not start")
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+    def send(self, header: bytes, fds: list[int]) -> None:
+        with self.lock:
+            socket.send_fds(self.control, [header], fds)
+
+    def close(self) -> None:
+        """End the spawner: its end of the socket closing ends it (and what runs), so that its
+        CPU time is counted as runner's children's; killed if it does not end in 2 s."""
+        with contextlib.suppress(OSError):
+            self.control.close()
+        try:
+            self.process.wait(2)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                self.process.kill()
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self.process.wait(5)
+
+
+_hosts: dict[bool, _Host] = {}
+_hosts_lock = threading.Lock()
+
+
+def _host(network: bool) -> _Host:
+    """The spawner for ``network`` (one for both when there is no bubblewrap)."""
+    global _fallback_note
+    key = network if status().kind == "bubblewrap+landlock" else False
+    with _hosts_lock:
+        host = _hosts.get(key)
+        if host is not None and host.process.poll() is None:
+            return host
+        if status().kind == "bubblewrap+landlock":
+            try:
+                host = _Host(bwrap=True, network=network)
+            except (OSError, SandboxError) as exc:
+                _fallback_note = (
+                    f"bubblewrap could not make a sandbox here ({_first_line(exc)}): steps' "
+                    "files and TCP are confined by Landlock only"
+                )
+                key = False
+                host = _hosts.get(False)
+        if host is None or host.process.poll() is not None:
+            host = _Host(bwrap=False, network=True)
+        _hosts[key] = host
+        return host
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+@atexit.register
+def _close_hosts() -> None:
+    for host in list(_hosts.values()):
+        host.close()
+    _hosts.clear()
+
+
+@dataclass
+class Ended:
+    """A confined command's end: its raw wait status (None: killed by runner's timeout)."""
+
+    status: int
+
+    @property
+    def returncode(self) -> int:
+        return os.waitstatus_to_exitcode(self.status)
+
+
+async def run_confined(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    direct: Mapping[str, object] | None,
+    confine: Confinement,
+    stdin: int,
+    out: int,
+    err: int,
+    timeout: float | None,
+    scratch: bool = True,
+) -> Ended | None:
+    """Run ``/bin/sh -c command`` (or ``direct``: a simple command's path, argv, environment
+    and redirections) confined; None when ``timeout`` ran out (the group is killed). A cancel
+    kills the group and propagates. Raises SandboxError when the spawner refuses it."""
+    request = {
+        "command": command,
+        "cwd": str(cwd),
+        "env": dict(env),
+        "direct": direct,
+        "root": confine.root,
+        "read": [*confine.read, *tool_dirs(env.get("PATH", ""), confine.root)],
+        "write": list(confine.write),
+        "write_dirs": list(confine.write_dirs),
+        "network": confine.network,
+        "scratch": scratch,
+    }
+    header = json.dumps(request, separators=(",", ":")).encode()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds = [theirs.fileno(), stdin, out, err]
+    memo = -1
+    try:
+        if len(header) > _INLINE_HEADER:
+            memo = os.memfd_create("runner-request", os.MFD_CLOEXEC)
+            os.write(memo, header)
+            os.lseek(memo, 0, os.SEEK_SET)
+            fds.append(memo)
+            header = b"{}"
+        _host(confine.network).send(header, fds)
+    finally:
+        theirs.close()
+        if memo >= 0:
+            os.close(memo)
+    ours.setblocking(False)
+    try:
+        if timeout is None:
+            said = await _said(ours)
+        else:
+            try:
+                said = await asyncio.wait_for(_said(ours), timeout)
+            except TimeoutError:
+                await _kill(ours)
+                return None
+    except asyncio.CancelledError:
+        await asyncio.shield(_kill(ours))
+        raise
+    finally:
+        ours.close()
+    return _ended(said)
+
+
+def tool_dirs(search: str, root: str) -> list[str]:
+    """Directories on ``search`` (a PATH) inside the project, readable by its commands: a
+    virtual environment's whole tree for its ``bin`` (the interpreter reads its ``lib``), else
+    the directory. Tools are not inputs: a step's key does not hold them, as it does not
+    hold /usr/bin."""
+    inside = root.rstrip("/") + "/"
+    found: list[str] = []
+    for entry in search.split(":"):
+        if not entry.startswith("/"):
+            continue
+        real = os.path.realpath(entry)
+        if not real.startswith(inside):
+            continue
+        parent = os.path.dirname(real)
+        if os.path.isfile(os.path.join(parent, "pyvenv.cfg")):
+            real = parent
+        if real not in found:
+            found.append(real)
+    return found
+
+
+def _ended(said: bytes) -> Ended:
+    word, _, rest = said.partition(b" ")
+    if word == b"exit":
+        return Ended(int(rest))
+    if word == b"error":
+        raise SandboxError(rest.decode(errors="replace"))
+    raise SandboxError("the sandbox's spawner ended without saying how the command ended")
+
+
+async def _said(sock: socket.socket) -> bytes:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+    try:
+        return sock.recv(256)
+    except OSError:
+        return b""
+
+
+async def _kill(sock: socket.socket) -> None:
+    """Kill the command's group and wait (briefly) until the spawner saw it end."""
+    with contextlib.suppress(OSError):
+        sock.send(b"kill")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_said(sock), 5.0)
+
+
+# -- what a refused command said ---------------------------------------------------------------
+
+_DENIED = re.compile(r"Permission denied|Operation not permitted|\[Errno 13\]|\[Errno 1\]")
+_DENIAL_WORDS = ("Permission denied", "Operation not permitted")
+_QUOTED = re.compile(r"['\"`‘“]([^'\"`’”\n]+)['\"’”]")
+# What a tool says before the file's name ("cannot create x", dash's "can't open x").
+_VERB = re.compile(
+    r"^(?:.*\b(?:cannot|can't|could not|couldn't|unable to|failed to) "
+    r"(?:create|open|read|write|touch|remove|stat|access|exec|execute)"
+    r"(?: (?:regular )?(?:file|directory|temporary file))?) ",
+    re.IGNORECASE,
+)
+_CONTRACTION = re.compile(r"(?<=[a-z])'(?=t\b)")
+_WRITING = re.compile(r"creat|writ|touch|remov|renam|mkdir|temporary|for writing", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A project file a confined command was refused: ``rel`` to the root, ``write`` or read."""
+
+    rel: str
+    write: bool
+
+
+def undeclared(stderr: bytes, *, cwd: str, root: str, declared: Iterable[str]) -> list[Refused]:
+    """The project files a confined command's error output says it was refused, that its step
+    does not declare (``declared``: real paths), read ones first. From the words only: a
+    program that says nothing of a refused file is not named (the read still failed)."""
+    known = set(declared)
+    found: dict[str, Refused] = {}
+    inside = root.rstrip("/") + "/"
+    for line in stderr.decode(errors="replace").splitlines()[-200:]:
+        if not _DENIED.search(line):
+            continue
+        for name in _names_in(line):
+            path = os.path.normpath(os.path.join(cwd, name))
+            if path in known or path in found or not path.startswith(inside):
+                continue
+            if path[len(inside) :].startswith(".runner/"):
+                continue  # runner's own state: never a step's to declare
+            write = bool(_WRITING.search(line))
+            if not os.path.lexists(path) and not (write and os.path.isdir(os.path.dirname(path))):
+                continue  # not a file of the project: a program's or a message's word
+            found[path] = Refused(os.path.relpath(path, root), write)
+    return sorted(found.values(), key=lambda r: (r.write, r.rel))
+
+
+def _names_in(line: str) -> list[str]:
+    """Candidate file names in one line of a refusal: quoted ones, and the part before the
+    denial as ``tool: NAME: Permission denied`` says it (less a verb such as "cannot open")."""
+    line = _CONTRACTION.sub("", line)  # (the quote in "can't" opens no name)
+    names = [m.group(1).strip() for m in _QUOTED.finditer(line)]
+    parts = line.split(": ")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.strip() in _DENIAL_WORDS or part.startswith("[Errno"):
+            before = _VERB.sub("", parts[i - 1]).strip()
+            if before and not before.isdigit() and not _QUOTED.search(before):
+                names.append(before)
+    return [n for n in names if n and "\x00" not in n]
+
+
+def say_refused(refused: list[Refused]) -> str:
+    """One sentence naming what to declare."""
+    reads = [r.rel for r in refused if not r.write]
+    writes = [r.rel for r in refused if r.write]
+    parts = []
+    if reads:
+        parts.append(
+            f"the sandbox refused reading {_names(reads)}, not among the step's inputs: declare "
+            f"{'it' if len(reads) == 1 else 'them'} in inputs:"
+        )
+    if writes:
+        parts.append(
+            f"the sandbox refused writing {_names(writes)}, not among the step's outputs: "
+            f"declare {'it' if len(writes) == 1 else 'them'} in outputs:"
+        )
+    return "; ".join(parts)
+
+
+def _names(rels: list[str]) -> str:
+    shown = ", ".join(rels[:5])
+    return shown + (f" and {len(rels) - 5} more" if len(rels) > 5 else "")
