@@ -273,7 +273,7 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     os.set_inheritable(control.fileno(), False)
     spawner = Spawner(control)
-    control.send(b"ready")
+    control.send(f"ready {spawner.abi}".encode())
     spawner.serve()
 
 

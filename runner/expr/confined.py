@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import functools
 import json
 import os
 import re
@@ -70,22 +69,17 @@ class SandboxError(OSError):
     """The spawner could not start a command (said as the command's failure to start)."""
 
 
-@functools.cache
-def _landlock_abi() -> int:
-    if not sys.platform.startswith("linux"):
-        return 0
-    from . import landlock
-
-    return landlock.abi()
-
-
 _fallback_note: str | None = None
+# The kernel's Landlock ABI, as the spawner found it (None: no spawner started yet). Probed there,
+# so that runner's own process never loads ctypes for it.
+_abi: int | None = None
 
 
 def status() -> Status:
-    """How commands are confined here (bubblewrap found and working, Landlock's ABI)."""
-    abi = _landlock_abi()
-    if not abi:
+    """How commands are confined here (bubblewrap found and working, Landlock's ABI). Before a
+    spawner has started, Linux is taken to have Landlock; the first spawner says."""
+    abi = _abi if sys.platform.startswith("linux") else 0
+    if abi == 0:
         where = (
             "this kernel has no Landlock"
             if sys.platform.startswith("linux")
@@ -147,14 +141,18 @@ class _Host:
         self._ready()
 
     def _ready(self) -> None:
-        """Wait for the spawner's first word: ``ready`` (or its failure to start, said)."""
+        """Wait for the spawner's first word: ``ready ABI`` (or its failure to start, said)."""
+        global _abi
         self.control.settimeout(_READY_TIMEOUT)
         try:
             said = self.control.recv(64)
         except OSError:
             said = b""
         self.control.settimeout(None)
-        if said != b"ready":
+        word, _, abi = said.partition(b" ")
+        if word == b"ready" and abi.isdigit():
+            _abi = int(abi)
+        else:
             self.close()
             detail = b""
             if self.process.stderr is not None:

@@ -66,7 +66,9 @@ APPLY = frozenset(
         "runner.expr._shellcode",
         "runner.expr._shellgrammar",
         "runner.expr._shellscan",
+        "runner.expr.commandscope",  # the step's sandbox setting, set around its checks
         "runner.expr.commandslot",
+        "runner.expr.confined",  # a shell step's command runs sandboxed, through the spawner
         "runner.expr.shellenv",  # a shell step renders its command through it (values as env)
         "runner.expr.shellquote",
         "runner.expr.shellrun",
@@ -180,3 +182,30 @@ def test_a_one_step_apply_imports_only_what_it_uses(tmp_path: Path) -> None:
     assert unused == [], f"a one-step apply imports modules it does not use: {unused}"
     heavy = sorted({m.split(".")[0] for m in modules} & set(NEVER))
     assert heavy == [], f"a one-step shell apply imports {heavy}"
+
+
+# In-process steps reading each other's outputs through plain dotted lookups: answered by
+# expr/lookup.py without Jinja (~15 ms of a start-up); the list's value is one too.
+LOOKUPS = """\
+runner: 1
+name: lookups
+steps:
+  src: {uses: read, with: {path: in.txt}}
+  a: {uses: hash, with: {value: "${{ steps.src.output.text }}"}}
+  b: {uses: hash, with: {value: ["${{ steps.a.output.short }}", "${{ params.n }}"]}}
+params:
+  n: {type: integer, default: 3}
+"""
+
+
+def test_plain_lookups_import_no_jinja(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.yaml").write_text(LOOKUPS)
+    (tmp_path / "in.txt").write_text("hi\n")
+    (tmp_path / "runner.toml").write_text("# marks the project root\n")
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    found = json.loads((tmp_path / "modules.json").read_text())
+    assert found["code"] in (0, None), res.stderr
+    assert not {"jinja2", "markupsafe"} & set(found["modules"])
