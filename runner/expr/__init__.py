@@ -9,6 +9,7 @@ from data (an LLM reply, a document) are only ever passed in as variables, never
 The package, one concern a file (audit the sandbox by reading ``sandbox``):
 
 - ``sandbox``: the hardened environment, its limits and the budget;
+- ``lookup``: what a plain dotted lookup needs (limits, names, references), without Jinja;
 - ``parsing``: source text to a checked tree, and the names it reads;
 - ``shapes``, ``sharing``: parsing and compiling each expression shape once;
 - ``compiling``: ``Expression`` and ``compile_expression``;
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .compiling import Expression, compile_expression
-    from .parsing import Reference
+    from .lookup import Reference
     from .sandbox import (
         MAX_ELEMENTS,
         MAX_EXPRESSION_CHARS,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 _HOME = {
     "Expression": "compiling",
     "compile_expression": "compiling",
-    "Reference": "parsing",
+    "Reference": "lookup",
     "MAX_ELEMENTS": "sandbox",
     "MAX_EXPRESSION_CHARS": "sandbox",
     "MAX_NESTING": "sandbox",

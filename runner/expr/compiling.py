@@ -1,35 +1,36 @@
 """Compiling ``${{ }}`` expressions once, when the pipeline compiles, and evaluating them under
-the sandbox's budget."""
+the sandbox's budget.
+
+A plain dotted lookup is compiled and answered without Jinja (lookup.py): Jinja, the sandbox
+and the shape cache are imported when the first other expression is (~15 ms of a start-up).
+"""
 
 from __future__ import annotations
 
 import functools
 import re
-import time
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import jinja2
-from jinja2 import nodes
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ExpressionError, Location
-from .parsing import Reference, check_names, clip, parse, paths_of, reference, refs_of
-from .results import NotJSON, as_json
-from .sandbox import (
-    BUDGET,
+from .lookup import (
+    KEYWORDS,
     MAX_EXPRESSION_CHARS,
     MAX_NESTING,
-    MAX_SECONDS,
-    Budget,
-    SandboxRefused,
-    bounded_range,
-    check_size,
+    SPECIAL_NAMES,
+    Reference,
+    clip,
     forbidden,
+    reference,
     too_deep,
 )
-from .shapes import KEYWORDS
-from .sharing import SPECIAL_NAMES, CompiledSource, Lazy, compile_by_shape
+
+if TYPE_CHECKING:
+    from jinja2 import nodes
+
+    from .sharing import CompiledSource, Lazy
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _LOOKUP = re.compile(
@@ -65,7 +66,13 @@ class Expression:
         if self.path is not None:
             return [self.path]
         tree = self.tree
-        return [] if tree is None else paths_of(nodes.Output([tree], lineno=1))
+        if tree is None:
+            return []
+        from jinja2 import nodes
+
+        from .parsing import paths_of
+
+        return paths_of(nodes.Output([tree], lineno=1))
 
     def _compiled(self) -> Lazy:
         if self._fn is None:
@@ -75,6 +82,8 @@ class Expression:
     def _run(self, context: Mapping[str, Any]) -> Any:
         # What jinja's TemplateExpression.__call__ does, minus copying the globals ChainMap
         # into every call (half the cost of a small `when`).
+        from .sandbox import bounded_range
+
         template, render = self._compiled().render
         ctx = template.new_context({"range": bounded_range, **context}, shared=True)
         for _ in render(ctx):
@@ -92,7 +101,8 @@ class Expression:
             if type(value) is not dict or attr not in value:
                 return _NO_VALUE
             value = value[attr]
-        return _NO_VALUE if isinstance(value, jinja2.Undefined) else value
+        jinja2 = sys.modules.get("jinja2")  # no Undefined can exist before Jinja is imported
+        return _NO_VALUE if jinja2 is not None and isinstance(value, jinja2.Undefined) else value
 
     def evaluate(self, context: Mapping[str, Any]) -> Any:
         """Evaluate under a fresh budget. Raises ExpressionError (refused, undefined, bad type)."""
@@ -100,6 +110,13 @@ class Expression:
             found = self._looked_up(context)
             if found is not _NO_VALUE:
                 return found  # a lookup hands over existing data: neither sized nor copied
+        import time
+
+        import jinja2
+
+        from .results import NotJSON, as_json
+        from .sandbox import BUDGET, MAX_SECONDS, Budget, SandboxRefused, check_size
+
         token = BUDGET.set(Budget(time.monotonic() + MAX_SECONDS))
         try:
             value = self._run(context)
@@ -159,6 +176,8 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
     if path is not None:
         refs = frozenset({reference(path[0], path[1] if len(path) > 1 else None)})
         return Expression(source, where, refs, None, path)
+    import jinja2
+
     try:
         refs, fn = _compile_source(source)
     except jinja2.TemplateSyntaxError as exc:
@@ -186,12 +205,19 @@ def _dotted(source: str) -> tuple[str, ...] | None:
 
 @functools.lru_cache(maxsize=4096)
 def _compile_source(source: str) -> CompiledSource:
+    from .sharing import compile_by_shape
+
     return compile_by_shape(source) or compile_parsed(source)
 
 
 def compile_parsed(source: str) -> CompiledSource:
     # Parsing finds every error a pipeline author can make (syntax, unknown filter or test,
     # forbidden name); generating Python code costs ~10x more and waits for first use.
+    from jinja2 import nodes
+
+    from .parsing import check_names, parse, refs_of
+    from .sharing import Lazy
+
     expr = parse(source)
     holder = nodes.Output([expr], lineno=1)  # find_all skips the node it starts from
     check_names(holder)

@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
 from jinja2.parser import Parser
 
+from .lookup import Reference as Reference
+from .lookup import clip as clip
+from .lookup import reference as reference
 from .sandbox import environment, forbidden
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A name an expression reads: ``params.title`` -> ("params", "title")."""
-
-    root: str
-    attr: str | None
-
-
-_REFERENCES: dict[tuple[str, str | None], Reference] = {}
-
-
-def reference(root: str, attr: str | None) -> Reference:
-    """Reference(root, attr), shared: a frozen dataclass costs ~1 µs to build, and a pipeline
-    names the same few roots and step ids over and over."""
-    found = _REFERENCES.get((root, attr))
-    if found is None:
-        if len(_REFERENCES) > 65_536:
-            _REFERENCES.clear()
-        found = _REFERENCES[(root, attr)] = Reference(root, attr)
-    return found
 
 
 def parse(source: str) -> nodes.Expr:
@@ -114,9 +94,3 @@ def paths_of(tree: nodes.Node) -> list[tuple[Any, ...]]:
             path = (cur.name, *reversed(parts))
             chains.append(path[:-1] if id(node) in called else path)
     return chains
-
-
-def clip(text: str, n: int = 80) -> str:
-    """``text`` on one line, cut to ``n`` characters (for messages)."""
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"

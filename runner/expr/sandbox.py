@@ -23,7 +23,12 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-MAX_EXPRESSION_CHARS = 20_000
+from .lookup import FORBIDDEN_NAMES as FORBIDDEN_NAMES
+from .lookup import MAX_EXPRESSION_CHARS as MAX_EXPRESSION_CHARS
+from .lookup import MAX_NESTING as MAX_NESTING
+from .lookup import forbidden as forbidden
+from .lookup import too_deep as too_deep
+
 MAX_TEMPLATE_CHARS = 1_000_000
 MAX_RANGE = 10_000
 MAX_INT_ARG = 1_000_000
@@ -34,8 +39,6 @@ MAX_PRODUCED_CHARS = 64_000_000  # everything one evaluation or render may produ
 MAX_STEPS = 100_000  # loop iterations + calls in one evaluation or render
 MAX_SECONDS = 0.8  # wall time of one evaluation or render
 MAX_POWER_BITS = 4_096
-MAX_NESTING = 200
-FORBIDDEN_NAMES = frozenset({"self"})
 
 _FORMAT_WIDTH = re.compile(r"[%{][^%{}]*?\d{7,}")
 _LONG_DIGITS = re.compile(r"\d{7,}")
@@ -437,28 +440,3 @@ def environment() -> HardenedEnvironment:
     if _ENV is None:
         _ENV = HardenedEnvironment()
     return _ENV
-
-
-def forbidden(name: str) -> bool:
-    """A name no expression or template may read (Jinja's template self, our own guards)."""
-    return name in FORBIDDEN_NAMES or name.startswith("_runner")
-
-
-def too_deep(source: str) -> bool:
-    """Brackets nest deeper than MAX_NESTING (counting them first: the walk is per character)."""
-    if len(source) <= MAX_NESTING:  # most expressions: too short to nest that deep
-        return False
-    if source.count("(") + source.count("[") + source.count("{") <= MAX_NESTING:
-        return False
-    return _depth(source) > MAX_NESTING
-
-
-def _depth(source: str) -> int:
-    depth = best = 0
-    for ch in source:
-        if ch in "([{":
-            depth += 1
-            best = max(best, depth)
-        elif ch in ")]}":
-            depth -= 1
-    return best

@@ -22,6 +22,8 @@ from typing import Any
 
 from jinja2 import nodes
 
+from .lookup import KEYWORDS as KEYWORDS
+
 # The subset, token by token: each alternative is atomic, as a lexer commits to a token.
 _SUBSET = re.compile(
     r"(?>[ \t\n]++"
@@ -32,14 +34,6 @@ _SUBSET = re.compile(
 )
 # In a source of the subset, the slots (names, integers, strings) found left to right.
 _SLOTS = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)|('[^'\\\n]*'|\"[^\"\\\n]*\")")
-# Names Jinja's parser tests by value anywhere: they stay in the shape as written.
-_KEYWORD_TEXT = (
-    "and as autoescape block call context elif else endautoescape endblock endcall endfilter "
-    "endfor endif endmacro endset endwith extends false False filter for from if ignore import "
-    "in include is macro missing none None not or print raw recursive required scoped set true "
-    "True with without"
-)
-KEYWORDS = frozenset(_KEYWORD_TEXT.split())
 _INT_BASE = 7_000_000_000  # integer placeholders: far above any line number
 _PREFIX = "zq"  # name and string placeholders: zq0, zq1, ... (every user name is replaced)
 

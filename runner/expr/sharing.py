@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 
+from .lookup import SPECIAL_NAMES as SPECIAL_NAMES
 from .parsing import Reference, parse, reference, refs_of
 from .sandbox import environment, forbidden
 from .shapes import PLACEHOLDER_INT as _PLACEHOLDER_INT
@@ -156,12 +157,6 @@ def _may_share(values: tuple[Any, ...]) -> bool:
     so every value must be as true as its placeholder (a non-empty string, a non-zero integer);
     and no name may be one Jinja's code generator treats specially."""
     return all(v and not (type(v) is str and v in SPECIAL_NAMES) for v in values)
-
-
-# Names Jinja's code generator treats specially (it declares `self` as a template reference;
-# the rest have meanings inside loops, macros and blocks): an instance naming one is compiled
-# on its own, as its code may differ from the shape's.
-SPECIAL_NAMES = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
 
 
 class _SharedCode:

@@ -72,7 +72,7 @@ def compile_value(
         if "${{" not in value:
             return value
         from .compiling import compile_expression
-        from .parsing import clip
+        from .lookup import clip
 
         where = where_of(path)
         matches = list(_REF.finditer(value))
