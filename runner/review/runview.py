@@ -59,6 +59,14 @@ class RunView:
     children: list[str]
     calls: list[dict[str, Any]] = field(default_factory=list)  # journal.calls rows
     batches: list[dict[str, Any]] = field(default_factory=list)  # the run's provider batches
+    # what the run called each for_each element (state/labels.py): step -> index -> label
+    labels: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def label_of(self, e: dict[str, Any]) -> str | None:
+        element = e.get("element")
+        if element is None or element == -1:
+            return None
+        return self.labels.get(e["step_id"], {}).get(int(element))
 
     def batch_lines(self) -> list[str]:
         """The run's provider batches (batch mode) as text lines (none when it made none)."""
@@ -115,6 +123,7 @@ class RunView:
             d["report"] = loads(e["report"]) if e.get("report") else None
             if d["element"] == -1:
                 d["element"] = None
+            d["label"] = self.label_of(e)
             execs.append(d)
         return {
             "run": run,
@@ -160,7 +169,10 @@ class RunView:
         lines.append("")
         rows = []
         for e in self.latest():
-            name = e["step_id"] + (f"[{e['element']}]" if e["element"] not in (None, -1) else "")
+            name = e["step_id"]
+            if e["element"] not in (None, -1):  # named as the run called it, as the console did
+                label = self.label_of(e)
+                name += f"[{e['element']}" + (f" {printable(label)}]" if label else "]")
             dur = f"{e['duration_s']:.2f}s" if e.get("duration_s") else "-"
             status = e["status"] or "?"  # NULL in a damaged journal: verify names it
             rows.append((name, status, str(e["attempts"] or 0), dur, (e["key"] or "")[:12]))
@@ -198,4 +210,7 @@ def run_view(state: Any, run_id: str) -> RunView:
     batches = state.journal.query(
         "SELECT * FROM batches WHERE run_id=? ORDER BY created_at, rowid", (run["id"],)
     )
-    return RunView(run, execs, children, state.journal.calls(run["id"]), batches)
+    from ..state.labels import of_run
+
+    calls = state.journal.calls(run["id"])
+    return RunView(run, execs, children, calls, batches, of_run(state.journal, run["id"]))

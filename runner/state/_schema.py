@@ -2,7 +2,7 @@
 do not edit (a test compares it with what the migrations build)."""
 # ruff: noqa: E501
 
-VERSION = 11
+VERSION = 12
 
 STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL)',
@@ -27,4 +27,5 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE "batch_items" (\n   "batch_id" TEXT,\n   "key" TEXT,\n   "line" BLOB,\n   "status" TEXT,\n   "answer" TEXT,\n   "error" TEXT,\n   PRIMARY KEY ("batch_id", "key")\n)',
     'CREATE INDEX "idx_batch_items_key"\n    ON "batch_items" ("key")',
     'CREATE TABLE "forgotten_outputs" (\n   "path" TEXT,\n   "digest" TEXT,\n   "forgotten_at" REAL,\n   PRIMARY KEY ("path", "digest")\n)',
+    'CREATE TABLE "labels" (\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "label" TEXT,\n   PRIMARY KEY ("run_id", "step_id", "element")\n)',
 )

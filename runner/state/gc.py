@@ -210,7 +210,7 @@ def _collect(
                     f"DELETE FROM executions WHERE id IN ({','.join('?' * len(chunk))})", chunk
                 )
             for rid in doomed:
-                for table in ("events", "iterations", "decisions"):
+                for table in ("events", "iterations", "decisions", "labels"):
                     conn.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
                 conn.execute("DELETE FROM runs WHERE id=?", (rid,))
             # their outputs may still be in the workspace: runner's own bytes, not hand edits

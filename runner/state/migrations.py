@@ -243,6 +243,16 @@ def _m11_forgotten_outputs(db: Any) -> None:
     )
 
 
+def _m12_element_labels(db: Any) -> None:
+    # What each for_each element was called in a run (its `label:`, or its item when a short
+    # scalar: pipeline/labels.py), as the run named it: a page or `runs show` of an old run
+    # names its elements though the pipeline changed since or is gone (state/labels.py).
+    db["labels"].create(
+        {"run_id": str, "step_id": str, "element": int, "label": str},
+        pk=("run_id", "step_id", "element"),
+    )
+
+
 TABLES = (
     "runs",
     "executions",
@@ -256,6 +266,7 @@ TABLES = (
     "batches",
     "batch_items",
     "forgotten_outputs",
+    "labels",
 )
 
 MIGRATIONS: list[Migration] = [
@@ -270,6 +281,7 @@ MIGRATIONS: list[Migration] = [
     _m9_batches,
     _m10_override_identity,
     _m11_forgotten_outputs,
+    _m12_element_labels,
 ]
 
 

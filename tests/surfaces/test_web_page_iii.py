@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.surfaces.test_web_api import Site, build_site
-from tests.webdriving import needs_browser, shot
+from tests.webdriving import needs_browser, shot, wait
 
 pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -53,12 +53,27 @@ SAME = """\
 """
 
 
+PEOPLE = """\
+    runner: 1
+    name: people
+    params:
+      people: {type: array, default: [{name: Ada, born: 1815}, {name: Alan, born: 1912}]}
+    steps:
+      greet:
+        uses: template
+        for_each: "${{ params.people }}"
+        label: "${{ item.name }}"
+        with: {text: "hello ${{ item.name }}"}
+"""
+
+
 @dataclass
 class Runs:
     site: Site
     decided: str  # revised in round 1, approved in round 2
     again: str  # a later run that changed only `other`: both decisions given again
     same: list[str]  # three applies of an unchanged pipeline, oldest first
+    people: str  # elements labelled by name, then the pipeline labels them by year
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +100,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
         res = proj.cli("apply", "same.yaml", "--json", "-q", "--state", ".runner")
         assert res.exit_code == 0, res.stderr
         same.append(res.json["run"]["id"])
-    return Runs(site, decided, again.json["run"]["id"], same)
+    proj.write("people.yaml", PEOPLE)
+    people = proj.cli("apply", "people.yaml", "--json", "-q", "--state", ".runner")
+    assert people.exit_code == 0, people.stderr
+    proj.write("people.yaml", PEOPLE.replace("item.name }}\"\n", "item.born }}\"\n", 1))
+    return Runs(site, decided, again.json["run"]["id"], same, people.json["run"]["id"])
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +167,20 @@ def test_unchanged_reapplies_are_one_row(runs: Runs, served: Any, browser: Any) 
     time.sleep(2.5)
     assert browser.execute_script("return window.__stayed") is True
     shot(browser, "page3-runs-folded")
+
+
+def test_an_old_runs_elements_keep_the_names_it_gave_them(
+    runs: Runs, served: Any, browser: Any
+) -> None:
+    browser.get(f"{served.url}/runs/{runs.people}")
+    browser.find_element(By.CSS_SELECTOR, 'button.browse[data-step="greet"]').click()
+    names = (
+        "return [...document.querySelectorAll('#browser-body details.element > summary')]"
+        ".map((s) => s.querySelector('strong').textContent + ' ' +"
+        " (s.querySelector('.el-label') || {textContent: ''}).textContent)"
+    )
+    # the pipeline now labels by year; the run named its elements by name, and keeps them
+    wait(browser, lambda d: d.execute_script(names) == ["#0 Ada", "#1 Alan"])
+    browser.find_element(By.ID, "browser-search").send_keys("alan")
+    wait(browser, lambda d: d.execute_script(names) == ["#1 Alan"])
+    shot(browser, "page3-labels-journaled")

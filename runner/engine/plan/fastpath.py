@@ -604,6 +604,14 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                 "VALUES (?,?,?,?,?,?)",
                 events,
             )
+            # what each for_each element was called, as the full path journals it
+            named = {
+                s["id"]: s["labels"] for s in doc["forecast"]["steps"] if s.get("labels")
+            }
+            if named:
+                from ...state import labels
+
+                conn.executemany(labels.INSERT, labels.rows_of(run_id, named))
             conn.execute("COMMIT")
         finally:
             conn.close()

@@ -341,6 +341,9 @@ class Recorder:
         progress: dict[str, dict[str, int]],
         started: float,
     ) -> None:
+        from ...state import labels  # what each element was called, with the run
+
+        labels.record(self.journal, self.run_id, self.labels)
         self.journal.update_run(
             self.run_id,
             status=status.value,

@@ -180,8 +180,16 @@ def step_elements(
         value, items_error = _evaluate(compiled.for_each, context)
         items = value if isinstance(value, list) else None
     verdicts = _verdicts(state, run["id"], step)
+    from ...state.labels import of_run
+
+    # as the run named its elements (journaled); a run from before labels were journaled
+    # (migration 12) is named by evaluating the pipeline as it is now
+    journaled = of_run(state.journal, run["id"], step).get(step, {})
     labels: dict[int, str | None] = {}
     for el in latest:
+        if el in journaled:
+            labels[el] = journaled[el]
+            continue
         item = items[el] if items is not None and 0 <= el < len(items) else None
         label = None
         if item is not None and compiled is not None and compiled.label is not None:
