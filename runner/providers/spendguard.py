@@ -8,7 +8,10 @@ provider's permit (calls.with_provider_retries awaits ``admitted()``, which the 
 set up when it journaled the call), and its hold is settled with the call's real cost when it is
 back. A call over a budget only because of the calls in flight waits for them to end; one whose
 worst case is over a budget on what was spent alone is not sent: ``OverSpend``, and the guard
-tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9).
+tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9). Each line of
+a batch about to be made is held the same way (``reserve(batch=True)``, at the batch price,
+engine/run/batchdesk.py) until its answer is back; no call waits for those (a batch may take
+hours): one that does not fit beside them is not sent.
 
 A call's worst case is the plan's estimate of it (providers/prices.py ``estimate_call``: input
 characters / 4, ``max_tokens`` or ``assumed_output_tokens``). A call whose reply was lost (maybe
@@ -69,6 +72,7 @@ class Hold:
 
     provider: str
     worst: float | None
+    batch: bool = False  # a line of a batch made (held until the batch answers it)
 
 
 @dataclass
@@ -78,6 +82,9 @@ class SpendGuard:
     on_stop: Callable[[str], None] = lambda _why: None
     spent: float = 0.0  # real spend of this run's completed calls (and lost replies' worst)
     in_flight: float = 0.0  # worst cases of the calls out now
+    # Worst cases of the lines of batches this run made, until their answers are back: out as
+    # the calls in flight are, but a call never waits for them (a batch may take hours).
+    in_batches: float = 0.0
     unpriced: int = 0  # calls sent with no price known
     stopped: str | None = field(default=None, init=False)  # why the run stopped
     refusal: str = field(default="", init=False)  # what a call refused says
@@ -116,7 +123,7 @@ class SpendGuard:
             self.unpriced += 1
             return Hold(provider, None)
         for budget in self.budgets:
-            total = budget.before + self.spent + self.in_flight + worst
+            total = budget.before + self.spent + self.in_flight + self.in_batches + worst
             if total > budget.limit + 1e-12:
                 # The run's reason says it all once; each call refused names the budget.
                 self.stopped = self._why(budget, worst, what)
@@ -125,8 +132,11 @@ class SpendGuard:
                 )
                 self.on_stop(self.stopped)
                 raise OverSpend(self.refusal)
-        self.in_flight += worst
-        return Hold(provider, worst)
+        if batch:
+            self.in_batches += worst
+        else:
+            self.in_flight += worst
+        return Hold(provider, worst, batch)
 
     async def admit(
         self,
@@ -150,10 +160,11 @@ class SpendGuard:
                 self.prices, provider, model, kind,
                 input_chars=input_chars, max_tokens=max_tokens, size=size, quality=quality,
             )  # fmt: skip
+            held = self.spent + self.in_batches  # (a batch's lines are not waited for)
             waits = worst is not None and self.in_flight > 0 and all(
-                b.before + self.spent + worst <= b.limit + 1e-12 for b in self.budgets
+                b.before + held + worst <= b.limit + 1e-12 for b in self.budgets
             ) and any(
-                b.before + self.spent + self.in_flight + worst > b.limit + 1e-12
+                b.before + held + self.in_flight + worst > b.limit + 1e-12
                 for b in self.budgets
             )  # fmt: skip
             if not waits:
@@ -175,7 +186,9 @@ class SpendGuard:
         """Release ``hold``: its call completed with ``spend`` (its usage record), failed before
         any work (None), or lost its reply (``maybe_executed``: counted at its worst case).
         Returns the call's real cost (None: no price known)."""
-        if hold.worst is not None:
+        if hold.worst is not None and hold.batch:
+            self.in_batches = max(0.0, self.in_batches - hold.worst)
+        elif hold.worst is not None:
             self.in_flight = max(0.0, self.in_flight - hold.worst)
         cost: float | None = None
         if spend is not None:
@@ -193,10 +206,10 @@ class SpendGuard:
     def _why(self, budget: Budget, worst: float, what: str) -> str:
         unit = self._unit
         scope = {"run": "this run", "day": "today", "month": "this month"}[budget.scope]
-        spent = budget.before + self.spent
+        spent, out = budget.before + self.spent, self.in_flight + self.in_batches
         return (
             f"budget {budget.limit:g}{unit} ({budget.source}) reached: {scope} spent "
-            f"{spent:.4g}{unit}, {self.in_flight:.4g}{unit} in flight, and {what} may cost "
+            f"{spent:.4g}{unit}, {out:.4g}{unit} in flight, and {what} may cost "
             f"{worst:.4g}{unit}; it was not sent (raise the budget and apply again to resume)"
         )
 

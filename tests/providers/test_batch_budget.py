@@ -142,3 +142,33 @@ def _batch_ids(root: Path) -> list[str]:
         return [r[0] for r in db.execute("SELECT id FROM batches ORDER BY rowid")]
     finally:
         db.close()
+
+
+def test_a_call_never_waits_for_the_lines_of_a_batch() -> None:
+    """A direct call over the budget only because of calls in flight waits for them; one over
+    it because of a batch's lines is refused at once: a batch may answer hours later."""
+    import asyncio
+
+    from runner.providers.prices import Prices
+    from runner.providers.spendguard import Budget, OverSpend, SpendGuard
+
+    prices = Prices(rows={"p": {"image": 0.4}}, currency="USD")
+    stops: list[str] = []
+    guard = SpendGuard(prices, [Budget(1.0, "--max-cost")], on_stop=stops.append)
+    lines = [guard.reserve("p", "m", "image", batch=True) for _ in range(4)]  # 4 x 0.2
+    assert abs(guard.in_batches - 0.8) < 1e-9 and guard.in_flight == 0.0
+
+    async def direct() -> None:
+        await asyncio.wait_for(guard.admit("p", "m", "image"), timeout=5)
+
+    try:
+        asyncio.run(direct())
+    except OverSpend as exc:
+        assert "budget 1 USD (--max-cost) reached" in str(exc)
+    else:
+        raise AssertionError("a call over the budget beside a batch's lines was sent")
+    [why] = stops
+    assert "this run spent 0 USD, 0.8 USD in flight, and the next call may cost 0.4 USD" in why
+    for hold in lines:  # their answers came back: released, their real cost added as it comes
+        guard.settle(hold, None)
+    assert guard.in_batches < 1e-9
