@@ -112,7 +112,8 @@ class Spawner:
         if not header:  # runner is gone: nothing it started may outlive it
             for pid in list(self.running):
                 _kill(pid)
-                os.waitpid(pid, 0)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
             os._exit(0)
         reply = socket.socket(fileno=fds[0])
         try:
@@ -145,8 +146,20 @@ class Spawner:
         if not said:  # runner will not read the status: forget it once the command ends
             self.selector.unregister(reply)
 
-    def _exited(self, pid: int) -> None:
-        _pid, status = os.waitpid(pid, 0)
+    def _exited(self, _pid: int) -> None:
+        """A command ended: reap every child that has (in its bwrap the spawner is pid 1, so a
+        process a command left in a session of its own comes to it when orphaned)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.running:
+                self._finish(pid, status)
+
+    def _finish(self, pid: int, status: int) -> None:
         _kill(pid)  # what it left running in the background goes with it
         reply, pidfd, scratch = self.running.pop(pid)
         self.selector.unregister(pidfd)

@@ -122,11 +122,13 @@ class _Host:
         argv = [sys.executable, "-I", "-S", _SPAWNER, str(theirs.fileno())]
         if bwrap:
             argv = [
-                "bwrap", "--die-with-parent", "--unshare-pid",
+                "bwrap", "--die-with-parent", "--unshare-pid", "--as-pid-1",
                 *(() if network else ("--unshare-net",)),
                 "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--", *argv,
             ]  # fmt: skip
+            # (--as-pid-1: the spawner reaps what it starts, so the commands' CPU time is
+            # counted as runner's children's, as when runner starts them itself)
         self.process = subprocess.Popen(
             argv,
             pass_fds=(theirs.fileno(),),
