@@ -5,6 +5,9 @@ Layout under the remote's URL (nothing in it names a local path):
     objects/<aa>/<bbbb...>        content-addressed bytes (the same layout as .runner/objects)
     records/<kk>/<key>.json       one step result per key: its output document, the digests it
                                   names, the provider profile, when and by which runner version
+    reads/<bb>/<base>.json        for a step whose body records its reads (a template's computed
+                                  include), the files its latest result with that base key
+                                  read: a clone hashes them as they are here to find the key
 
 A record is written only after every object it names is in the remote, so a visible record is
 whole. Objects are idempotent (their name is their digest); two machines pushing the same key
@@ -45,6 +48,7 @@ from .canonical import canonical_json, loads_strict
 from .remoteread import MAX_OBJECT_BYTES, MAX_RECORD_BYTES, Refused, read_bounded
 
 RECORD_FORMAT = 1
+READS_FORMAT = 1
 
 
 class PushPolicy(enum.Enum):
@@ -234,6 +238,28 @@ def _signature(doc: Mapping[str, Any], sign_key: bytes) -> str:
     return "hmac-sha256:" + hmac.new(sign_key, body, hashlib.sha256).hexdigest()
 
 
+def _parse_reads(data: bytes, base: str, sign_key: bytes | None) -> tuple[str, ...]:
+    """The names of a ``reads/`` entry, checked as a record is (format, signature, the base it
+    is filed under, names inside the project). Raises StoreError on any doubt."""
+    try:
+        doc = loads_strict(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StoreError(f"reads of {base[:12]} are not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != READS_FORMAT:
+        raise StoreError(f"reads of {base[:12]} have an unknown format")
+    signature = doc.pop("signature", None)
+    if sign_key is not None and not (
+        isinstance(signature, str) and hmac.compare_digest(signature, _signature(doc, sign_key))
+    ):
+        raise StoreError(f"reads of {base[:12]} are not signed with the team's key")
+    names = doc.get("recorded")
+    if doc.get("base") != base or not isinstance(names, list):
+        raise StoreError(f"reads of {base[:12]} name another base key or no files")
+    if not all(_inside_project(n) for n in names):
+        raise StoreError(f"reads of {base[:12]} name a file outside the project")
+    return tuple(names)
+
+
 def _inside_project(rel: Any) -> bool:
     if not isinstance(rel, str) or not rel or "\\" in rel or "\0" in rel:
         return False
@@ -370,17 +396,64 @@ class RemoteCache:
         return len(upload)
 
     def _write_records(self, records: list[RemoteRecord]) -> None:
-        if self.objects._rename:  # a local filesystem: each record whole or not at all
-            for record in records:
-                path = self._record_path(record.key)
-                parent = path.rsplit("/", 1)[0]
-                self.fs.makedirs(parent, exist_ok=True)
-                tmp = f"{parent}/.tmp-{record.key}-{time.time_ns()}"
-                self.fs.pipe_file(tmp, record.to_bytes(self.sign_key))
-                self.fs.mv(tmp, path)
+        self._put({self._record_path(r.key): r.to_bytes(self.sign_key) for r in records})
+
+    def _put(self, docs: Mapping[str, bytes]) -> None:
+        """Write each path's bytes: on a local filesystem each file whole or not at all; on
+        object stores one PUT each, sent concurrently by async filesystems."""
+        if not self.objects._rename:
+            self.fs.pipe(dict(docs))
             return
-        # Object stores: one PUT per record, sent concurrently by async filesystems.
-        self.fs.pipe({self._record_path(r.key): r.to_bytes(self.sign_key) for r in records})
+        for path, data in docs.items():
+            parent, name = path.rsplit("/", 1)
+            self.fs.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/.tmp-{name}-{time.time_ns()}"
+            self.fs.pipe_file(tmp, data)
+            self.fs.mv(tmp, path)
+
+    def _reads_path(self, base: str) -> str:
+        check_digest(base)
+        return f"{self.base}/reads/{base[:2]}/{base}.json"
+
+    def reads(self, bases: Iterable[str]) -> dict[str, tuple[str, ...] | StoreError]:
+        """For each base key the remote has recorded reads of, the names of the files read
+        (engine/run/recorded.py), in one batched read; a malformed, unsigned or mis-signed
+        entry is a StoreError value. Only names: the key is made of the files as they are
+        where it is looked up. Raises StoreError when the remote cannot be reached."""
+        paths = {self._reads_path(b): b for b in bases}
+        if not paths:
+            return {}
+        self.requests += 1
+        got = read_bounded(self.fs, dict.fromkeys(paths, MAX_RECORD_BYTES), url=self.url)
+        out: dict[str, tuple[str, ...] | StoreError] = {}
+        for path, base in paths.items():
+            data = got.get(path)
+            if data is None:
+                continue
+            if isinstance(data, Refused):
+                out[base] = StoreError(f"reads of {base[:12]} refused: {data.message}")
+                continue
+            try:
+                out[base] = _parse_reads(data, base, self.sign_key)
+            except StoreError as exc:
+                out[base] = exc
+        return out
+
+    def push_reads(self, reads: Mapping[str, tuple[str, ...]]) -> None:
+        """Write the recorded reads of each base key (last writer wins, as for records)."""
+        docs = {}
+        for base, names in reads.items():
+            doc: dict[str, Any] = {"format": READS_FORMAT, "base": base, "recorded": list(names)}
+            if self.sign_key is not None:
+                doc["signature"] = _signature(doc, self.sign_key)
+            docs[self._reads_path(base)] = canonical_json(doc).encode("utf-8")
+        if not docs:
+            return
+        self.requests += 1
+        try:
+            self._put(docs)
+        except OSError as exc:
+            raise StoreError(f"cannot write recorded reads to {self.url}: {exc}") from exc
 
     def keys(self) -> set[str]:
         """Every key with a record in the remote (one listing)."""

@@ -109,12 +109,11 @@ SECOND_REVISION_CLEAN = True
 EDIT_REVISE_TARGET = False
 EDIT_KEPT_ON_RERUN = True  # a hand-edited output overwritten by a re-run is kept in the store
 IMAGE_SETTLE = True  # an image step with no iteration (for_each, when: false, a pull) settles
-# Found by this oracle (issue 44's moves), left to the recorded-reads work: a template with a
-# computed include runs though the remote cache holds its result, in a state or pipeline that
-# never ran it: its key is known only from the reads a local execution recorded (recorded.py
-# looks them up by pipeline and step), so the first run keys it without them. Off: such a
-# step's run is not held against the remote.
-RECORDED_READS_REMOTE = False
+# Found by this oracle (issue 44's moves), fixed: a template with a computed include ran though
+# the remote cache held its result, in a state or pipeline that never ran it (its key is known
+# only from the reads an execution recorded); the remote now keeps each base key's recorded
+# reads (reads/ beside records/), hashed as they are in the clone that looks them up.
+RECORDED_READS_REMOTE = True
 # Found by this oracle (issue 44's moves), fixed: after `gc --keep-last 0` deleted every record
 # of an output file still in the workspace, runner could not tell its own old bytes from a hand
 # edit, and with on_edit: fail the step's next run refused to write over them (a fresh apply has
@@ -347,6 +346,8 @@ class ReuseOracle(RuleBasedStateMachine):
                 and slot[0] in ("write", "publish")
                 and (want, got) in (("cached", "restore"), ("run", "cached"))
             )
+            # a step plan says would fail (an output edited by hand, on_edit: fail)
+            ok = ok or (want == "fail" and got == "failed")
             # a gate's remembered rejection, a `runner edit` that holds: plan says cached
             ok = ok or (want == "cached" and got in ("rejected", "edited"))
             assert ok, f"plan said {want}, apply did {got} for {slot}\n{context}"

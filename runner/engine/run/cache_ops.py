@@ -164,4 +164,20 @@ def push(
         report.objects_written += cache.push(chunk, objects)
         report.pushed += len(chunk)
         report.in_remote += len(chunk)
+    _push_reads(cache, local)
     return report
+
+
+def _push_reads(cache: RemoteCache, local: dict[str, dict[str, Any]]) -> None:
+    """The files each base key's latest local result read, for steps whose bodies record their
+    reads (recorded.py), where the remote says otherwise: a clone finds their keys by them."""
+    reads: dict[str, tuple[str, ...]] = {}
+    for row in local.values():  # oldest first: the latest result of a base wins
+        parts = loads(row["key_parts"]) or {}
+        base, names = parts.get("base"), parts.get("recorded")
+        if isinstance(base, str) and isinstance(names, list) and names:
+            reads[base] = tuple(str(n) for n in names)
+    if not reads:
+        return
+    there = cache.reads(reads)
+    cache.push_reads({b: n for b, n in reads.items() if there.get(b) != n})

@@ -194,15 +194,19 @@ class Executions:
             self.plan.root, parts.predicted(), frozenset(step.type.produces(args))
         )
         by_key = contract == key
+        reads: tuple[str, tuple[str, ...]] | None = None
         if step.type.records_reads:  # keyed by what the body read (recorded.py)
             settled, moved_read = self.recorded.settle(
                 step.id, parts, done.result, self.plan.root, self.reuse.hasher
             )
             moved = moved or moved_read
+            reads = (settled.base(), settled.recorded or ())  # shared with the result
             if settled.key() != key:  # it read other files than predicted: its row follows
                 key = settled.key()
                 self.recorder.rekeyed(exec_id, key, settled, contract=by_key)
-        return self._passed(step, index, el_index, exec_id, key, done, moved=moved, by_key=by_key)
+        return self._passed(
+            step, index, el_index, exec_id, key, done, moved=moved, by_key=by_key, reads=reads
+        )
 
     async def _checks(
         self, step: CompiledStep, result: StepResult, extra: dict[str, Any], attempt: int
@@ -230,6 +234,7 @@ class Executions:
         *,
         moved: str | None = None,
         by_key: bool = True,
+        reads: tuple[str, tuple[str, ...]] | None = None,
     ) -> ElementOutcome:
         """A pass recorded. ``moved``: an input that changed while the body ran; the row is
         then journaled under a key no lookup matches, and nothing is pushed to a remote; a
@@ -286,6 +291,7 @@ class Executions:
                 files=dict(result.files),
                 report=result.report,
             )
+                reads=reads,
         if result.usage:
             from ...providers.usage import tokens_used  # (only a step that reported usage)
 

@@ -53,6 +53,10 @@ class RemoteLink:
         self.refused: dict[str, str] = {}  # key -> why its record was refused (first reason)
         self.ignored: dict[str, str] = {}  # key -> why its objects could not be used
         self._pending: dict[str, asyncio.Future[RemoteRecord | StoreError | None]] = {}
+        # base key -> the names the remote says its results read (recorded.py), asked once
+        self._reads: dict[str, asyncio.Future[tuple[str, ...] | None]] = {}
+        self._reads_asked: list[str] = []
+        self._reads_queue: dict[str, tuple[str, ...]] = {}  # base -> names, to push
         self._flush_scheduled = False
         self._queue: list[RemoteRecord] = []
         self._pusher: asyncio.Future[None] | None = None
@@ -75,6 +79,38 @@ class RemoteLink:
                 loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
         found = await asyncio.shield(fut)
         return found if isinstance(found, RemoteRecord) else None
+
+    async def recorded_reads(self, base: str) -> tuple[str, ...] | None:
+        """The files the remote's latest result with base key ``base`` read (a step whose body
+        records its reads: engine/run/recorded.py), or None. Only names: the caller hashes
+        them as they are here, and looks the key they give up."""
+        if self.down:
+            return None
+        fut = self._reads.get(base)
+        if fut is None:
+            fut = self._reads[base] = asyncio.get_running_loop().create_future()
+            self._reads_asked.append(base)
+            if len(self._reads_asked) == 1:  # the first asked this turn: one read for all
+                asyncio.get_running_loop().call_soon(
+                    lambda: asyncio.ensure_future(self._flush_reads())
+                )
+        return await asyncio.shield(fut)
+
+    async def _flush_reads(self) -> None:
+        asked, self._reads_asked = self._reads_asked, []
+        found: dict[str, tuple[str, ...] | StoreError] = {}
+        try:
+            found = await asyncio.to_thread(self.cache.reads, asked)
+        except StoreError as exc:
+            self._went_down(exc)
+        except Exception as exc:  # a backend library's own failure: the run goes on locally
+            self._went_down(StoreError(f"{type(exc).__name__}: {exc}"))
+        for base in asked:
+            names = found.get(base)
+            if isinstance(names, StoreError):
+                self.warn(f"remote cache: ignored {names.message}")
+                names = None
+            self._reads[base].set_result(names)
 
     def use(self, record: RemoteRecord) -> CachedResult:
         """A checked record as the cached result it answers with."""
@@ -148,8 +184,10 @@ class RemoteLink:
         artifacts: dict[str, int],
         files: dict[str, str],
         report: Any,
+        reads: tuple[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """Queue one completed result for the background pusher (no-op when pushing is off).
+        """Queue one completed result for the background pusher (no-op when pushing is off);
+        ``reads``: (base key, names) of a body that recorded its reads, pushed after it.
 
         Results queued while a batch is being sent go out together in the next one."""
         if not self.push_enabled or self.down:
@@ -158,6 +196,8 @@ class RemoteLink:
         if why is not None:
             self.warn(f"remote cache: not pushing {key[:12]}: {why}")
             return
+        if reads is not None and reads[1]:
+            self._reads_queue[reads[0]] = reads[1]
         profile = output.get("provider_profile") if isinstance(output, dict) else None
         self._queue.append(
             RemoteRecord(
@@ -196,6 +236,15 @@ class RemoteLink:
                 return
             self.pushed += len(batch)
             self.damaged -= repair
+            reads, self._reads_queue = self._reads_queue, {}
+            try:  # after the records they lead to
+                await asyncio.to_thread(self.cache.push_reads, reads)
+            except StoreError as exc:
+                self._went_down(exc)
+                return
+            except Exception as exc:
+                self._went_down(StoreError(f"{type(exc).__name__}: {exc}"))
+                return
 
     async def drain(self) -> None:
         """Wait until every queued result has been pushed (or the remote went down); then

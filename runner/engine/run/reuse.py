@@ -18,7 +18,7 @@ from ...state.journal import CachedResult, Journal
 from ...state.objects import ObjectStore, is_digest
 from .events import EventType
 from .files import FileHasher
-from .keys import KeyParts
+from .keys import KeyParts, with_reads
 from .outcomes import ElementOutcome, StepStatus
 from .recorder import Recorder
 from .remote_link import RemoteLink
@@ -150,8 +150,18 @@ class Reuse:
         contract: str | None,
     ) -> ElementOutcome | None:
         """The step's result from the remote cache, journaled here as a completed execution
-        (so the next apply finds it locally), or None."""
+        (so the next apply finds it locally), or None. A step whose body records its reads,
+        with none recorded here for these inputs (``parts`` predicted only), is looked up as
+        the remote recorded its reads: those files hashed as they are here (recorded.py)."""
         record = await remote.lookup(key)
+        if record is None and step.type.records_reads and not parts.recorded:
+            names = await remote.recorded_reads(parts.base())
+            if names:
+                read = with_reads(parts, self.plan.root, self.hasher, dict.fromkeys(names))
+                if contract == key:  # no contract: of its own: the key is the contract
+                    contract = read.key()
+                parts, key = read, read.key()
+                record = await remote.lookup(key)
         if record is None:
             return None
         # Checked against the local compile before anything of it is used or restored.
