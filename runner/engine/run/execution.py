@@ -239,7 +239,8 @@ class Executions:
         """A pass recorded. ``moved``: an input that changed while the body ran; the row is
         then journaled under a key no lookup matches, and nothing is pushed to a remote; a
         contract that was the key (``by_key``: the step has no `contract:`) goes with it, so
-        that no hand edit of this result is taken for the key's inputs either."""
+        that no hand edit of this result is taken for the key's inputs either. ``reads``:
+        (base key, names) of a body that recorded its reads, pushed with the result."""
         result, attempt = done.result, done.attempt
         kept = self._kept.pop((step.id, el_index), None)
         if kept:
@@ -290,8 +291,8 @@ class Executions:
                 artifacts=sizes,
                 files=dict(result.files),
                 report=result.report,
-            )
                 reads=reads,
+            )
         if result.usage:
             from ...providers.usage import tokens_used  # (only a step that reported usage)
 
