@@ -17,6 +17,7 @@ class Action(enum.Enum):
     UNKNOWN = "unknown"  # reads an upstream result that does not exist yet
     SKIP = "skip"  # a when: condition is false, or an upstream is skipped
     ASK = "ask"  # a human_gate would ask for a decision
+    FAIL = "fail"  # would fail without running: an output edited by hand, with on_edit: fail
 
     @property
     def changes(self) -> bool:
@@ -142,7 +143,7 @@ def summarise(elements: list[ElementForecast]) -> tuple[Action, list[str]]:
         return Action.CACHED, ["no elements"]
     if counts.get(Action.CACHED, 0) == n:
         return Action.CACHED, [f"all {n} elements cached"]
-    for action in (Action.RUN, Action.UNKNOWN, Action.RESTORE):
+    for action in (Action.FAIL, Action.RUN, Action.UNKNOWN, Action.RESTORE):
         if counts.get(action):
             parts = ", ".join(f"{c} {a.value}" for a, c in counts.items())
             return action, [f"{n} elements: {parts}"]

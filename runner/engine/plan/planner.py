@@ -4,8 +4,9 @@
 The planner walks the steps in order with the interpreter's own key code (``Interpreter._resolve``)
 against the journal, opened for reading only. A step or element is *cached* (key matches a
 completed execution whose objects are present), *restore* (cached, but an output file is missing
-or was edited by hand), *run* (with why: never ran, which key part changed, cache off, forced), or
-*unknown*: its key reads an upstream result that does not exist yet (an upstream that would run).
+or was edited by hand), *run* (with why: never ran, which key part changed, cache off, forced),
+*fail* (an output edited by hand, with ``on_edit: fail``), or *unknown*: its key reads an
+upstream result that does not exist yet (an upstream that would run).
 Unknown is found exactly, not guessed from the graph: upstream results that would change are an
 ``Unknown`` value in the expression context, and evaluating anything that touches one (an
 attribute, an index, its text, its length) marks the element unknown. So
@@ -43,6 +44,7 @@ from .forecast import (
     StepForecast,
     summarise,
 )
+from .outputs import cached_outputs, rerun_fails
 from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
 from .planparts import in_batch, last_keyed, provider_calls
 from .unknowns import ArgReader, PlanHasher, Touched, Unknown, holds_unknown
@@ -146,6 +148,8 @@ class _Planner:
             up = self.outcomes[d]
             if up.action is Action.SKIP and step.on_skipped != "run":
                 return self._skip(step, f"upstream '{d}' would be skipped")
+            if up.action is Action.FAIL:
+                return self._skip(step, f"upstream '{d}' would fail")
         if step.when is not None:
             verdict = self._when(step)
             if verdict is not None:
@@ -154,7 +158,7 @@ class _Planner:
             return self._gate(step)
         sf = self._step_body(step)
         gate = next((d for d in step.deps if self.outcomes[d].action is Action.ASK), None)
-        if gate is not None and sf.action is Action.RUN:
+        if gate is not None and sf.action in (Action.RUN, Action.FAIL):
             sf.reasons = [*sf.reasons, f"after the decision at '{gate}'"]
         return sf
 
@@ -285,6 +289,9 @@ class _Planner:
             return ElementForecast(index, Action.RUN, [f"would fail: {_message(exc)}"])
         key = parts.key()
         el = self._decide(step, index, extra, key, parts)
+        refused = rerun_fails(step, args, self.interp.reuse) if el.action is Action.RUN else None
+        if refused is not None:
+            return ElementForecast(index, Action.FAIL, [refused], key)
         if el.action is Action.RUN:
             el.calls = self._calls(step, extra, args)
             for call in el.calls:
@@ -346,9 +353,9 @@ class _Planner:
                 return ElementForecast(
                     index, Action.RUN, ["an output object is missing from the store"], key
                 )
-            drift = self._drift(hit)
-            if drift:
-                return ElementForecast(index, Action.RESTORE, drift, key)
+            drift = cached_outputs(step, hit.files, self.interp.reuse, self.hasher)
+            if drift is not None:
+                return ElementForecast(index, drift[0], drift[1], key)
             return ElementForecast(index, Action.CACHED, ["key matches a completed run"], key)
         why = self._why(step, index, key, parts)
         return ElementForecast(index, Action.RUN, [*self._began(step, key), *why], key)
@@ -441,29 +448,6 @@ class _Planner:
                     found[value] = row
             self.by_value[step_id] = found
         return found
-
-    def _drift(self, hit: CachedResult) -> list[str]:
-        out = []
-        for rel, digest in hit.files.items():
-            path = self.plan.root / rel
-            self.hasher.overlay[str(path)] = digest
-            try:
-                now = self.hasher.actual(path)
-            except FileNotFoundError:
-                out.append(f"output {rel} is missing: would restore it from the store")
-                continue
-            except OSError as exc:
-                out.append(f"output {rel} cannot be read ({exc.strerror}): would restore it")
-                continue
-            if now != digest and self.interp.reuse.objects.has(now):
-                # another result's bytes, put back by a revert of the inputs (reuse.py)
-                out.append(f"output {rel} holds another result of the step: would restore it")
-            elif now != digest:
-                out.append(
-                    f"output {rel} was edited by hand ({digest[:12]} -> {now[:12]}): would keep "
-                    "the edited bytes in the store and restore the recorded output"
-                )
-        return out
 
     def _override(
         self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, identity: str | None

@@ -148,8 +148,9 @@ def plan_cmd(
     runner.toml's [prices]. Exit 0 (with --detailed-exitcode: 10 when something would run,
     restore or ask), 9 over a budget.
 
-    Actions: run, cached, restore (an output is missing or was edited by hand), unknown
-    (depends on an upstream result not known before it runs), skip, ask (a human gate).
+    Actions: run, cached, restore (an output is missing or was edited by hand), fail (an
+    output was edited by hand, with on_edit: fail), unknown (depends on an upstream result not
+    known before it runs), skip, ask (a human gate).
 
     Takes every flag of apply that changes what runs (-p, --force, --reask,
     --retry-uncertain, --item, --max-cost): the plan is that apply's.
