@@ -45,14 +45,16 @@ async function drawGraph(runId) {
     return;
   }
   const steps = doc.graph.phases.flatMap((ph) => ph.steps);
-  const dense = steps.length > LAYERED_MAX || doc.graph.edges.length > LAYERED_EDGES;
-  if (typeof dagre === "undefined" || dense) drawColumns(box, doc);
+  if (typeof dagre === "undefined") drawColumns(box, doc);
+  else if (steps.length > LAYERED_MAX) drawSummary(box, doc);  // graphbig.js
+  else if (doc.graph.edges.length > LAYERED_EDGES) drawColumns(box, doc);
   else drawLayered(box, doc);
 }
 
-// Up to LAYERED_MAX steps and LAYERED_EDGES edges are laid out by dagre; a larger pipeline keeps
-// one column per phase (a layout of thousands of nodes would hold the page for seconds, and a
-// layered drawing of 30 x 25 all-to-all edges is a wall of lines many screens high).
+// Up to LAYERED_MAX steps and LAYERED_EDGES edges are laid out by dagre. More steps are
+// summarised (graphbig.js: a layout of thousands of nodes would hold the page for seconds and
+// be read by no one); a few steps with more edges keep one column per phase (a layered drawing
+// of 30 x 25 all-to-all edges is a wall of lines many screens high).
 const LAYERED_MAX = 400;
 const LAYERED_EDGES = 300;
 const PAD = 16;
