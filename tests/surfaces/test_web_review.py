@@ -192,6 +192,9 @@ def test_drift_view_after_editing_a_shots_input(
     assert browser.find_elements(By.XPATH, "//p[text()='unchanged since the previous run']")
 
 
+WAITING = "waiting for review"
+
+
 def test_gate_history_over_three_rounds(site: ReviewSite, served: Any, browser: Any) -> None:
     doc = site.apply("report", "title=Browser review")
     run_id = doc["run"]["id"]
@@ -206,8 +209,8 @@ def test_gate_history_over_three_rounds(site: ReviewSite, served: Any, browser: 
         decided = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"))
         assert "runs again with your input" in decided[0].text and "asks again" in decided[0].text
         # the run goes on by itself; the page follows and reloads at the next round
-        words = "waiting for review"  # the header says awaiting_human in words (issue 42)
-        wait(browser, lambda d: d.find_element(By.ID, "run-status").text == words, 30)
+        # the header says awaiting_human in words (issue 42)
+        wait(browser, lambda d: d.find_element(By.ID, "run-status").text == WAITING, 30)
         wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"), 30)
     browser.get(f"{served.url}/runs/{run_id}")
     body = browser.find_element(By.TAG_NAME, "body")
