@@ -85,6 +85,9 @@ class SpendGuard:
     # Worst cases of the lines of batches this run made, until their answers are back: out as
     # the calls in flight are, but a call never waits for them (a batch may take hours).
     in_batches: float = 0.0
+    # Worst cases of the lines of live batches made before this run started (any run's): they
+    # will be paid, so the day's and the month's budgets count them until their answers are in.
+    carried: float = 0.0
     unpriced: int = 0  # calls sent with no price known
     stopped: str | None = field(default=None, init=False)  # why the run stopped
     refusal: str = field(default="", init=False)  # what a call refused says
@@ -123,7 +126,7 @@ class SpendGuard:
             self.unpriced += 1
             return Hold(provider, None)
         for budget in self.budgets:
-            total = budget.before + self.spent + self.in_flight + self.in_batches + worst
+            total = self._held(budget) + self.in_flight + worst
             if total > budget.limit + 1e-12:
                 # The run's reason says it all once; each call refused names the budget.
                 self.stopped = self._why(budget, worst, what)
@@ -160,12 +163,11 @@ class SpendGuard:
                 self.prices, provider, model, kind,
                 input_chars=input_chars, max_tokens=max_tokens, size=size, quality=quality,
             )  # fmt: skip
-            held = self.spent + self.in_batches  # (a batch's lines are not waited for)
+            # (a batch's lines are not waited for: ``_held`` counts them)
             waits = worst is not None and self.in_flight > 0 and all(
-                b.before + held + worst <= b.limit + 1e-12 for b in self.budgets
+                self._held(b) + worst <= b.limit + 1e-12 for b in self.budgets
             ) and any(
-                b.before + held + self.in_flight + worst > b.limit + 1e-12
-                for b in self.budgets
+                self._held(b) + self.in_flight + worst > b.limit + 1e-12 for b in self.budgets
             )  # fmt: skip
             if not waits:
                 return self.reserve(
@@ -173,6 +175,12 @@ class SpendGuard:
                     size=size, quality=quality,
                 )  # fmt: skip
             await self._settled().wait()
+
+    def _held(self, budget: Budget) -> float:
+        """What ``budget`` counts besides the calls in flight: spent before and by this run, the
+        lines of this run's batches and (for a day or a month) of earlier live batches."""
+        carried = self.carried if budget.scope != "run" else 0.0
+        return budget.before + self.spent + self.in_batches + carried
 
     def _settled(self) -> asyncio.Event:
         """Set at the next ``settle`` (one event per wait round, made in the running loop)."""
@@ -206,7 +214,8 @@ class SpendGuard:
     def _why(self, budget: Budget, worst: float, what: str) -> str:
         unit = self._unit
         scope = {"run": "this run", "day": "today", "month": "this month"}[budget.scope]
-        spent, out = budget.before + self.spent, self.in_flight + self.in_batches
+        spent = budget.before + self.spent
+        out = self._held(budget) - spent + self.in_flight
         return (
             f"budget {budget.limit:g}{unit} ({budget.source}) reached: {scope} spent "
             f"{spent:.4g}{unit}, {out:.4g}{unit} in flight, and {what} may cost "

@@ -182,3 +182,17 @@ def drop(conn: Any, batch_ids: Sequence[str]) -> None:
         marks = ",".join("?" * len(chunk))
         conn.execute(f"DELETE FROM batch_items WHERE batch_id IN ({marks})", chunk)
         conn.execute(f"DELETE FROM batches WHERE id IN ({marks})", chunk)
+
+
+def pending_lines(journal: BatchedJournal) -> list[tuple[str, str, str, bytes]]:
+    """(key, provider, endpoint, line) of every request waiting in a live batch (any run's):
+    paid once the batch answers it, so a day's or a month's budget counts it meanwhile."""
+    marks = ",".join("?" * len(LIVE))
+    return [
+        (str(k), str(p), str(e), bytes(line))
+        for k, p, e, line in journal.conn.execute(
+            "SELECT i.key, b.provider, b.endpoint, i.line FROM batch_items i JOIN batches b "
+            f"ON b.id = i.batch_id WHERE b.status IN ({marks}) AND i.status = 'pending'",
+            LIVE,
+        )
+    ]

@@ -19,6 +19,7 @@ from tests.providers.test_batch_mode import (
     _outputs,
     _project,
     _texts,
+    _until,
     write_pipeline,
 )
 
@@ -172,3 +173,56 @@ def test_a_call_never_waits_for_the_lines_of_a_batch() -> None:
     for hold in lines:  # their answers came back: released, their real cost added as it comes
         guard.settle(hold, None)
     assert guard.in_batches < 1e-9
+
+
+def test_a_days_budget_counts_the_batches_still_waiting_from_earlier_applies(
+    tmp_path: Path,
+) -> None:
+    """Batches an earlier apply made will be paid when they answer: the day's budget counts
+    their lines (at their worst case) until then, so a second apply does not make another batch
+    beyond it; once collected, they count at what they cost, not twice."""
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET, validate_s=4.0) as server:
+        assert isinstance(server, OpenAIBatchServer)
+        _project(tmp_path, server.url, N)
+        _budget(tmp_path, 0.2)  # 18 lines (0.198) of the 20 (0.22)
+        first = _apply(tmp_path)
+        assert first.returncode == 9, first.stdout + first.stderr
+        [made] = server.batches()
+        assert made["request_counts"]["total"] == 18 and made["status"] == "validating"
+        # 18 x 0.011 still waiting: the 2 others (0.022) do not fit beside them
+        second = _apply(tmp_path)
+        assert second.returncode == 9, second.stdout + second.stderr
+        said = second.stdout + second.stderr
+        assert "batch not created: the budget covers none of its 2 requests" in said
+        assert "today spent 0 USD, 0.198 USD in flight" in said
+        assert len(server.batches()) == 1
+        # Collected (18 x 0.0085 = 0.153 real), the 2 others fit under 0.25: 0.153 + 0.022.
+        _until(lambda: server.batches()[0]["status"] == "completed", "the first batch")
+        toml = tmp_path / "runner.toml"
+        toml.write_text(toml.read_text().replace("timeout = 10", "timeout = 10\nbatch_wait = 30"))
+        _budget(tmp_path, 0.25)
+        third = _apply(tmp_path)
+        assert third.returncode == 0, third.stdout + third.stderr
+        assert sorted(b["request_counts"]["total"] for b in server.batches()) == [2, 18]
+    assert set(_outputs(tmp_path).values()) == _texts(N)
+
+
+def test_a_carried_line_counts_at_its_cost_once_answered_and_not_at_all_once_failed() -> None:
+    from runner.engine.run.spend import RunSpend
+    from runner.providers.prices import Prices
+    from runner.providers.spendguard import Budget, SpendGuard
+
+    prices = Prices(rows={"openai/m": {"input_per_1k": 1.0, "output_per_1k": 2.0}})
+    guard = SpendGuard(prices, [Budget(1.0, "day", "day")])
+    spend = RunSpend(guard, lambda _name: {"model": "m"})
+    spend.carry({"a": 0.25, "b": 0.25})  # two lines an earlier apply sent, still waiting
+    assert guard.carried == 0.5
+    meta = {"provider": "openai", "batch": True, "request": {"model": "m", "messages": []}}
+    spend.begin("a", meta)
+    usage = {"prompt_tokens": 100, "completion_tokens": 50}
+    spend.complete("a", {"usage": usage, "metadata": {"batch": True}})
+    # its worst case (0.25) gives way to its cost: (0.1 + 0.1) at half price
+    assert abs(guard.carried - 0.25) < 1e-9 and abs(guard.spent - 0.1) < 1e-9
+    spend.begin("b", meta)
+    spend.fail("b", "failed")  # a failed request is not paid
+    assert guard.carried == 0.0 and abs(guard.spent - 0.1) < 1e-9

@@ -12,20 +12,25 @@ step's ``request``; the image step's size and params; a batch line's ``batch: tr
 
 Budgets: ``--max-cost``, the pipeline's ``limits.max_cost`` and runner.toml ``[budget]
 max_cost`` bound this run's spend; ``max_cost_per_day`` / ``max_cost_per_month`` bound the
-project's spend over the local day / calendar month, counting what earlier runs spent.
+project's spend over the local day / calendar month, counting what earlier runs spent and, until
+they answer, the worst case of the requests waiting in live batches (``carried_lines``: they will
+be paid). Each line of a batch this run makes is held before the batch is made
+(``hold_line``, engine/run/batchdesk.py).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ...errors import ProviderError, StepFailure
-from ...providers.prices import Prices, load_prices, spend_cost
+from ...providers.prices import BATCH_FACTOR, Prices, estimate_call, load_prices, spend_cost
 from ...providers.spendguard import Budget, Hold, OverSpend, SpendGuard, expect_admission
 from ...providers.usage import spend_record
 from ...state.records import loads
@@ -133,6 +138,18 @@ class RunSpend:
         self.settings_of = settings_of
         self._facts: dict[str, CallFacts] = {}
         self._holds: dict[str, Hold] = {}
+        self._carried: dict[str, float] = {}  # key -> worst case of a line an earlier apply sent
+
+    def carry(self, lines: Mapping[str, float]) -> None:
+        """Count the lines of live batches made before this run (key -> worst case at the batch
+        price) under the day's and the month's budgets, until each is answered."""
+        self._carried = dict(lines)
+        self.guard.carried = sum(self._carried.values())
+
+    def _uncarry(self, key: str) -> None:
+        worst = self._carried.pop(key, None)
+        if worst is not None:
+            self.guard.carried = max(0.0, self.guard.carried - worst)
 
     def begin(self, key: str, meta: Mapping[str, Any]) -> None:
         """Note call ``key``: its request awaits ``admit`` before it goes out (in this task).
@@ -176,6 +193,7 @@ class RunSpend:
             self.guard.settle(hold, spend)
         else:  # (a batch line) counted all the same
             self.guard.spent += spend_cost(self.guard.prices, facts.provider, spend) or 0.0
+            self._uncarry(key)  # (its worst case, counted while it waited, is its cost now)
         return out
 
     def hold_line(
@@ -200,6 +218,7 @@ class RunSpend:
 
     def fail(self, key: str, status: str) -> None:
         self._facts.pop(key, None)
+        self._uncarry(key)  # a batch line that failed is not paid
         hold = self._holds.pop(key, None)
         if hold is not None:
             self.guard.settle(hold, None, maybe_executed=status == "maybe_executed")
@@ -276,7 +295,37 @@ def run_spend(
                     before[scope] += row["cost"] or 0.0
     for limit, source, scope in limits:
         budgets.append(Budget(limit, source, scope, 0.0 if scope == "run" else before[scope]))
-    return RunSpend(SpendGuard(prices, budgets, on_stop), settings_of)
+    spend = RunSpend(SpendGuard(prices, budgets, on_stop), settings_of)
+    if any(b.scope != "run" for b in budgets):
+        spend.carry(carried_lines(journal, prices, settings_of))
+    return spend
+
+
+def carried_lines(journal: Any, prices: Prices, settings_of: SettingsOf) -> dict[str, float]:
+    """Each request waiting in a live batch (key -> its worst case at the batch price): it
+    will be paid when its batch answers it. No price known: not counted (as a call's)."""
+    from ...state.batchbook import pending_lines
+
+    out: dict[str, float] = {}
+    for key, name, endpoint, line in pending_lines(journal):
+        try:
+            doc = json.loads(line)
+            settings = settings_of(name)
+        except Exception:  # a line runner cannot read, a provider gone from runner.toml
+            continue
+        # OpenAI's line {custom_id, method, url, body}; Anthropic's {custom_id, params}
+        body = doc.get("body") or doc.get("params") if isinstance(doc, dict) else None
+        if not isinstance(body, dict):
+            continue
+        facts = line_facts(SimpleNamespace(name=name, settings=settings), endpoint, body)
+        worst = estimate_call(
+            prices, facts.provider, facts.model, facts.kind, input_chars=facts.input_chars,
+            max_tokens=facts.max_tokens, size=facts.size, quality=facts.quality,
+        )  # fmt: skip
+        if worst is not None:
+            row = prices.row(facts.provider, facts.model) or {}
+            out[key] = worst * float(row.get("batch_factor", BATCH_FACTOR))
+    return out
 
 
 def priced_calls(
