@@ -61,6 +61,7 @@ class RunView:
     batches: list[dict[str, Any]] = field(default_factory=list)  # the run's provider batches
     # what the run called each for_each element (state/labels.py): step -> index -> label
     labels: dict[str, dict[int, str]] = field(default_factory=dict)
+    repeat_of: str | None = None  # the run this one repeats unchanged (state/runfold.py)
 
     def label_of(self, e: dict[str, Any]) -> str | None:
         element = e.get("element")
@@ -112,6 +113,7 @@ class RunView:
         run["params"] = loads(run["params"], f"{of} params") if run.get("params") else {}
         run["progress"] = loads(run["progress"], f"{of} progress") if run.get("progress") else None
         run["child_run_ids"] = self.children
+        run["repeat_of"] = self.repeat_of
         execs = []
         for e in self.executions:
             d = {
@@ -166,6 +168,8 @@ class RunView:
             lines.append(f"Parent run {r['parent_run_id']}")
         if self.children:
             lines.append("Child runs " + ", ".join(self.children))
+        if self.repeat_of:
+            lines.append(f"Repeats   {self.repeat_of} (an unchanged re-apply: nothing ran)")
         lines.append("")
         rows = []
         for e in self.latest():
@@ -211,6 +215,8 @@ def run_view(state: Any, run_id: str) -> RunView:
         "SELECT * FROM batches WHERE run_id=? ORDER BY created_at, rowid", (run["id"],)
     )
     from ..state.labels import of_run
+    from ..state.runfold import repeat_of
 
     calls = state.journal.calls(run["id"])
-    return RunView(run, execs, children, calls, batches, of_run(state.journal, run["id"]))
+    labels = of_run(state.journal, run["id"])
+    return RunView(run, execs, children, calls, batches, labels, repeat_of(state.journal, run))

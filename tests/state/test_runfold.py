@@ -50,7 +50,11 @@ def test_unchanged_reapplies_fold_into_one_line(project: Project) -> None:
         (ids[1], ids[0]),
         (ids[0], None),
     ]
-    assert project.cli("runs", "show", "latest", "--json").json["run"]["id"] == ids[3]
+    latest = project.cli("runs", "show", "latest", "--json").json["run"]
+    assert (latest["id"], latest["repeat_of"]) == (ids[3], ids[2])
+    assert project.cli("runs", "show", ids[0], "--json").json["run"]["repeat_of"] is None
+    shown = project.cli("runs", "show", ids[3]).stdout
+    assert f"Repeats   {ids[2]} (an unchanged re-apply: nothing ran)" in shown
 
     # an input changes: a new result, listed; its own repeats fold into it, not the first
     project.write("in.txt", "second\n")

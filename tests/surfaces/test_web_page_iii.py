@@ -167,6 +167,10 @@ def test_unchanged_reapplies_are_one_row(runs: Runs, served: Any, browser: Any) 
     time.sleep(2.5)
     assert browser.execute_script("return window.__stayed") is True
     shot(browser, "page3-runs-folded")
+    # the newest run's page says what it repeats
+    rows[0].find_element(By.CSS_SELECTOR, "td a").click()
+    repeats = wait(browser, lambda d: d.find_elements(By.ID, "run-repeats"))[0]
+    assert repeats.text.startswith(f"{runs.same[1]} an unchanged re-apply")
 
 
 def test_an_old_runs_elements_keep_the_names_it_gave_them(

@@ -95,6 +95,8 @@ def header_lines(state: Any, run: dict[str, Any], children: list[str]) -> list[s
         )
     if children:
         lines.append("Child runs " + ", ".join(children))
+    if run.get("repeat_of"):
+        lines.append(f"Repeats    {run['repeat_of']} (an unchanged re-apply: nothing ran)")
     return lines
 
 
@@ -173,7 +175,7 @@ def decision_lines(state: Any, run_id: str) -> list[str]:
 def render_run(state: Any, run_id: str, *, with_preview: bool, stream: TextIO | None = None) -> str:
     view = run_view(state, run_id)
     its = iterations_of(state.journal, view.run["id"])
-    lines = header_lines(state, view.run, view.children)
+    lines = header_lines(state, {**view.run, "repeat_of": view.repeat_of}, view.children)
     folder = files_dir(state, its)
     if folder is not None:
         lines.append(f"Files      {shown_path(folder)}/")

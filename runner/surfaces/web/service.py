@@ -122,7 +122,12 @@ def page_document(state: State, run_id: str) -> dict[str, Any]:
     from ...state.iterations import iterations_of
 
     view = run_view(state, run_id)
-    run = {**view.run, "child_run_ids": view.children, "reference_asset": reference_of(view.run)}
+    run = {
+        **view.run,
+        "child_run_ids": view.children,
+        "reference_asset": reference_of(view.run),
+        "repeat_of": view.repeat_of,
+    }
     row = state.journal.conn.execute(
         "SELECT MAX(seq) FROM events WHERE run_id=?", (run["id"],)
     ).fetchone()
