@@ -101,7 +101,9 @@ def _views(state: Any, run_id: str) -> Iterator[tuple[Path, str]]:
 
 def edited(state: Any, run_id: str) -> list[Path]:
     """The run folder's finals that no longer hold their recorded bytes (edited by hand).
-    A missing one is not an edit: the next apply or `runner show` puts it back."""
+    A missing one is not an edit: the next apply or `runner show` puts it back; nor is one
+    holding another stored object: a view of an earlier iteration at that ordinal (the run's
+    image step ran again, continued with other inputs), which ``refresh`` replaces."""
     out = []
     for path, digest in _views(state, run_id):
         if not path.exists():
@@ -112,7 +114,8 @@ def edited(state: Any, run_id: str) -> list[Path]:
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-        if h.hexdigest() != digest:
+        found = h.hexdigest()
+        if found != digest and not state.objects.has(found):
             out.append(path)
     return out
 
