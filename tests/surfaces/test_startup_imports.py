@@ -135,6 +135,7 @@ APPLY = frozenset(
         "runner.surfaces.cli.quickapply",  # answers a no-op before click loads
         "runner.surfaces.cli.runend",
         "runner.surfaces.cli.termtext",
+        "runner.surfaces.counts",  # the summary line counts steps and elements (issue 42)
     }
 )
 

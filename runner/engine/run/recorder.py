@@ -341,9 +341,10 @@ class Recorder:
         progress: dict[str, dict[str, int]],
         started: float,
     ) -> None:
-        from ...state import labels  # what each element was called, with the run
+        if self.labels:  # what each for_each element was called, journaled with the run
+            from ...state import labels
 
-        labels.record(self.journal, self.run_id, self.labels)
+            labels.record(self.journal, self.run_id, self.labels)
         self.journal.update_run(
             self.run_id,
             status=status.value,
