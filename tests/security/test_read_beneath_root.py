@@ -6,7 +6,9 @@ compile) and opened later, after an earlier step of the same run replaced a dire
 with a symlink pointing out. Members: the `read` step's body, a step's input hashed for its
 key, a `template` step's template (rendered and hashed), a glob's matches. Each is refused and
 nothing of the outside file reaches the journal or the store. Runs are real
-`python -m runner apply` processes on real files.
+`python -m runner apply` processes on real files. The swapping step opts out of the sandbox
+(sandboxed, it could not touch the directory: test_sandbox.py): runner's own reads hold
+whatever a step did.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _project(tmp_path: Path, steps: str) -> tuple[Path, Path]:
         runner: 1
         name: p
         steps:
-          swap: {{uses: shell, cache: false, with: {{run: "{swap}"}}}}
+          swap: {{uses: shell, cache: false, sandbox: false, with: {{run: "{swap}"}}}}
         """
     ) + textwrap.indent(textwrap.dedent(steps), "  ")
     (root / "pipeline.yaml").write_text(pipeline)

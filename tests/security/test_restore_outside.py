@@ -9,7 +9,9 @@ is written or read, because a directory (or the file itself) became a symlink. M
 - a step's declared output read (and stored) through a directory it or an earlier step swapped;
 - an output that is itself a symlink pointing out;
 - restored files' mode follows the umask (not mkstemp's 0600).
-Runs are real `python -m runner apply` processes on real files.
+Runs are real `python -m runner apply` processes on real files; a step that swaps a directory
+opts out of the sandbox (sandboxed, it could not: test_sandbox.py), as the guarantee here is
+runner's own, whatever a step did.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ SAME_RUN = """\
 runner: 1
 name: p
 steps:
-  swap: {uses: shell, cache: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
+  swap: {uses: shell, cache: false, sandbox: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
   make:
     uses: shell
     needs: [swap]
@@ -80,7 +82,7 @@ FOR_EACH = """\
 runner: 1
 name: p
 steps:
-  swap: {uses: shell, cache: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
+  swap: {uses: shell, cache: false, sandbox: false, with: {run: 'SWAP', pass_env: [OUTSIDE]}}
   make:
     uses: shell
     needs: [swap]
@@ -133,6 +135,7 @@ name: p
 steps:
   make:
     uses: shell
+    sandbox: false  # (sandboxed, it could not swap the directory: test_sandbox.py)
     with:
       run: 'rm -rf out && ln -s "$OUTSIDE" out && echo stolen > out/x.txt'
       outputs: [out/x.txt]

@@ -333,3 +333,24 @@ def test_without_bubblewrap_landlock_alone_confines_and_runner_says_so(
     assert said in done.stderr
     assert "refused reading notes.txt" in done.stderr
     assert done.stderr.count(said) == 1  # once
+
+
+def test_a_sandboxed_step_cannot_swap_a_project_directory_for_a_link(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    project.write("data/f.txt", "inside\n")
+    _pipeline(
+        project,
+        f"""\
+      swap:
+        uses: shell
+        with:
+          run: rm -rf data && ln -s '{outside}' data
+    """,
+    )
+    doc = project.apply()
+    assert doc["_exit"] != 0
+    assert "Permission denied" in _failure(doc, "swap")
+    assert (project.root / "data").is_dir() and not (project.root / "data").is_symlink()
+    assert (project.root / "data" / "f.txt").read_text() == "inside\n"

@@ -146,7 +146,7 @@ steps:
   checked:
     uses: shell
     needs: [single]
-    with: {run: "cat out/single.txt"}
+    with: {run: "cat out/single.txt", inputs: [out/single.txt]}
     check:
       - exec: {run: "test \\"$(cat out/single.txt; echo .)\\" = '${{ params.title }}.'"}
       - exec: {run: "test '${{ output.stdout }}' = \\"${{ params.title }}\\""}
@@ -263,7 +263,7 @@ runner: 1
 name: raw
 params: {cmd: {type: string, default: "echo raw > out/raw.txt"}}
 steps:
-  s: {uses: shell, with: {run: "${{ params.cmd }}", raw: true}}
+  s: {uses: shell, with: {run: "${{ params.cmd }}", raw: true, outputs: [out/raw.txt]}}
   c:
     uses: shell
     with: {run: "true"}
