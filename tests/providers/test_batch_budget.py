@@ -181,7 +181,7 @@ def test_a_days_budget_counts_the_batches_still_waiting_from_earlier_applies(
     """Batches an earlier apply made will be paid when they answer: the day's budget counts
     their lines (at their worst case) until then, so a second apply does not make another batch
     beyond it; once collected, they count at what they cost, not twice."""
-    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET, validate_s=4.0) as server:
+    with OpenAIBatchServer(tmp_path / "double", api_key=SECRET, validate_s=8.0) as server:
         assert isinstance(server, OpenAIBatchServer)
         _project(tmp_path, server.url, N)
         _budget(tmp_path, 0.2)  # 18 lines (0.198) of the 20 (0.22)
