@@ -354,3 +354,28 @@ def test_a_sandboxed_step_cannot_swap_a_project_directory_for_a_link(
     assert "Permission denied" in _failure(doc, "swap")
     assert (project.root / "data").is_dir() and not (project.root / "data").is_symlink()
     assert (project.root / "data" / "f.txt").read_text() == "inside\n"
+
+
+def test_plan_and_explain_show_the_script_as_it_runs(project: Project) -> None:
+    _pipeline(
+        project,
+        """\
+      greet:
+        uses: shell
+        with:
+          run: echo ${{ params.who }} > out/greet.txt
+          outputs: [out/greet.txt]
+    """,
+    )
+    text = (project.root / "pipeline.yaml").read_text()
+    (project.root / "pipeline.yaml").write_text(
+        text.replace("steps:\n", "params:\n  who: {type: string, default: \"$(touch x)\"}\nsteps:\n")
+    )
+    shown = project.cli("explain", "pipeline.yaml")
+    assert 'script: echo "${RUNNER_VALUE_1}" > out/greet.txt' in shown.stdout, shown.stdout
+    planned = project.cli("plan", "pipeline.yaml", "--json").json
+    assert planned["steps"][0]["script"] == 'echo "${RUNNER_VALUE_1}" > out/greet.txt'
+    doc = project.apply()
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert (project.root / "out" / "greet.txt").read_text() == "$(touch x)\n"
+    assert not (project.root / "x").exists()

@@ -49,6 +49,9 @@ class ElementForecast:
     key: str | None = None
     calls: list[Call] = field(default_factory=list)
     label: str | None = None  # what the element is called (pipeline/labels.py)
+    # A shell step's script as it would run, where it differs from `run` (its values by
+    # environment: runner/expr/shellenv.py)
+    script: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -57,6 +60,8 @@ class ElementForecast:
             "reasons": self.reasons,
             "key": self.key,
         }
+        if self.script is not None:
+            doc["script"] = self.script
         if self.label is not None:
             doc["label"] = self.label
         return doc
@@ -71,6 +76,7 @@ class StepForecast:
     key: str | None = None
     elements: list[ElementForecast] | None = None
     calls: list[Call] = field(default_factory=list)
+    script: str | None = None  # a plain shell step's script as it would run (ElementForecast)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -86,6 +92,8 @@ class StepForecast:
             "reasons": self.reasons,
             "key": self.key,
         }
+        if self.script is not None:
+            doc["script"] = self.script
         if self.elements is not None:
             doc["elements"] = [e.to_json() for e in self.elements]
             doc["counts"] = {"total": len(self.elements), **self.counts()}
@@ -156,7 +164,20 @@ def iter_lines(fc: Forecast, *, verbose: bool = True) -> Iterator[str]:
         yield f"{s.action.value:8} {s.id}: {'; '.join(s.reasons)}"
         if not verbose:
             continue
+        if s.script is not None and s.action is not Action.CACHED:
+            yield from _script_lines(s.script, f"{'':8}   ")
         for e in s.elements or []:
             if e.action is not Action.CACHED:
                 name = f"{e.index} {e.label}" if e.label is not None else str(e.index)
                 yield f"{'':8}   [{name}] {e.action.value}: {'; '.join(e.reasons)}"
+                if e.script is not None:
+                    yield from _script_lines(e.script, f"{'':8}     ")
+
+
+def _script_lines(script: str, indent: str) -> Iterator[str]:
+    """A script as it would run: its values stand as ${RUNNER_VALUE_n} (`runner render --step`
+    shows each value)."""
+    lines = script.splitlines() or [""]
+    yield f"{indent}script: {lines[0]}"
+    for line in lines[1:]:
+        yield f"{indent}        {line}"

@@ -165,7 +165,9 @@ class _Planner:
     def _step_body(self, step: CompiledStep) -> StepForecast:
         if step.for_each is None:
             el = self._element(step, -1, {})
-            sf = StepForecast(step.id, step.uses, el.action, el.reasons, el.key, calls=el.calls)
+            sf = StepForecast(
+                step.id, step.uses, el.action, el.reasons, el.key, calls=el.calls, script=el.script
+            )
             self._publish(step, sf, el)
             return sf
         try:
@@ -289,6 +291,8 @@ class _Planner:
             return ElementForecast(index, Action.RUN, [f"would fail: {_message(exc)}"])
         key = parts.key()
         el = self._decide(step, index, extra, key, parts)
+        script = args.get("script") if step.uses == "shell" else None
+        el.script = script.get("script") if isinstance(script, dict) else None
         refused = rerun_fails(step, args, self.interp.reuse) if el.action is Action.RUN else None
         if refused is not None:
             return ElementForecast(index, Action.FAIL, [refused], key)
