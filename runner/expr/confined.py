@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -91,7 +92,7 @@ def status() -> Status:
         )
     if _fallback_note is not None:
         return Status("landlock", _fallback_note)
-    if shutil.which("bwrap") is None:
+    if _bwrap() is None:
         return Status(
             "landlock",
             "bubblewrap (bwrap) is not installed: steps' files and TCP "
@@ -102,6 +103,12 @@ def status() -> Status:
 
 
 _noted = False
+
+
+@functools.cache
+def _bwrap() -> str | None:
+    """bubblewrap's path (looked for once a process: each command asks)."""
+    return shutil.which("bwrap")
 
 
 def note_once() -> str | None:
@@ -122,7 +129,7 @@ class _Host:
         argv = [sys.executable, "-I", "-S", _SPAWNER, str(theirs.fileno())]
         if bwrap:
             argv = [
-                "bwrap", "--die-with-parent", "--unshare-pid", "--as-pid-1",
+                _bwrap() or "bwrap", "--die-with-parent", "--unshare-pid", "--as-pid-1",
                 *(() if network else ("--unshare-net",)),
                 "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--", *argv,
@@ -294,7 +301,8 @@ async def run_confined(
     return _ended(said)
 
 
-def tool_dirs(search: str, root: str) -> list[str]:
+@functools.lru_cache(maxsize=64)
+def tool_dirs(search: str, root: str) -> tuple[str, ...]:
     """Directories on ``search`` (a PATH) inside the project, readable by its commands: a
     virtual environment's whole tree for its ``bin`` (the interpreter reads its ``lib``), else
     the directory. Tools are not inputs: a step's key does not hold them, as it does not
@@ -312,7 +320,7 @@ def tool_dirs(search: str, root: str) -> list[str]:
             real = parent
         if real not in found:
             found.append(real)
-    return found
+    return tuple(found)
 
 
 def _ended(said: bytes) -> Ended:
