@@ -96,6 +96,8 @@ class Spawner:
             int, tuple[socket.socket, int, str | None]
         ] = {}  # pid: reply, pidfd, scratch
         self.by_reply: dict[int, int] = {}  # reply socket fd: pid
+        self.scratches: str | None = None  # the directory each command's TMPDIR is made in
+        self.made = 0
 
     def serve(self) -> None:
         while True:
@@ -114,6 +116,8 @@ class Spawner:
                 _kill(pid)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
+            if self.scratches is not None:
+                shutil.rmtree(self.scratches, ignore_errors=True)
             os._exit(0)
         reply = socket.socket(fileno=fds[0])
         try:
@@ -121,7 +125,7 @@ class Spawner:
                 with os.fdopen(fds[4], "rb") as f:
                     header = f.read()
             request = json.loads(header)
-            scratch = tempfile.mkdtemp(prefix="runner-step-") if request.get("scratch") else None
+            scratch = self._scratch() if request.get("scratch") else None
             pid = self._fork(request, fds[1], fds[2], fds[3], scratch)
         except Exception as exc:
             reply.send(f"error {exc}".encode())
@@ -171,7 +175,19 @@ class Spawner:
             reply.send(f"exit {status}".encode())
         reply.close()
         if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                os.rmdir(scratch)  # (empty, the usual case: one call)
+            except OSError:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def _scratch(self) -> str:
+        """A new scratch directory for one command, beneath this spawner's own."""
+        if self.scratches is None:
+            self.scratches = tempfile.mkdtemp(prefix="runner-scratch-")
+        self.made += 1
+        path = f"{self.scratches}/{self.made}"
+        os.mkdir(path, 0o700)
+        return path
 
     def _base(self, root: str) -> _Base:
         """The root's base grants, made again after a few seconds: a long-lived runner
