@@ -379,3 +379,23 @@ def test_plan_and_explain_show_the_script_as_it_runs(project: Project) -> None:
     assert doc["_exit"] == 0, doc["_stderr"]
     assert (project.root / "out" / "greet.txt").read_text() == "$(touch x)\n"
     assert not (project.root / "x").exists()
+
+
+def test_a_when_exec_refused_a_file_fails_its_step_rather_than_skip_it(project: Project) -> None:
+    project.write("flag.txt", "on\n")
+    steps = """\
+      maybe:
+        uses: shell
+        when: {exec: {run: "grep -q on flag.txt"}}
+        with:
+          run: echo ran
+    """
+    _pipeline(project, steps)
+    doc = project.apply()
+    assert doc["steps"][0]["status"] == "failed"
+    assert "refused reading flag.txt, not among the check's inputs" in _failure(doc, "maybe")
+
+    _pipeline(project, steps.replace('flag.txt"}}', 'flag.txt", inputs: [flag.txt]}}'))
+    doc = project.apply()
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert doc["steps"][0]["status"] == "ran"

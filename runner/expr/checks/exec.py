@@ -117,14 +117,14 @@ class ExecRule(Rule):
             return Verdict(False, [f"exec: `{shown}` could not start: {exc}"], error=True)
         stdout, stderr, timed_out = done.stdout, done.stderr, done.timed_out
         output = _tail(stderr) or _tail(stdout)
+        refused = False  # a file the sandbox refused: the pipeline's mistake, not the output's
         if confine is not None and done.code not in (0, None):
             from ..confined import say_refused, undeclared
 
-            refused = undeclared(
-                stderr, cwd=confine.root, root=confine.root, declared=confine.read
-            )
-            if refused:
-                said = say_refused(refused).replace("the step's inputs", "the check's inputs")
+            found = undeclared(stderr, cwd=confine.root, root=confine.root, declared=confine.read)
+            if found:
+                refused = True
+                said = say_refused(found).replace("the step's inputs", "the check's inputs")
                 output = f"{output} ({said})" if output else said
         stream = "stderr" if _tail(stderr) else "stdout"
         detail = f"; {stream}: {output}" if output else ""
@@ -137,7 +137,9 @@ class ExecRule(Rule):
                 ],
             )
         if done.code != 0:
-            return Verdict(False, [f"exec: `{shown}` exited with {done.code}{detail}"])
+            # (refused: cannot be evaluated; a `when:` fails its step rather than skip it)
+            reason = f"exec: `{shown}` exited with {done.code}{detail}"
+            return Verdict(False, [reason], error=refused)
         return Verdict(True)
 
 
