@@ -45,6 +45,7 @@ _spec.loader.exec_module(landlock)
 _MAX_HEADER = 1 << 20
 _CLONE_FS = 0x200
 _BASE_SECONDS = 5.0
+_ROOTS = 4  # roots whose grants are kept open (a descriptor a path beside each ancestor)
 _libc = ctypes.CDLL(None, use_errno=True)
 _DEFAULT_SIGNALS = tuple(
     getattr(signal, name)
@@ -64,19 +65,25 @@ class _Base:
         self.grants: list[tuple[int, int, bool]] = []  # (O_PATH descriptor, rights, is_dir)
         self.made = time.monotonic()
         write = landlock.EVERYTHING & ~landlock.IOCTL_DEV
+        rights: dict[str, int] = {}  # one rule a path (a project in /tmp: read and write alike)
         for path in landlock.outside(root):
-            self._add(path, landlock.READ)
+            rights[path] = rights.get(path, 0) | landlock.READ
         for top in _WRITABLE:
-            real = os.path.realpath(top)
-            for path in landlock.outside(root, within=real):
-                self._add(path, write)
-        self._add(_DEVICES, landlock.EVERYTHING)
+            for path in landlock.outside(root, within=os.path.realpath(top)):
+                rights[path] = rights.get(path, 0) | write
+        rights[_DEVICES] = landlock.EVERYTHING
+        for path, granted in rights.items():
+            self._add(path, granted)
 
     def _add(self, path: str, rights: int) -> None:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
             is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
         except OSError:
+            os.close(fd)
             return
         self.grants.append((fd, rights, is_dir))
 
@@ -197,7 +204,7 @@ class Spawner:
             self.bases.pop(root).close()
             base = None
         if base is None:
-            if len(self.bases) >= 16:
+            if len(self.bases) >= _ROOTS:
                 self.bases.pop(next(iter(self.bases))).close()
             base = self.bases[root] = _Base(root, self.abi)
         return base

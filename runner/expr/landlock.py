@@ -16,7 +16,7 @@ import ctypes
 import functools
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 # System call numbers: the same on every architecture that has them (x86-64, arm64, riscv, ...).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -155,17 +155,17 @@ def _is_dir(fd: int) -> bool:
 
 
 def outside(root: str, *, within: str = "/") -> Iterator[str]:
-    """Paths that together are all of ``within`` but ``root`` (a real, absolute path beneath or
-    equal to ``within``'s): the entries of each directory from ``within`` down to ``root``'s
-    parent, but the one on the way. Nothing when ``root`` is ``within`` itself or not in it."""
+    """Paths that together are all of ``within`` but ``root`` (real, absolute paths): the
+    entries of each directory from ``within`` down to ``root``'s parent, but the one on the way;
+    ``within`` itself when ``root`` is not in it; nothing when ``root`` is ``within``."""
     within = within.rstrip("/") or "/"
-    if root == within or not (within == "/" or root.startswith(within + "/")):
-        if not (within == "/" or root.startswith(within + "/")):
-            yield within
+    if root == within:
+        return
+    if within != "/" and not root.startswith(within + "/"):
+        yield within
         return
     here = within
-    rest = root[len(within) :].strip("/").split("/")
-    for part in rest:
+    for part in root[len(within) :].strip("/").split("/"):
         try:
             names = os.listdir(here)
         except OSError:
@@ -174,8 +174,3 @@ def outside(root: str, *, within: str = "/") -> Iterator[str]:
             if name != part:
                 yield os.path.join(here, name)
         here = os.path.join(here, part)
-
-
-def grant_all(ruleset: Ruleset, paths: Iterable[str], rights: int) -> None:
-    for path in paths:
-        ruleset.allow(path, rights)
