@@ -220,6 +220,8 @@ class ShellStep(StepType):
         confine, made = _confinement(ctx, args, real_root, targets)
         try:
             done = await run_shell(script["script"], cwd=ctx.root, env=env, confine=confine)
+        except OSError as exc:  # no /bin/sh, no process left, the sandbox's spawner refused
+            raise StepFailure(f"the command could not start: {exc}") from None
         finally:
             _unmade(made)
         code, out, err = done.code, done.stdout, done.stderr
