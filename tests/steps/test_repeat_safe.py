@@ -26,7 +26,7 @@ steps:
   send:
     uses: shell
     repeat_safe: false
-    with: {run: "echo sent >> sent.log; sleep 3"}
+    with: {run: "echo sent >> sent.log; sleep 3", outputs: [sent.log]}
   after: {uses: shell, needs: [send], with: {run: "echo after"}}
 """
 
@@ -94,8 +94,16 @@ steps:
     uses: shell
     repeat_safe: false
     for_each: {items}
-    with: {{run: "echo ${{{{ item }}}} >> sent.log; sleep 2"}}
+    with: {{run: "echo ${{{{ item }}}} >> sent.log; sleep 2", outputs: [sent.log]}}
 """
+
+
+def _cmdline(pid: int | str) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def _parent(pid: int | str) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _worker_running_a_body(root: Path) -> int | None:
@@ -104,11 +112,15 @@ def _worker_running_a_body(root: Path) -> int | None:
         if not entry.name.isdigit():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmd = _cmdline(entry.name)
             cwd = os.readlink(entry / "cwd")
             if cmd.startswith("/bin/sh -c echo") and "sent.log" in cmd and cwd == str(root):
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                return int(stat[1])  # its parent: the worker that started it
+                # its parent is the worker that started it, or the worker's sandbox spawner
+                # (in its bwrap): the worker is the first ancestor that is neither
+                parent = _parent(entry.name)
+                while "_spawner.py" in (up := _cmdline(parent)) or "bwrap" in up.split(" ")[0]:
+                    parent = _parent(parent)
+                return parent
         except (OSError, IndexError, ValueError):
             continue
     return None
@@ -155,7 +167,7 @@ steps:
     repeat_safe: false
     timeout: 1
     retries: 2
-    with: {run: "echo sent >> sent.log; sleep 5"}
+    with: {run: "echo sent >> sent.log; sleep 5", outputs: [sent.log]}
 """
 
 
