@@ -16,6 +16,7 @@ import ctypes
 import functools
 import os
 import struct
+import time
 from collections.abc import Iterator
 
 # System call numbers: the same on every architecture that has them (x86-64, arm64, riscv, ...).
@@ -110,20 +111,17 @@ class Ruleset:
             attr = struct.pack("=Q", self.fs)
         buf = ctypes.create_string_buffer(attr, len(attr))
         self.fd = _call(_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        self.made = time.monotonic()
 
     def allow_fd(self, fd: int, rights: int, *, is_dir: bool) -> None:
         """Grant ``rights`` beneath the file or directory open as ``fd`` (O_PATH is enough)."""
-        rights &= self.fs if is_dir else self.fs & FILE_RIGHTS
-        if not rights:
-            return
-        attr = ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
-        _call(
-            _ADD_RULE,
-            ctypes.c_int(self.fd),
-            ctypes.c_int(_RULE_PATH_BENEATH),
-            attr,
-            ctypes.c_uint32(0),
-        )
+        rule = prepare(self.version, fd, rights, is_dir=is_dir)
+        if rule is not None:
+            self.add(rule)
+
+    def add(self, rule: ctypes.Array[ctypes.c_char]) -> None:
+        """Add a rule ``prepare`` made (a ruleset of a few hundred: ~1.5 us a rule)."""
+        _call(_ADD_RULE, self.fd, _RULE_PATH_BENEATH, rule, 0)
 
     def allow(self, path: str, rights: int) -> bool:
         """Grant ``rights`` beneath ``path``; False when it does not exist (nothing granted)."""
@@ -146,6 +144,19 @@ class Ruleset:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def prepare(
+    version: int, fd: int, rights: int, *, is_dir: bool
+) -> ctypes.Array[ctypes.c_char] | None:
+    """A path-beneath rule for ``Ruleset.add``, made once for many rulesets: ``rights`` (those
+    ABI ``version`` knows, and only a file's on a file) beneath the path open as ``fd``. None
+    when no right is left."""
+    known = fs_rights(version)
+    rights &= known if is_dir else known & FILE_RIGHTS
+    if not rights:
+        return None
+    return ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
 
 
 def _is_dir(fd: int) -> bool:
