@@ -13,6 +13,7 @@ confined and not (the spawner's message, its thread, Landlock's rules, posix_spa
 The issue's budget: the chain cold with the sandbox on within 1.15x of off.
 
 Run: python bench/bench_sandbox.py [--n 1000] [--rounds 3] [--shapes chain,fan] [--micro]
+                                   [--where DIR]
 """
 
 from __future__ import annotations
@@ -64,12 +65,12 @@ def apply_cold(root: Path) -> tuple[float, float]:
     return wall, cpu
 
 
-def bench_shape(shape: str, n: int, rounds: int) -> None:
+def bench_shape(shape: str, n: int, rounds: int, where: Path) -> None:
     cells: dict[str, list[tuple[float, float]]] = {"sandboxed": [], "unsandboxed": []}
     for r in range(rounds):
         order = ["sandboxed", "unsandboxed"] if r % 2 == 0 else ["unsandboxed", "sandboxed"]
         for variant in order:
-            base = Path(tempfile.mkdtemp(prefix=f"bench-sandbox-{shape}-"))
+            base = Path(tempfile.mkdtemp(prefix=f"bench-sandbox-{shape}-", dir=where))
             try:
                 WRITERS[shape](base, n)
                 if variant == "unsandboxed":
@@ -81,13 +82,23 @@ def bench_shape(shape: str, n: int, rounds: int) -> None:
     walls = [a[0] / b[0] for a, b in zip(on, off, strict=True)]
     cpus = [a[1] / b[1] for a, b in zip(on, off, strict=True)]
     print(
-        f"{shape:6} n={n:<5} sandboxed {statistics.median(x[0] for x in on):7.3f} s wall "
+        f"{shape:6} n={n:<5} in {where} ({_siblings(where)} rules beside it) sandboxed {statistics.median(x[0] for x in on):7.3f} s wall "
         f"{statistics.median(x[1] for x in on):7.3f} s CPU | unsandboxed "
         f"{statistics.median(x[0] for x in off):7.3f} s wall "
         f"{statistics.median(x[1] for x in off):7.3f} s CPU | ratio wall "
         f"{statistics.median(walls):.2f}x ({min(walls):.2f}-{max(walls):.2f}) CPU "
         f"{statistics.median(cpus):.2f}x ({min(cpus):.2f}-{max(cpus):.2f})  rounds={rounds}"
     )
+
+
+def _siblings(where: Path) -> int:
+    """How many paths a project made in ``where`` is granted beside its ancestors (the base
+    rules every command's ruleset holds)."""
+    from runner.expr.landlock import outside
+
+    probe = str(where.resolve() / "project")
+    tops = {os.path.realpath(t) for t in ("/tmp", "/var/tmp", "/dev/shm")}
+    return len({*outside(probe), *(p for t in tops for p in outside(probe, within=t))})
 
 
 def micro(count: int = 500) -> None:
@@ -128,14 +139,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", default="chain,fan")
     parser.add_argument("--micro", action="store_true")
+    parser.add_argument(
+        "--where",
+        default=str(Path.home() / ".cache" / "runner-bench" / "sandbox"),
+        help="where the projects are made (default: under ~/.cache, as a user's project is; "
+        "/tmp, where many entries sit beside them, costs more rules a command)",
+    )
     args = parser.parse_args()
     compile_tree()
     print(f"load {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     if args.micro:
         micro()
+    where = Path(args.where)
+    where.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(","):
         if shape:
-            bench_shape(shape, args.n, args.rounds)
+            bench_shape(shape, args.n, args.rounds, where)
     print(f"load {os.getloadavg()[0]:.2f}")
 
 
