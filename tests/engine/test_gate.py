@@ -37,6 +37,7 @@ GATED = """\
         needs: [review, other]
         with:
           run: "mkdir -p published && cp out/draft.txt published/draft.txt"
+          inputs: [out/draft.txt]
           outputs: [published/draft.txt]
 """
 
