@@ -75,7 +75,7 @@ ONCE = """\
       send:
         uses: shell
         repeat_safe: false
-        with: {run: "echo sent >> sent.log"}
+        with: {run: "echo sent >> sent.log", outputs: [sent.log]}
 """
 
 

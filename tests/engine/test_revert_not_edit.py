@@ -23,7 +23,7 @@ REVERTED = """\
       use:
         uses: shell
         needs: [make]
-        with: {run: "cat out/made.txt"}
+        with: {run: "cat out/made.txt", inputs: [out/made.txt]}
 """
 
 
