@@ -334,6 +334,9 @@ def test_a_check_that_runs_a_command_runs_in_the_scratch_copy(project: Project) 
           prompt:
             uses: template
             with: {text: "hi"}
+            # a check that writes where it should not: the scratch copy, runner's own guarantee
+            # where no sandbox confines it (an old kernel, macOS), keeps it out of the project
+            sandbox: false
             check: [{exec: {run: "touch made-by-check"}}]
         """,
     )
