@@ -287,7 +287,7 @@ def test_a_command_writing_through_an_absolute_link_writes_into_the_copy(
             uses: shell
             with:
               run: echo once >> data/log.txt && mkdir -p out && echo ok > out/ok.txt
-              outputs: [out/ok.txt]
+              outputs: [out/ok.txt, data/log.txt]
         """,
     )
     (project.root / "real").mkdir()
