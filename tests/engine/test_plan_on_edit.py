@@ -69,3 +69,38 @@ def test_plan_says_what_on_edit_does_with_a_hand_edit(
         assert statuses(doc)["note"] == "skipped", doc
     assert doc["_exit"] == (4 if policy == "fail" else 0), doc["_stderr"]
     assert out.read_text() == ("one\n" if policy == "restore" else "mine\n")
+
+
+UPSTREAM = """\
+    runner: 1
+    name: upstream
+    defaults: {on_edit: fail}
+    params:
+      word: {type: string, default: one}
+    steps:
+      word:
+        uses: shell
+        with: {run: "echo ${{ params.word }}"}
+      make:
+        uses: shell
+        with:
+          run: 'mkdir -p out && printf "%s" "$WORD" > out/made.txt'
+          env: {WORD: "${{ steps.word.output.stdout }}"}
+          outputs: [out/made.txt]
+"""
+
+
+def test_an_element_whose_key_is_not_known_yet_fails_all_the_same(project: Project) -> None:
+    """Its upstream would run, so whether it is cached or runs is not known: with on_edit:
+    fail and its output edited by hand, it fails either way, and plan says so."""
+    project.write("pipeline.yaml", UPSTREAM)
+    out = project.root / "out/made.txt"
+    assert project.apply()["_exit"] == 0 and out.read_text() == "one\n"
+    out.write_text("mine\n")
+    said = _actions(project, "-p", "word=two")
+    assert said["word"]["action"] == "run", said
+    assert said["make"]["action"] == "fail", said
+    assert "out/made.txt was edited by hand" in " ".join(said["make"]["reasons"]), said
+    doc = project.apply("-p", "word=two")
+    assert doc["_exit"] == 6 and statuses(doc) == {"word": "ran", "make": "failed"}, doc
+    assert out.read_text() == "mine\n"

@@ -74,6 +74,7 @@ from tests.oracle_project import (
     completed_keys,
     copy_sources,
     has_journal,
+    journal,
     known_decisions,
     observe,
     outputs,
@@ -137,6 +138,9 @@ class ReuseOracle(RuleBasedStateMachine):
         # topic -> (run id, gate key, the draft's inputs it was asked on)
         self.awaiting: dict[str, tuple[str, str, tuple[Any, ...]]] = {}
         self.edited: dict[str, bytes] = {}  # output path -> bytes written by hand, not restored
+        # the same, kept after a gc forgot the output's records (verify no longer names them,
+        # but with on_edit: fail they still stop the step that writes them)
+        self.unowned: dict[str, bytes] = {}
         self.latest: dict[tuple[str, str | None], Observed] = {}  # (file, item) -> last apply
         self.pushed: set[str] = set()  # step keys the remote holds
         # topic -> the draft's inputs at each revision of its waiting run (see REVIEW_KEYED)
@@ -239,7 +243,7 @@ class ReuseOracle(RuleBasedStateMachine):
         """The hash and caption steps under other ids: the same keys, nothing runs again."""
         self._edit(renamed=renamed)
 
-    @precondition(lambda self: not self.edited and not self.killed)
+    @precondition(lambda self: not self.edited and not self.unowned and not self.killed)
     @rule(policy=st.sampled_from(["restore", "fail"]))
     def set_on_edit(self, policy: str) -> None:
         """`defaults: on_edit: fail`: an output a revert puts back (another state's run wrote
@@ -315,12 +319,23 @@ class ReuseOracle(RuleBasedStateMachine):
         calls_before = completed_calls(self.state)
         keys_before = completed_keys(self.state, NAMES[file])
         edited_before = dict(self.edited)
+        # with on_edit: fail, a hand edit of one of this pipeline's outputs fails the step that
+        # answers for it or writes it again (plan says so), where a fresh apply succeeds
+        blocked = {
+            rel: data
+            for rel, data in self.unowned.items()
+            if self.v.on_edit == "fail" and rel in outputs(file, self.v.topic)
+        }
         SENT.clear()
         code, events, stderr = run()
         sent = list(SENT)
         obs = observe(self.root, self.state, file, self.v.topic, code, events, stderr=stderr)
         context = f"{file} exit {code}\n{stderr[-3000:]}"
-        assert code in (0, 7, 8), context
+        assert code in ((0, 4, 6, 7, 8) if blocked else (0, 7, 8)), context
+        for rel, held in blocked.items():
+            assert (self.root / rel).read_bytes() == held, f"on_edit: fail overwrote {rel}"
+        if code in (4, 6):  # failed, or partial (the steps that do not need it ran)
+            assert "failed" in obs.actions.values() and "on_edit: fail" in stderr, context
         # plan named what the apply did, element by element
         asked = obs.actions.get(("review", None)) == "ask"
         two_pass = any(
@@ -386,7 +401,8 @@ class ReuseOracle(RuleBasedStateMachine):
             self.reasked[self.v.topic] = gate
         # a question asked again waits for its own answer; from scratch the decision is given
         waits = file == "pipeline.yaml" and self.v.topic in self.reasked
-        if not (file == "pipeline.yaml" and self._stale_review()) and not waits:
+        self._outputs_rewritten()
+        if not (file == "pipeline.yaml" and self._stale_review()) and not waits and not blocked:
             self._compare_with_scratch(file, obs)
         if file == "pipeline.yaml" and code in (0, 8):
             self.revised.pop(self.v.topic, None)  # the run that held the revisions ended
@@ -537,13 +553,13 @@ class ReuseOracle(RuleBasedStateMachine):
                 out += [rel for rel, data in obs.files.items() if data is not None]
         return sorted(out)
 
-    @precondition(lambda self: bool(self._recorded_outputs()) and self.v.on_edit == "restore")
+    @precondition(lambda self: bool(self._recorded_outputs()))
     @rule(data=st.data())
     def hand_edit_output(self, data: st.DataObject) -> None:
         rel = data.draw(st.sampled_from(self._recorded_outputs()))
         text = f"edited by hand {len(self.edited)} {self.applies}\n".encode()
         (self.root / rel).write_bytes(text)
-        self.edited[rel] = text
+        self.edited[rel] = self.unowned[rel] = text
         self._check_verify()
 
     @precondition(lambda self: bool(self._existing_outputs()))
@@ -552,6 +568,7 @@ class ReuseOracle(RuleBasedStateMachine):
         rel = data.draw(st.sampled_from(self._existing_outputs()))
         (self.root / rel).unlink()
         self.edited.pop(rel, None)
+        self.unowned.pop(rel, None)
 
     # -- runner edit --------------------------------------------------------------------------
 
@@ -664,10 +681,11 @@ class ReuseOracle(RuleBasedStateMachine):
         """After a run the model did not observe (killed, or continued by `decide`): a hand
         edit it restored or overwrote is no longer pending, a `runner edit` it set aside no
         longer stands (as the journal says)."""
-        for rel, data in list(self.edited.items()):
-            path = self.root / rel
-            if not path.exists() or path.read_bytes() != data:
-                del self.edited[rel]
+        for mine in (self.edited, self.unowned):
+            for rel, data in list(mine.items()):
+                path = self.root / rel
+                if not path.exists() or path.read_bytes() != data:
+                    del mine[rel]
 
     # -- gc --------------------------------------------------------------------------------------
 
@@ -691,6 +709,13 @@ class ReuseOracle(RuleBasedStateMachine):
                 del self.latest[(file, item)]
                 for rel in outputs(file, item or ""):
                     self.edited.pop(rel, None)
+        if deleted:
+            # nor those of a pipeline and item with no completed run left (its latest run was
+            # killed, so the model had no record of it; found by the soak on 599778a)
+            for rel in list(self.edited):
+                file, item = _writer_of(rel)
+                if not self._completed_run_left(file, item):
+                    del self.edited[rel]  # still in self.unowned: on_edit: fail still sees it
         self._check_verify()
         if keep >= 1 and not older:
             # the latest run of each pipeline/item is kept: so is everything it used
@@ -703,6 +728,17 @@ class ReuseOracle(RuleBasedStateMachine):
                 }
                 lost = used - kept
                 assert not lost, f"gc --keep-last {keep} lost results {file}/{item} used"
+
+    def _completed_run_left(self, file: str, item: str | None) -> bool:
+        db = journal(self.state)
+        try:
+            row = db.execute(
+                "SELECT 1 FROM runs WHERE pipeline=? AND item IS ? AND status='completed'",
+                (NAMES[file], item),
+            ).fetchone()
+        finally:
+            db.close()
+        return row is not None
 
     # -- the remote cache ------------------------------------------------------------------------
 
@@ -732,6 +768,7 @@ class ReuseOracle(RuleBasedStateMachine):
         for mine in (self.latest, self.awaiting, self.watchers, self.decisions, self.user_edits):
             mine.clear()
         self.edited.clear()
+        self.unowned.clear()
         if pull:
             for file in PIPELINES:
                 res = cli(
@@ -751,6 +788,14 @@ class ReuseOracle(RuleBasedStateMachine):
 
 def _item_of(file: str, v: Variant) -> tuple[str, str | None]:
     return (file, v.topic if file == "pipeline.yaml" else None)
+
+
+def _writer_of(rel: str) -> tuple[str, str | None]:
+    """The pipeline file and item whose run writes the output ``rel`` (out/lite.md, or
+    out/<topic>/...)."""
+    if rel == "out/lite.md":
+        return "lite.yaml", None
+    return "pipeline.yaml", rel.split("/")[1]
 
 
 def _draft_inputs(v: Variant) -> tuple[Any, ...]:

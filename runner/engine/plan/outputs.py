@@ -11,7 +11,7 @@ from typing import Any
 from ...pipeline.compiler import CompiledStep
 from ..run.reuse import Reuse, rerun_refused
 from .forecast import Action
-from .unknowns import PlanHasher, Touched
+from .unknowns import ArgReader, PlanHasher, Touched
 
 
 def cached_outputs(
@@ -56,6 +56,22 @@ def cached_outputs(
         hasher.overlay[str(path)] = digest
         action = Action.RESTORE
     return (action, reasons) if reasons else None
+
+
+def unknown_fails(step: CompiledStep, ctx: Mapping[str, Any], reuse: Reuse) -> str | None:
+    """For an element whose key is not known yet (it reads an upstream that would run): why it
+    fails all the same, or None. With ``on_edit: fail`` an output edited by hand fails it
+    whether it is then answered from the cache (the recorded bytes differ) or runs again: the
+    outputs named by the arguments that are known already (a literal ``outputs:``) are
+    looked at."""
+    if step.on_edit != "fail" or not isinstance(step.args, Mapping):
+        return None
+    reader = ArgReader(step, dict(ctx), None)
+    known = {name: reader.get(name) for name in step.args}
+    try:
+        return rerun_fails(step, known, reuse)
+    except Exception:  # arguments a type cannot name its outputs from yet: not known
+        return None
 
 
 def rerun_fails(step: CompiledStep, args: Mapping[str, Any], reuse: Reuse) -> str | None:

@@ -44,7 +44,7 @@ from .forecast import (
     StepForecast,
     summarise,
 )
-from .outputs import cached_outputs, rerun_fails
+from .outputs import cached_outputs, rerun_fails, unknown_fails
 from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
 from .planparts import in_batch, last_keyed, provider_calls
 from .unknowns import ArgReader, PlanHasher, Touched, Unknown, holds_unknown
@@ -277,6 +277,9 @@ class _Planner:
             if bad is not None:
                 raise Touched(bad)
         except Touched as t:
+            refused = unknown_fails(step, self._ctx(**extra), self.interp.reuse)
+            if refused is not None:
+                return ElementForecast(index, Action.FAIL, [refused])
             el = ElementForecast(
                 index,
                 Action.UNKNOWN,
