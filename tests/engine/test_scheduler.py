@@ -151,8 +151,11 @@ def test_a_command_gives_its_slot_to_the_next_one_when_its_process_exits(
 def test_no_more_commands_run_at_once_than_jobs(tmp_path: Path) -> None:
     """Real processes: each command notes when it started and ended; however the slots are
     handed over, never more than --jobs overlap, a check's command and a retry's included."""
-    span = "s=$(date +%s.%N); sleep 0.1; echo $s $(date +%s.%N) >> t/{}.spans"
-    again = "test -e t/again || (touch t/again; false)"
+    # The spans are the test's instrument, noted outside the project: a check may write no file
+    # of the project (the sandbox), and the temporary directories are writable to any command.
+    t, root = tmp_path / "t", tmp_path / "project"
+    span = f"s=$(date +%s.%N); sleep 0.1; echo $s $(date +%s.%N) >> {t}/{{}}.spans"
+    again = f"test -e {t}/again || (touch {t}/again; false)"
     steps = (  # first, so its check and its retry run beside the others
         f"\n  s0:\n    uses: shell\n    retries: 1\n    with: {{run: '{span.format(0)}'}}\n"
         f"    check: [{{exec: {{run: '{span.format('check')}; {again}'}}}}]\n"
@@ -160,10 +163,11 @@ def test_no_more_commands_run_at_once_than_jobs(tmp_path: Path) -> None:
     steps += "".join(
         f"\n  s{i}:\n    uses: shell\n    with: {{run: '{span.format(i)}'}}\n" for i in range(1, 9)
     )
-    (tmp_path / "t").mkdir()
-    (tmp_path / "pipeline.yaml").write_text("runner: 1\nname: lanes\nsteps:" + steps)
-    plan = compile_pipeline(tmp_path / "pipeline.yaml")
-    state = State.open(tmp_path / ".runner")
+    t.mkdir()
+    root.mkdir()
+    (root / "pipeline.yaml").write_text("runner: 1\nname: lanes\nsteps:" + steps)
+    plan = compile_pipeline(root / "pipeline.yaml")
+    state = State.open(root / ".runner")
     try:
         report = apply_plan(plan, state, ApplyOptions(jobs=2))
     finally:
@@ -171,7 +175,7 @@ def test_no_more_commands_run_at_once_than_jobs(tmp_path: Path) -> None:
     assert report.status.value == "completed", [(s.id, s.status, s.reason) for s in report.steps]
     spans = [
         (float(start), float(end))
-        for f in (tmp_path / "t").glob("*.spans")
+        for f in t.glob("*.spans")
         for start, end in (line.split() for line in f.read_text().splitlines())
     ]
     assert len(spans) == 8 + 2 + 2  # s0 and its check ran twice
