@@ -110,12 +110,17 @@ def test_a_step_editing_its_own_input_in_place_is_not_refused(project: Project) 
 
 def test_the_warning_shows_a_hostile_input_name_as_data(project: Project) -> None:
     name = "in $(touch pwned) `touch pwned2` 'q' <script>.txt"
-    project.write(
-        "pipeline.yaml",
-        SLOW_READER.replace("inputs: [in.txt]", f"inputs: [{json.dumps(name)}]").replace(
-            "cat in.txt", "cat in*.txt"
-        ),
+    # the command names the file by a parameter (its value reaches the shell as data); a glob
+    # would list the project's directory, which the sandbox refuses
+    pipeline = (
+        SLOW_READER.replace(
+            "name: p\n",
+            f"name: p\nparams: {{src: {{type: string, default: {json.dumps(name)}}}}}\n",
+        )
+        .replace("inputs: [in.txt]", f"inputs: [{json.dumps(name)}]")
+        .replace("cat in.txt", "cat ${{ params.src }}")
     )
+    project.write("pipeline.yaml", pipeline)
     source = project.write(name, "original\n")
     (project.root / "out").mkdir()
     editor = _edit_soon(source, "edited\n")
