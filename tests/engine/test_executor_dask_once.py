@@ -31,19 +31,23 @@ N = 120
 
 def _project(root: Path, retries: int) -> None:
     root.mkdir(parents=True)
+    (root / "sent").mkdir()
     (root / "pipeline.yaml").write_text(
         "runner: 1\nname: fan\nsteps:\n  send:\n    uses: shell\n    repeat_safe: false\n"
         f"    retries: {retries}\n"
         f"    for_each: {list(range(N))}\n"
         "    with:\n"
-        '      run: "echo ${{ item }} >> sent.log && sleep 0.1"\n',
+        '      run: "echo ${{ item }} >> sent/${{ item }}.log && sleep 0.1"\n'
+        '      outputs: ["sent/${{ item }}.log"]\n',
         encoding="utf-8",
     )
 
 
 def _sent(root: Path) -> collections.Counter[str]:
-    log = root / "sent.log"
-    return collections.Counter(log.read_text().split()) if log.exists() else collections.Counter()
+    """How often each element's body started, from the log each appends to (its output)."""
+    return collections.Counter(
+        line for log in (root / "sent").glob("*.log") for line in log.read_text().split()
+    )
 
 
 def _apply(root: Path, *extra: str) -> dict[str, Any]:

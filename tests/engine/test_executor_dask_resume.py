@@ -30,16 +30,18 @@ N = 120
 
 
 def _project(root: Path) -> None:
-    """A for_each of shell steps, each appending its index to ran.log when its body runs."""
+    """A for_each of shell steps, each appending its index to its own log (ran/eN.log, an
+    output) when its body runs."""
     root.mkdir(parents=True)
     (root / "out").mkdir()
+    (root / "ran").mkdir()
     (root / "pipeline.yaml").write_text(
         "runner: 1\nname: resume\nsteps:\n  each:\n    uses: shell\n"
         f"    for_each: {list(range(N))}\n"
         "    with:\n"
-        '      run: "echo ${{ item }} >> ran.log && sleep 0.1 '
+        '      run: "echo ${{ item }} >> ran/e${{ item }}.log && sleep 0.1 '
         '&& echo ${{ item }} > out/e${{ item }}.txt"\n'
-        '      outputs: ["out/e${{ item }}.txt"]\n',
+        '      outputs: ["out/e${{ item }}.txt", "ran/e${{ item }}.log"]\n',
         encoding="utf-8",
     )
 
@@ -65,10 +67,9 @@ def _completed(root: Path) -> set[int]:
 
 
 def _ran(root: Path) -> Counter[int]:
-    """How often each element's body ran, from the log the bodies append to."""
-    log = root / "ran.log"
-    lines = log.read_text(encoding="utf-8").split() if log.exists() else []
-    return Counter(int(x) for x in lines)
+    """How often each element's body ran, from the logs the bodies append to."""
+    logs = (root / "ran").glob("*.log")
+    return Counter(int(x) for log in logs for x in log.read_text(encoding="utf-8").split())
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
