@@ -30,14 +30,14 @@ def write_pipeline(root: Path) -> None:
             ins = [f"out/{step_id(layer - 1, k)}.txt" for k in range(WIDTH)] if layer else []
             cat = f"cat {' '.join(ins)} | wc -l" if ins else "echo 1"
             cat += f" > out/{sid}.txt"
-            run = f"sleep 0.05 && {cat} && echo {sid} >> ran.log"
+            run = f"sleep 0.05 && {cat} && echo {sid} >> ran/{sid}.log"
             lines += [
                 f"  {sid}:",
                 "    uses: shell",
                 "    with:",
                 f'      run: "{run}"',
                 f"      inputs: {json.dumps(ins)}",
-                f"      outputs: [out/{sid}.txt]",
+                f"      outputs: [out/{sid}.txt, ran/{sid}.log]",
             ]
             if layer:  # inputs alone do not order steps; `needs` does
                 needs = [step_id(layer - 1, k) for k in range(WIDTH)]
