@@ -20,7 +20,6 @@ file-hash cache's new signatures are dropped, not saved).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from .forecast import (
     StepForecast,
     summarise,
 )
+from .history import ItemHistory
 from .outputs import cached_outputs, rerun_fails, unknown_fails
 from .planparts import CALL_STEPS as CALL_STEPS  # (runner/engine/run/rebuild.py reads it here)
 from .planparts import in_batch, last_keyed, provider_calls
@@ -111,9 +111,10 @@ class _Planner:
         self.review_rows: dict[str, list[gates.DecisionRow]] = {}  # target -> its revisions
         self.rejected: set[str] = set()  # gates a remembered rejection ends
         self.adopted: dict[str, list[gates.DecisionRow]] = {}  # gate -> revisions taken again
-        self.by_value: dict[str, dict[str, Any]] = {}  # step -> for_each value -> last execution
         self.in_batch: dict[tuple[str, int], str] = {}  # (step, element) -> the batch holding it
-        self.gc_removed: dict[tuple[str, str | None, str], float] | None = None  # read once
+        self.history = ItemHistory(
+            self.journal, plan.name, interp.options.item, interp.state_dir
+        )  # why an element would run: its value's last execution, what gc removed
 
     def run(self) -> Forecast:
         # As the apply does: a revision remembered at a gate sends its target round again with
@@ -393,19 +394,19 @@ class _Planner:
         summary = parts.summary()
         value = summary.get("item")
         if value is None and last is None:
-            return [self._removed(step.id) or "never ran"]
+            return [self.history.removed(step.id) or "never ran"]
         old = None if last is None else loads(last.get("key_parts"))
         if value is not None and (old or {}).get("item") != value:
             # Elements are keyed by value: an element is compared with that value's own last
             # execution, not with whatever value held its index before (an insertion shifts
             # every later element); a value never seen is a new element.
-            seen = self._by_value(step.id)
+            seen = self.history.by_value(step.id)
             last = seen.get(value)
             if last is None:
                 # a gc after the step's newest kept execution may have taken this value's
                 # result with it (which values it took is not recorded)
                 newest = max((r["started_at"] or 0 for r in seen.values()), default=None)
-                removed = self._removed(step.id, since=newest)
+                removed = self.history.removed(step.id, since=newest)
                 if removed:
                     return [f"new element, or {removed}"]
                 return ["new element" if seen else "never ran"]
@@ -421,40 +422,6 @@ class _Planner:
                 return [f"in batch {batch} (waiting)"]
             return ["its call waits in a provider batch (an apply collects it)"]
         return changed_parts(old, summary) or ["input changed"]
-
-    def _removed(self, step_id: str, since: float | None = None) -> str | None:
-        """Why the step has no earlier execution to compare with, when a gc removed results of
-        this step of this item's runs (state/gc.py records which) after ``since``; else None."""
-        if self.gc_removed is None:
-            from ...state.gc import forgotten
-
-            self.gc_removed = forgotten(self.interp.state_dir)
-        at = self.gc_removed.get((self.plan.name, self.interp.options.item, step_id))
-        if at is None or (since is not None and at < since):
-            return None
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
-        return f"its earlier results were removed by `runner gc` ({when})"
-
-    def _by_value(self, step_id: str) -> dict[str, Any]:
-        """The step's last execution of each for_each value (by its key parts' item digest),
-        among this item's runs; read once per step, only when an element's value moved."""
-        found = self.by_value.get(step_id)
-        if found is None:
-            rows = self.journal.query(
-                "SELECT e.key, e.status, e.error, e.key_parts, e.started_at, e.report "
-                "FROM executions e JOIN runs r ON r.id = e.run_id "
-                "WHERE e.pipeline=? AND e.step_id=? "
-                "AND e.element >= 0 AND e.key_parts IS NOT NULL AND e.status NOT IN ('running') "
-                "AND r.item IS ? ORDER BY e.id",
-                (self.plan.name, step_id, self.interp.options.item),
-            )
-            found = {}
-            for row in rows:  # oldest first: the last execution of a value wins
-                value = (loads(row["key_parts"]) or {}).get("item")
-                if value is not None:
-                    found[value] = row
-            self.by_value[step_id] = found
-        return found
 
     def _override(
         self, step: CompiledStep, index: int, extra: dict[str, Any], key: str, identity: str | None
