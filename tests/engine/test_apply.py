@@ -8,6 +8,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Project, ran, statuses
 
 CHAIN = """\
@@ -146,19 +148,25 @@ steps:
     for_each: "${{ params.items }}"
     concurrency: 3
     with:
-      run: "mkdir -p inflight && touch inflight/${{ item }} && ls inflight | wc -l >> counts.txt && sleep 0.05 && rm inflight/${{ item }} && test ${{ item }} != bad"
+      run: "mkdir -p PROBE/inflight && touch PROBE/inflight/${{ item }} && ls PROBE/inflight | wc -l >> PROBE/counts.txt && sleep 0.05 && rm PROBE/inflight/${{ item }} && test ${{ item }} != bad"
 """
 
 
-def test_for_each_partial_fix_insert_and_concurrency(project: Project) -> None:
-    project.write("pipeline.yaml", FOR_EACH)
+def test_for_each_partial_fix_insert_and_concurrency(
+    project: Project, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The elements count how many of them run at once in a directory they share, the test's
+    # probe: outside the project, as one element's files are no input of another's (commands
+    # may write in the temporary directories)
+    probe = tmp_path_factory.mktemp("probe")
+    project.write("pipeline.yaml", FOR_EACH.replace("PROBE", str(probe)))
     items = [f"e{i}" for i in range(49)]
     items.insert(20, "bad")
     doc = project.apply("-p", "items=" + json.dumps(items), "--jobs", "8")
     step = doc["steps"][0]
     assert doc["_exit"] == 6 and step["status"] == "partial"
     assert step["elements"] == {"total": 50, "ran": 49, "failed": 1}
-    counts = [int(x) for x in (project.root / "counts.txt").read_text().split()]
+    counts = [int(x) for x in (probe / "counts.txt").read_text().split()]
     assert len(counts) == 50 and max(counts) <= 3 and max(counts) >= 2
     # fix the failing element: exactly that one runs
     fixed = [("good" if x == "bad" else x) for x in items]
