@@ -136,8 +136,12 @@ class _Host:
             ]  # fmt: skip
             # (--as-pid-1: the spawner reaps what it starts, so the commands' CPU time is
             # counted as runner's children's, as when runner starts them itself)
+        # Nothing of runner's environment (a provider's key, the cache's signing key): each
+        # request carries its command's own; the spawner needs only where scratch goes.
+        env = {k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}
         self.process = subprocess.Popen(
             argv,
+            env=env,
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
