@@ -1,7 +1,7 @@
 """Start-up: `runner apply` of a one-step shell pipeline imports only the modules it uses.
 
 87% of a fresh one-step apply was importing (issue 43); each command module, the cost model,
-the review's text helpers, the remote cache's checks and the like are imported where they are
+the review's text helpers, the remote cache (only with a remote) and the like are imported where they are
 used. A module added to this path must be one the apply uses: add it to APPLY below only then,
 or import it where it is needed.
 """
@@ -55,11 +55,9 @@ APPLY = frozenset(
         "runner.engine.run.preflight",
         "runner.engine.run.recorded",
         "runner.engine.run.recorder",
-        "runner.engine.run.remote_link",
         "runner.engine.run.reuse",
         "runner.engine.run.runloop",
         "runner.engine.run.scheduler",
-        "runner.engine.run.shareable",
         "runner.engine.run.slots",
         "runner.engine.run.stepbody",
         "runner.expr",
@@ -103,7 +101,6 @@ APPLY = frozenset(
         "runner.source.tomlfile",
         "runner.state",
         "runner.state._schema",
-        "runner.state.backends",
         "runner.state.batchbook",
         "runner.state.batching",
         "runner.state.canonical",
@@ -117,8 +114,6 @@ APPLY = frozenset(
         "runner.state.objects",
         "runner.state.overrides",
         "runner.state.records",
-        "runner.state.remote",
-        "runner.state.remoteread",
         "runner.state.wal",
         "runner.steps",
         "runner.steps.base",

@@ -202,6 +202,8 @@ def remote_link(
     """The run's link to its remote cache (``--remote`` or [cache] in runner.toml), or None.
 
     Raises StoreError for a bad [cache] section."""
+    if not options.remote and not _mentions_cache(plan.root):
+        return None  # most projects: the remote cache's modules (hmac, fsspec's glue) stay out
     from ...state.remote import RemoteCache, cache_settings, read_cache_section, signing_key
     from .remote_link import RemoteLink
 
@@ -221,6 +223,20 @@ def remote_link(
     return RemoteLink(
         cache, state.objects, push=settings.pushes_on_apply, warn=warn, local_roots=roots
     )
+
+
+def _mentions_cache(root: Path) -> bool:
+    """Whether the runner.toml above ``root`` could hold a [cache] table (the test
+    state.remote.read_cache_section starts with)."""
+    from ...source.tomlfile import find_runner_toml
+
+    found = find_runner_toml(root)
+    if found is None:
+        return False
+    try:
+        return "cache" in found.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # read_cache_section says what is wrong with it
 
 
 def apply_file(

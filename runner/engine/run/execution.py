@@ -24,11 +24,11 @@ from .options import ApplyOptions
 from .outcomes import ElementOutcome, StepStatus
 from .recorded import RecordedReads
 from .recorder import JournalLedger, Recorder
-from .remote_link import RemoteLink
 from .reuse import Reuse
 
-if TYPE_CHECKING:  # (imported at a run's first provider call)
-    from .spend import RunSpend
+if TYPE_CHECKING:
+    from .remote_link import RemoteLink  # (imported by apply only when a remote is configured)
+    from .spend import RunSpend  # (imported at a run's first provider call)
 
 # The journal key of a result not kept for reuse: no key a lookup asks for starts so (keys are
 # hex digests), and `runs show` still shows which key the run worked out.

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
@@ -55,9 +55,11 @@ from .outcomes import (
 )
 from .recorded import RecordedReads
 from .recorder import Progress, Recorder, new_run_id
-from .remote_link import RemoteLink
 from .reuse import Reuse
 from .scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from .remote_link import RemoteLink  # imported by apply only when a remote is configured
 
 # An execution's (extra context, element index, arguments, key parts, key, contract).
 _Ready = tuple[dict[str, Any], int, dict[str, Any], KeyParts, str, str | None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import StepFailure
 from ...pipeline.compiler import CompiledStep, Plan
@@ -21,7 +22,9 @@ from .files import FileHasher
 from .keys import KeyParts, with_reads
 from .outcomes import ElementOutcome, StepStatus
 from .recorder import Recorder
-from .remote_link import RemoteLink
+
+if TYPE_CHECKING:
+    from .remote_link import RemoteLink  # imported by apply only when a remote is configured
 
 
 class Reuse:
