@@ -87,7 +87,8 @@ def test_deleted_output_and_object_fall_through(project: Project) -> None:
 
 def test_a_no_op_run_row_reads_as_a_full_paths(project: Project) -> None:
     """Params, progress per phase and the last phase: `runs show` gives a no-op run what it
-    gives the fully cached run before it (only ids, times and the pid differ)."""
+    gives the fully cached run before it (only ids, times, the pid and the run each repeats
+    differ)."""
     project.write(
         "pipeline.yaml",
         """\
@@ -110,7 +111,7 @@ def test_a_no_op_run_row_reads_as_a_full_paths(project: Project) -> None:
 
     def row(run: str) -> dict[str, object]:
         out = dict(shown(project, run)["run"])
-        for varies in ("id", "created_at", "finished_at", "pid"):
+        for varies in ("id", "created_at", "finished_at", "pid", "repeat_of"):
             out.pop(varies)
         return out
 
