@@ -189,13 +189,13 @@ class Spawner:
     def _finish(self, pid: int, status: int) -> None:
         _kill(pid)  # what it left running in the background goes with it
         reply, pidfd, scratch = self.running.pop(pid)
+        with contextlib.suppress(OSError):  # runner goes on first; the spawner tidies after
+            reply.send(f"exit {status}".encode())
         self.selector.unregister(pidfd)
         os.close(pidfd)
         self.by_reply.pop(reply.fileno(), None)
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(reply)
-        with contextlib.suppress(OSError):
-            reply.send(f"exit {status}".encode())
         reply.close()
         if scratch is not None:
             try:
