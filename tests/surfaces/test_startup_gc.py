@@ -77,8 +77,14 @@ def test_a_host_process_collector_is_left_alone(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(root)
-    frozen = gc.get_freeze_count()
-    res = CliRunner().invoke(cli, ["apply", "pipeline.yaml", "-q"], catch_exceptions=False)
-    assert res.exit_code == 0
-    assert gc.isenabled()
-    assert gc.get_freeze_count() == frozen
+    was = gc.isenabled()  # (an in-process `runner validate` earlier in the session turns it off)
+    gc.enable()
+    try:
+        frozen = gc.get_freeze_count()
+        res = CliRunner().invoke(cli, ["apply", "pipeline.yaml", "-q"], catch_exceptions=False)
+        assert res.exit_code == 0
+        assert gc.isenabled()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        if not was:
+            gc.disable()
