@@ -139,17 +139,24 @@ def _env() -> dict[str, str]:
 
 
 def _latest(cwd: Path) -> str | None:
-    res = subprocess.run(
-        [*runner_bin(), "runs", "list", "--limit", "1", "--json"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=_env(),
-    )
-    if res.returncode != 0:
-        return None
+    """The newest run's id: a look-up between the page's commands, not one of them, so it is
+    asked in this process (the page's own commands each run as `runner` in its own process)."""
     import json
 
+    from click.testing import CliRunner
+
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(
+            cli,
+            ["runs", "list", "--limit", "1", "--json"],
+            env={k: None for k in os.environ if k.startswith("RUNNER_")},
+        )
+    finally:
+        os.chdir(old)
+    if res.exit_code != 0:
+        return None
     runs = json.loads(res.stdout)["runs"]
     return str(runs[0]["id"]) if runs else None
 
