@@ -1,6 +1,6 @@
 """The sandbox's spawner: a small process that starts runner's commands, each confined.
 
-Run by runner (runner/expr/confined.py) as ``python -I -S _spawner.py FD``, inside one
+Run by runner (runner/expr/confined.py) as a module of ``python -I -S`` (its bytecode cached), inside one
 ``bwrap`` per apply where there is bubblewrap (its own pid namespace, and its own network
 namespace unless steps may reach the network), else directly. It is a script, not a module of
 the package: it imports only the standard library and ``landlock.py`` beside it, so it starts in
@@ -24,12 +24,10 @@ import importlib.util
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -142,7 +140,7 @@ class Spawner:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
             if self.scratches is not None:
-                shutil.rmtree(self.scratches, ignore_errors=True)
+                _rmtree(self.scratches, ignore_errors=True)
             os._exit(0)
         reply = socket.socket(fileno=fds[0])
         try:
@@ -207,7 +205,7 @@ class Spawner:
             if empty and len(self.spare) < _SPARE:
                 self.spare.append(scratch)  # the next command's, if still empty then
             else:
-                shutil.rmtree(scratch, ignore_errors=True)
+                _rmtree(scratch, ignore_errors=True)
         if self.wanted is not None and self.prebuilt is None:
             # while runner stores what the command made, the next command's base rules
             root, network = self.wanted
@@ -225,9 +223,9 @@ class Spawner:
                     return path
             except OSError:
                 continue
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path, ignore_errors=True)
         if self.scratches is None:
-            self.scratches = tempfile.mkdtemp(prefix="runner-scratch-")
+            self.scratches = _own_directory()
         self.made += 1
         path = f"{self.scratches}/{self.made}"
         os.mkdir(path, 0o700)
@@ -347,14 +345,34 @@ def _spawn(path: str, argv: list[str], env: dict[str, str], actions: list[Any]) 
     )
 
 
+def _rmtree(path: str, ignore_errors: bool = True) -> None:
+    import shutil  # (rarely: a command that left files in its scratch directory)
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+
+
+def _own_directory() -> str:
+    """A new directory in $TMPDIR (or /tmp) that only this process uses (tempfile's mkdtemp,
+    without importing tempfile and random: ~10 ms of the spawner's start)."""
+    parent = os.environ.get("TMPDIR") or "/tmp"
+    for attempt in range(100):
+        path = f"{parent}/runner-scratch-{os.getpid()}-{time.time_ns()}-{attempt}"
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no new scratch directory in {parent}")
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def main() -> None:
+def main(fd: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # runner's ^C is runner's to handle
-    control = socket.socket(fileno=int(sys.argv[1]))
+    control = socket.socket(fileno=int(fd if fd is not None else sys.argv[1]))
     os.set_inheritable(control.fileno(), False)
     spawner = Spawner(control)
     control.send(f"ready {spawner.abi}".encode())
