@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import runner_bin
+from tests.conftest import Project, runner_bin
 
 N = 60
 
@@ -55,8 +55,9 @@ def test_gc_during_apply_deletes_nothing_the_apply_records(
     tmp_path: Path, gc_delay_s: float
 ) -> None:
     (tmp_path / "pipeline.yaml").write_text(PIPE, encoding="utf-8")
-    first = _run(tmp_path, "apply", "pipeline.yaml", "-q", "-p", "salt=first")
-    assert first.returncode == 0, first.stderr
+    project = Project(tmp_path)  # set-up and the check after, in-process; the race, real processes
+    first = project.cli("apply", "pipeline.yaml", "-q", "-p", "salt=first")
+    assert first.exit_code == 0, first.stderr
     gc_codes = []
     for trial in range(3):
         # The last run's objects are old, and gc forgets that run: then only the running
@@ -72,8 +73,8 @@ def test_gc_during_apply_deletes_nothing_the_apply_records(
         assert apply.returncode == 0, err
         assert gc.returncode == 0, gc.stderr
         gc_codes.append(json.loads(gc.stdout)["exit_code"])
-        verify = _run(tmp_path, "verify", "--json")
-        assert json.loads(verify.stdout)["ok"] is True, verify.stdout
+        verify = project.cli("verify", "--json")
+        assert verify.json["ok"] is True, verify.stdout
     assert gc_codes == [0, 0, 0]
 
 
