@@ -1,11 +1,12 @@
 """The sandbox's spawner: a small process that starts runner's commands, each confined.
 
-Run by runner (runner/expr/confined.py) as a module of ``python -I -S`` (its bytecode cached), inside one
-``bwrap`` per apply where there is bubblewrap (its own pid namespace, and its own network
-namespace unless steps may reach the network), else directly. It is a script, not a module of
-the package: it imports only the standard library and ``landlock.py`` beside it, so it starts in
-~20 ms and holds nothing of runner's (no key, no journal, no other step's environment but the
-request it is serving).
+Started by runner (runner/expr/confined.py) with ``python -I -S``, which loads this file by
+its path (its bytecode cached) and calls ``main(FD)``, inside one ``bwrap`` per apply where
+there is bubblewrap (its own pid namespace, whose pid 1 it is, and its own network namespace
+unless steps may reach the network), else directly. It is not imported as part of the package:
+it uses only the standard library and ``landlock.py`` beside it, so it starts in ~25 ms of CPU
+and holds nothing of runner's (no key, no journal, no environment of runner's, no other step's
+environment but the request it is serving).
 
 Each request arrives on descriptor FD (a SOCK_SEQPACKET socket) as one message: a JSON header,
 and descriptors -- the reply socket, stdin, stdout, stderr, and the header itself in a memory
