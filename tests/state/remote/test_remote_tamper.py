@@ -152,9 +152,32 @@ def _refusals(doc: dict[str, Any]) -> list[str]:
     return [line for line in doc["_stderr"].splitlines() if "refused" in line]
 
 
+def _apply_here(root: Path, remote: Remote, **env: str) -> dict[str, Any]:
+    """An apply in this process: for the honest clone's set-up (what is tested, the second
+    clone's apply, runs as `runner` in its own process)."""
+    from click.testing import CliRunner
+
+    from runner.surfaces.cli.app import cli
+
+    unset: dict[str, str | None] = {"RUNNER_STATE": None, KEY_VAR: None}
+    old = Path.cwd()
+    os.chdir(root)
+    try:
+        res = CliRunner().invoke(
+            cli,
+            ["apply", "p.yaml", "-q", "--json"],
+            env={**unset, **remote.env, "NO_COLOR": "1", **env},
+            catch_exceptions=False,
+        )
+    finally:
+        os.chdir(old)
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
 def _honest(tmp_path: Path, remote: Remote, **env: str) -> None:
     a = _clone(tmp_path / "a", remote, writable=True, signed=bool(env))
-    doc = _apply(a, remote, **env)
+    doc = _apply_here(a, remote, **env)
     assert doc["exit_code"] == 0, doc
     assert doc["remote"]["pushed"] == 5, doc["remote"]
 
