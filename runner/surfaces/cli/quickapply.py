@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +140,10 @@ def answer(argv: list[str]) -> int | None:
         return None  # (journal_noop's transaction commits as its last statement)
     if noop is None:
         return None
-    from ...source.termtext import safe, safe_json
+    from ...source.termtext import write_line
 
     if args.as_json:
-        text = safe_json(json.dumps(noop, ensure_ascii=False, default=str, allow_nan=False))
+        write_line(json.dumps(noop, ensure_ascii=False, default=str, allow_nan=False), as_json=True)
     else:
-        text = safe(noop_line(noop))
-    sys.stdout.write(text + "\n")
+        write_line(noop_line(noop))
     return 0
