@@ -152,7 +152,7 @@ def test_a_gate_and_its_history_read_as_text(site: ReviewSite, served: Any, brow
     decided = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"))
     assert SVG in decided[0].text
     assert_inert(browser)
-    wait(browser, lambda d: d.find_element(By.ID, "run-status").text == "awaiting_human", 30)
+    wait(browser, lambda d: d.find_element(By.ID, "run-status").text == "waiting for review", 30)
     wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#gate-review .decided"), 30)
     browser.get(f"{served.url}/runs/{run_id}")
     first = browser.find_elements(By.CSS_SELECTOR, "#rounds tbody tr")[0]
