@@ -64,7 +64,8 @@ def _runner(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("where", list(DAMAGE))
 def test_no_command_crashes_and_verify_repair_mends(tmp_path: Path, where: str) -> None:
     (tmp_path / "p.yaml").write_text(PIPE)
-    assert _runner(tmp_path, "apply", "p.yaml").returncode == 0
+    # the journal to damage, made in-process; every command after the damage is a runner process
+    assert Project(tmp_path).cli("apply", "p.yaml", "-q").exit_code == 0
     db = sqlite3.connect(tmp_path / ".runner" / "journal.db")
     run_id = db.execute("SELECT id FROM runs").fetchone()[0]
     db.execute(DAMAGE[where])
