@@ -302,8 +302,14 @@ def validate(file: Path, params: tuple[str, ...], as_json: bool) -> None:
 
     # The process ends after this one compile, which makes no garbage cycles: a full collection
     # of the plan's heap as the compile ends would only cost (a tenth of a big validate).
+    # (put back after: in a host process, a test's CliRunner, the collector stays as it was)
+    was_enabled = gc.isenabled()
     gc.disable()
-    plan = compile_pipeline(file, parse_params(params))
+    try:
+        plan = compile_pipeline(file, parse_params(params))
+    finally:
+        if was_enabled:
+            gc.enable()
     if as_json:
         emit_json({"pipeline": plan.name, "valid": True, "steps": len(plan.order), "exit_code": 0})
     else:
