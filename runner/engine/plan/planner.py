@@ -296,7 +296,8 @@ class _Planner:
         key = parts.key()
         el = self._decide(step, index, extra, key, parts)
         script = args.get("script") if step.uses == "shell" else None
-        el.script = script.get("script") if isinstance(script, dict) else None
+        if isinstance(script, dict) and el.action is Action.RUN:  # (what would run: shown)
+            el.script = script.get("script")
         refused = rerun_fails(step, args, self.interp.reuse) if el.action is Action.RUN else None
         if refused is not None:
             return ElementForecast(index, Action.FAIL, [refused], key)
