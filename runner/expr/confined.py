@@ -146,16 +146,21 @@ class _Host:
         # Nothing of runner's environment (a provider's key, the cache's signing key): each
         # request carries its command's own; the spawner needs only where scratch goes.
         env = {k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}
-        self.process = subprocess.Popen(
-            argv,
-            env=env,
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        theirs.close()
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                env=env,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except BaseException:  # (no process: a full disk, no memory, no such interpreter)
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         self.control = ours
         self.lock = threading.Lock()
         self._ready()
