@@ -204,15 +204,41 @@ class read_state:
         from ...state.journal import Journal
         from ...state.objects import ObjectStore
 
-        if (self.path / "journal.db").exists():
+        if _has_schema(self.path / "journal.db"):
             self.journal = Journal.open(self.path, readonly=True)
-        else:  # a plan never creates the state directory
+        else:
+            # a plan never creates the state directory, nor the schema of a journal an apply
+            # killed before its first migration left (it would migrate it: a write)
+            from ...state.records import lost_journal, orphaned_objects
+
+            objects = orphaned_objects(self.path)
+            if objects:
+                raise lost_journal(self.path / "journal.db", objects)
             self.journal = Journal(sqlite3.connect(":memory:"), self.path / "journal.db")
             self.journal._migrate()
         return self.journal, ObjectStore(self.path / "objects")
 
     def __exit__(self, *exc: object) -> None:
         self.journal.close()
+
+
+def _has_schema(path: Path) -> bool:
+    """Whether the journal at ``path`` has its tables (read only; a journal that cannot be read
+    counts as one: opening it says what is wrong)."""
+    import sqlite3
+
+    try:
+        if path.stat().st_size == 0:
+            return False
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except (FileNotFoundError, sqlite3.Error):
+        return path.exists()
+    try:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE name='runs'").fetchone() is not None
+    except sqlite3.Error:
+        return True
+    finally:
+        conn.close()
 
 
 def _may_price(toml: Path) -> bool:
