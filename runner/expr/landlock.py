@@ -123,10 +123,11 @@ class Ruleset:
         """Add a rule ``prepare`` made (a ruleset of a few hundred: ~1.5 us a rule)."""
         _call(_ADD_RULE, self.fd, _RULE_PATH_BENEATH, rule, 0)
 
-    def allow(self, path: str, rights: int) -> bool:
-        """Grant ``rights`` beneath ``path``; False when it does not exist (nothing granted)."""
+    def allow(self, path: str, rights: int, *, follow: bool = True) -> bool:
+        """Grant ``rights`` beneath ``path`` (``follow``: through a final symlink); False when
+        it does not exist (nothing granted)."""
         try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
         except OSError:
             return False
         try:
