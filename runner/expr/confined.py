@@ -136,7 +136,7 @@ class _Host:
         argv = [sys.executable, "-I", "-S", "-c", _START, _SPAWNER, str(theirs.fileno())]
         if bwrap:
             argv = [
-                _bwrap() or "bwrap", "--die-with-parent", "--unshare-pid", "--as-pid-1",
+                _bwrap() or "bwrap", "--unshare-pid", "--as-pid-1",
                 *(() if network else ("--unshare-net",)),
                 "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--", *argv,
@@ -210,13 +210,18 @@ _hosts_lock = threading.Lock()
 
 
 def _host(network: bool) -> _Host:
-    """The spawner for ``network`` (one for both when there is no bubblewrap)."""
+    """The spawner for ``network`` (one for both when there is no bubblewrap): the running one,
+    else a new one (a spawner that ended is closed and forgotten)."""
     global _fallback_note
     key = network if status().kind == "bubblewrap+landlock" else False
     with _hosts_lock:
-        host = _hosts.get(key)
-        if host is not None and host.process.poll() is None:
-            return host
+        old = _hosts.pop(key, None)
+        if old is not None:
+            if old.process.poll() is None:
+                _hosts[key] = old
+                return old
+            old.close()
+        host: _Host | None = None
         if status().kind == "bubblewrap+landlock":
             try:
                 host = _Host(bwrap=True, network=network)
@@ -227,10 +232,23 @@ def _host(network: bool) -> _Host:
                 )
                 key = False
                 host = _hosts.get(False)
-        if host is None or host.process.poll() is not None:
+                if host is not None and host.process.poll() is not None:
+                    del _hosts[False]
+                    host.close()
+                    host = None
+        if host is None:
             host = _Host(bwrap=False, network=True)
         _hosts[key] = host
         return host
+
+
+def _forget(host: _Host) -> None:
+    """A spawner that stopped answering: closed, and not handed out again."""
+    with _hosts_lock:
+        for key, held in list(_hosts.items()):
+            if held is host:
+                del _hosts[key]
+    host.close()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -294,7 +312,15 @@ async def run_confined(
             os.lseek(memo, 0, os.SEEK_SET)
             fds.append(memo)
             header = b"{}"
-        _host(confine.network).send(header, fds)
+        for attempt in (1, 2):  # a spawner that ended since it was last used: a new one
+            host = _host(confine.network)
+            try:
+                host.send(header, fds)
+                break
+            except (BrokenPipeError, ConnectionResetError):
+                _forget(host)
+                if attempt == 2:
+                    raise
     finally:
         theirs.close()
         if memo >= 0:

@@ -4,12 +4,14 @@ write only its outputs; no network unless `network: true`; no view of runner's p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -399,3 +401,73 @@ def test_a_when_exec_refused_a_file_fails_its_step_rather_than_skip_it(project: 
     doc = project.apply()
     assert doc["_exit"] == 0, doc["_stderr"]
     assert doc["steps"][0]["status"] == "ran"
+
+
+def _confined_cat(root: Path) -> bytes:
+    from runner.expr.confined import Confinement
+    from runner.expr.shellrun import run_shell
+
+    real = os.path.realpath(root)
+    confine = Confinement(real, read=(f"{real}/in.txt",))
+    done = asyncio.run(
+        run_shell("cat in.txt", cwd=root, env={"PATH": os.environ["PATH"]}, confine=confine)
+    )
+    assert done.code == 0, done
+    return done.stdout
+
+
+def test_a_spawner_outlives_the_thread_that_started_it_and_is_replaced_when_gone(
+    tmp_path: Path,
+) -> None:
+    from runner.expr import confined
+
+    (tmp_path / "in.txt").write_text("x\n")
+    confined._close_hosts()  # (a fresh spawner, started below from a thread that then ends)
+    thread = threading.Thread(target=_confined_cat, args=(tmp_path,))
+    thread.start()
+    thread.join()
+    assert _confined_cat(tmp_path) == b"x\n"
+    for host in list(confined._hosts.values()):  # a spawner killed under runner's feet
+        host.process.kill()
+        host.process.wait()
+    assert _confined_cat(tmp_path) == b"x\n"
+
+
+def test_runner_killed_takes_its_commands_with_it(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "runner.toml").write_text("")
+    marker = f"31.{os.getpid()}7"
+    (root / "pipeline.yaml").write_text(
+        f"runner: 1\nname: p\nsteps:\n  wait:\n    uses: shell\n    with:\n      run: sleep {marker}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "apply", "pipeline.yaml"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(marker), "the command never started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(marker), "a command outlived runner's kill -9"
+
+
+def _running(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if marker.encode() in cmdline and state != "Z":
+                found.append(int(entry.name))
+    return found
