@@ -125,7 +125,6 @@ class Spawner:
         self.running: dict[
             int, tuple[socket.socket, int, str | None]
         ] = {}  # pid: reply, pidfd, scratch
-        self.by_reply: dict[int, int] = {}  # reply socket fd: pid
         self.scratches: str | None = None  # the directory each command's TMPDIR is made in
         self.prebuilt: tuple[str, bool, Any] | None = None  # (root, network, landlock.Ruleset)
         self.wanted: tuple[str, bool] | None = None
@@ -169,7 +168,6 @@ class Spawner:
                 os.close(fd)
         pidfd = os.pidfd_open(pid)
         self.running[pid] = (reply, pidfd, scratch)
-        self.by_reply[reply.fileno()] = pid
         self.selector.register(pidfd, selectors.EVENT_READ, lambda _f, p=pid: self._exited(p))
         self.selector.register(reply, selectors.EVENT_READ, lambda r, p=pid: self._told(r, p))
 
@@ -203,7 +201,6 @@ class Spawner:
             reply.send(f"exit {status}".encode())
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        self.by_reply.pop(reply.fileno(), None)
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(reply)
         reply.close()

@@ -262,17 +262,6 @@ def _close_hosts() -> None:
     _hosts.clear()
 
 
-@dataclass
-class Ended:
-    """A confined command's end: its raw wait status (None: killed by runner's timeout)."""
-
-    status: int
-
-    @property
-    def returncode(self) -> int:
-        return os.waitstatus_to_exitcode(self.status)
-
-
 async def run_confined(
     command: str,
     *,
@@ -285,9 +274,10 @@ async def run_confined(
     err: int,
     timeout: float | None,
     scratch: bool = True,
-) -> Ended | None:
+) -> int | None:
     """Run ``/bin/sh -c command`` (or ``direct``: a simple command's path, argv, environment
-    and redirections) confined; None when ``timeout`` ran out (the group is killed). A cancel
+    and redirections) confined: its raw wait status, or None when ``timeout`` ran out (the group
+    is killed). A cancel
     kills the group and propagates. Raises SandboxError when the spawner refuses it."""
     request = {
         "command": command,
@@ -365,10 +355,10 @@ def tool_dirs(search: str, root: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _ended(said: bytes) -> Ended:
+def _ended(said: bytes) -> int:
     word, _, rest = said.partition(b" ")
     if word == b"exit":
-        return Ended(int(rest))
+        return int(rest)
     if word == b"error":
         raise SandboxError(rest.decode(errors="replace"))
     raise SandboxError("the sandbox's spawner ended without saying how the command ended")

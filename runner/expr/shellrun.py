@@ -152,10 +152,10 @@ async def _run_confined(
                 err=err.fd,
                 timeout=timeout,
             )
-        code = None if ended is None else ended.returncode
+        code = None if ended is None else os.waitstatus_to_exitcode(ended)
         stderr = err.contents(keep)
         if direct is not None and ended is not None and code is not None and code < 0:
-            code, said = _as_dash_says(_Ended(ended.status))
+            code, said = _as_dash_says(_Ended(ended))
             stderr = (stderr + said)[-keep:] if keep else stderr + said
         return Finished(code, out.contents(keep), stderr)
 
