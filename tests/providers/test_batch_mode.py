@@ -195,7 +195,9 @@ def test_kill_9_while_uploading_validating_and_running_makes_one_batch(tmp_path:
         create_delay_s=5.0,
         # long enough that a runner started on a loaded machine still finds each state
         validate_s=8.0,
-        per_request_s=0.02,
+        # 3 s in progress: long enough to be seen there and killed; runner's looks at a batch
+        # back off (1, 2, 4 s...), so a longer one only makes the last apply wait longer
+        per_request_s=0.003,
     ) as server:
         assert isinstance(server, OpenAIBatchServer)
         _project(tmp_path, server.url, n, extra="batch_wait = 60")
@@ -393,7 +395,7 @@ def test_an_image_step_in_batch_mode_survives_kill_9(tmp_path: Path) -> None:
         tmp_path / "double",
         upload_delay_s=5.0,
         validate_s=3.0,
-        per_request_s=0.1,
+        per_request_s=0.05,  # 2 s in progress (see the test above)
         api_key=SECRET,
     ) as server:
         assert isinstance(server, OpenAIBatchServer)
