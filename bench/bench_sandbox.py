@@ -46,13 +46,13 @@ def unsandboxed(root: Path) -> None:
     )
 
 
-def apply_cold(root: Path) -> tuple[float, float]:
+def apply_cold(root: Path, extra: dict[str, str] | None = None) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run(
         [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "-q", "--jobs", "2"],
         cwd=root,
-        env={**ENV, "NO_COLOR": "1"},
+        env={**ENV, "NO_COLOR": "1", **(extra or {})},
         capture_output=True,
         text=True,
         check=False,
@@ -65,30 +65,43 @@ def apply_cold(root: Path) -> tuple[float, float]:
     return wall, cpu
 
 
+VARIANTS = {
+    "sandboxed": {},  # the spawner's C loop (runner/expr/_spawnc.c), where it was built
+    "python loop": {"RUNNER_SPAWNER": "python"},  # the same sandbox, the spawner's Python loop
+    "unsandboxed": {},  # `sandbox: false` on every step
+}
+
+
 def bench_shape(shape: str, n: int, rounds: int, where: Path) -> None:
-    cells: dict[str, list[tuple[float, float]]] = {"sandboxed": [], "unsandboxed": []}
+    cells: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     for r in range(rounds):
-        order = ["sandboxed", "unsandboxed"] if r % 2 == 0 else ["unsandboxed", "sandboxed"]
+        order = list(VARIANTS)
+        order = order[r % len(order) :] + order[: r % len(order)]  # rotated each round
         for variant in order:
             base = Path(tempfile.mkdtemp(prefix=f"bench-sandbox-{shape}-", dir=where))
             try:
                 WRITERS[shape](base, n)
                 if variant == "unsandboxed":
                     unsandboxed(base)
-                cells[variant].append(apply_cold(base))
+                cells[variant].append(apply_cold(base, VARIANTS[variant]))
             finally:
                 shutil.rmtree(base, ignore_errors=True)
-    on, off = cells["sandboxed"], cells["unsandboxed"]
-    walls = [a[0] / b[0] for a, b in zip(on, off, strict=True)]
-    cpus = [a[1] / b[1] for a, b in zip(on, off, strict=True)]
+    off = cells["unsandboxed"]
     print(
-        f"{shape:6} n={n:<5} in {where} ({_siblings(where)} rules beside it) sandboxed {statistics.median(x[0] for x in on):7.3f} s wall "
-        f"{statistics.median(x[1] for x in on):7.3f} s CPU | unsandboxed "
-        f"{statistics.median(x[0] for x in off):7.3f} s wall "
-        f"{statistics.median(x[1] for x in off):7.3f} s CPU | ratio wall "
-        f"{statistics.median(walls):.2f}x ({min(walls):.2f}-{max(walls):.2f}) CPU "
-        f"{statistics.median(cpus):.2f}x ({min(cpus):.2f}-{max(cpus):.2f})  rounds={rounds}"
+        f"{shape} n={n} in {where} ({_siblings(where)} rules beside it), rounds={rounds}: "
+        f"unsandboxed {statistics.median(x[0] for x in off):.3f} s wall "
+        f"{statistics.median(x[1] for x in off):.3f} s CPU"
     )
+    for variant in ("sandboxed", "python loop"):
+        on = cells[variant]
+        walls = [a[0] / b[0] for a, b in zip(on, off, strict=True)]
+        cpus = [a[1] / b[1] for a, b in zip(on, off, strict=True)]
+        print(
+            f"  {variant:12} {statistics.median(x[0] for x in on):7.3f} s wall "
+            f"{statistics.median(x[1] for x in on):7.3f} s CPU | vs unsandboxed: wall "
+            f"{statistics.median(walls):.2f}x ({min(walls):.2f}-{max(walls):.2f}) CPU "
+            f"{statistics.median(cpus):.2f}x ({min(cpus):.2f}-{max(cpus):.2f})"
+        )
 
 
 def _siblings(where: Path) -> int:
@@ -123,7 +136,7 @@ def micro(count: int = 500) -> None:
         print(f"sandbox here: {status().kind}")
         for command in ("true", "cat in.txt | wc -l"):
             plain = asyncio.run(each(command, False))
-            boxed = asyncio.run(each(command, True))
+            boxed = asyncio.run(each(command, True))  # (RUNNER_SPAWNER=python: its Python loop)
             print(
                 f"per command {command!r:22} confined {boxed:.3f} ms, plain {plain:.3f} ms, "
                 f"+{boxed - plain:.3f} ms"

@@ -11,9 +11,9 @@ names it from what the command said), it never becomes a stale reuse.
 How (Linux): runner starts one spawner (runner/expr/_spawner.py) per network setting, inside
 one ``bwrap`` each where bubblewrap can run -- its own pid namespace (no step sees runner's
 ``/proc/PID/environ`` or memory), and its own network namespace for steps without ``network:
-true``. The spawner forks each command and the child restricts itself with Landlock rules
-before it execs (runner/expr/landlock.py). A command costs the spawner a fork and a few hundred
-microseconds of rules; runner only sends a message, so its event loop never waits on an exec.
+true``. The spawner starts each command restricted by Landlock rules (its C loop, _spawnc.c,
+where it was built at install; else its Python loop); runner only sends a message, so its event
+loop never waits on an exec.
 Without bubblewrap (or where it cannot make namespaces), Landlock alone confines files and TCP;
 without Landlock (an old kernel, macOS) commands run unconfined, and ``status()`` says so once.
 """
@@ -24,7 +24,6 @@ import asyncio
 import atexit
 import contextlib
 import functools
-import json
 import os
 import re
 import shutil
@@ -145,7 +144,8 @@ class _Host:
             # counted as runner's children's, as when runner starts them itself)
         # Nothing of runner's environment (a provider's key, the cache's signing key): each
         # request carries its command's own; the spawner needs only where scratch goes.
-        env = {k: os.environ[k] for k in ("TMPDIR",) if k in os.environ}
+        # (RUNNER_SPAWNER=python: the Python loop even where the C one was built; for tests)
+        env = {k: os.environ[k] for k in ("TMPDIR", "RUNNER_SPAWNER") if k in os.environ}
         try:
             self.process = subprocess.Popen(
                 argv,
@@ -163,6 +163,7 @@ class _Host:
             theirs.close()
         self.control = ours
         self.lock = threading.Lock()
+        self.loop = ""  # which loop answers: "c" (_spawnc.c) or "python" (_spawner.py)
         self._ready()
 
     def _ready(self) -> None:
@@ -174,9 +175,11 @@ class _Host:
         except OSError:
             said = b""
         self.control.settimeout(None)
-        word, _, abi = said.partition(b" ")
+        word, _, rest = said.partition(b" ")
+        abi, _, loop = rest.partition(b" ")
         if word == b"ready" and abi.isdigit():
             _abi = int(abi)
+            self.loop = loop.decode()
         else:
             self.close()
             detail = b""
@@ -279,19 +282,15 @@ async def run_confined(
     and redirections) confined: its raw wait status, or None when ``timeout`` ran out (the group
     is killed). A cancel
     kills the group and propagates. Raises SandboxError when the spawner refuses it."""
-    request = {
-        "command": command,
-        "cwd": str(cwd),
-        "env": dict(env),
-        "direct": direct,
-        "root": confine.root,
-        "read": [*confine.read, *tool_dirs(env.get("PATH", ""), confine.root)],
-        "write": list(confine.write),
-        "write_dirs": list(confine.write_dirs),
-        "network": confine.network,
-        "scratch": scratch,
-    }
-    header = json.dumps(request, separators=(",", ":")).encode()
+    header = _header(
+        command,
+        cwd=str(cwd),
+        env=env,
+        direct=direct,
+        confine=confine,
+        read=[*confine.read, *tool_dirs(env.get("PATH", ""), confine.root)],
+        scratch=scratch,
+    )
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fds = [theirs.fileno(), stdin, out, err]
     memo = -1
@@ -301,7 +300,7 @@ async def run_confined(
             os.write(memo, header)
             os.lseek(memo, 0, os.SEEK_SET)
             fds.append(memo)
-            header = b"{}"
+            header = b"-"
         for attempt in (1, 2):  # a spawner that ended since it was last used: a new one
             host = _host(confine.network)
             try:
@@ -331,6 +330,42 @@ async def run_confined(
     finally:
         ours.close()
     return _ended(said)
+
+
+def _header(
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    direct: Mapping[str, object] | None,
+    confine: Confinement,
+    read: Iterable[str],
+    scratch: bool,
+) -> bytes:
+    """A request as the spawner reads it: fields of a tag byte, a value and a NUL
+    (runner/expr/_spawnc.c's comment lists the tags). A value holding a NUL cannot reach a
+    command (exec takes C strings): refused, as the shell would."""
+    fields = [b"c" + command.encode(errors="surrogateescape"), b"d" + os.fsencode(cwd)]
+    fields += [b"e" + os.fsencode(f"{k}={v}") for k, v in env.items()]
+    if confine.root:
+        fields.append(b"R" + os.fsencode(confine.root))
+        fields += [b"r" + os.fsencode(p) for p in read]
+        fields += [b"w" + os.fsencode(p) for p in confine.write]
+        fields += [b"W" + os.fsencode(p) for p in confine.write_dirs]
+    if confine.network:
+        fields.append(b"n")
+    if scratch:
+        fields.append(b"s")
+    if direct is not None:
+        fields.append(b"p" + os.fsencode(str(direct["path"])))
+        fields += [b"a" + os.fsencode(str(a)) for a in direct["argv"]]  # type: ignore[attr-defined]
+        exported: Mapping[str, str] = direct["env"]  # type: ignore[assignment]
+        fields += [b"E" + os.fsencode(f"{k}={v}") for k, v in exported.items()]
+        for fd, name, flags in direct["redirects"]:  # type: ignore[attr-defined]
+            fields.append(b"o" + f"{fd} {flags} ".encode() + os.fsencode(name))
+    if any(b"\0" in f for f in fields):
+        raise SandboxError("a command, its environment or a path holds a NUL byte")
+    return b"\0".join(fields) + b"\0"
 
 
 @functools.lru_cache(maxsize=64)

@@ -95,14 +95,18 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+_COMPILED = (".c", ".h", ".so")  # the spawner's C loop: its source in the sdist, built in the wheel
+
+
 def _package_data() -> set[str]:
-    """Every file under runner/ that is not Python source, as its path inside the package (a
-    linked folder's files under the link's name, as the wheel holds them)."""
+    """Every file under runner/ that is not Python or C source (or built from it), as its path
+    inside the package (a linked folder's files under the link's name, as the wheel holds
+    them)."""
     out = set()
     for folder, dirs, files in os.walk(REPO / "runner", followlinks=True):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         for name in files:
-            if not name.endswith((".py", ".pyc")):
+            if not name.endswith((".py", ".pyc", *_COMPILED)):
                 out.add((Path(folder) / name).relative_to(REPO).as_posix())
     return out
 
@@ -110,8 +114,17 @@ def _package_data() -> set[str]:
 def test_the_wheel_is_named_for_the_registry_and_holds_every_file_the_command_reads(
     built: Built,
 ) -> None:
-    assert built.wheel.name == f"runner_pipelines-{runner.__version__}-py3-none-any.whl"
     names = set(zipfile.ZipFile(built.wheel).namelist())
+    if sys.platform == "linux" and shutil.which("cc"):
+        # the sandbox spawner's C loop, built (setup.py): a wheel for this platform
+        tag = re.fullmatch(
+            rf"runner_pipelines-{re.escape(runner.__version__)}-(cp\d+)-(cp\d+)-linux_\w+\.whl",
+            built.wheel.name,
+        )
+        assert tag, built.wheel.name
+        assert any(re.fullmatch(r"runner/expr/_spawnc\..*\.so", n) for n in names), names
+    else:
+        assert built.wheel.name == f"runner_pipelines-{runner.__version__}-py3-none-any.whl"
     data = _package_data()
     # the schemas, the page's static files and templates, the image profiles, py.typed
     assert {
@@ -132,7 +145,9 @@ def test_the_sdist_holds_the_package_data_and_the_changelog(built: Built) -> Non
     with tarfile.open(built.sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert _package_data() - names == set()
-    assert {"README.md", "CHANGELOG.md", "pyproject.toml"} <= names
+    assert {"README.md", "CHANGELOG.md", "pyproject.toml", "setup.py"} <= names
+    # the C loop's sources, so that an install from the sdist builds it
+    assert {"runner/expr/_spawnc.c", "runner/expr/_spawnc_rules.c", "runner/expr/_spawnc.h"} <= names
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +206,17 @@ def test_a_fresh_venv_with_the_wheel_alone_runs_the_first_hour(
         check=True,
     ).stdout.strip()
     assert Path(where).is_relative_to(installed), where  # the wheel's copy, not this tree
+    if sys.platform == "linux" and shutil.which("cc"):  # the sandbox spawner's C loop came with it
+        compiled = subprocess.run(
+            [str(python), "-c", "import runner.expr._spawnc as c; print(c.__file__)"],
+            cwd=outside,
+            capture_output=True,
+            text=True,
+            env=_clean_env(),
+        )
+        assert compiled.returncode == 0 and Path(compiled.stdout.strip()).is_relative_to(
+            installed
+        ), compiled.stderr
 
     version = _run(installed, outside, "--version")
     assert version.returncode == 0, version.stderr

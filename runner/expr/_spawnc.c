@@ -1,0 +1,512 @@
+/* The sandbox's spawner loop in C: what runner/expr/_spawner.py does per command, without the
+ * interpreter's ~0.5 ms a command (issue 40's cost: the 1,000-step shell chain within 1.15x of
+ * unsandboxed).
+ *
+ * _spawner.py loads this module (when it was built: it is optional) and calls serve(FD, ABI),
+ * which never returns: it answers runner's requests on the SOCK_SEQPACKET socket FD until runner's
+ * end closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
+ * docstring); the request header is a list of fields, each a tag byte, a value and a NUL:
+ *
+ *   c command (for /bin/sh -c)    d working directory   e NAME=VALUE (the shell's environment)
+ *   R project root (Landlock on)  r path to read        w file to write   W directory to write
+ *   n network allowed             s scratch directory wanted
+ *   p direct start: program path  a its argv, in order  E its environment
+ *   o a redirection: "FD FLAGS NAME" (opened after the streams, in order)
+ *
+ * Each command is started by vfork: the child makes its own session, changes directory,
+ * restricts itself with the request's Landlock ruleset (which holds for it and all it starts),
+ * opens the redirections and execs; it shares the spawner's memory only until then, and touches
+ * nothing but its own locals and `child_errno`. The rulesets come from _spawnc_rules.c.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "_spawnc.h"
+
+#define MAX_HEADER (1 << 20)
+#define INLINE_MAX 65536
+#define SPARE 8
+
+/* -- a request ---------------------------------------------------------------------------- */
+
+static void push(Strings *s, const char *value) {
+    s->items = spawnc_grow(s->items, &s->cap, s->n + 2, sizeof(char *));
+    s->items[s->n++] = value;
+    s->items[s->n] = NULL; /* argv and environments end with NULL */
+}
+
+/* An environment's NAME=VALUE, replacing the variable's earlier value (execve's environment
+ * keeps the first of two). */
+static void set_variable(Strings *s, const char *entry) {
+    size_t name = (size_t)(strchr(entry, '=') - entry) + 1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (strncmp(s->items[i], entry, name) == 0) {
+            s->items[i] = entry;
+            return;
+        }
+    }
+    push(s, entry);
+}
+
+static void terminate(Strings *s) {
+    if (s->items == NULL) {
+        push(s, NULL);
+        s->n = 0;
+    }
+}
+
+static void request_free(Request *rq) {
+    free(rq->header);
+    free(rq->env.items);
+    free(rq->read.items);
+    free(rq->write.items);
+    free(rq->write_dirs.items);
+    free(rq->argv.items);
+    free(rq->direct_env.items);
+    free(rq->redirects);
+}
+
+static int parse(Request *rq, char *header, size_t size) {
+    memset(rq, 0, sizeof *rq);
+    rq->header = header;
+    if (size == 0 || header[size - 1] != '\0') return -1;
+    for (char *at = header; at < header + size;) {
+        char tag = *at;
+        char *value = at + 1;
+        at = value + strlen(value) + 1;
+        switch (tag) {
+        case 'c': rq->command = value; break;
+        case 'd': rq->cwd = value; break;
+        case 'R': rq->root = value; break;
+        case 'p': rq->path = value; break;
+        case 'n': rq->network = 1; break;
+        case 's': rq->scratch = 1; break;
+        case 'e': push(&rq->env, value); break;
+        case 'r': push(&rq->read, value); break;
+        case 'w': push(&rq->write, value); break;
+        case 'W': push(&rq->write_dirs, value); break;
+        case 'a': push(&rq->argv, value); break;
+        case 'E': push(&rq->direct_env, value); break;
+        case 'o': {
+            char *end;
+            long fd = strtol(value, &end, 10);
+            if (*end != ' ') return -1;
+            long flags = strtol(end + 1, &end, 10);
+            if (*end != ' ') return -1;
+            rq->redirects = spawnc_grow(rq->redirects, &rq->capredirects, rq->nredirects + 1,
+                                 sizeof(Redirect));
+            rq->redirects[rq->nredirects++] = (Redirect){(int)fd, (int)flags, end + 1};
+            break;
+        }
+        default: return -1;
+        }
+    }
+    if (rq->command == NULL || rq->cwd == NULL) return -1;
+    if (rq->path != NULL && rq->argv.n == 0) rq->path = NULL;
+    terminate(&rq->env);
+    terminate(&rq->direct_env);
+    return 0;
+}
+
+/* -- scratch directories ------------------------------------------------------------------ */
+
+static char *scratches; /* this spawner's own directory, made at the first scratch */
+static char *spare[SPARE];
+static int nspare;
+static unsigned made;
+
+static int is_empty(const char *path) {
+    DIR *dir = opendir(path);
+    if (dir == NULL) return 0;
+    struct dirent *entry;
+    int empty = 1;
+    while ((entry = readdir(dir)) != NULL) {
+        if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) {
+            empty = 0;
+            break;
+        }
+    }
+    closedir(dir);
+    return empty;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tree(const char *path) {
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* An empty scratch directory: one a finished command left empty (still empty now), else new.
+ * (A directory made and removed a command cost ext4 ~0.2 ms of wall.) */
+static char *take_scratch(void) {
+    while (nspare > 0) {
+        char *path = spare[--nspare];
+        if (is_empty(path)) return path;
+        remove_tree(path);
+        free(path);
+    }
+    if (scratches == NULL) {
+        const char *parent = getenv("TMPDIR");
+        if (parent == NULL || !*parent) parent = "/tmp";
+        char path[PATH_MAX];
+        for (int attempt = 0; attempt < 100 && scratches == NULL; attempt++) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            snprintf(path, sizeof path, "%s/runner-scratch-%d-%lld%09ld-%d", parent,
+                     (int)getpid(), (long long)t.tv_sec, t.tv_nsec, attempt);
+            if (mkdir(path, 0700) == 0)
+                scratches = strdup(path);
+            else if (errno != EEXIST)
+                return NULL;
+        }
+        if (scratches == NULL) return NULL;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%u", scratches, ++made);
+    if (mkdir(path, 0700) != 0) return NULL;
+    return strdup(path);
+}
+
+static void give_back(char *scratch) {
+    if (scratch == NULL) return;
+    if (nspare < SPARE && is_empty(scratch)) {
+        spare[nspare++] = scratch;
+        return;
+    }
+    remove_tree(scratch);
+    free(scratch);
+}
+
+/* -- starting a command ------------------------------------------------------------------- */
+
+static volatile int child_errno;      /* set by a vfork child that could not exec */
+static volatile const char *child_at; /* what it was doing */
+
+static const int default_signals[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGQUIT};
+
+/* The vfork child: in a frame of its own below start's (it shares start's memory until it
+ * execs), making only system calls, then exec or _exit. */
+__attribute__((noinline, noreturn)) static void child(const Request *rq, int ruleset, int in,
+                                                      int out, int err) {
+    sigset_t none;
+    sigemptyset(&none);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (size_t i = 0; i < sizeof default_signals / sizeof *default_signals; i++)
+        sigaction(default_signals[i], &dfl, NULL);
+    if (setsid() < 0) {
+        child_at = "setsid";
+        goto failed;
+    }
+    if (chdir(rq->cwd) != 0) {
+        child_at = rq->cwd;
+        goto failed;
+    }
+    if (ruleset >= 0) {
+        if (spawnc_restrict(ruleset) != 0) {
+            child_at = "landlock";
+            goto failed;
+        }
+    }
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
+        child_at = "dup2";
+        goto failed;
+    }
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (rq->path != NULL) { /* a simple command, started as dash would */
+        size_t i = 0;
+        for (; i < rq->nredirects; i++) {
+            const Redirect *r = &rq->redirects[i];
+            int fd = open(r->name, r->flags, 0666);
+            if (fd < 0) break;
+            if (fd != r->fd) {
+                int moved = dup2(fd, r->fd);
+                close(fd);
+                if (moved < 0) break;
+            }
+        }
+        if (i == rq->nredirects)
+            execve(rq->path, (char *const *)rq->argv.items, (char *const *)rq->direct_env.items);
+        /* dash does it again, and says why it fails in its own words */
+        for (size_t j = 0; j < i; j++)
+            if (rq->redirects[j].fd > 2) close(rq->redirects[j].fd);
+        if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
+            child_at = "dup2";
+            goto failed;
+        }
+    }
+    const char *argv[] = {"/bin/sh", "-c", rq->command, NULL};
+    execve("/bin/sh", (char *const *)argv, (char *const *)rq->env.items);
+    child_at = "/bin/sh";
+failed:
+    child_errno = errno ? errno : EINVAL;
+    _exit(127);
+}
+
+static pid_t start(const Request *rq, int ruleset, int in, int out, int err) {
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old); /* no handler of the spawner's runs in the child */
+    child_errno = 0;
+    child_at = NULL;
+    pid_t pid = vfork();
+    if (pid == 0) child(rq, ruleset, in, out, err);
+    int saved = errno;
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        errno = saved;
+        child_at = "vfork";
+        return -1;
+    }
+    if (child_errno != 0) {
+        waitpid(pid, NULL, 0);
+        errno = child_errno;
+        return -1;
+    }
+    return pid;
+}
+
+/* -- the loop ----------------------------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    int reply; /* -1 once runner stopped listening */
+    char *scratch;
+} Job;
+
+static Job *jobs;
+static size_t njobs, capjobs;
+static int epfd;
+
+static void kill_group(pid_t pid) { kill(-pid, SIGKILL); }
+
+static void say(int fd, const char *text) { send(fd, text, strlen(text), MSG_NOSIGNAL); }
+
+static void say_error(int fd, const char *what, int error) {
+    char text[PATH_MAX + 256];
+    if (what != NULL && what[0] == '/')
+        snprintf(text, sizeof text, "error [Errno %d] %s: '%s'", error, strerror(error), what);
+    else
+        snprintf(text, sizeof text, "error [Errno %d] %s%s%s", error, strerror(error),
+                 what ? " in " : "", what ? what : "");
+    say(fd, text);
+}
+
+static Job *job_of(pid_t pid) {
+    for (size_t i = 0; i < njobs; i++)
+        if (jobs[i].pid == pid) return &jobs[i];
+    return NULL;
+}
+
+static void stop_listening(Job *job) {
+    if (job->reply < 0) return;
+    epoll_ctl(epfd, EPOLL_CTL_DEL, job->reply, NULL);
+    close(job->reply);
+    job->reply = -1;
+}
+
+static void finish(Job *job, int status) {
+    kill_group(job->pid); /* what it left running in the background goes with it */
+    if (job->reply >= 0) {
+        char text[32];
+        snprintf(text, sizeof text, "exit %d", status);
+        say(job->reply, text); /* runner goes on first; the spawner tidies after */
+        stop_listening(job);
+    }
+    give_back(job->scratch);
+    *job = jobs[--njobs];
+    spawnc_prebuild();
+}
+
+static void shut_down(void) {
+    for (size_t i = 0; i < njobs; i++) kill_group(jobs[i].pid);
+    for (size_t i = 0; i < njobs; i++) waitpid(jobs[i].pid, NULL, 0);
+    if (scratches != NULL) remove_tree(scratches);
+    _exit(0);
+}
+
+static void reap(void) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) return;
+        Job *job = job_of(pid);
+        if (job != NULL) finish(job, status);
+    }
+}
+
+static void take_request(int control) {
+    char *buffer = malloc(INLINE_MAX);
+    if (buffer == NULL) _exit(70);
+    union {
+        char space[CMSG_SPACE(6 * sizeof(int))];
+        struct cmsghdr align;
+    } control_data;
+    struct iovec iov = {buffer, INLINE_MAX};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control_data.space;
+    msg.msg_controllen = sizeof control_data.space;
+    ssize_t got = recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+        free(buffer);
+        return;
+    }
+    if (got <= 0) shut_down(); /* runner is gone: nothing it started may outlive it */
+    int fds[6], nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (nfds < 6)
+                fds[nfds++] = fd;
+            else
+                close(fd);
+        }
+    }
+    if (nfds < 4) {
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        free(buffer);
+        return;
+    }
+    int reply = fds[0];
+    char *header = buffer;
+    size_t size = (size_t)got;
+    if (nfds > 4) { /* a large header travels in a memory file */
+        struct stat st;
+        free(buffer);
+        header = NULL;
+        if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_HEADER) {
+            header = malloc((size_t)st.st_size);
+            if (header == NULL) _exit(70);
+            size = 0;
+            while (size < (size_t)st.st_size) {
+                ssize_t n = pread(fds[4], header + size, (size_t)st.st_size - size, (off_t)size);
+                if (n <= 0) break;
+                size += (size_t)n;
+            }
+        }
+        for (int i = 4; i < nfds; i++) close(fds[i]);
+    }
+    Request rq;
+    char *scratch = NULL;
+    int ruleset = -1;
+    pid_t pid = -1;
+    if (header == NULL || parse(&rq, header, size) != 0) {
+        if (header == NULL) memset(&rq, 0, sizeof rq);
+        say(reply, "error malformed request");
+        goto done;
+    }
+    if (rq.scratch) {
+        scratch = take_scratch();
+        if (scratch == NULL) {
+            say_error(reply, "scratch directory", errno);
+            goto done;
+        }
+    }
+    char tmpdir[PATH_MAX + 8];
+    if (scratch != NULL) {
+        snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", scratch);
+        set_variable(&rq.env, tmpdir);
+        if (rq.path != NULL) set_variable(&rq.direct_env, tmpdir);
+    }
+    if (rq.root != NULL && *rq.root && spawnc_abi > 0) {
+        ruleset = spawnc_ruleset_for(&rq, scratch);
+        if (ruleset < 0) {
+            say_error(reply, "landlock", errno);
+            goto done;
+        }
+    }
+    pid = start(&rq, ruleset, fds[1], fds[2], fds[3]);
+    if (pid < 0) say_error(reply, (const char *)child_at, errno);
+done:
+    if (ruleset >= 0) close(ruleset);
+    for (int i = 1; i < 4; i++) close(fds[i]);
+    request_free(&rq);
+    if (pid < 0) {
+        close(reply);
+        give_back(scratch);
+        return;
+    }
+    jobs = spawnc_grow(jobs, &capjobs, njobs + 1, sizeof(Job));
+    jobs[njobs++] = (Job){pid, reply, scratch};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uint32_t)pid << 2 | 2};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, reply, &ev) != 0) stop_listening(&jobs[njobs - 1]);
+}
+
+static void told(pid_t pid) {
+    Job *job = job_of(pid);
+    if (job == NULL || job->reply < 0) return;
+    char said[64];
+    ssize_t n = recv(job->reply, said, sizeof said, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0 || (n == 4 && memcmp(said, "kill", 4) == 0)) kill_group(pid);
+    if (n <= 0) stop_listening(job); /* runner will not read the status */
+}
+
+static PyObject *serve(PyObject *self, PyObject *args) {
+    (void)self;
+    int control;
+    if (!PyArg_ParseTuple(args, "ii", &control, &spawnc_abi)) return NULL;
+    /* From here on no Python runs: the interpreter only loaded this. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int children = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (children < 0 || epfd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, control, &ev);
+    ev.data.u64 = 1;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, children, &ev);
+    struct epoll_event ready[16];
+    for (;;) {
+        int n = epoll_wait(epfd, ready, 16, -1);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            _exit(71);
+        }
+        for (int i = 0; i < n; i++) {
+            uint64_t what = ready[i].data.u64;
+            if (what == 0) {
+                take_request(control);
+            } else if (what == 1) {
+                struct signalfd_siginfo info;
+                while (read(children, &info, sizeof info) > 0) {
+                }
+                reap();
+            } else {
+                told((pid_t)(what >> 2));
+            }
+        }
+    }
+}
+
+static PyObject *abi(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return PyLong_FromLong(spawnc_probe_abi());
+}
+
+static PyMethodDef methods[] = {
+    {"serve", serve, METH_VARARGS, "serve(fd, abi): answer runner's requests; never returns"},
+    {"abi", abi, METH_NOARGS, "the kernel's Landlock ABI version (0: none)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_spawnc", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__spawnc(void) { return PyModule_Create(&module); }

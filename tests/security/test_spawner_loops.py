@@ -1,0 +1,189 @@
+"""The sandbox's spawner has two loops answering the same requests: the C one (_spawnc.c, built
+at install where there is a C compiler) and the Python one (_spawner.py, where it is not). Each
+confines and starts commands the same way: the same files refused and granted, the network, the
+scratch directory, direct starts and their fallback to the shell, large requests, timeouts and
+how a command ended. Real commands, real bubblewrap and Landlock, through run_shell."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.expr import confined
+from runner.expr.confined import Confinement, SandboxError, status
+from runner.expr.shellrun import Finished, run_shell
+
+pytestmark = pytest.mark.skipif(
+    not status().confines, reason=f"no sandbox on this machine: {status().note}"
+)
+
+_BUILT = importlib.util.find_spec("runner.expr._spawnc") is not None
+
+
+@pytest.fixture(params=["c", "python"])
+def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Spawners of one loop only, for the test (the C one where it was built)."""
+    if request.param == "c" and not _BUILT:
+        pytest.skip("the C loop was not built here (no C compiler at install)")
+    if request.param == "python":
+        monkeypatch.setenv("RUNNER_SPAWNER", "python")
+    else:
+        monkeypatch.delenv("RUNNER_SPAWNER", raising=False)
+    confined._close_hosts()
+    yield request.param
+    confined._close_hosts()
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project directory, the working directory (where simple commands start directly)."""
+    real = Path(os.path.realpath(tmp_path))
+    (real / "out").mkdir()
+    (real / "in.txt").write_text("declared\n")
+    (real / "notes.txt").write_text("not declared\n")
+    monkeypatch.chdir(real)
+    return real
+
+
+def _run(
+    command: str,
+    root: Path,
+    *,
+    read: tuple[str, ...] = (),
+    write: tuple[str, ...] = (),
+    network: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> Finished:
+    confine = Confinement(
+        str(root),
+        read=tuple(str(root / r) for r in read),
+        write=tuple(str(root / w) for w in write),
+        write_dirs=tuple({str((root / w).parent) for w in write}),
+        network=network,
+    )
+    env = {"PATH": os.environ["PATH"], **(env or {})}
+    return asyncio.run(run_shell(command, cwd=root, env=env, timeout=timeout, confine=confine))
+
+
+def test_the_loop_asked_for_is_the_one_that_answers(loop: str, root: Path) -> None:
+    assert _run("true", root).code == 0
+    assert {host.loop for host in confined._hosts.values()} == {loop}
+
+
+def test_where_a_c_compiler_is_the_c_loop_was_built_and_is_the_default(root: Path) -> None:
+    if sys.platform != "linux" or shutil.which("cc") is None:
+        pytest.skip("no C compiler here: the Python loop is the one")
+    assert _BUILT, "runner/expr/_spawnc.c was not built at install (setup.py's extension)"
+    confined._close_hosts()
+    try:
+        assert _run("true", root).code == 0
+        assert {host.loop for host in confined._hosts.values()} == {"c"}
+    finally:
+        confined._close_hosts()
+
+
+def test_reads_inside_the_project_only_what_is_declared(loop: str, root: Path) -> None:
+    done = _run("cat in.txt", root, read=("in.txt",))
+    assert (done.code, done.stdout) == (0, b"declared\n")
+    done = _run("cat notes.txt", root, read=("in.txt",))
+    assert done.code != 0 and b"Permission denied" in done.stderr
+    done = _run("cat in.txt | tr a-z A-Z", root, read=("in.txt",))  # through the shell
+    assert (done.code, done.stdout) == (0, b"DECLARED\n")
+
+
+def test_writes_only_the_declared_outputs(loop: str, root: Path) -> None:
+    done = _run("cat in.txt > out/a.txt", root, read=("in.txt",), write=("out/a.txt",))
+    assert done.code == 0, done
+    assert (root / "out/a.txt").read_text() == "declared\n"
+    done = _run("echo x > stray.txt", root, write=("out/a.txt",))
+    assert done.code != 0 and not (root / "stray.txt").exists()
+    done = _run("echo x >> in.txt", root, read=("in.txt",))
+    assert done.code != 0 and (root / "in.txt").read_text() == "declared\n"
+
+
+def test_a_direct_start_that_cannot_exec_is_run_by_the_shell(loop: str, root: Path) -> None:
+    tool = root / "tool"
+    tool.write_text("echo from the script > out/s.txt\n")  # no #!: exec refuses, sh runs it
+    tool.chmod(0o755)
+    done = _run("./tool", root, read=("tool",), write=("out/s.txt",))
+    assert done.code == 0, done
+    assert (root / "out/s.txt").read_text() == "from the script\n"
+    done = _run("./missing", root)
+    assert done.code == 127 and b"not found" in done.stderr
+
+
+def test_the_network_is_reached_only_when_allowed(loop: str, root: Path) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(10)
+    port = server.getsockname()[1]
+    call = (
+        f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\""
+    )
+    try:
+        assert _run(call, root).code != 0
+        assert _run(call, root, network=True).code == 0
+        server.accept()[0].close()
+    finally:
+        server.close()
+
+
+def test_the_scratch_directory_is_the_commands_own_and_replaces_tmpdir(
+    loop: str, root: Path
+) -> None:
+    done = _run('echo "$TMPDIR"; touch "$TMPDIR/made"', root, env={"TMPDIR": str(root)})
+    assert done.code == 0, done
+    scratch = done.stdout.decode().strip()
+    assert scratch and scratch != str(root)
+    deadline = time.monotonic() + 10  # (removed once runner has its answer)
+    while os.path.exists(f"{scratch}/made") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists(f"{scratch}/made"), "a scratch left with files is removed"
+    again = _run('echo "$TMPDIR"', root)
+    assert again.stdout.decode().strip() != scratch
+
+
+def test_a_large_request_travels_whole(loop: str, root: Path) -> None:
+    value = "v" * 100_000  # beyond what one message holds: the request goes in a memory file
+    done = _run('printf %s "$BIG" | wc -c', root, env={"BIG": value})
+    assert (done.code, done.stdout.strip()) == (0, b"100000")
+
+
+def test_how_a_command_ended_is_said_as_it_ended(loop: str, root: Path) -> None:
+    assert _run("exit 3", root).code == 3
+    assert _run("kill -TERM $$", root).code == -15
+    marker = f"47.{os.getpid()}1"
+    started = time.monotonic()
+    done = _run(f"sleep {marker} & sleep {marker}", root, timeout=0.5)
+    assert done.timed_out and time.monotonic() - started < 10
+    deadline = time.monotonic() + 10
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(marker), "a timed-out command's group outlived it"
+
+
+def test_a_missing_working_directory_is_said(loop: str, root: Path) -> None:
+    gone = root / "gone"
+    confine = Confinement(str(root))
+    with pytest.raises(OSError, match="No such file or directory"):
+        asyncio.run(run_shell("true", cwd=gone, env={"PATH": "/usr/bin:/bin"}, confine=confine))
+
+
+def test_a_nul_byte_never_reaches_a_request(root: Path) -> None:
+    with pytest.raises(SandboxError, match="NUL"):
+        _run("true", root, env={"X": "a\x00b"})
+
+
+def _running(marker: str) -> bool:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
+    return found.returncode == 0
