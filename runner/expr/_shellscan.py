@@ -59,6 +59,9 @@ class Scanner:
                 raise Unquotable(f"{where} is inside a quoted here-document, which expands nothing")
             if self.line.endswith("$") or (len(self.line) - len(self.line.rstrip("\\"))) % 2:
                 raise Unquotable(f"{where} follows a '$' or '\\' in a here-document")
+            if "$(" in self.line or "`" in self.line or "${" in self.line:
+                # (inside $(( )) bash evaluates it as arithmetic, running a subscript's $( ))
+                raise Unquotable(f"{where} follows $( ), ` or ${{ }} on its here-document line")
             self.line += "\x00"  # the value's place: this line is no delimiter
             return Place.HEREDOC
         if self.comment:

@@ -156,6 +156,10 @@ REFUSED = {
     "after-bash-arith": f"echo $[1] {V}",
     "after-heredoc-in-arith-command": f"(( 1 << 2 ))\n{V}",
     "after-subst-in-heredoc": f"cat <<EOF\n$(echo\nEOF\n)\necho {V}",
+    # bash evaluates a body's $(( )) as arithmetic (found by the fuzzer: a here-document whose
+    # delimiter line never comes, the rest of the command its body)
+    "arith-in-heredoc-body": f"cat <<EOF\n$(( {V} ))\nEOF",
+    "subst-in-heredoc-body": f"cat <<-EOF >/dev/null\n\t) (\n\tEOF; : $(( {V} ))",
     "after-amp-redirect": f": &>/dev/null; echo {V}",
     "after-pipe-amp": f"echo a |& cat; echo {V}",
     "case-in-position": f"case x {V} in x) :;; esac",
