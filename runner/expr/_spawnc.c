@@ -359,6 +359,7 @@ static void take_request(int control) {
         return;
     }
     if (got <= 0) shut_down(); /* runner is gone: nothing it started may outlive it */
+    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) got = -1; /* (runner never sends such) */
     int fds[6], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -372,7 +373,7 @@ static void take_request(int control) {
                 close(fd);
         }
     }
-    if (nfds < 4) {
+    if (nfds < 4 || got < 0) {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         free(buffer);
         return;

@@ -84,7 +84,13 @@ def test_the_loop_asked_for_is_the_one_that_answers(loop: str, root: Path) -> No
 def test_where_a_c_compiler_is_the_c_loop_was_built_and_is_the_default(root: Path) -> None:
     if sys.platform != "linux" or shutil.which("cc") is None:
         pytest.skip("no C compiler here: the Python loop is the one")
-    assert _BUILT, "runner/expr/_spawnc.c was not built at install (setup.py's extension)"
+    spec = importlib.util.find_spec("runner.expr._spawnc")
+    assert spec is not None and spec.origin, "runner/expr/_spawnc.c was not built at install"
+    built = os.path.getmtime(spec.origin)
+    sources = Path(confined.__file__).parent.glob("_spawnc*.[ch]")
+    assert all(os.path.getmtime(s) <= built for s in sources), (
+        "the C loop is older than its source: build it again (pip install -e .)"
+    )
     confined._close_hosts()
     try:
         assert _run("true", root).code == 0
