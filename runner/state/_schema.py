@@ -2,10 +2,10 @@
 do not edit (a test compares it with what the migrations build)."""
 # ruff: noqa: E501
 
-VERSION = 12
+VERSION = 13
 
 STATEMENTS: tuple[str, ...] = (
-    'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL)',
+    'CREATE TABLE "runs" (\n   "id" TEXT PRIMARY KEY,\n   "pipeline" TEXT,\n   "pipeline_file" TEXT,\n   "item" TEXT,\n   "status" TEXT,\n   "kind" TEXT,\n   "parent_run_id" TEXT,\n   "params" TEXT,\n   "created_at" REAL,\n   "finished_at" REAL,\n   "exit_code" INTEGER,\n   "current_phase" TEXT,\n   "reason" TEXT,\n   "provider_profile" TEXT,\n   "reference_asset" TEXT,\n   "pid" INTEGER,\n   "progress" TEXT\n, "cancel_requested" REAL, "repeats" TEXT)',
     'CREATE INDEX "idx_runs_pipeline_item"\n    ON "runs" ("pipeline", "item")',
     'CREATE TABLE "executions" (\n   "id" INTEGER PRIMARY KEY,\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "key" TEXT,\n   "status" TEXT,\n   "attempts" INTEGER,\n   "started_at" REAL,\n   "finished_at" REAL,\n   "duration_s" REAL,\n   "error" TEXT,\n   "output" TEXT,\n   "artifacts" TEXT,\n   "files" TEXT,\n   "report" TEXT,\n   "usage" TEXT,\n   "why" TEXT,\n   "pipeline" TEXT,\n   "key_parts" TEXT\n, "contract" TEXT, "worker" TEXT)',
     'CREATE INDEX "idx_executions_run_id_step_id"\n    ON "executions" ("run_id", "step_id")',
@@ -28,4 +28,5 @@ STATEMENTS: tuple[str, ...] = (
     'CREATE INDEX "idx_batch_items_key"\n    ON "batch_items" ("key")',
     'CREATE TABLE "forgotten_outputs" (\n   "path" TEXT,\n   "digest" TEXT,\n   "forgotten_at" REAL,\n   PRIMARY KEY ("path", "digest")\n)',
     'CREATE TABLE "labels" (\n   "run_id" TEXT,\n   "step_id" TEXT,\n   "element" INTEGER,\n   "label" TEXT,\n   PRIMARY KEY ("run_id", "step_id", "element")\n)',
+    'CREATE INDEX "idx_runs_pipeline_item_created_at"\n    ON "runs" ("pipeline", "item", "created_at")',
 )

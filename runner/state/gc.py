@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from . import batchbook, written
+from . import batchbook, repeats, written
 from .records import loads
 
 _HEX = re.compile(r"\b[0-9a-f]{64}\b")
@@ -175,16 +175,23 @@ def _collect(
     # Keys the kept runs resolve to: their cache entries must survive. By key, whatever the
     # step: a renamed step resolves to the result its key has under the id it had (journal.py
     # CachedResults).
+    # A deleted run's rows that a kept run repeats move to that run (state/repeats.py): they
+    # are a kept run's rows.
+    heirs = repeats.heirs(journal.conn, doomed)
     used = {
         (r["pipeline"], r["key"])
         for r in journal.query("SELECT pipeline, key, run_id FROM executions WHERE key IS NOT NULL")
-        if r["run_id"] not in doomed
+        if r["run_id"] not in doomed or r["run_id"] in heirs
     }
     doomed_execs: list[int] = []
     items = {r["id"]: r["item"] for r in runs}
     gone: set[tuple[str, str | None, str]] = set()  # (pipeline, item, step) results removed
     files_cells: list[str | None] = []  # of the executions deleted: their outputs
+    moved = 0  # rows of deleted runs that move to the runs repeating them (deleted with theirs)
     for rid in sorted(doomed):
+        if rid in heirs:
+            moved += len(journal.query("SELECT id FROM executions WHERE run_id=?", (rid,)))
+            continue
         for e in journal.query(
             "SELECT id, pipeline, step_id, key, status, files FROM executions WHERE run_id=?",
             (rid,),
@@ -195,7 +202,7 @@ def _collect(
             files_cells.append(e["files"])
             if e["status"] in ("completed", "partial"):
                 gone.add((e["pipeline"], items.get(rid), e["step_id"]))
-    result.executions_deleted = len(doomed_execs)
+    result.executions_deleted = len(doomed_execs) + moved
     result.decisions_forgotten = _forgotten_decisions(journal, doomed, used)
     batches = batchbook.droppable(journal, doomed)
     result.batches_deleted = len(batches)
@@ -204,6 +211,7 @@ def _collect(
             batchbook.drop(conn, batches)
     if not dry_run and doomed:
         with journal.transaction() as conn:
+            repeats.rehome(conn, heirs)
             for i in range(0, len(doomed_execs), 500):
                 chunk = doomed_execs[i : i + 500]
                 conn.execute(

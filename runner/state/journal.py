@@ -30,6 +30,7 @@ from .records import (
     now,
     orphaned_objects,
 )
+from .repeats import as_own, rows_run
 from .wal import wal_mode
 
 
@@ -132,7 +133,7 @@ class CachedResults:
             if latest is not None:
                 once: dict[Any, Any] = {}  # a text many rows repeat (a step id, "[]") held once
                 for step_id, key, output, *rest in conn.execute(
-                    _RESULTS_OF_RUN, (latest[0], pipeline)
+                    _RESULTS_OF_RUN, (rows_run(conn, latest[0]), pipeline)
                 ):
                     self._rows[(once.setdefault(step_id, step_id), key)] = (
                         key,
@@ -227,6 +228,13 @@ def _result(
     )
 
 
+# A run as its readers see it: every column but ``repeats``, where its execution rows are kept
+# (state/repeats.py), which only the journal's own readers follow.
+RUN_COLUMNS = (
+    "id, pipeline, pipeline_file, item, status, kind, parent_run_id, params, created_at, "
+    "finished_at, exit_code, current_phase, reason, provider_profile, reference_asset, pid, "
+    "progress, cancel_requested"
+)
 AMBIGUOUS_SHOWN = 10  # candidates an ambiguous run id prefix names
 
 
@@ -348,11 +356,13 @@ class Journal(CallLedger):
         """The run ``run_id`` names: its id, ``latest`` (the newest run), or a unique prefix of
         its id, as git takes commits. Raises NotFound; UsageError for a prefix several runs
         share, naming them (newest first)."""
-        row = self._one("SELECT * FROM runs WHERE id=?", (run_id,))
+        row = self._one(f"SELECT {RUN_COLUMNS} FROM runs WHERE id=?", (run_id,))
         if row is not None:
             return row
         if run_id == "latest":
-            row = self._one("SELECT * FROM runs ORDER BY created_at DESC, rowid DESC LIMIT 1")
+            row = self._one(
+                f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            )
             if row is None:
                 raise NotFound("no run yet: 'latest' names none", hint="runner apply makes one")
             return row
@@ -383,13 +393,13 @@ class Journal(CallLedger):
                 args.append(val)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         return self._all(
-            f"SELECT * FROM runs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM runs{clause} ORDER BY created_at DESC, rowid DESC LIMIT ?",
             (*args, limit),
         )
 
     def active_runs(self, pipeline: str, item: str | None) -> list[dict[str, Any]]:
         return self._all(
-            "SELECT * FROM runs WHERE pipeline=? AND item IS ? AND status IN "
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE pipeline=? AND item IS ? AND status IN "
             "('running','awaiting_human','awaiting_batch') ORDER BY created_at DESC",
             (pipeline, item),
         )
@@ -432,10 +442,19 @@ class Journal(CallLedger):
         return CachedResults(self.conn, pipeline, preload=preload, steps=steps)
 
     def executions(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (run_id,))
+        held = self.rows_run(run_id)
+        rows = self._all("SELECT * FROM executions WHERE run_id=? ORDER BY id", (held,))
+        if held != run_id:  # a no-op that repeats another's rows (state/repeats.py)
+            run = self._one("SELECT id, created_at, finished_at FROM runs WHERE id=?", (run_id,))
+            rows = as_own(rows, run or {"id": run_id, "created_at": None, "finished_at": None})
         for row in rows:
             self.fill_cached(row)
         return rows
+
+    def rows_run(self, run_id: str) -> str:
+        """The run whose execution rows are ``run_id``'s: itself, or the run it repeats (an
+        unchanged no-op journaled compactly, state/repeats.py)."""
+        return rows_run(self.conn, run_id)
 
     def fill_cached(self, row: dict[str, Any]) -> None:
         """A cached execution the no-op fast path journaled names its result by key only (its
@@ -464,7 +483,7 @@ class Journal(CallLedger):
         for row in self._all(
             "SELECT step_id, worker, COUNT(*) AS n FROM executions WHERE run_id=? "
             "AND worker IS NOT NULL GROUP BY step_id, worker",
-            (run_id,),
+            (self.rows_run(run_id),),
         ):
             out.setdefault(row["step_id"], {})[row["worker"]] = int(row["n"])
         return out

@@ -36,9 +36,10 @@ def record(journal: Journal, run_id: str, labels: Mapping[str, Mapping[int, str]
 
 def of_run(journal: Journal, run_id: str, step: str | None = None) -> dict[str, dict[int, str]]:
     """Step id -> element index -> label, as run ``run_id`` journaled them (of one step)."""
-    sql, args = "SELECT step_id, element, label FROM labels WHERE run_id=?", [run_id]
+    held = journal.rows_run(run_id)  # a no-op that repeats another's rows has its labels too
+    sql, args = "SELECT step_id, element, label FROM labels WHERE run_id=?", [held]
     if step is not None:
-        sql, args = sql + " AND step_id=?", [run_id, step]
+        sql, args = sql + " AND step_id=?", [held, step]
     out: dict[str, dict[int, str]] = {}
     for r in journal.query(sql, tuple(args)):
         out.setdefault(r["step_id"], {})[int(r["element"])] = r["label"]

@@ -253,6 +253,14 @@ def _m12_element_labels(db: Any) -> None:
     )
 
 
+def _m13_repeated_runs(db: Any) -> None:
+    # An unchanged re-apply the fingerprint answers, when the no-op before it journaled the
+    # same cached rows, names that run instead of writing them all again (state/repeats.py);
+    # the run before a no-op is found by an index that does not grow with the history.
+    db["runs"].add_column("repeats", str)
+    db["runs"].create_index(["pipeline", "item", "created_at"])
+
+
 TABLES = (
     "runs",
     "executions",
@@ -282,6 +290,7 @@ MIGRATIONS: list[Migration] = [
     _m10_override_identity,
     _m11_forgotten_outputs,
     _m12_element_labels,
+    _m13_repeated_runs,
 ]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StoreError
-from .journal import Journal
+from .journal import RUN_COLUMNS, Journal
 from .records import loads
 
 # The statuses of an execution that produced or reused a result (its key is the result's).
@@ -57,26 +57,45 @@ def _previous(journal: Journal, runs: Sequence[dict[str, Any]]) -> dict[str, dic
     return out
 
 
-def _ran_something(journal: Journal, ids: Sequence[str]) -> set[str]:
-    """Of ``ids``, the runs with an execution that was not answered from the cache."""
-    out: set[str] = set()
+def _held(journal: Journal, ids: Sequence[str]) -> dict[str, list[str]]:
+    """The run whose rows each of ``ids`` has (itself, or the run it repeats: state/repeats.py)
+    -> the ids that have them."""
+    out: dict[str, list[str]] = {}
+    seen: set[str] = set()
     for part in _chunks(ids):
         marks = ",".join("?" * len(part))
-        out.update(
-            r["run_id"]
-            for r in journal.query(
-                f"SELECT DISTINCT run_id FROM executions WHERE run_id IN ({marks}) "
-                "AND status<>'cached'",
-                tuple(part),
-            )
-        )
+        for r in journal.query(
+            f"SELECT id, COALESCE(repeats, id) AS held FROM runs WHERE id IN ({marks})",
+            tuple(part),
+        ):
+            out.setdefault(r["held"], []).append(r["id"])
+            seen.add(r["id"])
+    for i in ids:  # no run row: its own rows, if any
+        if i not in seen:
+            out.setdefault(i, []).append(i)
+    return out
+
+
+def _ran_something(journal: Journal, ids: Sequence[str]) -> set[str]:
+    """Of ``ids``, the runs with an execution that was not answered from the cache."""
+    held = _held(journal, ids)
+    out: set[str] = set()
+    for part in _chunks(sorted(held)):
+        marks = ",".join("?" * len(part))
+        for r in journal.query(
+            f"SELECT DISTINCT run_id FROM executions WHERE run_id IN ({marks}) "
+            "AND status<>'cached'",
+            tuple(part),
+        ):
+            out.update(held[r["run_id"]])
     return out
 
 
 def _results(journal: Journal, ids: Sequence[str]) -> dict[str, set[tuple[str, int, str]]]:
     """Run id -> its result keys by step and element."""
-    out: dict[str, set[tuple[str, int, str]]] = {i: set() for i in ids}
-    for part in _chunks(ids):
+    held = _held(journal, ids)
+    found: dict[str, set[tuple[str, int, str]]] = {h: set() for h in held}
+    for part in _chunks(sorted(held)):
         marks = ",".join("?" * len(part))
         for r in journal.query(
             f"SELECT run_id, step_id, element, key FROM executions WHERE run_id IN ({marks}) "
@@ -84,8 +103,8 @@ def _results(journal: Journal, ids: Sequence[str]) -> dict[str, set[tuple[str, i
             (*part, *_RESULT),
         ):
             element = -1 if r["element"] is None else int(r["element"])
-            out[r["run_id"]].add((r["step_id"], element, r["key"] or ""))
-    return out
+            found[r["run_id"]].add((r["step_id"], element, r["key"] or ""))
+    return {i: found[h] for h, named in held.items() for i in named}
 
 
 def _params(run: dict[str, Any]) -> Any:
@@ -111,9 +130,7 @@ def repeats(journal: Journal, runs: Sequence[dict[str, Any]]) -> dict[str, str |
     candidates = [
         r
         for r in candidates
-        if r["id"] in before
-        and _plain(before[r["id"]])
-        and _params(before[r["id"]]) == _params(r)
+        if r["id"] in before and _plain(before[r["id"]]) and _params(before[r["id"]]) == _params(r)
     ]
     ran = _ran_something(journal, [r["id"] for r in candidates])
     candidates = [r for r in candidates if r["id"] not in ran]
@@ -148,7 +165,7 @@ def fold(
         current = run["id"]
         while True:
             if current not in of:  # a run beyond the listed ones: read it
-                found = journal.query("SELECT * FROM runs WHERE id=?", (current,))
+                found = journal.query(f"SELECT {RUN_COLUMNS} FROM runs WHERE id=?", (current,))
                 if not found:
                     break
                 of.update(repeats(journal, found))

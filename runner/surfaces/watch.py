@@ -134,7 +134,7 @@ def _no_longer_hold(
     edited = any_active(state.journal, plan.name)
     # Only each result's files are needed: reading whole results (outputs, reports) was most
     # of a 1,000-step cycle's start. A pair not found does not hold (the step runs again).
-    rows = state.journal.conn.execute(_RESULT_FILES, (run_id, plan.name))
+    rows = state.journal.conn.execute(_RESULT_FILES, (state.journal.rows_run(run_id), plan.name))
     files: dict[tuple[str, str], str | None] = {(sid, key): text for sid, key, text in rows}
     hasher = FileHasher(state.journal)
 

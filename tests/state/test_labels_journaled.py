@@ -75,8 +75,10 @@ def test_a_journal_from_before_labels_were_kept_still_shows(project: Project) ->
     project.write("pipeline.yaml", PEOPLE)
     run_id = project.apply()["run"]["id"]
     db = sqlite3.connect(project.root / ".runner" / "journal.db", isolation_level=None)
-    try:  # as a journal of migration 11 was: no labels table
+    try:  # as a journal of migration 11 was: no labels table (nor migration 13's column)
         db.execute("DROP TABLE labels")
+        db.execute("DROP INDEX idx_runs_pipeline_item_created_at")
+        db.execute("ALTER TABLE runs DROP COLUMN repeats")
         db.execute("PRAGMA user_version=11")
     finally:
         db.close()

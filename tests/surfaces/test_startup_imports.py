@@ -114,6 +114,7 @@ APPLY = frozenset(
         "runner.state.objects",
         "runner.state.overrides",
         "runner.state.records",
+        "runner.state.repeats",
         "runner.state.wal",
         "runner.steps",
         "runner.steps.base",

@@ -87,7 +87,7 @@ def output_drift(journal: Any) -> list[Drift]:
             "ORDER BY c.id DESC LIMIT 1) AS files "
             "FROM executions e WHERE e.run_id=? AND e.status IN ('completed','cached') "
             "ORDER BY e.id",
-            (run["id"],),
+            (journal.rows_run(run["id"]),),
         )
         for row in rows:
             for rel, digest in (json.loads(row["files"] or "{}") or {}).items():

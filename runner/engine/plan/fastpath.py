@@ -19,6 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
+from stat import S_ISLNK
 from typing import Any
 
 from ... import __version__
@@ -228,8 +229,7 @@ def record(
         # (and the keys the no-op journals, element by element, as the full path does)
         "forecast": {
             "steps": [
-                _forecast_step(plan.steps[s], outcomes[s], report.labels.get(s))
-                for s in plan.order
+                _forecast_step(plan.steps[s], outcomes[s], report.labels.get(s)) for s in plan.order
             ],
             "max_cost": plan.limits.max_cost,
             "directory": str(plan.directory),
@@ -377,31 +377,47 @@ def check(
     except OSError:
         return None
     sha = hashlib.sha256(data).hexdigest()
+    began = time.time_ns()
     racy_before = int(doc["recorded_at_ns"]) - _RACY_NS
+    # Racily clean files whose content is checked now, yet changed before ``began``'s racy
+    # window: once this check holds, the fingerprint may vouch for them as of ``began`` (see
+    # ``_settled``), so the next no-op stats them instead of hashing them again.
+    settled = False
+    real = _RealPaths()
+    sigs: dict[str, list[int] | None] = {}  # a step's output is the next one's input: one stat
+    hashed: dict[str, str] = {}  # and one hash, when racily clean
+    for p, recorded in doc["workspace"].items():
+        # The normal path restores outputs and refuses one reached through a symlink pointing
+        # out of the root; a file merely existing there must not vouch for the run.
+        sig, where = real.sig_and_path(p)
+        sigs[p] = sig
+        if sig != recorded[:4] or where != recorded[5]:
+            return None
+        changed = _changed_ns(recorded)
+        if changed >= racy_before:
+            if _sha256(p) != recorded[4]:
+                return None
+            hashed[p] = recorded[4]
+            settled = settled or changed < began - _RACY_NS
     for p, recorded in doc["inputs"].items():
         if recorded[4] == _ABSENT:  # a key was made of its absence: it must still be missing
             if os.path.lexists(p):
                 return None
             continue
-        if _sig(p) != recorded[:4]:
+        if (sigs[p] if p in sigs else _sig(p)) != recorded[:4]:
             return None
         # Racily clean: written so close to the recording that a same-size rewrite within the
         # clock's granularity would keep its signature. Compare its content instead.
-        if _changed_ns(recorded) >= racy_before and _sha256(p) != recorded[4]:
-            return None
+        changed = _changed_ns(recorded)
+        if changed >= racy_before and hashed.get(p) != recorded[4]:  # (not hashed just now)
+            if _sha256(p) != recorded[4]:
+                return None
+            settled = settled or changed < began - _RACY_NS
     for p, sig in doc["configs"].items():
         if _sig(p) != sig:
             return None
     if doc["globs"] and not _same_matches(Path(doc["root"]), doc["globs"]):
         return None
-    real = _RealPaths()
-    for p, recorded in doc["workspace"].items():
-        # The normal path restores outputs and refuses one reached through a symlink pointing
-        # out of the root; a file merely existing there must not vouch for the run.
-        if _sig(p) != recorded[:4] or real(p) != recorded[5]:
-            return None
-        if _changed_ns(recorded) >= racy_before and _sha256(p) != recorded[4]:
-            return None
     objects = f"{state_dir}/objects"
     for d, sig in doc["objects"].items():
         if sig is None or _object_sig(f"{objects}/{d[:2]}/{d[2:]}") != sig:
@@ -414,13 +430,29 @@ def check(
             # no parse (best effort, as record is).
             if remember:
                 named.update(sha256=sha, sig=_sig(str(pipeline)))
-                _write(path, doc)
+                _write(path, _settled(doc, began) if settled else doc)
+                settled = False
         elif keyed is not None and keyed == named["keyed"]:
             # Only values no key depends on changed: the caller compiles the pipeline (the new
             # values must be valid), then calls ``validated``.
             doc["validate"] = {"sha256": sha, "document": document}
+            settled = False  # not yet known to hold
         else:
             return None
+    if settled and remember:
+        _write(path, _settled(doc, began))
+    return doc
+
+
+def _settled(doc: dict[str, Any], began: int) -> dict[str, Any]:
+    """``doc`` as of a check that began at ``began`` and held: racy git's remedy. Every file
+    the fingerprint names had its recorded signature then, and each racily clean one (changed
+    within ``_RACY_NS`` of the recording) its recorded content. A file whose signature is older
+    than ``began``'s window cannot be rewritten after ``began`` and keep that signature (a
+    write moves its ctime to ``began`` or later, less the clock's granularity), so from then on
+    its signature vouches for it: the next no-op hashes only what is still within the window
+    instead of every file the run wrote in its last two seconds, forever."""
+    doc["recorded_at_ns"] = began
     return doc
 
 
@@ -464,6 +496,20 @@ class _RealPaths:
     def __call__(self, path: str) -> str:
         return self._real_file(path, self._dir)
 
+    def sig_and_path(self, path: str) -> tuple[list[int] | None, str | None]:
+        """``_sig(path)`` and this object's ``(path)``, with one lstat for a file that is not
+        a symlink (its lstat is its stat); None, None when it is missing."""
+        head, leaf = os.path.split(path)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None, None
+        if leaf in ("", ".", "..") or S_ISLNK(st.st_mode):
+            return _sig(path), self(path)
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino], os.path.join(
+            self._dir(head), leaf
+        )
+
     def _dir(self, head: str) -> str:
         base = self._dirs.get(head)
         if base is None:
@@ -494,6 +540,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
     import sqlite3
 
     from ...errors import Busy
+    from ...state import repeats
     from ...state.interrupt import mark_interrupted
     from ...state.itemlock import try_hold
     from ...state.masked import MaskedConnection
@@ -521,46 +568,59 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
             # As a full apply does under the item lock: runs still marked running belong to
             # processes that died.
             mark_interrupted(conn, "pipeline=? AND item IS ?", (name, item))
-            conn.execute(
-                "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, "
-                "created_at, finished_at, exit_code, pid, progress, current_phase) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run_id,
-                    name,
-                    str(pipeline),
-                    item,
-                    "completed",
-                    "run",
-                    doc["params"],
-                    now,
-                    now,
-                    0,
-                    os.getpid(),
-                    doc["progress"],
-                    doc["phase"],
-                ),
-            )
             rows = _cached_rows(doc)
-            conn.executemany(
-                "INSERT INTO executions (run_id, step_id, element, key, status, pipeline, "
-                "started_at, finished_at, attempts, why) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        run_id,
-                        sid,
-                        el,
-                        key,
-                        "cached",
-                        name,
-                        now,
-                        now,
-                        0,
-                        "cached (fingerprint unchanged)",
-                    )
-                    for sid, el, key in rows
-                ],
+            # what each for_each element was called, as the full path journals it
+            named = {s["id"]: s["labels"] for s in doc["forecast"]["steps"] if s.get("labels")}
+            labeled = [
+                (step, int(element), label)
+                for step, by_element in named.items()
+                for element, label in by_element.items()
+            ]
+            # The no-op before it wrote these very rows: this run names that one's instead of
+            # writing them again (state/repeats.py).
+            repeated = repeats.repeatable(
+                conn,
+                pipeline=name,
+                item=item,
+                pipeline_file=str(pipeline),
+                params=doc["params"],
+                rows=rows,
+                labels=labeled,
             )
+            run_row = {
+                "id": run_id,
+                "pipeline": name,
+                "pipeline_file": str(pipeline),
+                "item": item,
+                "status": "completed",
+                "kind": "run",
+                "params": doc["params"],
+                "created_at": now,
+                "finished_at": now,
+                "exit_code": 0,
+                "pid": os.getpid(),
+                "progress": doc["progress"],
+                "current_phase": doc["phase"],
+            }
+            if repeated:
+                run_row["repeats"] = repeated
+            conn.execute(
+                f"INSERT INTO runs ({','.join(run_row)}) VALUES ({','.join('?' * len(run_row))})",
+                tuple(run_row.values()),
+            )
+            if not repeated:
+                conn.executemany(
+                    "INSERT INTO executions (run_id, step_id, element, key, status, pipeline, "
+                    "started_at, finished_at, attempts, why) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (run_id, sid, el, key, "cached", name, now, now, 0, repeats.WHY)
+                        for sid, el, key in rows
+                    ],
+                )
+                if labeled:
+                    from ...state import labels
+
+                    conn.executemany(labels.INSERT, [(run_id, *row) for row in labeled])
             events: list[tuple[str, float, str, str | None, int | None, str]] = [
                 (
                     run_id,
@@ -578,6 +638,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     ),
                 )
             ]
+            # json.dumps({"reason": "cached", "key": key}) spelt out: 0.4 us a row, not 1.8
             events += [
                 (
                     run_id,
@@ -585,7 +646,7 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     "StepSkipped",
                     sid,
                     None if el < 0 else el,
-                    json.dumps({"reason": "cached", "key": key}),
+                    '{"reason": "cached", "key": ' + json.dumps(key) + "}",
                 )
                 for sid, el, key in rows
             ]
@@ -604,14 +665,6 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                 "VALUES (?,?,?,?,?,?)",
                 events,
             )
-            # what each for_each element was called, as the full path journals it
-            named = {
-                s["id"]: s["labels"] for s in doc["forecast"]["steps"] if s.get("labels")
-            }
-            if named:
-                from ...state import labels
-
-                conn.executemany(labels.INSERT, labels.rows_of(run_id, named))
             conn.execute("COMMIT")
         finally:
             conn.close()

@@ -39,7 +39,7 @@ from typing import Any
 
 from ... import expr as ex
 from ...errors import RunnerError, UsageError
-from ...state.journal import CachedResults, Journal
+from ...state.journal import RUN_COLUMNS, CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...state.records import loads
 from .apply import run_async
@@ -83,7 +83,8 @@ def latest_runs(journal: Journal, run_id: str | None = None) -> list[dict[str, A
     seen: set[tuple[str, str | None]] = set()
     out: list[dict[str, Any]] = []
     for row in journal.query(
-        "SELECT * FROM runs WHERE status != 'running' ORDER BY created_at DESC, rowid DESC"
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE status != 'running' "
+        "ORDER BY created_at DESC, rowid DESC"
     ):
         where = (row["pipeline"], row["item"])
         if where not in seen:
@@ -113,7 +114,7 @@ def recorded_executions(journal: Journal, run: dict[str, Any]) -> list[Recorded]
     for row in journal.query(
         "SELECT step_id, element, key, status, output, artifacts, files, why FROM executions "
         "WHERE run_id=? AND status IN ('completed','cached') AND key IS NOT NULL ORDER BY id",
-        (run["id"],),
+        (journal.rows_run(run["id"]),),
     ):
         el = row["element"]
         element = None if el is None or el < 0 else int(el)

@@ -127,7 +127,7 @@ def kept_work(journal: Journal, run_id: str) -> dict[str, int]:
     rows = journal.query(
         "SELECT DISTINCT step_id, element FROM executions WHERE run_id=? "
         "AND status IN ('completed','cached')",
-        (run_id,),
+        (journal.rows_run(run_id),),
     )
     elements = sum(1 for r in rows if r["element"] is not None and int(r["element"]) >= 0)
     return {"steps": len(rows) - elements, "elements": elements}
