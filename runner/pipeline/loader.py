@@ -6,7 +6,6 @@ nearest valid one.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -65,6 +64,8 @@ class PipelineDoc:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    import difflib  # only for a mistake (~0.7 ms of every start-up otherwise)
+
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{match[0]}'?" if match else None
 

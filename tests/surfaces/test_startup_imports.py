@@ -44,8 +44,6 @@ APPLY = frozenset(
         "runner.engine.run.executors",
         "runner.engine.run.files",
         "runner.engine.run.foreach",
-        "runner.engine.run.gates",
-        "runner.engine.run.gatestep",
         "runner.engine.run.interpreter",
         "runner.engine.run.keys",
         "runner.engine.run.locate",

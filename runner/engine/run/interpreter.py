@@ -33,7 +33,6 @@ from ...state.canonical import CanonicalError
 from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...steps.base import ProviderAccess, StepEnv
-from . import gates, gatestep
 from .batchdesk import BatchDesk
 from .events import EventType, NullReporter, Reporter
 from .execution import Executions
@@ -140,6 +139,11 @@ class Interpreter(Executions):
         self.review_rows: dict[str, list[Any]] = {}
         self.next_reviews: dict[str, list[Any]] = {}
         self._only: frozenset[str] | None = None  # the first pass's steps (gatestep.first_pass)
+        # The plan's human gates (gatestep.is_gate, without importing the gate modules: a plan
+        # without one, most, never loads them; issue 43).
+        self._gates = frozenset(
+            s.id for s in plan.steps.values() if getattr(s.type, "is_gate", False)
+        )
         self._carried: dict[str, StepOutcome] = {}  # outcomes a later pass takes as they are
         self._reads: dict[str, set[str]] = {}
         self.reads: dict[str, list[str]] = {}  # read step -> what it read, for the fingerprint
@@ -199,7 +203,10 @@ class Interpreter(Executions):
 
     async def _apply(self) -> RunReport:
         plan = self.plan
-        gatestep.check_gates(plan)
+        if self._gates:
+            from . import gatestep
+
+            gatestep.check_gates(plan)
         self._say_sandbox()
         # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
         self.cached = self.journal.cached_results(
@@ -222,7 +229,10 @@ class Interpreter(Executions):
         self.recorder.flush_events()
         # A gate that was revised before may take that revision again: the first pass then
         # runs only what such gates read, so nothing else is made from the unrevised result.
-        self._only = gatestep.first_pass(plan, self.journal)
+        if self._gates:
+            from . import gatestep
+
+            self._only = gatestep.first_pass(plan, self.journal)
         for _ in range(MAX_PASSES):
             stopped = await self._pass(started)
             if stopped is not None:
@@ -285,6 +295,8 @@ class Interpreter(Executions):
         self.recorder.write_held()
         self.review_rows.update(self.next_reviews)
         self.next_reviews = {}
+        from . import gates  # (a pass after the first: the plan has gates)
+
         reviews = {t: r for t, rows in self.review_rows.items() if (r := gates.review_for(rows))}
         changed = {
             t for t in reviews.keys() | self.reviews.keys() if reviews.get(t) != self.reviews.get(t)
@@ -380,7 +392,9 @@ class Interpreter(Executions):
                     return self._record_outcome(
                         StepOutcome(step.id, StepStatus.SKIPPED, reason=reason)
                     )
-            if gatestep.is_gate(step):
+            if step.id in self._gates:
+                from . import gatestep
+
                 outcome = gatestep.run(self, step)
             elif step.for_each is not None:
                 outcome = await self._for_each(step)
@@ -467,7 +481,7 @@ class Interpreter(Executions):
         if carried is not None:
             self._set_phase(step)
             return self._record_outcome(carried)
-        if step.when is not None or step.for_each is not None or gatestep.is_gate(step):
+        if step.when is not None or step.for_each is not None or step.id in self._gates:
             return None
         if self.scheduler.blocked(step) is not None:
             return None
