@@ -2,8 +2,8 @@
  * interpreter's ~0.5 ms a command (issue 40's cost: the 1,000-step shell chain within 1.15x of
  * unsandboxed).
  *
- * _spawner.py loads this module (when it was built: it is optional) and calls serve(FD, ABI),
- * which never returns: it answers runner's requests on the SOCK_SEQPACKET socket FD until runner's
+ * The spawner's process (confined.py's _START) imports this module (when it was built: it is
+ * optional) and calls serve(FD), which says "ready ABI c" and never returns: it answers runner's requests on the SOCK_SEQPACKET socket FD until runner's
  * end closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
  * docstring); the request header is a list of fields, each a tag byte, a value and a NUL:
  *
@@ -453,11 +453,18 @@ static void told(pid_t pid) {
     if (n <= 0) stop_listening(job); /* runner will not read the status */
 }
 
+/* serve(FD): say "ready ABI c" on the control socket FD, then answer runner's requests. */
 static PyObject *serve(PyObject *self, PyObject *args) {
     (void)self;
     int control;
-    if (!PyArg_ParseTuple(args, "ii", &control, &spawnc_abi)) return NULL;
+    if (!PyArg_ParseTuple(args, "i", &control)) return NULL;
     /* From here on no Python runs: the interpreter only loaded this. */
+    signal(SIGINT, SIG_IGN); /* runner's ^C is runner's to handle */
+    fcntl(control, F_SETFD, FD_CLOEXEC);
+    spawnc_abi = (int)spawnc_probe_abi();
+    char hello[32];
+    snprintf(hello, sizeof hello, "ready %d c", spawnc_abi);
+    say(control, hello);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -495,14 +502,8 @@ static PyObject *serve(PyObject *self, PyObject *args) {
     }
 }
 
-static PyObject *abi(PyObject *self, PyObject *args) {
-    (void)self, (void)args;
-    return PyLong_FromLong(spawnc_probe_abi());
-}
-
 static PyMethodDef methods[] = {
-    {"serve", serve, METH_VARARGS, "serve(fd, abi): answer runner's requests; never returns"},
-    {"abi", abi, METH_NOARGS, "the kernel's Landlock ABI version (0: none)"},
+    {"serve", serve, METH_VARARGS, "serve(fd): answer runner's requests; never returns"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,12 +1,12 @@
 """The sandbox's spawner: a small process that starts runner's commands, each confined.
 
-Started by runner (runner/expr/confined.py) with ``python -I -S``, which loads this file by
-its path (its bytecode cached) and calls ``main(FD)``, inside one ``bwrap`` per apply where
-there is bubblewrap (its own pid namespace, whose pid 1 it is, and its own network namespace
-unless steps may reach the network), else directly. It is not imported as part of the package:
-it uses only the standard library and, beside it, ``landlock.py`` and the C loop ``_spawnc``, so
-it starts in ~20 ms of CPU and holds nothing of runner's (no key, no journal, no environment of
-runner's, no other step's environment but the request it is serving).
+Started by runner (runner/expr/confined.py) with ``python -I -S``, which runs the C loop where
+it was built, else loads this file by its path (its bytecode cached) and calls ``main(FD)``;
+inside one ``bwrap`` per apply where there is bubblewrap (its own pid namespace, whose pid 1 it
+is, and its own network namespace unless steps may reach the network), else directly. It is not
+imported as part of the package: it uses only the standard library and ``landlock.py`` beside
+it, so it starts in ~20 ms of CPU (the C loop in ~7) and holds nothing of runner's (no key, no
+journal, no environment of runner's, no other step's environment but the request it serves).
 
 Two loops answer the same requests: the C one (_spawnc.c, _spawnc_rules.c; built at install
 where there is a C compiler: ~0.1 ms a command) and, where it was not built, the Python one
@@ -430,31 +430,10 @@ def _kill(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _compiled() -> Any:
-    """The C loop (_spawnc.c) built beside this file, or None where it was not built."""
-    import importlib.machinery
-
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(_HERE, "_spawnc" + suffix)
-        if os.path.exists(path):
-            spec = importlib.util.spec_from_file_location("_spawnc", path)
-            if spec is None or spec.loader is None:
-                return None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-    return None
-
-
 def main(fd: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # runner's ^C is runner's to handle
     control = socket.socket(fileno=int(fd if fd is not None else sys.argv[1]))
     os.set_inheritable(control.fileno(), False)
-    compiled = None if os.environ.get("RUNNER_SPAWNER") == "python" else _compiled()
-    if compiled is not None:
-        abi = compiled.abi()
-        control.send(f"ready {abi} c".encode())
-        compiled.serve(control.detach(), abi)  # (never returns)
     spawner = Spawner(control)
     control.send(f"ready {spawner.abi} python".encode())
     spawner.serve()
