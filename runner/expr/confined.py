@@ -259,6 +259,21 @@ def _host(network: bool) -> _Host:
         return host
 
 
+def warm(networks: Iterable[bool]) -> None:
+    """Start the spawners for these network settings now, in a thread, so that the engine's
+    work before its first command hides their start (~7 ms of CPU, 20-30 ms of wall). A
+    spawner that cannot start is left to the first command, which says why."""
+    if not status().confines:
+        return
+
+    def start() -> None:
+        for network in sorted(set(networks)):
+            with contextlib.suppress(OSError, SandboxError):
+                _host(network)
+
+    threading.Thread(target=start, name="runner-sandbox-warm", daemon=True).start()
+
+
 def _forget(host: _Host) -> None:
     """A spawner that stopped answering: closed, and not handed out again."""
     with _hosts_lock:

@@ -141,6 +141,11 @@ class CachedResults:
                         *(once.setdefault(v, v) for v in rest),
                     )  # (the latest of a key last)
 
+    @property
+    def first_run(self) -> bool:
+        """Whether no step of the pipeline has a result yet (every step will run)."""
+        return self._fresh_pipeline
+
     def get(self, where: tuple[str, str], *, keep: bool = True) -> CachedResult | None:
         """The result for (step_id, key), or None. ``keep`` False: not remembered for a later
         ask (which queries again), as a for_each's element, which asks once, needs."""

@@ -193,3 +193,42 @@ def test_a_nul_byte_never_reaches_a_request(root: Path) -> None:
 def _running(marker: str) -> bool:
     found = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
     return found.returncode == 0
+
+
+def test_a_first_apply_starts_its_spawner_beside_its_work_and_a_reusing_one_starts_none(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import Project
+
+    project = Project(tmp_path)
+    project.write("runner.toml", "")
+    project.write(
+        "pipeline.yaml",
+        """\
+        runner: 1
+        name: warm
+        steps:
+          first:
+            uses: shell
+            with:
+              run: echo one > out/one.txt
+              outputs: [out/one.txt]
+          never:
+            uses: shell
+            needs: [first]
+            when: "${{ 1 == 2 }}"
+            with:
+              run: echo two > out/two.txt
+              outputs: [out/two.txt]
+        """,
+    )
+    confined._close_hosts()
+    try:
+        assert project.apply()["_exit"] == 0
+        assert confined._hosts, "a first apply starts the spawner"
+        confined._close_hosts()
+        doc = project.apply()
+        assert doc["_exit"] == 0 and {s["status"] for s in doc["steps"]} <= {"cached", "skipped"}
+        assert not confined._hosts, "an apply that reuses every command's step started a spawner"
+    finally:
+        confined._close_hosts()

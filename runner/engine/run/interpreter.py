@@ -172,6 +172,17 @@ class Interpreter(Executions):
         if said is not None:
             self.emit_warning(said)
 
+    def _warm_sandbox(self) -> None:
+        """On a pipeline's first run, start the sandbox's spawners beside the work before the
+        first command (a later run starts one at its first command: it may reuse them all)."""
+        if not self.cached.first_run:
+            return
+        steps = [s for s in self.plan.steps.values() if s.sandbox and runs_commands(s)]
+        if steps:
+            from ...expr.confined import warm
+
+            warm({s.network for s in steps})
+
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
@@ -213,6 +224,7 @@ class Interpreter(Executions):
             plan.name, preload=not self.options.reuse, steps=plan.steps.keys()
         )
         self.edited_steps = overrides.any_active(self.journal, plan.name)
+        self._warm_sandbox()
         started = time.time()
         item = self.options.item
         if plan.uses_collections:
