@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cache
 from pathlib import Path
 
 # C0 controls (but tab), DEL, C1 controls (ESC's 8-bit forms), the Unicode line and paragraph
@@ -16,13 +17,19 @@ from pathlib import Path
 # a line read as something else, and lone surrogates (a file name that is not UTF-8 arrives
 # as U+DCxx: a terminal cannot be sent one, and printing it raised UnicodeEncodeError).
 _CLASS = "\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_UNSAFE = re.compile(f"[\x00-\x08\x0a{_CLASS}]")
-_UNSAFE_KEEP_NL = re.compile(f"[\x00-\x08{_CLASS}]")
+_UNSAFE = f"[\x00-\x08\x0a{_CLASS}]"
+_UNSAFE_KEEP_NL = f"[\x00-\x08{_CLASS}]"
 _NAMED = {"\n": "\\n", "\r": "\\r", "\x1b": "\\e"}
 
 # What JSON may not carry raw to a terminal: json.dumps(ensure_ascii=False) escapes only
 # U+0000-U+001F, '"' and '\\'; these become \\uXXXX escapes, the same JSON data.
-_JSON_UNSAFE = re.compile(f"[{_CLASS}]")
+_JSON_UNSAFE = f"[{_CLASS}]"
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """Each pattern compiled when first used (~0.2 ms each; a process prints one kind or two)."""
+    return re.compile(pattern)
 
 
 def _visible(m: re.Match[str]) -> str:
@@ -36,20 +43,20 @@ def safe(value: object, *, lines: bool = False) -> str:
     first is indented so it cannot pass for a line of runner's own."""
     text = str(value)
     if not lines:
-        return _UNSAFE.sub(_visible, text)
-    return _UNSAFE_KEEP_NL.sub(_visible, text).replace("\n", "\n  ")
+        return _compiled(_UNSAFE).sub(_visible, text)
+    return _compiled(_UNSAFE_KEEP_NL).sub(_visible, text).replace("\n", "\n  ")
 
 
 def safe_block(text: str) -> str:
     """A multi-line document runner composed (a run's summary, a graph): its layout stays,
     control characters its data carried become visible."""
-    return _UNSAFE_KEEP_NL.sub(_visible, text)
+    return _compiled(_UNSAFE_KEEP_NL).sub(_visible, text)
 
 
 def safe_json(text: str) -> str:
     """JSON text (written with ensure_ascii=False) with every character a terminal would act
     on written as a \\uXXXX escape: a reader gets the same data back."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+    return _compiled(_JSON_UNSAFE).sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def shown_path(path: Path, cwd: Path | None = None) -> str:
