@@ -214,7 +214,7 @@ class AnthropicProvider(HttpProvider):
         reply = self.json_of(resp)
         remote = reply.get("id") or resp.headers.get("request-id")
         if request.tracker is not None and isinstance(remote, str) and remote:
-            request.tracker.remote(remote)
+            request.tracker.remote(remote, answered=True)
         return self.result(reply, body, wrapped, f"POST {url}")
 
     def result(

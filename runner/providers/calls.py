@@ -159,7 +159,7 @@ def tracker(ledger: Any, key: str) -> CallTracker:
         return CallTracker()
     return CallTracker(
         on_sent=lambda: ledger.sent(key),
-        on_remote=lambda job: ledger.remote_id(key, job),
+        on_remote=lambda job, durable: ledger.remote_id(key, job, durable=durable),
         settle=lambda: ledger.durable(stops=False),
     )
 

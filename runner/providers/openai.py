@@ -242,7 +242,7 @@ class OpenAIProvider(HttpProvider):
         # The backend's id for the call (a support ticket names it): the reply's, else the header.
         remote = reply.get("id") or resp.headers.get("x-request-id")
         if request.tracker is not None and isinstance(remote, str) and remote:
-            request.tracker.remote(remote)
+            request.tracker.remote(remote, answered=True)
         return reply
 
     # --- images -----------------------------------------------------------------------------

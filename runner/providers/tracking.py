@@ -22,7 +22,7 @@ class CallTracker:
         self,
         *,
         on_sent: Callable[[], object] | None = None,
-        on_remote: Callable[[str], object] | None = None,
+        on_remote: Callable[[str, bool], object] | None = None,
         settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._on_sent = on_sent
@@ -46,10 +46,14 @@ class CallTracker:
         if self._settle is not None:
             await self._settle()
 
-    def remote(self, job_id: str) -> None:
-        """The backend named this call's job (a ComfyUI prompt_id, an OpenAI response id)."""
+    def remote(self, job_id: str, *, answered: bool = False) -> None:
+        """The backend named this call's job (a ComfyUI prompt_id, an OpenAI response id).
+
+        Journaled at once (committed) when the call will wait on the job; ``answered``: the id
+        came with the call's reply, whose result the step records next, so it is committed
+        with that result (``on_remote(job_id, durable)`` is told which)."""
         if job_id == self.remote_id:
             return
         self.remote_id = job_id
         if self._on_remote is not None:
-            self._on_remote(job_id)
+            self._on_remote(job_id, not answered)

@@ -106,9 +106,16 @@ class CallLedger(BatchedJournal):
             durable=False,  # settled by the HTTP layer before the request's first byte goes out
         )
 
-    def call_remote_id(self, key: str, remote_id: str) -> None:
-        """The backend's id of call ``key`` (its job), journaled before the call waits on it."""
-        self._ledger("UPDATE calls SET remote_id=? WHERE key=?", (remote_id, key), stops=False)
+    def call_remote_id(self, key: str, remote_id: str, *, durable: bool = True) -> None:
+        """The backend's id of call ``key`` (its job), journaled before the call waits on it;
+        ``durable=False``: an id that came with the reply (an OpenAI completion's), committed
+        with the result the step records next (a commit per call less)."""
+        self._ledger(
+            "UPDATE calls SET remote_id=? WHERE key=?",
+            (remote_id, key),
+            stops=False,
+            durable=durable,
+        )
 
     def complete_call(self, key: str, result: Mapping[str, Any]) -> None:
         # The result names an object: durable before it is recorded (a batch's COMMIT makes it

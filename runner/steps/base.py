@@ -27,7 +27,8 @@ class Ledger(Protocol):
     ``completed(key)`` returns the stored result of a key that finished (never call it again);
     ``record(key)`` the whole record (status, error, attempts, submitted_at, remote_id) or None;
     ``begin(key, meta)`` records it in-flight; ``sent(key)`` notes a request that reached the
-    backend and ``remote_id(key, id)`` the backend's job id, both at once; ``complete(key,
+    backend and ``remote_id(key, id)`` the backend's job id, both at once (``durable=False``: an
+    id that came with the reply, committed with the result recorded next); ``complete(key,
     result)`` records the result; ``fail(key, error, status)`` a failure, where ``status`` is a
     CallStatus value ("failed", or "maybe_executed" when the reply was lost after sending).
     ``note_remote_job(key, job)`` journals the job a job-queue backend runs for the key (before
@@ -49,7 +50,7 @@ class Ledger(Protocol):
 
     async def durable(self, *, stops: bool = True) -> None: ...
 
-    def remote_id(self, key: str, remote_id: str) -> None: ...
+    def remote_id(self, key: str, remote_id: str, *, durable: bool = True) -> None: ...
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None: ...
 

@@ -51,7 +51,7 @@ class MemoryLedger:
     async def durable(self, *, stops: bool = True) -> None:
         return  # every entry is "committed" as it is made
 
-    def remote_id(self, key: str, remote_id: str) -> None:
+    def remote_id(self, key: str, remote_id: str, *, durable: bool = True) -> None:
         self.ops.append(("remote_id", key))
         self.entries[key]["remote_id"] = remote_id
 

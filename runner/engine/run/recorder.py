@@ -87,8 +87,8 @@ class JournalLedger:
             if stops:
                 raise
 
-    def remote_id(self, key: str, remote_id: str) -> None:
-        self.journal.call_remote_id(key, remote_id)
+    def remote_id(self, key: str, remote_id: str, *, durable: bool = True) -> None:
+        self.journal.call_remote_id(key, remote_id, durable=durable)
 
     def complete(self, key: str, result: Mapping[str, Any]) -> None:
         if self.spend is not None:  # its usage in one shape, journaled with it (spend.py)
