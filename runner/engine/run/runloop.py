@@ -28,6 +28,8 @@ T = TypeVar("T")
 GRACE_S = 2.0  # leftover tasks, cancelled, have this long to stop
 FORCE_S = 5.0  # after a signal the process ends within this, whatever still runs
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The cyclic collector's thresholds while a run lasts (see run_async).
+RUN_GC_THRESHOLDS = (100_000, 50, 100)
 
 
 class _Stopper:
@@ -107,7 +109,7 @@ def run_async(coro: Coroutine[Any, Any, T], *, on_force: Callable[[], None] | No
     # cyclic collector's default 700-allocation threshold re-walks it over and over (~15% of a
     # 10,000-element for_each); the engine's own structures are acyclic, so collect rarely.
     thresholds = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
+    gc.set_threshold(*RUN_GC_THRESHOLDS)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     stopper: _Stopper | None = None
