@@ -9,6 +9,7 @@ would forget which calls were paid for); the repair gets the project applying ag
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import Project
+from tests.conftest import REPO, Project
 from tests.review.test_thumbnail import apply as thumb_apply
 from tests.review.test_thumbnail import cli as thumb_cli
-from tests.review.test_thumbnail import thumbs  # noqa: F401  # the fixture
 
 CORPUS = Path(__file__).parent.parent / "store_corpus" / "damaged_journals.yaml"
 CASES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text(encoding="utf-8"))
@@ -69,13 +69,25 @@ def _no_traceback(res: Any) -> None:
     assert "runner hit a bug" not in res.stderr, res.stderr
 
 
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The thumbnail project after one small apply, made once: each case damages a copy."""
+    root = tmp_path_factory.mktemp("applied")
+    (root / "pipelines").mkdir()
+    shutil.copy(REPO / "pipelines" / "thumbnail.yaml", root / "pipelines" / "thumbnail.yaml")
+    shutil.copytree(REPO / "prompts" / "thumbnail", root / "prompts" / "thumbnail")
+    first = thumb_apply(Project(root), *SMALL)
+    assert first["_exit"] == 0
+    return root, first["run"]["id"]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_damaged_journal_gets_a_message_and_a_way_forward(
-    thumbs: Project, case: dict[str, Any]  # noqa: F811
+    applied: tuple[Path, str], tmp_path: Path, case: dict[str, Any]
 ) -> None:
-    first = thumb_apply(thumbs, *SMALL)
-    assert first["_exit"] == 0
-    run_id = first["run"]["id"]
+    pristine, run_id = applied
+    thumbs = Project(tmp_path / "project")
+    shutil.copytree(pristine, thumbs.root)  # the journal with its -wal, byte for byte
     journal = thumbs.root / ".runner" / "journal.db"
     damage_journal(journal, case)
     results = {
