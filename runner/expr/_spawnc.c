@@ -188,6 +188,19 @@ static volatile const char *child_at; /* what it was doing */
 
 static const int default_signals[] = {SIGPIPE, SIGXFSZ, SIGINT, SIGQUIT};
 
+/* The descriptor limit the spawner was started with, which its commands get back: the spawner
+ * raises its own to the hard limit, so that a root's base grants stay open (a soft limit of
+ * 1,024 would have a project beside a thousand entries open each of them for every command). */
+static struct rlimit nofile;
+static int nofile_raised;
+
+static void raise_nofile(void) {
+    if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur >= nofile.rlim_max) return;
+    struct rlimit raised = nofile;
+    raised.rlim_cur = nofile.rlim_max > (1 << 20) ? (1 << 20) : nofile.rlim_max;
+    nofile_raised = setrlimit(RLIMIT_NOFILE, &raised) == 0;
+}
+
 /* The vfork child: in a frame of its own below start's (it shares start's memory until it
  * execs), making only system calls, then exec or _exit. */
 __attribute__((noinline, noreturn)) static void child(const Request *rq, int ruleset, int in,
@@ -199,6 +212,7 @@ __attribute__((noinline, noreturn)) static void child(const Request *rq, int rul
     dfl.sa_handler = SIG_DFL;
     for (size_t i = 0; i < sizeof default_signals / sizeof *default_signals; i++)
         sigaction(default_signals[i], &dfl, NULL);
+    if (nofile_raised) setrlimit(RLIMIT_NOFILE, &nofile);
     if (setsid() < 0) {
         child_at = "setsid";
         goto failed;
@@ -461,6 +475,7 @@ static PyObject *serve(PyObject *self, PyObject *args) {
     /* From here on no Python runs: the interpreter only loaded this. */
     signal(SIGINT, SIG_IGN); /* runner's ^C is runner's to handle */
     fcntl(control, F_SETFD, FD_CLOEXEC);
+    raise_nofile();
     spawnc_abi = (int)spawnc_probe_abi();
     char hello[32];
     snprintf(hello, sizeof hello, "ready %d c", spawnc_abi);

@@ -232,3 +232,31 @@ def test_a_first_apply_starts_its_spawner_beside_its_work_and_a_reusing_one_star
         assert not confined._hosts, "an apply that reuses every command's step started a spawner"
     finally:
         confined._close_hosts()
+
+
+def test_beside_many_entries_under_a_low_descriptor_limit_commands_keep_that_limit(
+    loop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip("a hard descriptor limit this low leaves nothing to raise")
+    crowd = Path(os.path.realpath(tmp_path))
+    for i in range(1500):  # the project's siblings: base grants, one descriptor each
+        (crowd / f"sibling-{i}").touch()
+    root = crowd / "project"
+    (root / "out").mkdir(parents=True)
+    (root / "in.txt").write_text("declared\n")
+    (root / "notes.txt").write_text("not declared\n")
+    monkeypatch.chdir(root)
+    confined._close_hosts()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        done = _run("cat in.txt; ulimit -n", root, read=("in.txt",))
+        assert (done.code, done.stdout) == (0, b"declared\n1024\n"), done
+        assert _run("cat notes.txt", root, read=("in.txt",)).code != 0
+        assert (crowd / "sibling-7").exists() and _run(f"cat {crowd}/sibling-7", root).code == 0
+    finally:
+        confined._close_hosts()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
