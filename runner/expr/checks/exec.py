@@ -9,7 +9,6 @@ step (runner/expr/shellenv.py): the shell never parses a value.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -18,13 +17,14 @@ from ...errors import InvalidPipeline, Location
 from ...source.paths import inside, real_below
 from .. import Compiled, evaluate_value
 from ..commandscope import command_scope
-from ..shellenv import Script, check_names, script_command
-from ..shellquote import Unquotable, check_command
 from ..values import as_text
 from .base import CheckType, Path_, Rule, Scope, Verdict, register_check
 
+# The shell's grammar (shellenv, shellquote, shlex) loads with the first exec check compiled:
+# importing the registered checks costs a pipeline with none of them nothing (~3 ms).
 if TYPE_CHECKING:
     from ..confined import Confinement
+    from ..shellenv import Script
 
 DEFAULT_TIMEOUT = 60.0
 TAIL_CHARS = 400
@@ -91,9 +91,12 @@ class ExecRule(Rule):
     def command(self, context: Mapping[str, Any]) -> Script:
         """The script that runs, every expression's value by environment. Raises Unquotable
         (a value with a NUL byte)."""
+        from ..shellenv import script_command
+
         return script_command(self.run, context, raw=self.raw_shell)
 
     async def _check_async(self, context: Mapping[str, Any], root: Path) -> Verdict:
+        from ..shellquote import Unquotable
         from ..shellrun import run_shell  # asyncio loads when a check runs, not to validate
 
         try:
@@ -160,6 +163,8 @@ def script_of(run: str) -> str | None:
     ``sh check.sh``, ``python3 -u tools/check.py``, ``./check.sh`` (a word before any
     ``${{ }}``, operator or redirection, relative, with no shell expansion in it). None
     otherwise: what a command reads beyond that is for ``inputs:`` to declare."""
+    import shlex
+
     head = run.split("${{", 1)[0]
     lexer = shlex.shlex(head, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
@@ -251,6 +256,9 @@ class Exec(CheckType):
     }
 
     def compile(self, args: Any, scope: Scope, path: Path_) -> Rule:
+        from ..shellenv import check_names
+        from ..shellquote import check_command
+
         raw_shell = args.get("raw", False)
         if not isinstance(raw_shell, bool):
             raise InvalidPipeline("exec: raw must be true or false", where=scope.where(path))
