@@ -309,8 +309,33 @@ async def run_confined(
 ) -> int | None:
     """Run ``/bin/sh -c command`` (or ``direct``: a simple command's path, argv, environment
     and redirections) confined: its raw wait status, or None when ``timeout`` ran out (the group
-    is killed). A cancel
-    kills the group and propagates. Raises SandboxError when the spawner refuses it."""
+    is killed). A cancel kills the group and propagates. Raises SandboxError when the spawner
+    refuses it. A command whose environment holds a secret runs with no other beside it
+    (runner/expr/alone.py); its timeout counts from its start."""
+    from .alone import GATE, holds_secret
+
+    alone = holds_secret(env)
+    await GATE.enter(alone)
+    try:
+        return await _run_confined(
+            command, cwd, env, direct, confine, stdin, out, err, timeout, scratch
+        )
+    finally:
+        GATE.leave(alone)
+
+
+async def _run_confined(
+    command: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    direct: Mapping[str, object] | None,
+    confine: Confinement,
+    stdin: int,
+    out: int,
+    err: int,
+    timeout: float | None,
+    scratch: bool,
+) -> int | None:
     header = _header(
         command,
         cwd=str(cwd),

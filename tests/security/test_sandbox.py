@@ -207,6 +207,43 @@ def test_a_command_sees_no_process_of_runner_and_no_secret(
         assert int((project.root / "out" / "count.txt").read_text()) < 10
 
 
+def test_a_command_given_a_secret_runs_with_no_other_beside_it(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.source import secretmask
+
+    secret = "tok-only-for-the-holder-5521"
+    monkeypatch.setenv("HOLDER_TOKEN", secret)
+    # The snoop looks for the secret in every process's environment for 2 s: had the two run
+    # side by side (`--jobs 2`, no edge between them), it would find the holder's.
+    look = f"grep -ls {secret} /proc/[0-9]*/environ"
+    _pipeline(
+        project,
+        f"""\
+      holder:
+        uses: shell
+        with:
+          run: sleep 1.5
+          pass_env: [HOLDER_TOKEN]
+      snoop:
+        uses: shell
+        with:
+          run: |
+            i=0
+            while [ $i -lt 20 ]; do {look} && exit 0; sleep 0.1; i=$((i+1)); done
+            echo "not seen"
+    """,
+    )
+    try:
+        doc = project.apply("--jobs", "2")
+        assert doc["_exit"] == 0, doc["_stderr"]
+        shown = project.cli("runs", "show", doc["run"]["id"], "--json").json
+        out = {e["step_id"]: e["output"]["stdout"] for e in shown["executions"]}
+        assert out["snoop"].strip() == "not seen", out
+    finally:
+        secretmask.forget()
+
+
 def test_sandbox_false_opts_out_and_plan_says_so(project: Project) -> None:
     project.write("notes.txt", "read anyway\n")
     _pipeline(
