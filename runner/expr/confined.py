@@ -419,6 +419,10 @@ def _header(
             fields.append(b"o" + f"{fd} {flags} ".encode() + os.fsencode(name))
     if any(b"\0" in f for f in fields):
         raise SandboxError("a command, its environment or a path holds a NUL byte")
+    names = [*env, *(direct["env"] if direct is not None else ())]  # type: ignore[misc]
+    illegal = [k for k in names if not k or "=" in k]  # (exec would read A=B=C as A)
+    if illegal:
+        raise SandboxError(f"illegal environment variable name: {illegal[0]!r}")
     return b"\0".join(fields) + b"\0"
 
 

@@ -260,3 +260,8 @@ def test_beside_many_entries_under_a_low_descriptor_limit_commands_keep_that_lim
     finally:
         confined._close_hosts()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_environment_name_holding_equals_is_refused_as_exec_would(root: Path) -> None:
+    with pytest.raises(SandboxError, match="illegal environment variable name"):
+        _run("true", root, env={"A=B": "c"})
