@@ -127,10 +127,13 @@ class _Apply:
 
 
 def _slow(root: Path, port: int = 0) -> AnthropicBatchServer:
-    """A double holding each creation 3 s, 0.05 s a request, each results download 3 s."""
+    """A double holding each creation 1.5 s, 0.025 s a request, each results download 1.5 s:
+    each long enough for runner to be killed inside it (the test kills once it sees the
+    request), 200 requests 5 s in progress; runner's looks at a batch back off (1, 2, 4 s...),
+    so longer ones only make each apply wait longer."""
     return AnthropicBatchServer(
         api_key=SECRET, root=root, port=port,
-        create_hold_s=3.0, per_request_s=0.05, results_delay_s=3.0,
+        create_hold_s=1.5, per_request_s=0.025, results_delay_s=1.5,
     )  # fmt: skip
 
 
