@@ -90,8 +90,9 @@ def test_cancel_from_another_process_then_resume(project: Project) -> None:
     completed = {e["element"] for e in execs if e["status"] == "completed"}
     assert 4 <= len(completed) < 20
     assert {e["status"] for e in execs} <= {"completed", "cancelled"}
-    # the next apply resumes: completed elements are cached, only the rest run
-    again = project.apply()
+    # the next apply resumes: completed elements are cached, only the rest run (4 at once, as
+    # the first did: the default --jobs, the number of cores, may be 2)
+    again = project.apply("--jobs", "8")
     assert again["_exit"] == 0
     counts = again["steps"][0]["elements"]
     assert counts.get("cached") == len(completed) and counts.get("ran") == 20 - len(completed)
