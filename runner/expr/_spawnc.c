@@ -2,9 +2,10 @@
  * interpreter's ~0.5 ms a command (issue 40's cost: the 1,000-step shell chain within 1.15x of
  * unsandboxed).
  *
- * The spawner's process (confined.py's _START) imports this module (when it was built: it is
- * optional) and calls serve(FD), which says "ready ABI c" and never returns: it answers runner's requests on the SOCK_SEQPACKET socket FD until runner's
- * end closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
+ * spawnc_serve(FD) is the spawner: its program (_spawnc_main.c) or its Python module
+ * (_spawnc_module.c), both built by setup.py where there is a C compiler, call it. It says
+ * "ready ABI c", answers runner's requests on the SOCK_SEQPACKET socket FD until runner's end
+ * closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
  * docstring); the request header is a list of fields, each a tag byte, a value and a NUL:
  *
  *   c command (for /bin/sh -c)    d working directory   e NAME=VALUE (the shell's environment)
@@ -18,9 +19,6 @@
  * opens the redirections and execs; it shares the spawner's memory only until then, and touches
  * nothing but its own locals and `child_errno`. The rulesets come from _spawnc_rules.c.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
 #include "_spawnc.h"
 
 #define MAX_HEADER (1 << 20)
@@ -467,33 +465,25 @@ static void told(pid_t pid) {
     if (n <= 0) stop_listening(job); /* runner will not read the status */
 }
 
-/* serve(FD): say "ready ABI c" on the control socket FD, then answer runner's requests. */
-static PyObject *serve(PyObject *self, PyObject *args) {
-    (void)self;
-    int control;
-    if (!PyArg_ParseTuple(args, "i", &control)) return NULL;
-    /* From here on no Python runs: the interpreter only loaded this. */
+int spawnc_serve(int control) {
     signal(SIGINT, SIG_IGN); /* runner's ^C is runner's to handle */
     fcntl(control, F_SETFD, FD_CLOEXEC);
     raise_nofile();
     spawnc_abi = (int)spawnc_probe_abi();
     char hello[32];
     snprintf(hello, sizeof hello, "ready %d c", spawnc_abi);
-    say(control, hello);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int children = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (children < 0 || epfd < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return NULL;
-    }
+    if (children < 0 || epfd < 0) return -1;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     epoll_ctl(epfd, EPOLL_CTL_ADD, control, &ev);
     ev.data.u64 = 1;
     epoll_ctl(epfd, EPOLL_CTL_ADD, children, &ev);
+    say(control, hello);
     struct epoll_event ready[16];
     for (;;) {
         int n = epoll_wait(epfd, ready, 16, -1);
@@ -516,14 +506,3 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         }
     }
 }
-
-static PyMethodDef methods[] = {
-    {"serve", serve, METH_VARARGS, "serve(fd): answer runner's requests; never returns"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_spawnc", NULL, -1, methods, NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__spawnc(void) { return PyModule_Create(&module); }

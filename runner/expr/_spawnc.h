@@ -1,5 +1,6 @@
-/* What the sandbox spawner's two C files share (_spawnc.c: requests and the loop;
- * _spawnc_rules.c: Landlock rules). */
+/* What the sandbox spawner's C files share: _spawnc.c (requests and the loop), _spawnc_rules.c
+ * (Landlock rules), and its two ways of starting: _spawnc_main.c (a program) and
+ * _spawnc_module.c (a Python module). */
 #ifndef RUNNER_SPAWNC_H
 #define RUNNER_SPAWNC_H
 
@@ -63,5 +64,8 @@ HIDDEN void spawnc_prebuild(void);
 /* Restrict the calling process to `ruleset` (in the vfork child: system calls only). */
 HIDDEN int spawnc_restrict(int ruleset);
 HIDDEN long spawnc_probe_abi(void);
+/* Say "ready ABI c" on the control socket, then answer runner's requests until its end closes
+ * (then exit): returns -1 (errno set) only when it could not start. */
+HIDDEN int spawnc_serve(int control);
 
 #endif

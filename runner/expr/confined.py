@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _HERE = str(Path(__file__).parent)
-# The spawner's process: the C loop (_spawnc.c) where it was built, imported with nothing else
-# (~7 ms of CPU to start, most of it the interpreter's own); else _spawner.py loaded as a module,
-# not run as a script, so that its compiled bytecode is used. RUNNER_SPAWNER=python picks the
-# Python loop (for tests).
+# The spawner's process: the C loop's program where it was built (setup.py; ~1 ms to start);
+# else an interpreter that imports its module and nothing else (~7 ms, most of it the
+# interpreter's own); else _spawner.py loaded as a module, not run as a script, so that its
+# compiled bytecode is used. RUNNER_SPAWNER=module or =python picks one of the latter (tests).
+_PROGRAM = os.path.join(_HERE, "_spawnc_exec")
 _START = """import sys, os
 here, fd = sys.argv[1], sys.argv[2]
 if os.environ.get("RUNNER_SPAWNER") != "python":
@@ -147,6 +148,9 @@ class _Host:
     def __init__(self, *, bwrap: bool, network: bool) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-I", "-S", "-c", _START, _HERE, str(theirs.fileno())]
+        program = not os.environ.get("RUNNER_SPAWNER") and os.access(_PROGRAM, os.X_OK)
+        if program:
+            argv = [_PROGRAM, str(theirs.fileno())]
         if bwrap:
             argv = [
                 _bwrap() or "bwrap", "--unshare-pid", "--as-pid-1",
@@ -158,7 +162,7 @@ class _Host:
             # counted as runner's children's, as when runner starts them itself)
         # Nothing of runner's environment (a provider's key, the cache's signing key): each
         # request carries its command's own; the spawner needs only where scratch goes.
-        # (RUNNER_SPAWNER=python: the Python loop even where the C one was built; for tests)
+        # (RUNNER_SPAWNER=module or =python: that loop even where the program was built)
         env = {k: os.environ[k] for k in ("TMPDIR", "RUNNER_SPAWNER") if k in os.environ}
         try:
             self.process = subprocess.Popen(
@@ -177,8 +181,11 @@ class _Host:
             theirs.close()
         self.control = ours
         self.lock = threading.Lock()
-        self.loop = ""  # which loop answers: "c" (_spawnc.c) or "python" (_spawner.py)
+        # which loop answers: "program" (_spawnc_exec), "module" (_spawnc's) or "python"
+        self.loop = ""
         self._ready()
+        if self.loop == "c":
+            self.loop = "program" if program else "module"
 
     def _ready(self) -> None:
         """Wait for the spawner's first word: ``ready ABI`` (or its failure to start, said)."""

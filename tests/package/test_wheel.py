@@ -95,7 +95,8 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-_COMPILED = (".c", ".h", ".so")  # the spawner's C loop: its source in the sdist, built in the wheel
+# the spawner's C loop: its source in the sdist, built in the wheel (a module and a program)
+_COMPILED = (".c", ".h", ".so", "_spawnc_exec")
 
 
 def _package_data() -> set[str]:
@@ -123,6 +124,8 @@ def test_the_wheel_is_named_for_the_registry_and_holds_every_file_the_command_re
         )
         assert tag, built.wheel.name
         assert any(re.fullmatch(r"runner/expr/_spawnc\..*\.so", n) for n in names), names
+        program = zipfile.ZipFile(built.wheel).getinfo("runner/expr/_spawnc_exec")
+        assert (program.external_attr >> 16) & 0o111, "the spawner's program is not executable"
     else:
         assert built.wheel.name == f"runner_pipelines-{runner.__version__}-py3-none-any.whl"
     data = _package_data()
@@ -147,7 +150,8 @@ def test_the_sdist_holds_the_package_data_and_the_changelog(built: Built) -> Non
     assert _package_data() - names == set()
     assert {"README.md", "CHANGELOG.md", "pyproject.toml", "setup.py"} <= names
     # the C loop's sources, so that an install from the sdist builds it
-    assert {"runner/expr/_spawnc.c", "runner/expr/_spawnc_rules.c", "runner/expr/_spawnc.h"} <= names
+    sources = ("_spawnc.c", "_spawnc_rules.c", "_spawnc.h", "_spawnc_main.c", "_spawnc_module.c")
+    assert {f"runner/expr/{name}" for name in sources} <= names
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +221,8 @@ def test_a_fresh_venv_with_the_wheel_alone_runs_the_first_hour(
         assert compiled.returncode == 0 and Path(compiled.stdout.strip()).is_relative_to(
             installed
         ), compiled.stderr
+        program = Path(compiled.stdout.strip()).with_name("_spawnc_exec")
+        assert os.access(program, os.X_OK), program
 
     version = _run(installed, outside, "--version")
     assert version.returncode == 0, version.stderr

@@ -1,6 +1,6 @@
-"""The sandbox's spawner has two loops answering the same requests: the C one (_spawnc.c, built
-at install where there is a C compiler) and the Python one (_spawner.py, where it is not). Each
-confines and starts commands the same way: the same files refused and granted, the network, the
+"""The sandbox's spawner answers the same requests three ways: the C loop as a program
+(_spawnc_exec) or as a module an interpreter imports (both built at install where there is a C
+compiler), and the Python loop (_spawner.py, where they are not). Each confines and starts commands the same way: the same files refused and granted, the network, the
 scratch directory, direct starts and their fallback to the shell, large requests, timeouts and
 how a command ended. Real commands, real bubblewrap and Landlock, through run_shell."""
 
@@ -28,17 +28,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 _BUILT = importlib.util.find_spec("runner.expr._spawnc") is not None
+_PROGRAM = os.access(confined._PROGRAM, os.X_OK)
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["program", "module", "python"])
 def loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Spawners of one loop only, for the test (the C one where it was built)."""
-    if request.param == "c" and not _BUILT:
-        pytest.skip("the C loop was not built here (no C compiler at install)")
-    if request.param == "python":
-        monkeypatch.setenv("RUNNER_SPAWNER", "python")
-    else:
+    """Spawners of one loop only, for the test (the C ones where they were built)."""
+    if (request.param == "module" and not _BUILT) or (request.param == "program" and not _PROGRAM):
+        pytest.skip(f"the C loop's {request.param} was not built here (no C compiler at install)")
+    if request.param == "program":
         monkeypatch.delenv("RUNNER_SPAWNER", raising=False)
+    else:
+        monkeypatch.setenv("RUNNER_SPAWNER", request.param)
     confined._close_hosts()
     yield request.param
     confined._close_hosts()
@@ -81,20 +82,23 @@ def test_the_loop_asked_for_is_the_one_that_answers(loop: str, root: Path) -> No
     assert {host.loop for host in confined._hosts.values()} == {loop}
 
 
-def test_where_a_c_compiler_is_the_c_loop_was_built_and_is_the_default(root: Path) -> None:
+def test_where_a_c_compiler_is_the_c_loop_was_built_and_its_program_is_the_default(
+    root: Path,
+) -> None:
     if sys.platform != "linux" or shutil.which("cc") is None:
         pytest.skip("no C compiler here: the Python loop is the one")
     spec = importlib.util.find_spec("runner.expr._spawnc")
-    assert spec is not None and spec.origin, "runner/expr/_spawnc.c was not built at install"
-    built = os.path.getmtime(spec.origin)
-    sources = Path(confined.__file__).parent.glob("_spawnc*.[ch]")
-    assert all(os.path.getmtime(s) <= built for s in sources), (
-        "the C loop is older than its source: build it again (pip install -e .)"
-    )
+    assert spec is not None and spec.origin, "runner/expr/_spawnc*.c were not built at install"
+    assert _PROGRAM, "the spawner's program was not built at install (setup.py)"
+    sources = list(Path(confined.__file__).parent.glob("_spawnc*.[ch]"))
+    for built in (spec.origin, confined._PROGRAM):
+        assert all(os.path.getmtime(s) <= os.path.getmtime(built) for s in sources), (
+            f"{built} is older than its source: build it again (pip install -e .)"
+        )
     confined._close_hosts()
     try:
         assert _run("true", root).code == 0
-        assert {host.loop for host in confined._hosts.values()} == {"c"}
+        assert {host.loop for host in confined._hosts.values()} == {"program"}
     finally:
         confined._close_hosts()
 
