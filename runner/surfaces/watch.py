@@ -25,11 +25,12 @@ from typing import Any
 from ..engine.run.apply import State, apply_plan_async, state_dir_for
 from ..engine.run.batchdesk import POLL_FIRST_S, POLL_MAX_S
 from ..engine.run.events import Event, EventType, FanOut, Reporter
+from ..engine.run.files import FileHasher
 from ..engine.run.options import ApplyOptions
 from ..engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
 from ..errors import RunnerError
 from ..pipeline.compiler import Plan, compile_pipeline
-from .watchset import WatchSet, norm_path, sha256_or_none, watch_set_for
+from .watchset import DirResolver, WatchSet, norm_path, sha256_or_none, watch_set_for
 
 _MAX_SETTLE = 10  # a file written non-stop still triggers after this many debounce periods
 
@@ -121,13 +122,13 @@ def work_counts(report: RunReport) -> str:
 
 
 def _no_longer_hold(
-    state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str
+    state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str, hasher: FileHasher
 ) -> set[str]:
     """Steps whose last-cycle outcome a fresh apply would not find as it was: a `runner edit`
     of the step (made or set aside since), a result gc deleted, an output file deleted or
     edited by hand (an apply restores it). ``run_id`` is the last cycle's run, which names
-    every result its outcomes stand on."""
-    from ..engine.run.files import FileHasher
+    every result its outcomes stand on. ``hasher`` is left holding the signatures of the files
+    it had to read (whose flush lets the next check stat them instead)."""
     from ..state.overrides import any_active
     from ..state.records import loads
 
@@ -136,7 +137,6 @@ def _no_longer_hold(
     # of a 1,000-step cycle's start. A pair not found does not hold (the step runs again).
     rows = state.journal.conn.execute(_RESULT_FILES, (state.journal.rows_run(run_id), plan.name))
     files: dict[tuple[str, str], str | None] = {(sid, key): text for sid, key, text in rows}
-    hasher = FileHasher(state.journal)
 
     def holds(outcome: StepOutcome) -> bool:
         keys = [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
@@ -221,6 +221,9 @@ class Watcher:
         self.poll_at: float | None = None
         self._poll_delay = POLL_FIRST_S
         self._poll_cycle: int | None = None  # the cycle started by a poll
+        # The last check's file signatures, saved once its cycle ended (not before its first
+        # step: a commit there is a sync on the way to the edit's first command).
+        self._hasher: FileHasher | None = None
 
     # -- what counts as a change ---------------------------------------------------------------
 
@@ -284,11 +287,12 @@ class Watcher:
             # Walking every step is the costly part: once per compile, not per cycle end.
             self._plan_watch = watch_set_for(self.plan, self.state_dir)
         base = self._plan_watch
-        outputs = base.excluded | {norm_path(base.root / rel) for rel in self.produced}
+        norm = DirResolver(base.root)
+        outputs = base.excluded | {norm.path(rel) for rel in self.produced}
         # And every file the last run's keys hashed: what a body recorded reading (a
         # template's computed include) or a check names is known only from a run.
         hashed = self._last_report.inputs if self._last_report is not None else {}
-        files = base.files | {norm_path(Path(p)) for p in hashed}
+        files = base.files | {norm.path(p) for p in hashed}
         self._set_watch(
             dataclasses.replace(
                 base, files=files - outputs, excluded=outputs, journal=self.awaiting
@@ -395,16 +399,21 @@ class Watcher:
         # A step is touched when the last run read a changed file for it (its reads can only
         # differ if its arguments did, i.e. an upstream or the pipeline changed), or when it
         # did not complete last time.
+        changed = {str(p) for p in paths}
+        norm = DirResolver(plan.root)
         touched = {
             sid
             for sid in plan.order
-            if sid not in done
-            or any(norm_path(plan.root / rel) in paths for rel in done[sid].reads)
+            if sid not in done or any(norm.text(rel) in changed for rel in done[sid].reads)
         }
-        assert self._state is not None
-        touched |= _no_longer_hold(self._state, plan, done, last.run_id)
         affected = plan.downstream(touched)
-        return {sid: o for sid, o in done.items() if sid not in affected}
+        # Only the steps the change does not reach need their results checked: the others run
+        # again whether their results still hold or not.
+        kept = {sid: o for sid, o in done.items() if sid not in affected}
+        assert self._state is not None
+        hasher = self._hasher = FileHasher(self._state.journal)
+        affected |= plan.downstream(_no_longer_hold(self._state, plan, kept, last.run_id, hasher))
+        return {sid: o for sid, o in kept.items() if sid not in affected}
 
     def _start(self, changed: list[str], *, poll: bool = False) -> asyncio.Task[Cycle] | None:
         """Recompile and start a run (``poll``: to look at its batches); an invalid pipeline
@@ -444,6 +453,9 @@ class Watcher:
         return asyncio.create_task(cycle, name=f"cycle-{number}")
 
     def _finished(self, cycle: Cycle) -> None:
+        if self._hasher is not None:
+            self._hasher.flush()
+            self._hasher = None
         # Only a finished run can stand in for the steps a later change does not reach.
         self._last_report = cycle.report if cycle.exit_code != 130 else None
         if cycle.report is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,29 @@ def norm_path(path: Path) -> Path:
     """Absolute path with its directory resolved (the file itself may not exist yet)."""
     path = path.absolute()
     return path.parent.resolve() / path.name
+
+
+class DirResolver:
+    """``norm_path`` for many paths below one root, each directory resolved once: a cycle's
+    check of 1,000 steps' reads resolved every read's directory (~40 ms). Keep one only as long
+    as the file system may be taken as unchanged (one check)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._dirs: dict[str, str] = {}
+
+    def text(self, rel: str) -> str:
+        """``str(norm_path(root / rel))``."""
+        head, name = os.path.split(rel)
+        if name in ("", ".", ".."):  # not a file's name: Path reads these its own way
+            return str(norm_path(self.root / rel))
+        resolved = self._dirs.get(head)
+        if resolved is None:
+            resolved = self._dirs[head] = str((self.root / head).absolute().resolve())
+        return os.path.join(resolved, name)
+
+    def path(self, rel: str) -> Path:
+        return Path(self.text(rel))
 
 
 def _existing_dir(path: Path) -> Path:
