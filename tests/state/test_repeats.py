@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from runner.state import repeats
 from runner.state.journal import RUN_COLUMNS
+from runner.state.migrations import migrate
 from tests.conftest import Project, ran
 from tests.engine.test_fastpath import age_files, converge, fast
 
@@ -200,3 +202,50 @@ def test_a_journal_older_than_repeats_gets_every_row(project: Project, tmp_path:
     noop = fastpath.journal_noop(state, pipeline, held)
     assert noop is not None
     assert _runs(project)[noop["run"]["id"]] == (None, 3)
+
+
+def _journal_with(
+    rows: list[tuple[str, int, str]], *, why: str = repeats.WHY
+) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    conn.execute(
+        "INSERT INTO runs (id, pipeline, pipeline_file, item, status, kind, params, created_at) "
+        "VALUES ('r1', 'p', '/p.yaml', NULL, 'completed', 'run', '{}', 1.0)"
+    )
+    conn.executemany(
+        "INSERT INTO executions (run_id, step_id, element, key, status, attempts, why) "
+        "VALUES ('r1', ?, ?, ?, 'cached', 0, ?)",
+        [(*row, why) for row in rows],
+    )
+    conn.execute("INSERT INTO labels VALUES ('r1', 'b', 0, 'x')")
+    return conn
+
+
+def test_only_exactly_the_same_rows_are_repeated() -> None:
+    rows = [("a", -1, "k1"), ("b", 0, "k2")]
+    labels = [("b", 0, "x")]
+
+    def held(conn: sqlite3.Connection, **changed: Any) -> str | None:
+        ask = {
+            "pipeline": "p",
+            "item": None,
+            "pipeline_file": "/p.yaml",
+            "params": "{}",
+            "rows": rows,
+            "labels": labels,
+        }
+        return repeats.repeatable(conn, **{**ask, **changed})
+
+    same = _journal_with(rows)
+    assert held(same) == "r1"
+    assert held(same, rows=rows[:1]) is None  # the run before has a row more
+    assert held(same, rows=[*rows, ("c", -1, "k3")]) is None  # ... or one less
+    assert held(same, rows=[rows[0], ("b", 0, "other")]) is None
+    assert held(same, labels=[("b", 0, "y")]) is None
+    assert held(same, params='{"n": 1}') is None
+    assert held(same, pipeline_file="/q.yaml") is None
+    assert held(same, item="i") is None  # not the run before it: none
+    assert held(_journal_with(rows, why="cached")) is None  # the full path's rows: not repeated
+    same.execute("UPDATE runs SET status='failed'")
+    assert held(same) is None
