@@ -142,13 +142,18 @@ def note_once() -> str | None:
     return said
 
 
+def _usable_program() -> bool:
+    """Whether the spawner's program was built here and is not set aside (RUNNER_SPAWNER)."""
+    return not os.environ.get("RUNNER_SPAWNER") and os.access(_PROGRAM, os.X_OK)
+
+
 class _Host:
     """One spawner, in its bwrap or not; requests go over ``control``."""
 
-    def __init__(self, *, bwrap: bool, network: bool) -> None:
+    def __init__(self, *, bwrap: bool, network: bool, program: bool = True) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-I", "-S", "-c", _START, _HERE, str(theirs.fileno())]
-        program = not os.environ.get("RUNNER_SPAWNER") and os.access(_PROGRAM, os.X_OK)
+        program = program and _usable_program()
         if program:
             argv = [_PROGRAM, str(theirs.fileno())]
         if bwrap:
@@ -207,6 +212,7 @@ class _Host:
             if self.process.stderr is not None:
                 with contextlib.suppress(OSError, ValueError):
                     detail = self.process.stderr.read(2000)
+                self.process.stderr.close()
             raise SandboxError(detail.decode(errors="replace").strip() or "it did not start")
         if self.process.stderr is not None:
             self.process.stderr.close()
@@ -248,7 +254,7 @@ def _host(network: bool) -> _Host:
         host: _Host | None = None
         if status().kind == "bubblewrap+landlock":
             try:
-                host = _Host(bwrap=True, network=network)
+                host = _started(bwrap=True, network=network)
             except (OSError, SandboxError) as exc:
                 _fallback_note = (
                     f"bubblewrap could not make a sandbox here ({_first_line(exc)}): steps' "
@@ -261,9 +267,25 @@ def _host(network: bool) -> _Host:
                     host.close()
                     host = None
         if host is None:
-            host = _Host(bwrap=False, network=True)
+            host = _started(bwrap=False, network=True)
         _hosts[key] = host
         return host
+
+
+_program_failed = False  # the spawner's program could not run here (a noexec mount, ...)
+
+
+def _started(*, bwrap: bool, network: bool) -> _Host:
+    """A new spawner: its program where it was built and runs, else its module or Python loop
+    (a program that fails to start is not tried again in this process)."""
+    global _program_failed
+    try:
+        return _Host(bwrap=bwrap, network=network, program=not _program_failed)
+    except (OSError, SandboxError):
+        if _program_failed or not _usable_program():
+            raise
+        _program_failed = True
+        return _Host(bwrap=bwrap, network=network, program=False)
 
 
 def warm(networks: Iterable[bool]) -> None:

@@ -269,3 +269,24 @@ def test_beside_many_entries_under_a_low_descriptor_limit_commands_keep_that_lim
 def test_an_environment_name_holding_equals_is_refused_as_exec_would(root: Path) -> None:
     with pytest.raises(SandboxError, match="illegal environment variable name"):
         _run("true", root, env={"A=B": "c"})
+
+
+def test_a_program_that_cannot_run_gives_way_to_the_module(
+    root: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not _BUILT:
+        pytest.skip("the C loop's module was not built here")
+    broken = tmp_path_factory.mktemp("bin") / "_spawnc_exec"
+    broken.write_bytes(b"\x7fELF not a program")  # executable, and exec refuses it
+    broken.chmod(0o755)
+    monkeypatch.delenv("RUNNER_SPAWNER", raising=False)
+    monkeypatch.setattr(confined, "_PROGRAM", str(broken))
+    monkeypatch.setattr(confined, "_program_failed", False)
+    confined._close_hosts()
+    try:
+        done = _run("cat in.txt", root, read=("in.txt",))
+        assert (done.code, done.stdout) == (0, b"declared\n"), done
+        assert {host.loop for host in confined._hosts.values()} == {"module"}
+        assert confined.status().kind == "bubblewrap+landlock", confined.status().note
+    finally:
+        confined._close_hosts()
