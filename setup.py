@@ -24,7 +24,11 @@ class BuildWithProgram(build_ext):
     def run(self) -> None:
         super().run()
         if self.extensions and self._program() and self.inplace:
-            self.copy_file(self._built(), self._in_place())
+            # beside it, then renamed over it: a spawner running the old one keeps it whole
+            # (writing over a running program fails: ETXTBSY)
+            target = self._in_place()
+            self.copy_file(self._built(), target + ".new")
+            os.replace(target + ".new", target)
 
     def _built(self) -> str:
         module = self.get_ext_filename(self.get_ext_fullname(self.extensions[0].name))
