@@ -35,6 +35,8 @@ Every timed section ends with the apply's final commit and fsyncs.
     /work/venv/bin/python bench/bench_providers.py --only overhead  # section 4 alone
     # before vs after, side by side in one run (DIR: a checkout of the earlier commit):
     /work/venv/bin/python bench/bench_providers.py --only sockets --before DIR
+    # runner in a venv like the peer's (no editable finder or other .pth file at its start):
+    /work/venv/bin/python bench/bench_providers.py --only llm --python ~/.cache/runner-bench/runner/bin/python
 """
 
 from __future__ import annotations
@@ -261,10 +263,17 @@ def httpx_python(given: str | None) -> str:
 
 
 def llm_process(
-    root: Path, calls: int, repeat: int, before: Path | None, peer_python: str | None = None
+    root: Path,
+    calls: int,
+    repeat: int,
+    before: Path | None,
+    peer_python: str | None = None,
+    runner_python: str | None = None,
 ) -> None:
     """Section 3a: the llm fan-out as a whole process against plain httpx (and, with ``before``,
-    the same apply from another source tree, interleaved in the same runs)."""
+    the same apply from another source tree, interleaved in the same runs). ``runner_python``:
+    runner's interpreter (default: this one; a venv like the peer's gives a user's start-up,
+    without this machine's .pth files)."""
     peer = httpx_python(peer_python)
     loaded = subprocess.run(
         [peer, "-c", "import httpx, sys; print(len(sys.modules), 'rich' in sys.modules)"],
@@ -299,7 +308,8 @@ def llm_process(
             ),
             "utf-8",
         )
-        apply = [sys.executable, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"]
+        python = runner_python or sys.executable
+        apply = [python, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"]
         rows: dict[str, list[tuple[float, float]]] = {name: [] for name in [*runners, "httpx"]}
         peaks: dict[str, int] = {}
         for r in range(repeat):
@@ -321,9 +331,9 @@ def llm_process(
     def med(name: str, i: int) -> float:
         return statistics.median(r[i] for r in rows[name])
 
-    def paired(name: str, i: int) -> str:
-        """The median of the rounds' ratios to plain httpx [their range]."""
-        ratios = [a[i] / b[i] for a, b in zip(rows[name], rows["httpx"], strict=True)]
+    def paired(name: str, i: int, to: str = "httpx") -> str:
+        """The median of the rounds' ratios to ``to`` (plain httpx) [their range]."""
+        ratios = [a[i] / b[i] for a, b in zip(rows[name], rows[to], strict=True)]
         return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
     print(
@@ -334,7 +344,8 @@ def llm_process(
     labels = {"before": f"runner {before}", "runner": "runner (this tree)", "httpx": "plain httpx"}
     print(
         f"  plain httpx runs on {peer}: `import httpx` loads {loaded[0]} modules"
-        f"{', rich among them' if loaded[1] == 'True' else ', not rich'}"
+        f"{', rich among them' if loaded[1] == 'True' else ', not rich'}; runner on "
+        f"{runner_python or sys.executable}"
     )
     for name in rows:
         ratio = ""
@@ -346,6 +357,11 @@ def llm_process(
         print(
             f"  {labels[name]:<24} wall {med(name, 0):6.2f} s, CPU {med(name, 1):5.2f} s "
             f"({peaks[name]} in flight){ratio}"
+        )
+    if "before" in rows:
+        print(
+            f"  this tree / {before}, round by round: CPU {paired('runner', 1, 'before')}, "
+            f"wall {paired('runner', 0, 'before')}"
         )
     print(f"  waiting alone is {ideal:.2f} s")
 
@@ -482,6 +498,11 @@ def main() -> None:
         help="the plain httpx script's interpreter (default: a venv of httpx alone under "
         "~/.cache/runner-bench/httpx, made from PyPI when missing)",
     )
+    parser.add_argument(
+        "--python",
+        help="runner's interpreter in the whole-process llm rows (default: this one; "
+        "~/.cache/runner-bench/runner/bin/python is a venv like the peer's, see bench/README.md)",
+    )
     opts = parser.parse_args()
     before = opts.before.resolve() if opts.before else None
     wanted = {
@@ -496,7 +517,7 @@ def main() -> None:
                 llm_overhead(Path(tmp), opts.calls, opts.repeat)
     if "llm" in wanted:
         with tempfile.TemporaryDirectory() as tmp:
-            llm_process(Path(tmp), opts.calls, opts.repeat, before, opts.httpx_python)
+            llm_process(Path(tmp), opts.calls, opts.repeat, before, opts.httpx_python, opts.python)
     if "pool" in wanted:
         if before is not None:
             compare("pool", before, opts)
