@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import os
 import sys
-import threading
 from typing import NoReturn
 
 # Python's own status when flushing stdout fails at exit (a closed pipe: `runner ... | head`).
@@ -49,7 +48,10 @@ def leave(code: object) -> NoReturn:
     status = status_of(code)
     if _watched():
         raise SystemExit(status)  # a profiler or coverage writes its data at the normal exit
-    if any(
+    # A process that never imported threading has no thread of its own to wait for (a no-op
+    # apply: importing it just to ask cost ~0.6 ms).
+    threading = sys.modules.get("threading")
+    if threading is not None and any(
         t.is_alive() and not t.daemon
         for t in threading.enumerate()
         if t is not threading.main_thread()
