@@ -249,3 +249,23 @@ def test_only_exactly_the_same_rows_are_repeated() -> None:
     assert held(_journal_with(rows, why="cached")) is None  # the full path's rows: not repeated
     same.execute("UPDATE runs SET status='failed'")
     assert held(same) is None
+
+
+def test_an_edit_starts_from_a_repeats_rows(project: Project) -> None:
+    """`runner edit RUN` of a repeat (the id its apply printed) starts from the row it names,
+    as the run's own."""
+    from runner.state.journal import Journal
+    from runner.state.overrides import execution_for
+
+    _setup(project)
+    held, repeat = (project.apply()["run"]["id"] for _ in range(2))
+    assert _runs(project)[repeat] == (held, 0)
+    with Journal.open(project.root / ".runner", readonly=True) as journal:
+        mine = execution_for(journal, repeat, "say", 1)
+        theirs = execution_for(journal, held, "say", 1)
+    assert mine["run"]["id"] == repeat
+    assert mine["execution"]["run_id"] == repeat
+    for key in ("run_id", "started_at", "finished_at"):
+        mine["execution"].pop(key), theirs["execution"].pop(key)
+    assert mine["execution"] == theirs["execution"]
+    assert json.loads(mine["execution"]["output"])["text"] == "b one"
