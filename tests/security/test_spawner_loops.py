@@ -1,8 +1,9 @@
 """The sandbox's spawner answers the same requests three ways: the C loop as a program
 (_spawnc_exec) or as a module an interpreter imports (both built at install where there is a C
-compiler), and the Python loop (_spawner.py, where they are not). Each confines and starts commands the same way: the same files refused and granted, the network, the
-scratch directory, direct starts and their fallback to the shell, large requests, timeouts and
-how a command ended. Real commands, real bubblewrap and Landlock, through run_shell."""
+compiler), and the Python loop (_spawner.py, where they are not). Each confines and starts
+commands the same way: the same files refused and granted, the network, the scratch directory,
+direct starts and their fallback to the shell, large requests, timeouts and how a command
+ended. Real commands, real bubblewrap and Landlock, through run_shell."""
 
 from __future__ import annotations
 

@@ -116,9 +116,10 @@ def _worker_running_a_body(root: Path) -> int | None:
             cwd = os.readlink(entry / "cwd")
             if cmd.startswith("/bin/sh -c echo") and "sent.log" in cmd and cwd == str(root):
                 # its parent is the worker that started it, or the worker's sandbox spawner
-                # (in its bwrap): the worker is the first ancestor that is neither
+                # (its program _spawnc_exec, or _spawner.py's interpreter, in its bwrap): the
+                # worker is the first ancestor that is neither
                 parent = _parent(entry.name)
-                while "_spawner.py" in (up := _cmdline(parent)) or "bwrap" in up.split(" ")[0]:
+                while "_spawn" in (up := _cmdline(parent)) or "bwrap" in up.split(" ")[0]:
                     parent = _parent(parent)
                 return parent
         except (OSError, IndexError, ValueError):
