@@ -62,6 +62,7 @@ APPLY = frozenset(
         "runner.expr._shellcode",
         "runner.expr._shellgrammar",
         "runner.expr._shellscan",
+        "runner.expr.alone",  # a command holding a secret runs alone: asked of every command
         "runner.expr.commandscope",  # the step's sandbox setting, set around its checks
         "runner.expr.commandslot",
         "runner.expr.confined",  # a shell step's command runs sandboxed, through the spawner
