@@ -71,6 +71,7 @@ static int parse(Request *rq, char *header, size_t size) {
     for (char *at = header; at < header + size;) {
         char tag = *at;
         char *value = at + 1;
+        if (value >= header + size) return -1; /* a tag without its value (and NUL) */
         at = value + strlen(value) + 1;
         switch (tag) {
         case 'c': rq->command = value; break;
@@ -91,8 +92,8 @@ static int parse(Request *rq, char *header, size_t size) {
             if (*end != ' ') return -1;
             long flags = strtol(end + 1, &end, 10);
             if (*end != ' ') return -1;
-            rq->redirects = spawnc_grow(rq->redirects, &rq->capredirects, rq->nredirects + 1,
-                                 sizeof(Redirect));
+            rq->redirects = spawnc_grow(rq->redirects, &rq->capredirects,
+                                        rq->nredirects + 1, sizeof(Redirect));
             rq->redirects[rq->nredirects++] = (Redirect){(int)fd, (int)flags, end + 1};
             break;
         }

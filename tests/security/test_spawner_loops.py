@@ -291,3 +291,21 @@ def test_a_program_that_cannot_run_gives_way_to_the_module(
         assert confined.status().kind == "bubblewrap+landlock", confined.status().note
     finally:
         confined._close_hosts()
+
+
+def test_a_malformed_request_is_refused_and_the_spawner_goes_on(loop: str, root: Path) -> None:
+    host = confined._host(False)
+    for header in (b"cfoo\x00\x00", b"c", b"zbad\x00", b"cx\x00dy\x00o1 2\x00"):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        read, write = os.pipe()
+        try:
+            host.send(header, [theirs.fileno(), read, write, write])
+            theirs.close()
+            ours.settimeout(10)
+            assert ours.recv(200).startswith(b"error"), header
+        finally:
+            ours.close()
+            os.close(read)
+            os.close(write)
+    assert host.process.poll() is None
+    assert _run("cat in.txt", root, read=("in.txt",)).stdout == b"declared\n"
