@@ -84,7 +84,7 @@ def _refusals(confine: Confinement | None, err: bytes) -> str:
     """What the sandbox refused the command, as the files to declare (empty: nothing named)."""
     if confine is None:
         return ""
-    from ..expr.confined import say_refused, undeclared
+    from ..expr.refused import say_refused, undeclared
 
     declared = (*confine.read, *confine.write)
     refused = undeclared(err, cwd=confine.root, root=confine.root, declared=declared)

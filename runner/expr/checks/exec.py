@@ -122,7 +122,7 @@ class ExecRule(Rule):
         output = _tail(stderr) or _tail(stdout)
         refused = False  # a file the sandbox refused: the pipeline's mistake, not the output's
         if confine is not None and done.code not in (0, None):
-            from ..confined import say_refused, undeclared
+            from ..refused import say_refused, undeclared
 
             found = undeclared(stderr, cwd=confine.root, root=confine.root, declared=confine.read)
             if found:
