@@ -30,7 +30,7 @@ from .records import (
     now,
     orphaned_objects,
 )
-from .repeats import as_own, rows_run
+from .repeats import as_own, events_of, rows_run
 from .wal import wal_mode
 
 
@@ -539,9 +539,11 @@ class Journal(CallLedger):
         )
 
     def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-        return self._all(
+        own = self._all(
             "SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after)
         )
+        held = self.rows_run(run_id)
+        return own if held == run_id else events_of(self.conn, run_id, held, after, own)
 
     # -- file hash cache -----------------------------------------------------------------------
 

@@ -89,6 +89,16 @@ def test_a_no_op_after_a_no_op_names_its_rows(project: Project) -> None:
     shown = project.cli("runs", "show", third, "--json").json
     assert {e["label"] for e in shown["executions"]} == {None, "a", "b"}
     assert _events(project, third) == _events(project, first)
+    from runner.state.journal import Journal
+
+    with Journal.open(project.root / ".runner", readonly=True) as journal:
+        own = journal.query("SELECT seq, type FROM events WHERE run_id=?", (third,))
+        assert [e["type"] for e in own] == ["RunStarted", "RunFinished"]  # the rest: lent
+        every = journal.events(third)
+        assert [e["seq"] for e in every] == list(range(own[0]["seq"], own[1]["seq"] + 1))
+        assert {(e["run_id"], e["ts"]) for e in every} == {(third, every[0]["ts"])}
+        for cursor in (every[0]["seq"], every[2]["seq"], every[-2]["seq"], every[-1]["seq"]):
+            assert journal.events(third, cursor) == [e for e in every if e["seq"] > cursor]
     # runs list folds them as before: each repeats the run just before it
     listed = {r["id"]: r["repeat_of"] for r in project.cli("runs", "list", "--json").json["runs"]}
     assert (listed[second], listed[third]) == (first, second)
@@ -127,6 +137,7 @@ def test_gc_moves_the_rows_a_kept_repeat_names(project: Project, keep: int) -> N
     _setup(project)
     held, *repeats = [project.apply()["run"]["id"] for _ in range(3)]
     before = _shown(project, repeats[-1])
+    events = [_events(project, r) for r in repeats]
     res = project.cli("gc", "--keep-last", str(keep), "--state", ".runner", "--json")
     assert res.exit_code == 0, res.stderr
     runs = _runs(project)
@@ -135,6 +146,7 @@ def test_gc_moves_the_rows_a_kept_repeat_names(project: Project, keep: int) -> N
     assert runs[kept[0]] == (None, 3)  # the oldest kept repeat holds the rows now
     assert all(runs[r] == (kept[0], 0) for r in kept[1:])
     assert _shown(project, repeats[-1]) == before
+    assert [_events(project, r) for r in kept] == events[-keep:]
     assert '"would_change": false' in project.cli("plan", "pipeline.yaml", "--json").stdout
     doc = project.apply()
     assert ran(doc) == set()  # (gc forgets fingerprints: the full path answers)
@@ -219,6 +231,14 @@ def _journal_with(
         [(*row, why) for row in rows],
     )
     conn.execute("INSERT INTO labels VALUES ('r1', 'b', 0, 'x')")
+    conn.executemany(
+        "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES ('r1', 1.0, ?,?,?,?)",
+        [
+            ("RunStarted", None, None, "{}"),
+            *[("StepSkipped", s, None if e < 0 else e, repeats.skipped(k)) for s, e, k in rows],
+            ("RunFinished", None, None, "{}"),
+        ],
+    )
     return conn
 
 
@@ -247,6 +267,11 @@ def test_only_exactly_the_same_rows_are_repeated() -> None:
     assert held(same, pipeline_file="/q.yaml") is None
     assert held(same, item="i") is None  # not the run before it: none
     assert held(_journal_with(rows, why="cached")) is None  # the full path's rows: not repeated
+    same.execute("UPDATE events SET data='{}' WHERE step_id='b'")  # its events are not as
+    assert held(same) is None  # a repeat would read them
+    same.execute("DELETE FROM events WHERE step_id='b'")
+    assert held(same, rows=rows[:1]) is None
+    same = _journal_with(rows)
     same.execute("UPDATE runs SET status='failed'")
     assert held(same) is None
 

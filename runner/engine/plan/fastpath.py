@@ -621,50 +621,38 @@ def journal_noop(state_dir: Path, pipeline: Path, doc: dict[str, Any]) -> dict[s
                     from ...state import labels
 
                     conn.executemany(labels.INSERT, [(run_id, *row) for row in labeled])
-            events: list[tuple[str, float, str, str | None, int | None, str]] = [
-                (
-                    run_id,
-                    now,
-                    "RunStarted",
-                    None,
-                    None,
-                    json.dumps(
-                        {
-                            "pipeline": name,
-                            "item": item,
-                            "steps": len(doc["steps"]),
-                            "fast_path": True,
-                        }
+            insert = (
+                "INSERT INTO events (run_id, ts, type, step_id, element, data) VALUES (?,?,?,?,?,?)"
+            )
+            started = json.dumps(
+                {"pipeline": name, "item": item, "steps": len(doc["steps"]), "fast_path": True}
+            )
+            finished = json.dumps({"status": "completed", "exit_code": 0, "duration_s": 0.0})
+            first = conn.execute(insert, (run_id, now, "RunStarted", None, None, started))
+            if repeated:
+                # Its StepSkipped events are the run's it repeats, numbered in the gap left
+                # here (repeats.events_of).
+                conn.execute(
+                    "INSERT INTO events (seq, run_id, ts, type, step_id, element, data) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (
+                        int(first.lastrowid or 0) + len(rows) + 1,
+                        run_id,
+                        now,
+                        "RunFinished",
+                        None,
+                        None,
+                        finished,
                     ),
                 )
-            ]
-            # json.dumps({"reason": "cached", "key": key}) spelt out: 0.4 us a row, not 1.8
-            events += [
-                (
-                    run_id,
-                    now,
-                    "StepSkipped",
-                    sid,
-                    None if el < 0 else el,
-                    '{"reason": "cached", "key": ' + json.dumps(key) + "}",
+            else:
+                skips = [
+                    (run_id, now, "StepSkipped", sid, None if el < 0 else el, repeats.skipped(key))
+                    for sid, el, key in rows
+                ]
+                conn.executemany(
+                    insert, [*skips, (run_id, now, "RunFinished", None, None, finished)]
                 )
-                for sid, el, key in rows
-            ]
-            events.append(
-                (
-                    run_id,
-                    now,
-                    "RunFinished",
-                    None,
-                    None,
-                    json.dumps({"status": "completed", "exit_code": 0, "duration_s": 0.0}),
-                )
-            )
-            conn.executemany(
-                "INSERT INTO events (run_id, ts, type, step_id, element, data) "
-                "VALUES (?,?,?,?,?,?)",
-                events,
-            )
             conn.execute("COMMIT")
         finally:
             conn.close()
