@@ -86,7 +86,7 @@ async def main():
             continue
         seen = now
         spawned = time.time()
-        subprocess.run(["/bin/sh", "-c", command], check=True)
+        subprocess.run(["/bin/sh", "-c", command], check=True, capture_output=True)
         print(json.dumps({"spawn": spawned}), flush=True)
 
 asyncio.run(main())
@@ -142,16 +142,17 @@ def write_hash_chain(root: Path, steps: int) -> tuple[str, str, str, list[str]]:
     lines += [
         "  last:",
         "    uses: shell",
-        '    with: {run: "cat in.txt > out.txt", inputs: [in.txt], outputs: [out.txt]}',
+        '    with: {run: "cat in.txt", inputs: [in.txt]}',
         f"    needs: [s{steps - 2}]",
     ]
     (root / "pipeline.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (root / "in.txt").write_text("edit 0\n", encoding="utf-8")
-    return "in.txt", "last", "cat in.txt > out.txt", ["last"]
+    return "in.txt", "last", "cat in.txt", ["last"]
 
 
-def output_of(command: str) -> str:
-    return command.rsplit("> ", 1)[1]
+def output_of(command: str) -> str | None:
+    """The file the command writes (its effect's time is that file's mtime), if any."""
+    return command.rsplit("> ", 1)[1] if "> " in command else None
 
 
 def step_start_after(events: Path, offset: int, step: str) -> tuple[float | None, int]:
@@ -278,8 +279,9 @@ def main() -> int:
                     print(f"edit {n}: no StepStarted for {first!r} in the events")
                     return 1
                 got["runner: StepStarted"].append((started - written) * 1000)
-                effect = (root / out).stat().st_mtime_ns / 1e9
-                got["runner: command's effect"].append((effect - written) * 1000)
+                if out is not None:
+                    effect = (root / out).stat().st_mtime_ns / 1e9
+                    got["runner: command's effect"].append((effect - written) * 1000)
                 cycle_ms.append(cycle["duration_s"] * 1000)
                 if floor is None:
                     continue
@@ -290,8 +292,9 @@ def main() -> int:
                 spawned = json.loads(floor_lines.get(timeout=60))["spawn"]
                 cpu["floor"] += cpu_s(floor.pid) - c0
                 got["floor: spawn"].append((spawned - written) * 1000)
-                effect = (floor_root / out).stat().st_mtime_ns / 1e9
-                got["floor: command's effect"].append((effect - written) * 1000)
+                if out is not None:
+                    effect = (floor_root / out).stat().st_mtime_ns / 1e9
+                    got["floor: command's effect"].append((effect - written) * 1000)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
