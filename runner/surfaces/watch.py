@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -135,7 +136,10 @@ def _no_longer_hold(
     edited = any_active(state.journal, plan.name)
     # Only each result's files are needed: reading whole results (outputs, reports) was most
     # of a 1,000-step cycle's start. A pair not found does not hold (the step runs again).
-    rows = state.journal.conn.execute(_RESULT_FILES, (state.journal.rows_run(run_id), plan.name))
+    named = json.dumps(list(done))  # the steps asked about: half the rows, when half are
+    rows = state.journal.conn.execute(
+        _RESULT_FILES, (state.journal.rows_run(run_id), named, plan.name)
+    )
     files: dict[tuple[str, str], str | None] = {(sid, key): text for sid, key, text in rows}
 
     def holds(outcome: StepOutcome) -> bool:
@@ -157,10 +161,12 @@ def _no_longer_hold(
     return {sid for sid, o in done.items() if sid in edited or not holds(o)}
 
 
-# The files of the completed (or partial) results of the (step, key) pairs a run named.
+# The files of the completed (or partial) results of the (step, key) pairs a run named, of the
+# steps named (a JSON list).
 _RESULT_FILES = (
     "SELECT e.step_id, e.key, e.files FROM executions AS e "
-    "JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=?) AS r "
+    "JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=? "
+    "AND step_id IN (SELECT value FROM json_each(?))) AS r "
     "ON e.step_id = r.step_id AND e.key = r.key "
     "WHERE e.pipeline=? AND e.status IN ('completed','partial') ORDER BY e.id"
 )
@@ -224,6 +230,9 @@ class Watcher:
         # The last check's file signatures, saved once its cycle ended (not before its first
         # step: a commit there is a sync on the way to the edit's first command).
         self._hasher: FileHasher | None = None
+        # The table of known file signatures, read as a change's first batch arrives (during
+        # the quiet period, not after it): a cache, each entry still checked against a stat.
+        self._warm: FileHasher | None = None
 
     # -- what counts as a change ---------------------------------------------------------------
 
@@ -411,7 +420,8 @@ class Watcher:
         # again whether their results still hold or not.
         kept = {sid: o for sid, o in done.items() if sid not in affected}
         assert self._state is not None
-        hasher = self._hasher = FileHasher(self._state.journal)
+        hasher = self._warm or FileHasher(self._state.journal)
+        self._hasher, self._warm = hasher, None
         affected |= plan.downstream(_no_longer_hold(self._state, plan, kept, last.run_id, hasher))
         return {sid: o for sid, o in kept.items() if sid not in affected}
 
@@ -528,6 +538,8 @@ class Watcher:
                 if getter in done:
                     if not buffer:
                         first_at = loop.time()
+                        if running is None and self._warm is None and self._last_report is not None:
+                            self._warm = FileHasher(self._state.journal)
                     buffer |= getter.result()
                     last_at = loop.time()
                     getter = asyncio.create_task(self._queue.get())
