@@ -61,9 +61,10 @@ def _lines_until(proc: subprocess.Popen[str], done: str, timeout: float) -> list
 
 
 def test_watch_looks_at_the_batch_again_and_collects_it(tmp_path: Path) -> None:
-    # 40 requests at 0.1 s each: the batch runs ~4 s, over several of watch's looks.
+    # 40 requests at 0.06 s each: the batch runs ~2.7 s, over several of watch's looks (at 0,
+    # 1 and 3 s: it is done by the third; the next would be 4 s later)
     with OpenAIBatchServer(
-        tmp_path / "double", api_key=SECRET, validate_s=0.3, per_request_s=0.1
+        tmp_path / "double", api_key=SECRET, validate_s=0.3, per_request_s=0.06
     ) as server:
         assert isinstance(server, OpenAIBatchServer)
         _project(tmp_path, server.url, N)
