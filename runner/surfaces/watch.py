@@ -536,12 +536,13 @@ class Watcher:
                     self._finished(running.result())
                     running = None
                 if getter in done:
+                    arrived = loop.time()
                     if not buffer:
-                        first_at = loop.time()
+                        first_at = arrived
                         if running is None and self._warm is None and self._last_report is not None:
                             self._warm = FileHasher(self._state.journal)
                     buffer |= getter.result()
-                    last_at = loop.time()
+                    last_at = arrived  # (reading the table is part of the quiet period)
                     getter = asyncio.create_task(self._queue.get())
                 if buffer and loop.time() >= min(last_at + quiet, first_at + settle_by):
                     changed = self._content_changes(buffer)
