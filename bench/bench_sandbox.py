@@ -114,11 +114,11 @@ def _siblings(where: Path) -> int:
     return len({*outside(probe), *(p for t in tops for p in outside(probe, within=t))})
 
 
-def micro(count: int = 500) -> None:
+def micro(where: Path, count: int = 500) -> None:
     from runner.expr.confined import Confinement, status
     from runner.expr.shellrun import run_shell
 
-    root = Path(tempfile.mkdtemp(prefix="bench-sandbox-micro-"))
+    root = Path(tempfile.mkdtemp(prefix="bench-sandbox-micro-", dir=where))
     (root / "in.txt").write_text("x\n")
     confine = Confinement(str(root.resolve()), read=(str(root.resolve() / "in.txt"),))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -161,10 +161,10 @@ def main() -> None:
     args = parser.parse_args()
     compile_tree()
     print(f"load {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
-    if args.micro:
-        micro()
     where = Path(args.where)
     where.mkdir(parents=True, exist_ok=True)
+    if args.micro:
+        micro(where)
     for shape in args.shapes.split(","):
         if shape:
             bench_shape(shape, args.n, args.rounds, where)
