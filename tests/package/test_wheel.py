@@ -197,31 +197,28 @@ def outside(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_fresh_venv_with_the_wheel_alone_runs_the_first_hour(
-    installed: Path, outside: Path
-) -> None:
-    python = installed / "bin" / "python"
-    where = subprocess.run(
-        [str(python), "-c", "import runner, sys; print(runner.__file__)"],
+def _module_file(installed: Path, outside: Path, module: str) -> Path:
+    """Where the venv's interpreter imports ``module`` from."""
+    res = subprocess.run(
+        [str(installed / "bin" / "python"), "-c", f"import {module} as m; print(m.__file__)"],
         cwd=outside,
         capture_output=True,
         text=True,
         env=_clean_env(),
-        check=True,
-    ).stdout.strip()
-    assert Path(where).is_relative_to(installed), where  # the wheel's copy, not this tree
+    )
+    assert res.returncode == 0, res.stderr
+    return Path(res.stdout.strip())
+
+
+def test_a_fresh_venv_with_the_wheel_alone_runs_the_first_hour(
+    installed: Path, outside: Path
+) -> None:
+    where = _module_file(installed, outside, "runner")
+    assert where.is_relative_to(installed), where  # the wheel's copy, not this tree
     if sys.platform == "linux" and shutil.which("cc"):  # the sandbox spawner's C loop came with it
-        compiled = subprocess.run(
-            [str(python), "-c", "import runner.expr._spawnc as c; print(c.__file__)"],
-            cwd=outside,
-            capture_output=True,
-            text=True,
-            env=_clean_env(),
-        )
-        assert compiled.returncode == 0 and Path(compiled.stdout.strip()).is_relative_to(
-            installed
-        ), compiled.stderr
-        program = Path(compiled.stdout.strip()).with_name("_spawnc_exec")
+        compiled = _module_file(installed, outside, "runner.expr._spawnc")
+        assert compiled.is_relative_to(installed), compiled
+        program = compiled.with_name("_spawnc_exec")
         assert os.access(program, os.X_OK), program
 
     version = _run(installed, outside, "--version")

@@ -309,3 +309,20 @@ def test_a_malformed_request_is_refused_and_the_spawner_goes_on(loop: str, root:
             os.close(write)
     assert host.process.poll() is None
     assert _run("cat in.txt", root, read=("in.txt",)).stdout == b"declared\n"
+
+
+HOSTILE = [
+    "it's \"quoted\" $HOME `id` $(touch PWNED) ;|&<>",
+    "line one\nEOF\nline three",
+    "-n --help",
+    "tab\tbell\x07escape\x1b[31m del\x7f",
+    "ünïcødé ☃ \udcff",  # (a byte that is no UTF-8, as os.fsencode carries it)
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_value_reaches_the_command_as_data(loop: str, root: Path, value: str) -> None:
+    done = _run('printf %s "$V"', root, env={"V": value})
+    assert done.code == 0, done
+    assert done.stdout == os.fsencode(value)
+    assert not (root / "PWNED").exists()
