@@ -8,6 +8,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from .unquotable import Unquotable as Unquotable  # where the scanner and tests take it from
+
 
 class Place(enum.Enum):
     BARE = "bare"
@@ -15,14 +17,6 @@ class Place(enum.Enum):
     SINGLE = "single"
     DOUBLE = "double"
     HEREDOC = "heredoc"  # the body of an unquoted here-document: expanded, never split
-
-
-class Unquotable(ValueError):
-    """A value stands where no quoting keeps it data; ``reason`` says where."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Kind(enum.Enum):

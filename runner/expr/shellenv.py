@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidPipeline, Location
-from ._shellgrammar import Place, Unquotable
-from .shellquote import _literals, places, render
+from .unquotable import Unquotable
+
+if TYPE_CHECKING:  # the grammar and scanner load with the first value (~3 ms of a start-up)
+    from ._shellgrammar import Place
 
 __all__ = ["PREFIX", "Script", "check_names", "command", "script_command"]
 
@@ -57,6 +59,8 @@ class Script:
 
 def reference(name: str, place: Place) -> str:
     """The text that expands variable ``name`` as one piece of text at ``place``."""
+    from ._shellgrammar import Place
+
     if place is Place.SINGLE:
         return f"'\"${{{name}}}\"'"
     if place is Place.DOUBLE or place is Place.HEREDOC:
@@ -87,6 +91,7 @@ def command(compiled: Any, context: Mapping[str, Any], *, raw: bool = False) -> 
     if isinstance(compiled, str):  # no ${{ }}: the common case needs no expression machinery
         return compiled, Script(compiled)
     from . import Expression, Interpolation
+    from .shellquote import _literals, places, render
 
     if isinstance(compiled, Interpolation):
         literals = _literals(compiled.parts)

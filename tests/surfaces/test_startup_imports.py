@@ -59,16 +59,13 @@ APPLY = frozenset(
         "runner.engine.run.slots",
         "runner.engine.run.stepbody",
         "runner.expr",
-        "runner.expr._shellcode",
-        "runner.expr._shellgrammar",
-        "runner.expr._shellscan",
         "runner.expr.alone",  # a command holding a secret runs alone: asked of every command
         "runner.expr.commandscope",  # the step's sandbox setting, set around its checks
         "runner.expr.commandslot",
         "runner.expr.confined",  # a shell step's command runs sandboxed, through the spawner
         "runner.expr.shellenv",  # a shell step renders its command through it (values as env)
-        "runner.expr.shellquote",
         "runner.expr.shellrun",
+        "runner.expr.unquotable",  # (the shell's grammar and scanner load with a first value)
         "runner.expr.values",
         "runner.pipeline",
         "runner.pipeline.compiler",

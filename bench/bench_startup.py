@@ -1,0 +1,167 @@
+"""Benchmark: what a short `runner apply` costs as a whole process, beside doit doing the same.
+
+Rows (issue 43), each in a directory of its own under ~/.cache/runner-bench (not /tmp: the
+sandbox grants a project's neighbours one by one, and /tmp holds many):
+  fresh    a 1-step pipeline, `echo hi > out.txt`, applied with no state (`.runner` and the
+           output removed before each run); doit: one task, its database and output removed
+  noop     the same pipeline applied again with nothing changed (doit: the task's `uptodate`
+           is [True], so its existing target keeps it from running, as runner's result does)
+
+Tools run in turn, round by round, the order rotated each round: `runner` (this tree), `before`
+(another tree put first on PYTHONPATH, with --before), `doit` (plain doit from its own venv, as
+bench_core finds it). Every process has its bytecode cached (PYTHONDONTWRITEBYTECODE is dropped).
+CPU is user + system of the finished process and its children (the sandbox's spawner included),
+from the kernel's accounting; each ratio is taken round by round: median [min-max].
+
+Run: python bench/bench_startup.py [--rounds 20] [--rows fresh,noop] [--before DIR]
+         [--python ~/.cache/runner-bench/runner/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_core import ENV, cache_bytecode, doit_cmd
+
+PIPELINE = """runner: 1
+name: one
+steps:
+  hi:
+    uses: shell
+    with:
+      run: echo hi > out.txt
+      outputs: [out.txt]
+"""
+
+DODO = """def task_hi():
+    return {"actions": ["echo hi > out.txt"], "targets": ["out.txt"], "uptodate": [True]}
+"""
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole process; a failure ends the bench with its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _clear(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+class Tool:
+    """One tool's way to run each row in its own directory."""
+
+    def __init__(self, name: str, root: Path, cmd: list[str], env: dict[str, str], doit: bool):
+        self.name, self.root, self.cmd, self.env, self.doit = name, root, cmd, env, doit
+        root.mkdir(parents=True)
+        if doit:
+            (root / "dodo.py").write_text(DODO)
+        else:
+            (root / "pipeline.yaml").write_text(PIPELINE)
+
+    def run(self, row: str) -> tuple[float, float]:
+        if row == "fresh":
+            if self.doit:
+                _clear(self.root, *(p.name for p in self.root.glob(".doit.db*")), "out.txt")
+            else:
+                _clear(self.root, ".runner", "out.txt")
+        elif not (self.root / "out.txt").exists():  # noop: converge first, untimed
+            self.run("fresh")
+        return timed(self.cmd, self.root, self.env)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rows", default="fresh,noop")
+    parser.add_argument("--python", help="runner's interpreter (default: this one)")
+    parser.add_argument("--before", type=Path, help="another tree holding runner/")
+    args = parser.parse_args()
+    python = os.path.expanduser(args.python) if args.python else sys.executable
+    cache_bytecode()
+    base = Path.home() / ".cache" / "runner-bench"
+    base.mkdir(parents=True, exist_ok=True)
+    top = Path(tempfile.mkdtemp(prefix="startup-", dir=base))
+    apply = [python, "-m", "runner", "apply", "pipeline.yaml", "-q"]
+    tools = [Tool("runner", top / "runner", apply, dict(ENV), doit=False)]
+    if args.before:
+        tree = args.before.resolve()
+        subprocess.run([python, "-m", "compileall", "-q", str(tree / "runner")], check=True)
+        env = dict(ENV, PYTHONPATH=str(tree))
+        tools.append(Tool("before", top / "before", apply, env, doit=False))
+    doit = doit_cmd()
+    if doit is not None:
+        tools.append(
+            Tool("doit", top / "doit", [*doit, "--db-file", ".doit.db"], dict(ENV), doit=True)
+        )
+    else:
+        print("doit not found: its column is left out (see bench/README.md)", file=sys.stderr)
+    rows = args.rows.split(",")
+    got: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    loads: list[float] = []
+    try:
+        for tool in tools:  # one warm-up each: caches, the page cache
+            for row in rows:
+                tool.run(row)
+        for r in range(args.rounds):
+            loads.append(os.getloadavg()[0])
+            order = tools[r % len(tools) :] + tools[: r % len(tools)]
+            for row in rows:
+                for tool in order:
+                    got.setdefault((row, tool.name), []).append(tool.run(row))
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    report(rows, [t.name for t in tools], got, loads)
+
+
+def report(
+    rows: list[str],
+    names: list[str],
+    got: dict[tuple[str, str], list[tuple[float, float]]],
+    loads: list[float],
+) -> None:
+    print(f"load average {min(loads):.1f}-{max(loads):.1f}, {len(loads)} rounds; seconds, median")
+    print(f"{'row':<7} {'tool':<7} {'wall':>7} {'CPU':>7}   vs runner: wall, CPU (round by round)")
+    for row in rows:
+        mine = got[(row, "runner")]
+        for name in names:
+            runs = got[(row, name)]
+            wall = statistics.median(w for w, _ in runs)
+            cpu = statistics.median(c for _, c in runs)
+            line = f"{row:<7} {name:<7} {wall:7.3f} {cpu:7.3f}"
+            if name != "runner":
+                line += f"   runner / {name}: {_ratio(mine, runs, 0)}, {_ratio(mine, runs, 1)}"
+            print(line)
+
+
+def _ratio(a: list[tuple[float, float]], b: list[tuple[float, float]], i: int) -> str:
+    ratios = sorted(x[i] / y[i] for x, y in zip(a, b, strict=True) if y[i] > 0)
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+
+
+if __name__ == "__main__":
+    main()
