@@ -13,13 +13,21 @@ bench_core finds it). Every process has its bytecode cached (PYTHONDONTWRITEBYTE
 CPU is user + system of the finished process and its children (the sandbox's spawner included),
 from the kernel's accounting; each ratio is taken round by round: median [min-max].
 
-Run: python bench/bench_startup.py [--rounds 20] [--rows fresh,noop] [--before DIR]
+With --floors the fresh row gets two more columns, what no apply can go under as runner is built:
+`imports` (a process importing every module the fresh apply loads, in its order, and nothing
+else) and `stdlib` (the same without runner's own modules: the interpreter, the standard library
+and click the apply loads); `lean` is `stdlib` without asyncio and what only it brings (ssl,
+concurrent.futures, logging) and without click (with uuid and platform): what an apply that
+neither awaits nor parses with click would still load from the standard library.
+
+Run: python bench/bench_startup.py [--rounds 20] [--rows fresh,noop] [--before DIR] [--floors]
          [--python ~/.cache/runner-bench/runner/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -69,11 +77,47 @@ def _clear(root: Path, *names: str) -> None:
             path.unlink()
 
 
-class Tool:
-    """One tool's way to run each row in its own directory."""
+PROBE = """
+import json, sys
+sys.argv = ["runner", "apply", "pipeline.yaml", "-q"]
+from runner.surfaces.cli.entry import main
+try:
+    main()
+except SystemExit:
+    pass
+json.dump(list(sys.modules), open("modules.json", "w"))
+"""
 
-    def __init__(self, name: str, root: Path, cmd: list[str], env: dict[str, str], doit: bool):
+IMPORT_ALL = """
+import importlib, json
+for name in json.load(open("modules.json")):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+"""
+
+
+# What `import asyncio` and `import click` bring that runner's own modules do not import.
+ASYNC_AND_CLICK = frozenset(
+    {"asyncio", "ssl", "_ssl", "concurrent", "logging", "click", "uuid", "_uuid", "platform"}
+)
+
+
+class Tool:
+    """One tool's way to run each row in its own directory (a floor runs only in `fresh`)."""
+
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        cmd: list[str],
+        env: dict[str, str],
+        doit: bool = False,
+        floor: bool = False,
+    ):
         self.name, self.root, self.cmd, self.env, self.doit = name, root, cmd, env, doit
+        self.floor = floor
         root.mkdir(parents=True)
         if doit:
             (root / "dodo.py").write_text(DODO)
@@ -81,6 +125,8 @@ class Tool:
             (root / "pipeline.yaml").write_text(PIPELINE)
 
     def run(self, row: str) -> tuple[float, float]:
+        if self.floor:
+            return timed(self.cmd, self.root, self.env)
         if row == "fresh":
             if self.doit:
                 _clear(self.root, *(p.name for p in self.root.glob(".doit.db*")), "out.txt")
@@ -97,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rows", default="fresh,noop")
     parser.add_argument("--python", help="runner's interpreter (default: this one)")
     parser.add_argument("--before", type=Path, help="another tree holding runner/")
+    parser.add_argument("--floors", action="store_true", help="imports-only columns (fresh)")
     args = parser.parse_args()
     python = os.path.expanduser(args.python) if args.python else sys.executable
     cache_bytecode()
@@ -117,6 +164,8 @@ def main() -> None:
         )
     else:
         print("doit not found: its column is left out (see bench/README.md)", file=sys.stderr)
+    if args.floors:
+        tools += _floors(python, top)
     rows = args.rows.split(",")
     got: dict[tuple[str, str], list[tuple[float, float]]] = {}
     loads: list[float] = []
@@ -129,11 +178,36 @@ def main() -> None:
             order = tools[r % len(tools) :] + tools[: r % len(tools)]
             for row in rows:
                 for tool in order:
+                    if tool.floor and row != "fresh":
+                        continue
                     got.setdefault((row, tool.name), []).append(tool.run(row))
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
     finally:
         shutil.rmtree(top, ignore_errors=True)
     report(rows, [t.name for t in tools], got, loads)
+
+
+def _floors(python: str, top: Path) -> list[Tool]:
+    """The imports-only processes: the module list comes from one fresh apply, in its order."""
+    probe = top / "probe"
+    probe.mkdir()
+    (probe / "pipeline.yaml").write_text(PIPELINE)
+    subprocess.run([python, "-c", PROBE], cwd=probe, env=ENV, check=True, capture_output=True)
+    names = json.loads((probe / "modules.json").read_text())
+    every = [n for n in names if n != "__main__"]
+    std = [n for n in every if n.split(".")[0] != "runner"]
+    lean = [n for n in std if n.split(".")[0] not in ASYNC_AND_CLICK]
+    tools = []
+    for name, listed in (("imports", every), ("stdlib", std), ("lean", lean)):
+        root = top / name
+        tool = Tool(name, root, [python, "-c", IMPORT_ALL], dict(ENV), floor=True)
+        (root / "modules.json").write_text(json.dumps(listed))
+        tools.append(tool)
+    print(
+        f"floors: {len(every)} modules, {len(std)} of them not runner's, {len(lean)} lean",
+        file=sys.stderr,
+    )
+    return tools
 
 
 def report(
@@ -147,7 +221,9 @@ def report(
     for row in rows:
         mine = got[(row, "runner")]
         for name in names:
-            runs = got[(row, name)]
+            runs = got.get((row, name))
+            if runs is None:  # a floor, outside `fresh`
+                continue
             wall = statistics.median(w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
             line = f"{row:<7} {name:<7} {wall:7.3f} {cpu:7.3f}"

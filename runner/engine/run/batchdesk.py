@@ -14,8 +14,8 @@ batch, and one answered (the ledger) is never queued: the step looks there first
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -203,7 +203,7 @@ class BatchDesk:
             self._queued_keys.difference_update(key for key, _line in q.items)
             items = self._within_budget(step_id, q)
             for chunk in _split(items, q.api.max_requests, q.api.max_bytes):
-                batch_id = f"rb-{uuid.uuid4().hex[:16]}"
+                batch_id = f"rb-{os.urandom(8).hex()}"  # (uuid loads platform: ~1 ms a start)
                 batchbook.add_batch(
                     self.journal,
                     batch_id=batch_id,
