@@ -205,13 +205,13 @@ def test_a_journal_older_than_repeats_gets_every_row(project: Project, tmp_path:
         db.execute("PRAGMA user_version=12")
     finally:
         db.close()
-    from runner.engine.plan import fastpath
+    from runner.engine.plan import fastpath, noopjournal
 
     state = project.root / ".runner"
     pipeline = (project.root / "pipeline.yaml").resolve()
     held = fastpath.check(state, pipeline, {}, None)
     assert held is not None
-    noop = fastpath.journal_noop(state, pipeline, held)
+    noop = noopjournal.journal(state, pipeline, held)
     assert noop is not None
     assert _runs(project)[noop["run"]["id"]] == (None, 3)
 

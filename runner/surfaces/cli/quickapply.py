@@ -113,7 +113,11 @@ def noop_report(
 
         load_document(file)
         fastpath.validated(state_path, pipeline_path, overrides, item, held)
-    return None if held is None else fastpath.journal_noop(state_path, pipeline_path, held)
+    if held is None:
+        return None
+    from ...engine.plan import noopjournal
+
+    return noopjournal.journal(state_path, pipeline_path, held)
 
 
 def noop_line(noop: dict[str, Any]) -> str:
@@ -137,7 +141,7 @@ def answer(argv: list[str]) -> int | None:
         state_path = state_dir_for(file, args.state)
         noop = noop_report(state_path, file.resolve(), args.params, args.item)
     except Exception:  # the full command meets it again and reports it: nothing was journaled
-        return None  # (journal_noop's transaction commits as its last statement)
+        return None  # (noopjournal's transaction commits as its last statement)
     if noop is None:
         return None
     from ...source.termtext import write_line
