@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import Location, ProviderError, StepFailure, StoreError
-from ..providers.base import ImageRequest, ImageResult, Provider, ProviderConfigError
+from ..errors import Location, ProviderError, StepFailure
+from ..providers.base import ImageRequest, ImageResult, Provider
 from ..providers.calls import (
     CallLog,
     Event,
@@ -31,13 +31,9 @@ from ..providers.calls import (
     uncertain_reason,
     with_provider_retries,
 )
-from ..providers.config import Providers
 from ..providers.jobs import RemoteJob
 from ..providers.requestkey import request_key
-from ..source.beneath import read_beneath
-from ..source.paths import inside
 from .base import (
-    ProviderAccess,
     ResultStatus,
     StepContext,
     StepEnv,
@@ -56,10 +52,10 @@ from .outputshape import (
     from_doc,
     list_of,
 )
+from .provider_use import check_provider, load_reference, resolve_provider
 
 DEFAULT_SIZE = "1536x1024"
 _SIZE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def parse_size(value: Any) -> tuple[int, int]:
@@ -104,66 +100,6 @@ def call_key(
     if run_id is not None:
         scope["run"] = run_id
     return request_key(request, provider_profile, scope, unsent=unsent)
-
-
-def provider_access(env: StepEnv) -> ProviderAccess:
-    """The engine's providers, or the ones configured next to the pipeline when none is given."""
-    return env.providers if env.providers is not None else Providers.for_dir(env.root)
-
-
-def resolve_provider(env: StepEnv, name: str | None, kind: str, step: str | None) -> Provider:
-    """The named (or default) provider, checked to produce ``kind``. Raises ProviderConfigError."""
-    provider = provider_access(env).get(name)
-    if not isinstance(provider, Provider):
-        raise ProviderConfigError(f"provider '{name}' is not a runner Provider", step=step)
-    if kind not in provider.capabilities.kinds:
-        raise ProviderConfigError(
-            f"provider '{provider.name}' does not generate {kind}s",
-            step=step,
-            hint="choose a provider whose capabilities list this kind (runner providers)",
-        )
-    return provider
-
-
-def check_provider(args: Mapping[str, Any], root: Path, where: Location | None) -> None:
-    """The provider's own compile-time checks for this step (a ComfyUI workflow and its
-    substitutions, how many references it takes). Raises ProviderConfigError.
-
-    A provider that cannot be resolved yet (a name given by an expression, a setting that only
-    the run can check) is left to the run, which reports it.
-    """
-    name = args.get("provider")
-    if isinstance(name, str) and "${{" in name:
-        return
-    try:
-        provider = Providers.for_dir(root).get(name)
-    except ProviderConfigError:
-        return
-    refs = args.get("references")
-    count = len(refs) if isinstance(refs, list) else (0 if refs is None else None)
-    provider.check(references=count, where=where)
-
-
-def load_reference(ctx: StepContext, ref: str) -> bytes:
-    """An object digest from the store, or a workspace path inside the pipeline root, checked
-    to be a whole image here, where the user's own name for it is known (a provider's
-    complaint would name its upload copy). Raises StepFailure, StoreError."""
-    if _DIGEST.match(ref) and ctx.objects.has(ref):
-        data = ctx.objects.read_bytes(ref)
-    else:
-        inside(ctx.root, ref, where=Location(ref))  # words a path that was never inside
-        try:
-            data = read_beneath(ctx.root, ref)  # as opened now: a directory may be swapped
-        except OSError as exc:
-            raise StoreError(f"reference image '{ref}' cannot be read: {exc}") from None
-    from .imaging.finalize import FinalizeError
-    from .imaging.intact import check_intact  # Pillow: only for steps with references
-
-    try:
-        check_intact(data)
-    except FinalizeError as exc:
-        raise StepFailure(f"reference image '{ref}' is not a usable image: {exc}") from None
-    return data
 
 
 class ImageStep(StepType):

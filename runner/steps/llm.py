@@ -36,9 +36,9 @@ from ..providers.requestkey import canonical_request, request_key
 from ..source.datafiles import load_json
 from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
 from .batched import asked_in_batch, batching
-from .image import load_reference, resolve_provider
 from .ordered import in_order
 from .outputshape import Shape, from_doc, from_json_schema
+from .provider_use import load_reference, resolve_provider
 
 FEEDBACK_HEADING = "Previous attempt failed because:"
 REVIEW_HEADING = "A reviewer asked for these changes:"
