@@ -205,3 +205,34 @@ def test_plain_lookups_import_no_jinja(tmp_path: Path) -> None:
     found = json.loads((tmp_path / "modules.json").read_text())
     assert found["code"] in (0, None), res.stderr
     assert not {"jinja2", "markupsafe"} & set(found["modules"])
+
+
+# The llm row of issue 43: a for_each of llm calls whose check is a comparison over a filter.
+# Answered by expr/plain.py without Jinja (~12 ms of the process).
+LLM = """\
+runner: 1
+name: fan
+params:
+  items: {type: array, default: [a, b, c]}
+steps:
+  ask:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 4
+    cache: false
+    with: {prompt: "say ${{ item }}"}
+    check:
+      - "${{ output.text | length > 0 }}"
+"""
+
+
+def test_an_llm_for_each_with_a_plain_check_imports_no_jinja(tmp_path: Path) -> None:
+    (tmp_path / "pipeline.yaml").write_text(LLM)
+    (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    found = json.loads((tmp_path / "modules.json").read_text())
+    assert found["code"] in (0, None), res.stderr
+    assert not {"jinja2", "markupsafe"} & set(found["modules"])
