@@ -61,10 +61,9 @@ def _line() -> st.SearchStrategy[str]:
     pair_line = st.tuples(pair, st.sampled_from(VALUES), comment).map(
         lambda t: f"{t[0][0]}{t[0][1]}{t[0][2]}{t[1]}{t[2]}"
     )
-    header = st.tuples(pad, st.sampled_from(HEADERS), st.sampled_from(["[]", "[[]]", "[ ]"]))
-    header_line = st.tuples(header, comment).map(
-        lambda t: f"{t[0][0]}{t[0][2][:-1] if t[0][2] != '[ ]' else '[ '}{t[0][1]}"
-        f"{t[0][2][len(t[0][2]) // 2 :] if t[0][2] != '[ ]' else ' ]'}{t[1]}"
+    brackets = st.sampled_from([("[", "]"), ("[[", "]]"), ("[ ", " ]")])
+    header_line = st.tuples(pad, brackets, st.sampled_from(HEADERS), comment).map(
+        lambda t: f"{t[0]}{t[1][0]}{t[2]}{t[1][1]}{t[3]}"
     )
     odd = st.sampled_from(["", "   ", "# a comment", "a = 1\r", "\ufeffa = 1", "b = \x01", "=1"])
     return st.one_of(pair_line, header_line, odd)

@@ -134,10 +134,12 @@ APPLY = frozenset(
 )
 
 # Packages a shell step never needs: the command-line parser (a plain `apply` command line is
-# read by quickapply.py), the full YAML reader, the schema validator, templates, HTTP, the
-# terminal's rich display, images, the web page, the cluster.
+# read by quickapply.py), the TOML reader (runner.toml's plain form: source/tomlfile.py), the
+# full YAML reader, the schema validator, templates, HTTP, the terminal's rich display, images,
+# the web page, the cluster.
 NEVER = (
     "click",
+    "tomllib",
     "yaml",
     "jsonschema",
     "referencing",
@@ -229,7 +231,7 @@ steps:
 
 def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
     tmp_path: Path,
-) -> None:
+) -> None:  # (nor tomllib: its runner.toml is of the plain form)
     (tmp_path / "pipeline.yaml").write_text(LLM)
     (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
     res = subprocess.run(
@@ -238,4 +240,4 @@ def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
     assert res.returncode == 0, res.stderr
     found = json.loads((tmp_path / "modules.json").read_text())
     assert found["code"] in (0, None), res.stderr
-    assert not {"jinja2", "markupsafe", "click"} & set(found["modules"])
+    assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(found["modules"])
