@@ -45,6 +45,8 @@ class SandboxRefused(Exception):
 
 @dataclass
 class Budget:
+    """What one evaluation or render may still use: its deadline, steps and produced characters."""
+
     deadline: float
     steps: int = MAX_STEPS
     produced: int = MAX_PRODUCED_CHARS

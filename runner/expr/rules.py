@@ -195,6 +195,8 @@ class StepRules:
 
 @dataclass(frozen=True)
 class LintWarning:
+    """A warning about a pipeline's rules, with its code and where it applies."""
+
     code: str  # unused-pattern, unused-rule, never-true, always-true, type-error, skipped-ref,
     # raw-shell
     message: str

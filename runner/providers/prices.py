@@ -59,6 +59,8 @@ BUDGET_KEYS = ("max_cost", "max_cost_per_day", "max_cost_per_month")
 
 @dataclass
 class Prices:
+    """runner.toml's `[prices]` and `[budget]`: per-model prices and spending limits."""
+
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     currency: str = ""
     max_cost: float | None = None
