@@ -134,7 +134,7 @@ def test_a_no_op_is_answered_without_click_as_the_full_command_answers(project: 
     assert found["code"] == 0, res.stderr
     modules = found["modules"]
     assert isinstance(modules, list)
-    assert not {"click", "asyncio", "dataclasses"} & set(modules), (res.stdout, res.stderr)
+    assert not {"click", "asyncio", "dataclasses", "tomllib"} & set(modules), (res.stdout, res.stderr)
     quick = res.stdout
     full = CliRunner().invoke(cli, ["apply", "pipeline.yaml", "-q"], catch_exceptions=False)
     assert full.exit_code == 0

@@ -9,7 +9,6 @@ group (issue 43); ``run_apply`` prints through a ``Printer`` each caller gives: 
 from __future__ import annotations
 
 import gc
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -133,6 +132,8 @@ def reporter_for(
 
 def install_sigterm() -> None:
     # SIGTERM cancels like Ctrl-C: the run is marked cancelled, completed work is kept.
+    import signal  # (here: a no-op apply, answered before any run, does not load it)
+
     def handler(_sig: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
