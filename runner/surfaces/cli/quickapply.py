@@ -32,8 +32,8 @@ _VALUED = {
 
 
 class Args:
-    """A command line ``answer`` may take: `apply FILE` and options a no-op can honour (a plain
-    class: this path does not import dataclasses, ~5 ms)."""
+    """A command line ``answer`` runs: `apply FILE` and the options it reads (a plain class: a
+    no-op answered here does not import dataclasses, ~5 ms)."""
 
     __slots__ = ("as_json", "file", "item", "jobs", "params", "quiet", "state")
 
