@@ -16,6 +16,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class CommandScope:
+    """What a step's commands may touch: sandboxed or not, the network, the files it names."""
+
     sandbox: bool = True  # false: the step said `sandbox: false`
     network: bool = False  # the step said `network: true`
     files: tuple[str, ...] = ()  # the step's files a check may read, relative to the root

@@ -1,8 +1,10 @@
 """Compiling ``${{ }}`` expressions once, when the pipeline compiles, and evaluating them under
 the sandbox's budget.
 
-A plain dotted lookup is compiled and answered without Jinja (lookup.py): Jinja, the sandbox
-and the shape cache are imported when the first other expression is (~15 ms of a start-up).
+A plain dotted lookup is compiled and answered without Jinja (lookup.py), and so is a plain
+expression (comparisons, and/or/not, literals, lookups, a few filters: plain.py) whenever its
+values are plain data: Jinja, the sandbox and the shape cache are imported when the first other
+expression is compiled or evaluated (~15 ms of a start-up).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExpressionError, Location
+from .budget import BUDGET, MAX_SECONDS, Budget
 from .lookup import (
     KEYWORDS,
     MAX_EXPRESSION_CHARS,
@@ -26,6 +30,8 @@ from .lookup import (
     reference,
     too_deep,
 )
+from .plain import GAVE_UP, PlainTree
+from .plain import parse as parse_plain
 
 if TYPE_CHECKING:
     from jinja2 import nodes
@@ -48,6 +54,8 @@ class Expression:
     dotted lookup (``steps.read.output.text``, most of what pipelines write) has a ``path``: it
     is evaluated by looking its names up in the data, and parsed and compiled by Jinja only
     when something else needs it (its tree, or an evaluation the direct lookup cannot answer).
+    A plain expression (plain.py) has a ``plain`` tree: evaluated without Jinja when it can
+    give Jinja's answer, by Jinja otherwise.
     """
 
     source: str
@@ -55,6 +63,7 @@ class Expression:
     refs: frozenset[Reference]
     _fn: Lazy | None = field(repr=False)
     path: tuple[str, ...] | None = None
+    plain: PlainTree | None = field(default=None, repr=False)
 
     @property
     def tree(self) -> nodes.Expr | None:
@@ -65,6 +74,8 @@ class Expression:
         """The names read with their constant attributes (``parsing.paths_of``)."""
         if self.path is not None:
             return [self.path]
+        if self.plain is not None:
+            return list(self.plain.paths)
         tree = self.tree
         if tree is None:
             return []
@@ -110,12 +121,18 @@ class Expression:
             found = self._looked_up(context)
             if found is not _NO_VALUE:
                 return found  # a lookup hands over existing data: neither sized nor copied
-        import time
-
+        if self.plain is not None:
+            token = BUDGET.set(Budget(time.monotonic() + MAX_SECONDS))
+            try:
+                found = self.plain.evaluate(context)
+            finally:
+                BUDGET.reset(token)
+            if found is not GAVE_UP:
+                return found
         import jinja2
 
         from .results import NotJSON, as_json
-        from .sandbox import BUDGET, MAX_SECONDS, Budget, SandboxRefused, check_size
+        from .sandbox import SandboxRefused, check_size
 
         token = BUDGET.set(Budget(time.monotonic() + MAX_SECONDS))
         try:
@@ -176,6 +193,9 @@ def compile_expression(source: str, where: Location | None = None) -> Expression
     if path is not None:
         refs = frozenset({reference(path[0], path[1] if len(path) > 1 else None)})
         return Expression(source, where, refs, None, path)
+    plain = parse_plain(source, _LOOKUP.match(source) is not None)
+    if plain is not None:
+        return Expression(source, where, plain.refs, None, None, plain)
     import jinja2
 
     try:

@@ -15,13 +15,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from jinja2 import nodes
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Location
 from .checks import CHECKS, CollectionQuery, Rule, Scope, Verdict, register_check
 from .checks.base import MESSAGE_SCHEMA, CheckType, Path_
+
+if TYPE_CHECKING:
+    from jinja2 import nodes
 
 __all__ = [
     "CheckType",
@@ -194,6 +195,8 @@ class StepRules:
 
 @dataclass(frozen=True)
 class LintWarning:
+    """A warning about a pipeline's rules, with its code and where it applies."""
+
     code: str  # unused-pattern, unused-rule, never-true, always-true, type-error, skipped-ref,
     # raw-shell
     message: str
@@ -334,7 +337,13 @@ def _exec_runs(rule: Any) -> list[Any]:
     return own + [r for child in rule.children() for r in _exec_runs(child)]
 
 
+# The lint reads Jinja's trees (`runner check`): jinja2 is imported there, not by every apply
+# that compiles a rule (a plain rule is evaluated without it: plain.py).
+
+
 def _param_of(node: nodes.Node) -> str | None:
+    from jinja2 import nodes
+
     if (
         isinstance(node, nodes.Getattr)
         and isinstance(node.node, nodes.Name)
@@ -345,6 +354,8 @@ def _param_of(node: nodes.Node) -> str | None:
 
 
 def _const_types(node: nodes.Node) -> set[str] | None:
+    from jinja2 import nodes
+
     if isinstance(node, nodes.Const):
         kind = _TYPE_OF_CONST.get(type(node.value))
         return {kind} if kind else None
@@ -359,6 +370,8 @@ def _const_types(node: nodes.Node) -> set[str] | None:
 def _type_warnings(
     tree: nodes.Node, source: str, where: Location | None, param_types: Mapping[str, str]
 ) -> Iterable[LintWarning]:
+    from jinja2 import nodes
+
     roots = [tree] if isinstance(tree, nodes.Compare) else []  # find_all skips the node itself
     for compare in (*roots, *tree.find_all(nodes.Compare)):
         left = compare.expr

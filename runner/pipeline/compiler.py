@@ -51,6 +51,8 @@ class CachePolicy(enum.Enum):
 
 @dataclass
 class CompiledStep:
+    """One step as compiled: its type, its arguments' expressions, its rules and limits."""
+
     id: str
     uses: str
     type: StepType
@@ -85,6 +87,8 @@ class CompiledStep:
 
 @dataclass
 class Limits:
+    """The pipeline's `limits:`: wall clock, steps, tokens and cost a run may use."""
+
     wall_clock: float | None = None
     max_steps: int | None = None
     token_budget: int | None = None
@@ -93,6 +97,8 @@ class Limits:
 
 @dataclass
 class Plan:
+    """A compiled pipeline: its steps in order, its params and rules, ready to run."""
+
     doc: PipelineDoc
     name: str
     root: Path

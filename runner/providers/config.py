@@ -22,7 +22,6 @@ logs or messages (see Redactor).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 from ..errors import Location
 from ..source.redact import Redactor
-from ..source.tomlfile import find_runner_toml
+from ..source.tomlfile import find_runner_toml, loads_toml
 from .base import Provider, ProviderConfigError
 from .registry import create
 
@@ -62,10 +61,12 @@ def load_config(path: Path | None) -> RunnerConfig:
         return RunnerConfig()
     where = Location(str(path))
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProviderConfigError(f"cannot read {path}: {exc}", where=where) from None
-    except tomllib.TOMLDecodeError as exc:
+    try:
+        data = loads_toml(text)
+    except ValueError as exc:  # tomllib's TOMLDecodeError (loads_toml imports it when needed)
         raise ProviderConfigError(f"not valid TOML: {exc}", where=where) from None
     # [prices] and [budget] are read by runner/engine/plan/costs.py (plan's cost estimate), [cache]
     # by runner/state/remote.py, [executor] by runner/engine/run/executor_config.py.

@@ -31,13 +31,13 @@ write without ``cache_write_per_1k`` has no price (Anthropic charges more than i
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import Location, UsageError
+from ..source.tomlfile import loads_toml
 
 FREE_PROVIDERS = frozenset({"fake"})
 BATCH_FACTOR = 0.5  # what OpenAI's and Anthropic's batch APIs charge of the direct price
@@ -59,6 +59,8 @@ BUDGET_KEYS = ("max_cost", "max_cost_per_day", "max_cost_per_month")
 
 @dataclass
 class Prices:
+    """runner.toml's `[prices]` and `[budget]`: per-model prices and spending limits."""
+
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     currency: str = ""
     max_cost: float | None = None
@@ -93,9 +95,13 @@ def load_prices(start: Path) -> Prices:
     if path is None:
         return Prices()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
+        text = path.read_text(encoding="utf-8")
+    except OSError:
         return Prices(path=path)  # the provider config reports a broken file with its location
+    try:
+        data = loads_toml(text)
+    except ValueError:  # tomllib's TOMLDecodeError: reported by the provider config as well
+        return Prices(path=path)
     where = Location(str(path))
     raw = data.get("prices", {})
     if not isinstance(raw, dict):

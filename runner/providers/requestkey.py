@@ -43,7 +43,12 @@ def request_key(request: Any, profile: str, *scope: Any, unsent: Collection[str]
     """The call's key (32 hex chars): the canonical request (less its ``unsent`` fields), the
     provider profile, then any ``scope`` parts that narrow sharing (an ordinal for a seedless
     provider, a run id)."""
-    return digest([canonical_request(request, unsent), profile, *scope])[:32]
+    return key_of(canonical_request(request, unsent), profile, *scope)
+
+
+def key_of(canonical: dict[str, Any], profile: str, *scope: Any) -> str:
+    """``request_key`` of a request whose ``canonical_request`` is at hand."""
+    return digest([canonical, profile, *scope])[:32]
 
 
 def _by_content(value: Any) -> Any:

@@ -77,6 +77,8 @@ class Hold:
 
 @dataclass
 class SpendGuard:
+    """A run's spending against its budgets: calls admitted only while their worst case fits."""
+
     prices: Prices
     budgets: list[Budget]
     on_stop: Callable[[str], None] = lambda _why: None

@@ -135,10 +135,15 @@ def _nearest_toml(root: Path) -> tuple[str, int, int] | None:
 
 def _load(path: str) -> dict[str, Any] | None:
     """runner.toml's tables; None when it cannot be read (the apply reports that elsewhere)."""
-    import tomllib
+    from .tomlfile import loads_toml
 
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+            data = f.read()
+    except OSError:
+        return None
+    text = data.decode()  # as strictly as tomllib.load did
+    try:
+        return loads_toml(text)
+    except ValueError:  # tomllib's TOMLDecodeError
         return None

@@ -68,11 +68,3 @@ def shown_path(path: Path, cwd: Path | None = None) -> str:
     except (ValueError, OSError):
         return absolute
     return relative if len(relative) <= len(absolute) else absolute
-
-
-def write_line(text: str, *, as_json: bool = False) -> None:
-    """One line on stdout, escaped as ``safe`` (or ``safe_json``) escapes it, without click: for
-    the quick no-op apply, answered before click loads (runner/surfaces/cli/quickapply.py)."""
-    import sys
-
-    sys.stdout.write((safe_json(text) if as_json else safe(text)) + "\n")

@@ -28,6 +28,8 @@ from .repeats import as_own
 
 @dataclass
 class Override:
+    """A user's edit of a step's (or an element's) stored output, bound to the step's contract."""
+
     id: int
     pipeline: str
     step_id: str

@@ -32,7 +32,7 @@ from ..providers.calls import (
     with_provider_retries,
 )
 from ..providers.limits import waiting
-from ..providers.requestkey import canonical_request, request_key
+from ..providers.requestkey import canonical_request, key_of, request_key
 from ..source.datafiles import load_json
 from .base import StepContext, StepEnv, StepResult, StepType, invalid, reference_files
 from .batched import asked_in_batch, batching
@@ -276,10 +276,11 @@ class LlmStep(StepType):
         # A retry with check feedback is a new request, its round keeps their keys apart; a
         # transient retry is the same request under the same key (the ledger decides on it).
         round_ = ctx.check_round if ctx.feedback else None
-        request.idempotency_key = request_key(request, profile, round_)
+        canonical = canonical_request(request)  # once: the key and the ledger's summary
+        request.idempotency_key = key_of(canonical, profile, round_)
         if round_ is not None:
             _unlike_earlier_rounds(ctx, request, profile)
-        canonical = canonical_request(request)
+            canonical = canonical_request(request)  # its seed may have changed
         batch = batching(ctx, provider, args.get("batch"), request.idempotency_key)
         record = await self._call(ctx, provider, request, canonical, batch=batch)
         refusal = (record.get("metadata") or {}).get("refusal")

@@ -1,9 +1,12 @@
-"""`runner apply` of an unchanged pipeline is answered before click loads (quickapply.py), with
-what the full command prints and journals; any other command line is left to click."""
+"""`runner apply` of a plain command line is answered before click loads (quickapply.py), with
+what the click command prints, journals and exits with (a no-op, a run, a failed step, an
+error); any other command line is left to click."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,7 +134,7 @@ def test_a_no_op_is_answered_without_click_as_the_full_command_answers(project: 
     assert found["code"] == 0, res.stderr
     modules = found["modules"]
     assert isinstance(modules, list)
-    assert not {"click", "asyncio", "dataclasses"} & set(modules), (res.stdout, res.stderr)
+    assert not {"click", "asyncio", "dataclasses", "tomllib"} & set(modules), (res.stdout, res.stderr)
     quick = res.stdout
     full = CliRunner().invoke(cli, ["apply", "pipeline.yaml", "-q"], catch_exceptions=False)
     assert full.exit_code == 0
@@ -152,12 +155,79 @@ def test_a_no_op_is_answered_without_click_as_the_full_command_answers(project: 
     assert len(json.loads(runs.output)["runs"]) == 6  # two applies, then four no-ops
 
 
-def test_a_run_with_work_to_do_goes_through_click(project: Path) -> None:
+def test_a_run_with_work_to_do_runs_without_click(project: Path) -> None:
     (project / "out.txt").unlink()
     res, found = _run(project, "apply", "pipeline.yaml", "-q")
     assert found["code"] == 0, res.stderr
-    assert "click" in found["modules"]  # type: ignore[operator]
+    assert "click" not in found["modules"]  # type: ignore[operator]
     assert (project / "out.txt").read_text() == "hi\n"
+
+
+FAILS = """\
+runner: 1
+name: two
+params:
+  n: {type: integer, default: 1}
+steps:
+  a:
+    uses: shell
+    with: {run: "echo made > a.txt", outputs: [a.txt]}
+  b:
+    uses: shell
+    needs: [a]
+    with: {run: "echo 'no \\e[31m luck' >&2; exit 3"}
+"""
+INVALID = """\
+runner: 1
+name: bad
+steps:
+  a: {uses: shell, with: {run: "true"}, colour: red}
+"""
+_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+_SECONDS = re.compile(r"\d+(\.\d+)?s\b|\"duration_s\": [0-9.e-]+")
+
+
+def _shown(res: subprocess.CompletedProcess[str], code: object) -> tuple[object, str, str]:
+    def plain(text: str) -> str:
+        return _SECONDS.sub("T", _RUN_ID.sub("RUN", text))
+
+    return code, plain(res.stdout), plain(res.stderr)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "toml", "args"),
+    [
+        (FAILS, "", ()),
+        (FAILS, "", ("--json",)),
+        (FAILS, "", ("-q", "-p", "n=2")),
+        (FAILS, None, ()),  # no project here: the new state is said on stderr
+        (FAILS, "", ("-p", "n=two")),  # a param of the wrong type
+        (FAILS, "", ("-p", "nope=1", "--json")),
+        (INVALID, "", ()),
+        (INVALID, "", ("--json",)),
+        (PIPELINE, "", ("--item", "x")),  # in.txt is missing
+        (None, "", ()),  # no pipeline file
+    ],
+)
+def test_the_quick_apply_prints_and_exits_as_the_click_command(
+    tmp_path: Path, pipeline: str | None, toml: str | None, args: tuple[str, ...]
+) -> None:
+    shown = []
+    for way, jobs in (("quick", ("--jobs", "2")), ("click", ("-j2",))):  # -j2: left to click
+        root = tmp_path / way
+        root.mkdir()
+        if pipeline is not None:
+            (root / "pipeline.yaml").write_text(pipeline)
+        if toml is not None:
+            (root / "runner.toml").write_text(toml)
+        outcomes = []
+        for _ in range(2):  # a run, then the same again (a no-op, or the failure again)
+            res, found = _run(root, "apply", "pipeline.yaml", *jobs, *args)
+            assert ("click" in found["modules"]) is (way == "click")  # type: ignore[operator]
+            outcomes.append(_shown(res, found["code"]))
+        shown.append(outcomes)
+        shutil.rmtree(root / ".runner", ignore_errors=True)
+    assert shown[0] == shown[1]
 
 
 def test_a_bad_option_value_gets_clicks_message(project: Path) -> None:

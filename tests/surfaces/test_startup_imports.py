@@ -119,21 +119,24 @@ APPLY = frozenset(
         "runner.steps.shell",
         "runner.surfaces",
         "runner.surfaces.cli",
-        "runner.surfaces.cli.base",
-        "runner.surfaces.cli.commands_core",
+        "runner.surfaces.cli.applyrun",  # what apply does, without click
         "runner.surfaces.cli.console",
         "runner.surfaces.cli.entry",
-        "runner.surfaces.cli.openstate",
-        "runner.surfaces.cli.quickapply",  # answers a no-op before click loads
+        "runner.surfaces.cli.failures",  # how an error is reported, without click
+        "runner.surfaces.cli.quickapply",  # reads a plain `apply` command line before click
         "runner.surfaces.cli.runend",
         "runner.surfaces.cli.termtext",
         "runner.surfaces.counts",  # the summary line counts steps and elements (issue 42)
     }
 )
 
-# Packages a shell step never needs: the full YAML reader, the schema validator, templates,
-# HTTP, the terminal's rich display, images, the web page, the cluster.
+# Packages a shell step never needs: the command-line parser (a plain `apply` command line is
+# read by quickapply.py), the TOML reader (runner.toml's plain form: source/tomlfile.py), the
+# full YAML reader, the schema validator, templates, HTTP, the terminal's rich display, images,
+# the web page, the cluster.
 NEVER = (
+    "click",
+    "tomllib",
     "yaml",
     "jsonschema",
     "referencing",
@@ -201,4 +204,37 @@ def test_plain_lookups_import_no_jinja(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     found = json.loads((tmp_path / "modules.json").read_text())
     assert found["code"] in (0, None), res.stderr
-    assert not {"jinja2", "markupsafe"} & set(found["modules"])
+    assert not {"jinja2", "markupsafe", "click"} & set(found["modules"])
+
+
+# The llm row of issue 43: a for_each of llm calls whose check is a comparison over a filter,
+# evaluated by expr/plain.py without Jinja (~12 ms of the process), run without click (~5 ms).
+LLM = """\
+runner: 1
+name: fan
+params:
+  items: {type: array, default: [a, b, c]}
+steps:
+  ask:
+    uses: llm
+    for_each: "${{ params.items }}"
+    concurrency: 4
+    cache: false
+    with: {prompt: "say ${{ item }}"}
+    check:
+      - "${{ output.text | length > 0 }}"
+"""
+
+
+def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
+    tmp_path: Path,
+) -> None:  # (nor tomllib: its runner.toml is of the plain form)
+    (tmp_path / "pipeline.yaml").write_text(LLM)
+    (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    found = json.loads((tmp_path / "modules.json").read_text())
+    assert found["code"] in (0, None), res.stderr
+    assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(found["modules"])

@@ -245,11 +245,11 @@ def _may_price(toml: Path) -> bool:
     """Whether runner.toml has a [budget] or [prices] table (or cannot be read as TOML, which
     the cost model and the provider config report): a project's runner.toml that only marks
     its root or names providers sets no budget."""
-    import tomllib
+    from ...source.tomlfile import loads_toml
 
     try:
-        data = tomllib.loads(toml.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = loads_toml(toml.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: UnicodeDecodeError, tomllib's TOMLDecodeError
         return True
     return "budget" in data or "prices" in data
 

@@ -32,6 +32,8 @@ from .stepbody import run_body
 
 @dataclass
 class Passed:
+    """A step body's result that passed its checks, with the attempt that made it."""
+
     result: StepResult
     attempt: int
     t0: float  # perf_counter when the first attempt began

@@ -32,6 +32,8 @@ POLL_MAX_S = 60.0
 
 @dataclass
 class _Queued:
+    """Requests of one step waiting for their batch, by the provider and endpoint they go to."""
+
     provider: Any
     api: BatchAPI
     endpoint: str

@@ -42,6 +42,8 @@ class EventType(enum.Enum):
 
 @dataclass(frozen=True)
 class Event:
+    """Something that happened in a run, as reporters and the journal receive it."""
+
     type: EventType
     run_id: str
     step_id: str | None = None

@@ -26,6 +26,8 @@ KEYS = ("kind", "workers", "threads", "scheduler")
 
 @dataclass(frozen=True)
 class ExecutorSettings:
+    """Where step bodies run (`[executor]` in runner.toml, or the apply's options)."""
+
     kind: str = "local"
     workers: int | None = None  # LocalCluster worker processes (2 when unset)
     threads: int | None = None  # threads per LocalCluster worker (1 when unset)

@@ -100,6 +100,8 @@ async def local_cluster(workers: int, threads: int) -> Any:
 
 @dataclass
 class _Batch:
+    """Step bodies sent to the cluster together, and the future running them."""
+
     members: list[_Pending]
     future: Any = None  # the Dask future running it
 
@@ -111,6 +113,8 @@ class _Batch:
 
 @dataclass
 class _Pending:
+    """A step body waiting for its result from the cluster."""
+
     job: Job
     resources: tuple[tuple[str, float], ...]
     future: asyncio.Future[tuple[StepResult, list[str], str]]

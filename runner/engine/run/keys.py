@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class KeyParts:
+    """What a step's cache key is made of, each part named."""
+
     step_type: str
     type_version: str
     args: Any

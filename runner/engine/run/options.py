@@ -10,6 +10,8 @@ from .outcomes import StepOutcome
 
 @dataclass
 class ApplyOptions:
+    """How an apply runs: jobs, forced steps, the item, budgets, the executor."""
+
     jobs: int = field(default_factory=lambda: os.cpu_count() or 2)
     force: frozenset[str] = frozenset()
     # Gates that ask again though another run decided on the same inputs (`--reask`).

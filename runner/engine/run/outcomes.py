@@ -47,6 +47,8 @@ class RunStatus(enum.Enum):
 
 @dataclass(slots=True)  # one per element: a 100,000-element for_each holds them all
 class ElementOutcome:
+    """How one element of a for_each ended."""
+
     index: int
     status: StepStatus
     key: str | None = None
@@ -58,6 +60,8 @@ class ElementOutcome:
 
 @dataclass
 class StepOutcome:
+    """How one step of a run ended (with its elements', for a for_each)."""
+
     id: str
     status: StepStatus
     key: str | None = None
@@ -92,6 +96,8 @@ class StepOutcome:
 
 @dataclass
 class RunReport:
+    """How a run ended: its status and every step's outcome."""
+
     run_id: str
     pipeline: str
     status: RunStatus

@@ -11,7 +11,6 @@ and a ``compile(args, scope, path)`` that returns a ``Rule``.
 
 from __future__ import annotations
 
-import difflib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -225,6 +224,8 @@ def _validator(check: CheckType) -> jsonschema.protocols.Validator:
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
+    import difflib  # only for a mistake (~1 ms of every start-up otherwise)
+
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

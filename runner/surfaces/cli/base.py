@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gc
 import io
-import json
-import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -18,8 +16,11 @@ import click
 
 from ... import __version__
 from ...engine.run.locate import STATE_HELP
-from ...errors import RunnerError, StoreError, UsageError
-from .termtext import json_line
+from ...errors import UsageError
+from .applyrun import Printer
+from .failures import cwd_exists
+from .termtext import echo, echo_block, json_line
+from .termtext import isatty_stderr as isatty_stderr
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,6 +39,11 @@ class Ctx:
 def emit_json(doc: dict[str, Any]) -> None:
     """One JSON document on stdout: exact data, nothing a terminal acts on (see ``safe_json``)."""
     click.echo(json_line(doc))
+
+
+# How the commands print (applyrun.run_apply and failures.report take a Printer: the quick
+# apply, read before click loads, gives them one that prints the same without click).
+CLICK_PRINTER = Printer(echo, echo_block, emit_json)
 
 
 # The modules that register commands, in the order a name is looked for: `runner apply` imports
@@ -120,16 +126,8 @@ class RunnerGroup(LazyGroup):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            _cwd_exists()
+            cwd_exists()
             return super().invoke(ctx)
-        except RunnerError as exc:
-            as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
-            if as_json:
-                emit_json({"error": exc.to_json(), "exit_code": exc.exit_code})
-            from .termtext import echo_block, safe  # a message may quote an id, a param, a reply
-
-            echo_block(f"error: {safe(exc, lines=True)}", err=True)
-            ctx.exit(exc.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except BrokenPipeError:  # `runner ... | head`: the reader left, nothing to report
@@ -138,33 +136,10 @@ class RunnerGroup(LazyGroup):
         except SystemExit:
             raise
         except Exception as exc:
-            from ...state.canonical import CanonicalError
-            from .termtext import echo, echo_block
+            from .failures import report
 
-            if isinstance(exc, CanonicalError):  # a value JSON cannot carry met a record: the
-                refused = UsageError(f"{exc}; nothing was recorded")  # input said it, not a bug
-                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
-                if as_json:
-                    emit_json({"error": refused.to_json(), "exit_code": refused.exit_code})
-                echo(f"error: {refused}", err=True)
-                ctx.exit(refused.exit_code)
-            if isinstance(exc, OSError) and exc.filename and exc.strerror:
-                # a path the system refused (the state on /dev/null, a directory with no
-                # access): the environment's answer, not a bug in runner
-                echo(f"error: {exc.filename}: {exc.strerror}", err=True)
-                ctx.exit(1)
-            damaged = _journal_damage(exc)
-            if damaged is not None:  # a page or table SQLite cannot read, met mid-command
-                as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
-                if as_json:
-                    emit_json({"error": damaged.to_json(), "exit_code": damaged.exit_code})
-                echo(f"error: {damaged}", err=True)
-                ctx.exit(damaged.exit_code)
-            import traceback  # only for a bug: ~1.5 ms of every start-up otherwise
-
-            echo_block(traceback.format_exc(), err=True)  # its messages may quote data
-            echo("runner hit a bug (the traceback is above); please report it.", err=True)
-            ctx.exit(1)
+            as_json = "--json" in sys.argv[1:] or (isinstance(ctx.obj, Ctx) and ctx.obj.json)
+            ctx.exit(report(exc, as_json, CLICK_PRINTER))
 
 
 def _utf8_args(args: list[str]) -> None:
@@ -187,41 +162,6 @@ def _utf8_args(args: list[str]) -> None:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _journal_damage(exc: Exception) -> RunnerError | None:
-    """A StoreError for SQLite's "malformed", "not a database" or "no such table" errors, and
-    for JSON that does not parse: runner's own documents it reads back are journal records
-    (input files and -p values have their own errors), so one cut off means a damaged record."""
-    from ...state.records import REPAIR_HINT, is_damage
-
-    if isinstance(exc, json.JSONDecodeError):
-        return StoreError(
-            f"a journal record cannot be read back (bad JSON: {exc}); the journal may be damaged",
-            hint=REPAIR_HINT,
-        )
-    sqlite3 = sys.modules.get("sqlite3")  # not imported at start-up for this
-    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
-        return None
-
-    if "disk is full" in str(exc):  # a write outside an apply's batches (the run is not
-        return StoreError(  # marked: the next apply marks it interrupted)
-            f"the disk holding the journal is full: {exc}",
-            hint="free some space (or copy the project to a bigger disk), then try again",
-        )
-    if not is_damage(exc):
-        return None
-    return StoreError(f"the journal is damaged: {exc}", hint=REPAIR_HINT)
-
-
-def _cwd_exists() -> None:
-    # Relative paths (the pipeline, the state dir) resolve against it; without it they cannot.
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        raise UsageError(
-            "the current directory no longer exists (deleted or moved); cd to a real one"
-        ) from None
 
 
 def json_option(fn: F) -> F:
@@ -349,7 +289,3 @@ def runs() -> None:
 
     Example: runner runs list --limit 10
     """
-
-
-def isatty_stderr() -> bool:
-    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -13,8 +12,10 @@ from typing import Any
 
 import click
 
-from ...errors import NotFound, UsageError
+from ...errors import NotFound
+from .applyrun import ApplyRequest, reporter_for, run_apply
 from .base import (
+    CLICK_PRINTER,
     Ctx,
     cli,
     emit_json,
@@ -32,39 +33,8 @@ from .base import (
 from .openstate import open_state
 from .termtext import echo, echo_block, safe
 
-
-def _reporter(
-    as_json: bool, total: int, events_file: str | None, quiet: bool = False, plan: Any = None
-) -> Any:
-    """The console reporter (with ``plan``, lines go under their phase, in pipeline order)."""
-    from ...engine.run.events import FanOut, JsonLinesReporter
-    from .base import isatty_stderr
-    from .console import LiveReporter, PlainReporter, WarningsReporter
-
-    reporters: list[Any] = []
-    if quiet:
-        reporters.append(WarningsReporter())  # quiet means no progress, not no warnings
-    elif isatty_stderr() and not as_json:
-        reporters.append(LiveReporter(total, plan=plan))
-    else:
-        reporters.append(PlainReporter(plan=plan))
-    if events_file:
-        try:
-            stream = open(events_file, "a", encoding="utf-8")  # noqa: SIM115 (the reporter closes it)
-        except OSError as exc:
-            from ...errors import UsageError
-
-            raise UsageError(f"--events {safe(events_file)}: {exc.strerror}") from None
-        reporters.append(JsonLinesReporter(stream, close_stream=True))
-    return FanOut(*reporters)
-
-
-def _install_sigterm() -> None:
-    # SIGTERM cancels like Ctrl-C: the run is marked cancelled, completed work is kept.
-    def handler(_sig: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+# Other commands that run a plan (thumb, review) print its progress as apply does.
+_reporter = reporter_for
 
 
 @cli.command()
@@ -148,151 +118,29 @@ def apply(
 
     Example: runner apply pipeline.yaml -p title=hello --jobs 4
     """
-    from ...engine.plan import fastpath
-    from ...engine.run.locate import state_dir_for
-
-    began_ns = time.time_ns()  # before any file the fingerprint names is read
-    overrides = parse_params(params)
-    if dry_run:
-        from ...engine.plan.plandoc import plan_document
-        from .commands_plan import finish_plan
-
-        doc, fc = plan_document(
-            file,
-            overrides,
-            state_dir,
-            force,
-            item,
-            max_cost,
-            reask=reask,
-            retry_uncertain=retry_uncertain,
-        )
-        finish_plan(doc, fc, as_json=as_json, detailed=False)
-    state_path = state_dir_for(file, state_dir)
-    pipeline_path = file.resolve()
-    asked = force or reask or out_dir or events_file or retry_uncertain or remote
-    if not (asked or max_cost is not None):
-        from .quickapply import noop_line, noop_report
-
-        # With ``file``: a pipeline changed only in values no key depends on (a description,
-        # retries) is checked against the schema, and then still fully cached.
-        noop = noop_report(state_path, pipeline_path, overrides, item, file=file)
-        if noop is not None:
-            if as_json:
-                emit_json(noop)
-            else:
-                echo(noop_line(noop))
-            sys.exit(0)
-
-    from ...engine.run.apply import State, apply_plan
-    from ...engine.run.options import ApplyOptions
-    from ...pipeline.compiler import compile_pipeline
-
-    plan = compile_pipeline(file, overrides)
-    for f in force:
-        if f not in plan.steps:
-            raise UsageError(f"--force: unknown step '{f}'")
-    from ...engine.plan.plandoc import check_budget_first, check_reask
-
-    check_reask(plan, reask)
-    forced = frozenset(plan.downstream(set(force))) if force else frozenset()
-    check_budget_first(
-        file,
-        plan,
-        overrides,
-        state_dir,
-        force,
-        item,
-        max_cost,
+    request = ApplyRequest(
+        file=file,
+        overrides=parse_params(params),
+        jobs=jobs,
+        force=force,
         reask=reask,
-        retry_uncertain=retry_uncertain,
-    )
-    from ...engine.run.preflight import check_out_dir
-
-    check_out_dir(plan, out_dir)
-    options = ApplyOptions(
-        force=forced,
-        reask=frozenset(reask),
+        dry_run=dry_run,
         item=item,
+        events_file=events_file,
+        out_dir=out_dir,
         retry_uncertain=retry_uncertain,
+        quiet=quiet,
         max_cost=max_cost,
-        remote=remote,
         executor=executor,
         scheduler=scheduler,
         workers=workers,
         threads=threads,
+        remote=remote,
+        state_dir=state_dir,
+        as_json=as_json,
+        began_ns=time.time_ns(),  # before any file the fingerprint names is read
     )
-    if jobs:
-        options.jobs = jobs
-        options.jobs_given = True
-    from ...engine.run.locate import unmarked_new_state
-
-    if unmarked_new_state(file, state_path, state_dir):
-        from ...source.termtext import shown_path
-
-        # docs/state.md: a state made where no project is found is said, with the ways out
-        folder = shown_path(pipeline_path.parent)
-        echo(
-            f"runner: no runner.toml or .runner/ {'here' if folder == '.' else 'in ' + folder} or "
-            f"above: created a new state in {shown_path(state_path)}/ (`runner init` marks a "
-            "project root; --state DIR or $RUNNER_STATE puts the state elsewhere)",
-            err=True,
-        )
-    state = State.open(state_path)
-    reporter = _reporter(as_json, len(plan.order), events_file, quiet, plan)
-    _install_sigterm()
-    if obj.console:  # start-up is over (entry.py): what it made lives as long as the process
-        gc.freeze()
-        gc.enable()
-        # The process ends with the run: the run's thresholds stay after it (run_async puts
-        # back those it found), or the run's survivors were walked once more as the process
-        # ends (one collection of ~100k objects, 6 ms of a 64-call llm for_each's ~0.4 s).
-        from ...engine.run.runloop import RUN_GC_THRESHOLDS
-
-        gc.set_threshold(*RUN_GC_THRESHOLDS)
-    try:
-        report = apply_plan(plan, state, options, reporter)
-    except KeyboardInterrupt:
-        reporter.close()
-        state.close()
-        if as_json:
-            emit_json({"run": None, "exit_code": 130, "error": {"message": "cancelled"}})
-        echo("cancelled; completed work is kept, the next apply resumes", err=True)
-        sys.exit(130)
-    reporter.close()
-    try:
-        if fastpath.eligible(plan, options):
-            fastpath.record(
-                state_path, pipeline_path, overrides, item, plan, report, began_ns=began_ns
-            )
-        else:
-            fastpath.forget(state_path, pipeline_path, overrides, item)
-        doc = report.to_json()
-        extra = _after_apply(plan, state, report, out_dir, as_json)
-        doc.update(extra)
-        if as_json:
-            emit_json(doc)
-        else:
-            from .runend import end_text
-
-            echo_block(end_text(state, report))
-    finally:
-        state.close()
-    sys.exit(doc.get("exit_code", report.exit_code))
-
-
-def _after_apply(
-    plan: Any, state: Any, report: Any, out_dir: str | None, as_json: bool
-) -> dict[str, Any]:
-    """Hooks for workflows that add to apply's output (thumbnail iterations, gates)."""
-    if not any(s.uses == "image" for s in plan.steps.values()):
-        return {}  # the hooks act on image steps only: not worth their import otherwise
-    try:
-        from ...review.thumbs.hooks import after_apply
-    except ModuleNotFoundError:
-        return {}
-    result: dict[str, Any] = after_apply(plan, state, report, out_dir=out_dir, as_json=as_json)
-    return result
+    run_apply(request, CLICK_PRINTER, console=obj.console)
 
 
 @cli.command()

@@ -1,6 +1,6 @@
 """The `runner` console command's main: masks secrets, then runs one command of the group.
 
-A no-op `runner apply` is answered before click loads (quickapply.py); otherwise the group
+A plain `runner apply` command line is run before click loads (quickapply.py); otherwise the group
 imports only the command module the command line names (base.LazyGroup); importing app.py
 instead registers every command.
 """
@@ -25,7 +25,7 @@ def main() -> None:
     # runner prints, and wiped from /proc/PID/environ; an apply learns its pipeline's too.
     try:
         here: Path | None = Path.cwd()
-    except OSError:  # a deleted directory: the command says so (_cwd_exists)
+    except OSError:  # a deleted directory: the command says so (failures.cwd_exists)
         here = None
     secretmask.learn_project(here)
     secretmask.mask_streams()

@@ -1,17 +1,20 @@
-"""`runner apply` of an unchanged pipeline, answered before click is imported.
+"""`runner apply` of a plain command line, answered before click is imported.
 
-A steady no-op is start-up and a fingerprint check: click and the command group are a third of
-its CPU (issue 43). ``answer`` reads a plain command line itself (the pipeline, -p, --item,
---state, --jobs, -q, --json), and when the fingerprint holds it journals the cached run and
-prints what `runner apply` prints. Anything else (another command or option, an odd spelling, a
-fingerprint that does not hold or asks for the schema, an error) is left to the full command,
-which then decides everything again: this path only ever answers a no-op.
+A steady no-op is start-up and a fingerprint check: click and the command group were a third of
+its CPU, and ~5 ms of a run that does work (issue 43). ``answer`` reads a plain command line
+itself (the pipeline, -p, --item, --state, --jobs, -q, --json) and runs what the click command
+runs (applyrun.run_apply), printing the same bytes and reporting errors in the same words and
+exit codes (failures.report). Anything else (another command or option, an odd spelling, a path
+click's own checks would refuse, a stream click would re-wrap) is left to the click command,
+before anything has been read or written.
 """
 
 from __future__ import annotations
 
-import json
+import codecs
 import os
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +32,28 @@ _VALUED = {
 
 
 class Args:
-    """A command line ``answer`` may take: `apply FILE` and options a no-op can honour (a plain
-    class: this path does not import dataclasses, ~5 ms)."""
+    """A command line ``answer`` runs: `apply FILE` and the options it reads (a plain class: a
+    no-op answered here does not import dataclasses, ~5 ms)."""
 
-    __slots__ = ("as_json", "file", "item", "params", "state")
+    __slots__ = ("as_json", "file", "item", "jobs", "params", "quiet", "state")
 
     def __init__(
-        self, file: str, params: dict[str, str], item: str | None, state: str | None, as_json: bool
+        self,
+        file: str,
+        params: dict[str, str],
+        item: str | None,
+        state: str | None,
+        as_json: bool,
+        jobs: int | None = None,
+        quiet: bool = False,
     ) -> None:
         self.file = file
         self.params = params
         self.item = item
         self.state = state
         self.as_json = as_json
+        self.jobs = jobs
+        self.quiet = quiet
 
 
 def parse(argv: list[str]) -> Args | None:
@@ -73,7 +85,15 @@ def parse(argv: list[str]) -> Args | None:
     state = values.get("state")
     if state is None:  # click reads $RUNNER_STATE for --state; an empty one is no override
         state = os.environ.get("RUNNER_STATE") or None
-    return Args(file, values["param"], values.get("item"), state, "json" in flags)
+    return Args(
+        file,
+        values["param"],
+        values.get("item"),
+        state,
+        "json" in flags,
+        values.get("jobs"),
+        "quiet" in flags,
+    )
 
 
 def _take(values: dict[str, Any], key: str, value: str) -> bool:
@@ -83,8 +103,11 @@ def _take(values: dict[str, Any], key: str, value: str) -> bool:
         k, v = value.split("=", 1)
         values["param"][k.strip()] = v
         return True
-    if key == "jobs":
-        return value.isascii() and value.isdigit() and int(value) >= 1
+    if key == "jobs":  # given twice, the last one counts (as click reads it)
+        if not (value.isascii() and value.isdigit() and int(value) >= 1):
+            return False
+        values["jobs"] = int(value)
+        return True
     if key in values:
         return False  # given twice: click's rules decide
     values[key] = value
@@ -128,26 +151,65 @@ def noop_line(noop: dict[str, Any]) -> str:
     return f"completed: {done}  (run {noop['run']['id']}; nothing changed)"
 
 
+def _click_takes_them(args: Args) -> bool:
+    """Whether click's checks of the pipeline and --state paths (click.Path: FILE not a
+    directory, the state not a file, each readable when it exists) would pass them."""
+    for path, not_kind in ((args.file, stat.S_ISDIR), (args.state, stat.S_ISREG)):
+        if path is None:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # not there: click takes it, the command says what is missing
+        if not_kind(st.st_mode) or not os.access(path, os.R_OK):
+            return False
+    return True
+
+
+def _streams_as_click_has_them() -> bool:
+    """Whether click.echo would write to stdout and stderr as they are: each there, with an
+    encoding that is not ASCII (click re-wraps such a stream)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if stream is None or encoding is None:
+            return False
+        try:
+            if codecs.lookup(encoding).name == "ascii":
+                return False
+        except LookupError:
+            return False
+    return True
+
+
 def answer(argv: list[str]) -> int | None:
-    """Answer `runner apply` for an unchanged pipeline without the command group; returns the
-    exit status, or None to let the full command answer (it decides everything again)."""
+    """Run `runner apply` for a plain command line without the command group: prints what it
+    prints and returns its exit status (or leaves with it: SystemExit); None to let the click
+    command answer (nothing was read or written)."""
     args = parse(argv)
-    if args is None:
+    if args is None or not _click_takes_them(args) or not _streams_as_click_has_them():
         return None
-    from ...engine.run.locate import state_dir_for
+    from .applyrun import PLAIN, ApplyRequest, run_apply
+    from .failures import cwd_exists, report
 
+    request = ApplyRequest(
+        file=Path(args.file),
+        overrides=args.params,
+        jobs=args.jobs,
+        item=args.item,
+        quiet=args.quiet,
+        state_dir=args.state,
+        as_json=args.as_json,
+    )
     try:
-        file = Path(args.file)
-        state_path = state_dir_for(file, args.state)
-        noop = noop_report(state_path, file.resolve(), args.params, args.item)
-    except Exception:  # the full command meets it again and reports it: nothing was journaled
-        return None  # (noopjournal's transaction commits as its last statement)
-    if noop is None:
-        return None
-    from ...source.termtext import write_line
-
-    if args.as_json:
-        write_line(json.dumps(noop, ensure_ascii=False, default=str, allow_nan=False), as_json=True)
-    else:
-        write_line(noop_line(noop))
-    return 0
+        cwd_exists()
+        run_apply(request, PLAIN, console=True)
+    except BrokenPipeError:  # `runner ... | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
+    except (KeyboardInterrupt, EOFError):  # what click's main prints for its Abort
+        PLAIN.line("", err=True)
+        PLAIN.line("Aborted!", err=True)
+        return 1
+    except Exception as exc:  # one place words every error (the command group's too)
+        return report(exc, args.as_json, PLAIN)
+    return 0  # (run_apply leaves with SystemExit)
