@@ -21,10 +21,11 @@ from ...state.journal import Journal
 
 _RACY_NS = 2_000_000_000
 # Within one run a digest is trusted sooner on a file system whose times carry fractions of a
-# second (their clock ticks every few ms; a 10 ms one is the coarsest known): a file is
-# hashed again only until its last change is this far behind (a fan-out's 998 leaves all
-# reading the output their root just wrote hashed it 998 times).
-_RACY_FINE_NS = 100_000_000
+# second: their clock ticks every 1-10 ms (the kernel's coarse clock at HZ=100, exFAT's
+# 10 ms units), so a write after a look this far behind its last change moves its ctime. A
+# file is hashed again only until then (a fan-out's 998 leaves, their keys worked out in one
+# burst as their root ends, hashed its fresh output 998 times).
+_RACY_FINE_NS = 20_000_000
 
 Signature = tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
 
@@ -34,8 +35,9 @@ def signature(st: os.stat_result) -> Signature:
 
 
 def _fine_times(st: os.stat_result) -> bool:
-    """Whether the file system keeps fractions of a second in this file's times."""
-    return bool(st.st_mtime_ns % 1_000_000_000 or st.st_ctime_ns % 1_000_000_000)
+    """Whether the file system keeps fractions of a second in this file's times (both: FAT's
+    ctime is its creation time, in 10 ms units, beside a modification time in 2 s ones)."""
+    return bool(st.st_mtime_ns % 1_000_000_000 and st.st_ctime_ns % 1_000_000_000)
 
 
 def _sha256_beneath(root: Path, path: Path) -> str:
