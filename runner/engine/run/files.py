@@ -10,13 +10,12 @@ set.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import time
 from pathlib import Path
 
 from ...source.beneath import open_beneath
-from ...state.filedigest import sha256_file
+from ...state.filedigest import sha256_fd, sha256_file
 from ...state.journal import Journal
 
 _RACY_NS = 2_000_000_000
@@ -42,8 +41,10 @@ def _fine_times(st: os.stat_result) -> bool:
 
 def _sha256_beneath(root: Path, path: Path) -> str:
     fd = open_beneath(root, path.relative_to(root).as_posix(), real_root=_real_root(root))
-    with os.fdopen(fd, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    try:
+        return sha256_fd(fd)  # (a file object's buffer cost more than a small file's hash)
+    finally:
+        os.close(fd)
 
 
 @functools.lru_cache(maxsize=64)
