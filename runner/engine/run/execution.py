@@ -165,6 +165,8 @@ class Executions:
             return args
 
         async def checks(result: StepResult, attempt: int) -> list[str]:
+            if not step.checks:
+                return []  # (most steps: no scope to make)
             # An exec check reads what the key names and what the step wrote, nothing else.
             files = (*parts.files, *step.type.produces(args))
             scope = command_scope.set(CommandScope(step.sandbox, step.network, files))
