@@ -689,6 +689,16 @@ def targets(rows: list[Row], n: int) -> list[str]:
     return lines
 
 
+def _base_rules(base: Path) -> int:
+    """How many paths beside a project's ancestors each sandboxed command is granted (its
+    base Landlock rules: bench_sandbox.py's count)."""
+    from runner.expr.landlock import outside
+
+    probe = str(base.resolve() / "project")
+    tops = {os.path.realpath(t) for t in ("/tmp", "/var/tmp", "/dev/shm")}
+    return len({*outside(probe), *(p for t in tops for p in outside(probe, within=t))})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=1000, help="steps per shape (default 1000)")
@@ -707,6 +717,13 @@ def main() -> None:
     parser.add_argument("--python", help="runner's interpreter (default: this one)")
     parser.add_argument(
         "--before", type=Path, help="another tree holding runner/ (put first on PYTHONPATH)"
+    )
+    parser.add_argument(
+        "--where",
+        type=Path,
+        help="where the projects are made (default: the temporary directory; every sandboxed "
+        "command's Landlock rules grow with the entries beside the project's ancestors: ~1,300 "
+        "in this machine's /tmp, ~50 under ~/.cache)",
     )
     args = parser.parse_args()
     if args.python:
@@ -750,8 +767,11 @@ def main() -> None:
         return
     rows: list[Row] = []
     load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
+    if args.where is not None:
+        args.where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-core-", dir=args.where) as tmp:
         base = Path(tmp)
+        rules = _base_rules(base)
         for rnd in range(args.rounds):
             order = tools[rnd % len(tools) :] + tools[: rnd % len(tools)]
             for shape in args.shapes.split(","):
@@ -766,7 +786,8 @@ def main() -> None:
     print(
         f"N={n} steps per shape, {JOBS} jobs, {os.cpu_count()} cores, "
         f"python {sys.version.split()[0]} ({' '.join(PYTHON)}), {args.rounds} round(s), "
-        f"load {min(load):.1f}-{max(load):.1f}"
+        f"load {min(load):.1f}-{max(load):.1f}, projects in {base.parent} "
+        f"({rules} Landlock base rules a command)"
     )
     print(table(rows, tools))
     for line in targets(rows, n):

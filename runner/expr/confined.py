@@ -422,7 +422,11 @@ def _header(
     if confine.root:
         fields.append(b"R" + os.fsencode(confine.root))
         fields += [b"r" + os.fsencode(p) for p in read]
-        fields += [b"w" + os.fsencode(p) for p in confine.write]
+        # A file in one of write_dirs needs no rule of its own (its directory's grants all it
+        # would): without one, the requests of a fan-out's leaves re-run over their outputs
+        # are alike, and the spawner restricts them with the ruleset it keeps (_spawnc_rules.c).
+        dirs = set(confine.write_dirs)
+        fields += [b"w" + os.fsencode(p) for p in confine.write if os.path.dirname(p) not in dirs]
         fields += [b"W" + os.fsencode(p) for p in confine.write_dirs]
     if confine.network:
         fields.append(b"n")

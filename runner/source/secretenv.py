@@ -54,9 +54,9 @@ def command_environment(
         learn(keep | withheld)
     source = os.environ if base is None else base
     env: dict[str, str] = {}
-    for name in BASE_NAMES:
+    for name in _PLAIN_BASE_NAMES:
         value = source.get(name)
-        if value is not None and name not in withheld and not is_credential_name(name):
+        if value is not None and name not in withheld:
             env[name] = value
     for name in keep:
         value = source.get(name)
@@ -69,3 +69,7 @@ def command_environment(
 def is_credential_name(name: str) -> bool:
     """Whether a variable's name looks like it holds a credential (secretnames.SECRET_NAME)."""
     return SECRET_NAME.search(name) is not None
+
+
+# The base names that do not look like credentials: a fixed list, checked once, not per command.
+_PLAIN_BASE_NAMES = tuple(name for name in BASE_NAMES if not is_credential_name(name))

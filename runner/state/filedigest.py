@@ -19,12 +19,17 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     the end: only an empty one is). Raises OSError as open() and read() do."""
     fd = os.open(path, _FLAGS)
     try:
-        h = hashlib.sha256()
-        while chunk := os.read(fd, CHUNK):
-            h.update(chunk)
-        return h.hexdigest()
+        return sha256_fd(fd)
     finally:
         os.close(fd)
+
+
+def sha256_fd(fd: int) -> str:
+    """The hex sha256 of what is left to read from ``fd`` (as ``sha256_file``; not closed)."""
+    h = hashlib.sha256()
+    while chunk := os.read(fd, CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def read_small(fd: int, limit: int) -> tuple[bytes, bool]:

@@ -85,10 +85,20 @@ def from_doc(doc: Mapping[str, str]) -> Shape:
     any value. An empty doc (a plug-in that documents nothing) declares nothing: ANY."""
     if not doc:
         return ANY
+    # A type's output_doc is a constant of its class: its shape is read once, not for each of
+    # a pipeline's thousand steps of the type (the doc is kept, so its id is not reused).
+    known = _FROM_DOC.get(id(doc))
+    if known is not None and known[0] is doc and known[1] == dict(doc):
+        return known[2]
     fields: dict[str, Shape] = {}
     for name, text in doc.items():
         fields[name] = next((s for pattern, s in _DOC_KINDS if pattern.match(text)), ANY)
-    return Shape("object", fields=fields, closed=True)
+    shape = Shape("object", fields=fields, closed=True)
+    _FROM_DOC[id(doc)] = (doc, dict(doc), shape)
+    return shape
+
+
+_FROM_DOC: dict[int, tuple[Mapping[str, str], dict[str, str], Shape]] = {}
 
 
 def from_json_schema(schema: Any) -> Shape:

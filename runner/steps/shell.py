@@ -41,10 +41,12 @@ def _confinement(
     ctx: StepContext, args: Mapping[str, Any], real_root: str, targets: Mapping[str, str]
 ) -> tuple[Confinement | None, dict[str, tuple[int, int, int]]]:
     """What the command may touch (None: the step said `sandbox: false`), and the declared
-    outputs made empty for it: Landlock grants a file only once it exists, so one the command
-    is to make is made first (and removed again when the command did not write it). Files
-    beside an output below the project's top may be made, replaced and removed (a tool that
-    writes a temporary file and renames it over its output), never read."""
+    outputs made empty for it: Landlock grants a file only once it exists, so an output at the
+    project's top that the command is to make is made first (and removed again when the
+    command did not write it). Files beside an output below the project's top may be made,
+    replaced and removed (a tool that writes a temporary file and renames it over its
+    output): that grant of their directory lets the command make its outputs there too, so
+    none is made for it (a create on the event loop's thread, ~15% of a fan-out's loop)."""
     if not ctx.sandbox:
         return None, {}
     from ..expr.confined import Confinement, status
@@ -54,6 +56,8 @@ def _confinement(
     read = [_inside_now(real_root, rel) for rel in args.get("inputs") or []]
     made: dict[str, tuple[int, int, int]] = {}
     for path in targets.values():
+        if os.path.dirname(path) != real_root:
+            continue  # in one of write_dirs below
         if not os.path.lexists(path):
             with contextlib.suppress(OSError):
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

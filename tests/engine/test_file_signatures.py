@@ -89,3 +89,35 @@ def test_the_pages_plan_of_a_run_follows_a_rewrite_with_its_mtime_set_back(
         assert error is None and list(plan.order) == ["q"]  # was the cached plan of the old file
     finally:
         state.close()
+
+
+def test_a_run_trusts_a_digest_once_the_files_last_change_is_past_its_clock(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Within a run, a file whose last change is past the fine-grained window is hashed once
+    (a fan-out's leaves all read their root's output); a file changed since is read again,
+    even rewritten with the same size and its mtime put back; nothing of it is journaled."""
+    from runner.engine.run import files
+    from runner.state.filedigest import sha256_file
+
+    reads: list[Path] = []
+
+    def counted(p: Path) -> str:
+        reads.append(p)
+        return sha256_file(p)
+
+    monkeypatch.setattr(files, "sha256_file", counted)
+    hasher = files.FileHasher(None)
+    path = tmp_path / "root.txt"
+    path.write_text("old words\n")
+    first = hasher.hash(path)
+    assert hasher.hash(path) == first and len(reads) == 2  # just written: racily clean
+    st = os.stat(path)
+    if not files._fine_times(st):
+        return  # whole-second times: only the journal's 2 s window applies
+    time.sleep(files._RACY_FINE_NS / 1e9 * 1.5)
+    hasher.hash(path)  # past the window: settled
+    assert hasher.hash(path) == first and len(reads) == 3
+    assert hasher.dirty == []  # (the journal keeps only what is past every clock's window)
+    _rewrite_keeping_mtime(path, "new words\n")
+    assert hasher.hash(path) != first and len(reads) == 4

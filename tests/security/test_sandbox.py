@@ -116,6 +116,33 @@ def test_an_output_is_written_through_a_temporary_file_beside_it(project: Projec
     assert (project.root / "out" / "final.txt").read_text() == "y\n"
 
 
+def test_an_output_below_the_top_is_made_by_the_command_as_without_the_sandbox(
+    project: Project,
+) -> None:
+    """An output in a directory is made by the command (its directory's grant lets it): no
+    empty file stands there before it runs, as with `sandbox: false`; one at the project's top
+    is made empty first (Landlock grants a file only once it exists) and written all the same."""
+    _pipeline(
+        project,
+        """\
+      below:
+        uses: shell
+        with:
+          run: "test -e out/x.txt && echo there > out/x.txt || echo fresh > out/x.txt"
+          outputs: [out/x.txt]
+      top:
+        uses: shell
+        with:
+          run: "echo top > top.txt"
+          outputs: [top.txt]
+    """,
+    )
+    doc = project.apply()
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert (project.root / "out" / "x.txt").read_text() == "fresh\n"
+    assert (project.root / "top.txt").read_text() == "top\n"
+
+
 def test_an_output_the_command_does_not_write_is_said_not_produced(project: Project) -> None:
     _pipeline(
         project,

@@ -113,6 +113,26 @@ def test_reads_inside_the_project_only_what_is_declared(loop: str, root: Path) -
     assert (done.code, done.stdout) == (0, b"DECLARED\n")
 
 
+def test_a_ruleset_kept_for_a_requests_grants_serves_the_same_grants_only(
+    loop: str, root: Path
+) -> None:
+    """The C loop keeps the rulesets it made by what they grant (a fan-out's leaves ask the
+    same): a request granting anything else, or the same path now another file, gets its own."""
+    for _ in range(2):
+        done = _run("cat in.txt", root, read=("in.txt",))
+        assert (done.code, done.stdout) == (0, b"declared\n")
+        done = _run("cat notes.txt", root, read=("in.txt",))
+        assert done.code != 0 and b"Permission denied" in done.stderr
+    done = _run("cat notes.txt", root, read=("notes.txt",))
+    assert (done.code, done.stdout) == (0, b"not declared\n")
+    done = _run("cat in.txt", root, read=("notes.txt",))
+    assert done.code != 0 and b"Permission denied" in done.stderr
+    (root / "next.txt").write_text("replaced\n")
+    os.replace(root / "next.txt", root / "in.txt")  # the same path, another inode
+    done = _run("cat in.txt", root, read=("in.txt",))
+    assert (done.code, done.stdout) == (0, b"replaced\n")
+
+
 def test_writes_only_the_declared_outputs(loop: str, root: Path) -> None:
     done = _run("cat in.txt > out/a.txt", root, read=("in.txt",), write=("out/a.txt",))
     assert done.code == 0, done

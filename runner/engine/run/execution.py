@@ -127,9 +127,11 @@ class Executions:
             self.recorder.emit(EventType.STEP_FAILED, step.id, index, reason=refused)
             self.recorder.failure(step.id, el_index, key, refused, 0)
             return ElementOutcome(el_index, StepStatus.FAILED, key, reason=refused)
-        # An element's row is held (written whole as it ends); a plain step's is written now,
-        # so `runs show` lists it before its dependents' rows, as it started before them.
-        hold = index is not None and not kept and self._never_waits(step)
+        # A body that never waits has its row held, written whole as it ends (in the group of
+        # rows written together), before any row of its dependents: there is no moment at
+        # which the row saying it runs could be read. Any other's is written now, so `runs
+        # show` lists it before its dependents' rows, as it started before them.
+        hold = not kept and self._never_waits(step)
         exec_id = self.recorder.started(step.id, el_index, key, parts, contract, hold=hold)
         if kept:  # referenced at once, so no gc collects the kept bytes whatever happens next
             self._kept[(step.id, el_index)] = kept
@@ -163,6 +165,8 @@ class Executions:
             return args
 
         async def checks(result: StepResult, attempt: int) -> list[str]:
+            if not step.checks:
+                return []  # (most steps: no scope to make)
             # An exec check reads what the key names and what the step wrote, nothing else.
             files = (*parts.files, *step.type.produces(args))
             scope = command_scope.set(CommandScope(step.sandbox, step.network, files))

@@ -10,16 +10,21 @@ set.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import time
 from pathlib import Path
 
 from ...source.beneath import open_beneath
-from ...state.filedigest import sha256_file
+from ...state.filedigest import sha256_fd, sha256_file
 from ...state.journal import Journal
 
 _RACY_NS = 2_000_000_000
+# Within one run a digest is trusted sooner on a file system whose times carry fractions of a
+# second: their clock ticks every 1-10 ms (the kernel's coarse clock at HZ=100, exFAT's
+# 10 ms units), so a write after a look this far behind its last change moves its ctime. A
+# file is hashed again only until then (a fan-out's 998 leaves, their keys worked out in one
+# burst as their root ends, hashed its fresh output 998 times).
+_RACY_FINE_NS = 20_000_000
 
 Signature = tuple[int, int, int, int]  # (size, mtime_ns, ctime_ns, inode)
 
@@ -28,10 +33,18 @@ def signature(st: os.stat_result) -> Signature:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+def _fine_times(st: os.stat_result) -> bool:
+    """Whether the file system keeps fractions of a second in this file's times (both: FAT's
+    ctime is its creation time, in 10 ms units, beside a modification time in 2 s ones)."""
+    return bool(st.st_mtime_ns % 1_000_000_000 and st.st_ctime_ns % 1_000_000_000)
+
+
 def _sha256_beneath(root: Path, path: Path) -> str:
     fd = open_beneath(root, path.relative_to(root).as_posix(), real_root=_real_root(root))
-    with os.fdopen(fd, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    try:
+        return sha256_fd(fd)  # (a file object's buffer cost more than a small file's hash)
+    finally:
+        os.close(fd)
 
 
 @functools.lru_cache(maxsize=64)
@@ -48,6 +61,8 @@ class FileHasher:
         self.dirty: list[tuple[str, int, int, int, int, str]] = []
         # every file hashed in this run: (size, mtime_ns, ctime_ns, inode, sha256)
         self.used: dict[str, tuple[int, int, int, int, str]] = {}
+        # digests settled within this run only (see _RACY_FINE_NS), never journaled
+        self.settled: dict[str, tuple[int, int, int, int, str]] = {}
 
     def hash(self, path: Path, *, root: Path | None = None, used: bool = True) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing. With
@@ -56,10 +71,13 @@ class FileHasher:
         on its path became a symlink pointing out since the pipeline compiled. ``used=False``:
         a look at bytes about to be rewritten, which no key or fingerprint depends on (their
         signature would be stale by the time the run's fingerprint is recorded)."""
+        began = time.time_ns()  # (before the stat: a write after it moves the ctime past)
         st = os.stat(path)
         key = str(path)
         sig = signature(st)
         cached = self.known.get(key)
+        if cached is None or cached[:4] != sig:
+            cached = self.settled.get(key)
         if cached is not None and cached[:4] == sig:
             if used:
                 self.used[key] = (*sig, cached[4])
@@ -69,10 +87,15 @@ class FileHasher:
             self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its
         # signature changing ("racily clean"): only trust signatures that are old enough. By
-        # ctime, as every change moves it (an mtime may have been set back to long ago).
-        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+        # ctime, as every change moves it (an mtime may have been set back to long ago). The
+        # journal keeps those older than any file system's granularity; this run also those
+        # older than the granularity of the file's own (times in whole seconds: 2 s).
+        age = began - max(st.st_mtime_ns, st.st_ctime_ns)
+        if age > _RACY_NS:
             self.known[key] = (*sig, digest)
             self.dirty.append((key, *sig, digest))
+        elif age > _RACY_FINE_NS and _fine_times(st):
+            self.settled[key] = (*sig, digest)
         return digest
 
     def changed(self, root: Path, files: dict[str, str], skip: frozenset[str]) -> str | None:
@@ -108,6 +131,7 @@ class FileHasher:
     def forget(self, path: Path) -> None:
         """Drop what is known of ``path`` (it was just rewritten)."""
         self.known.pop(str(path), None)
+        self.settled.pop(str(path), None)
         self.used.pop(str(path), None)
 
     def flush(self) -> None:

@@ -547,7 +547,8 @@ class Recorder:
     ) -> None:
         """A body that returned and passed its checks. ``defer``: written once the step's
         dependents have started (a plain step), else now (an element: a for_each may hold
-        thousands). ``worker``: the Dask worker that ran the body (None: this process).
+        thousands; a held row, which joins the rows held at once). ``worker``: the Dask
+        worker that ran the body (None: this process).
         ``output_text``: the output's JSON, encoded as the body returned it (stepbody.py).
         ``key``, ``contract``: what to journal the row under instead of what it started with."""
         # Serialised now, written maybe a moment later: what is recorded is the output as it
@@ -570,7 +571,7 @@ class Recorder:
         if contract is not None:
             row["contract"] = contract
 
-        if defer:
+        if defer and exec_id > 0:  # (a held row is not written on its own: nothing to defer)
             self._deferred.append((exec_id, row, sizes))
             return
         if sizes:
