@@ -6,7 +6,10 @@ its declared outputs (``write``, ``write_dirs``) and a scratch directory of its 
 network only when the step says ``network: true``. Everything outside the project stays readable
 (the tools a command runs, their libraries), and writable only in the temporary directories. So
 a file a command reads is a file its key holds: an undeclared read fails (``undeclared``
-names it from what the command said), it never becomes a stale reuse.
+names it from what the command said), it never becomes a stale reuse. The one exception is an
+output's directory below the project's top (``write_dirs``): Landlock grants a directory's
+files together, and a tool's temporary file beside its output must be written, read back and
+renamed, so the other files there are readable too (docs/steps.md says so).
 
 How (Linux): runner starts one spawner (runner/expr/_spawner.py) per network setting, inside
 one ``bwrap`` each where bubblewrap can run -- its own pid namespace (no step sees runner's
@@ -69,7 +72,7 @@ class Confinement:
     root: str
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()  # files: read, written, truncated
-    write_dirs: tuple[str, ...] = ()  # directories whose files may be made, replaced, removed
+    write_dirs: tuple[str, ...] = ()  # directories whose files may be made, read, written, removed
     network: bool = False
 
 

@@ -43,10 +43,12 @@ def _confinement(
     """What the command may touch (None: the step said `sandbox: false`), and the declared
     outputs made empty for it: Landlock grants a file only once it exists, so an output at the
     project's top that the command is to make is made first (and removed again when the
-    command did not write it). Files beside an output below the project's top may be made,
-    replaced and removed (a tool that writes a temporary file and renames it over its
-    output): that grant of their directory lets the command make its outputs there too, so
-    none is made for it (a create on the event loop's thread, ~15% of a fan-out's loop)."""
+    command did not write it). The files of an output's directory below the project's top may
+    be made, read, written, replaced and removed (a tool writes a temporary file beside its
+    output, reads it back, renames it over the output; Landlock cannot grant only the files a
+    command makes, so the others there are readable too: docs/steps.md): that grant lets the
+    command make its outputs there, so none is made for it (a create on the event loop's
+    thread, ~15% of a fan-out's loop)."""
     if not ctx.sandbox:
         return None, {}
     from ..expr.confined import Confinement, status
