@@ -121,7 +121,8 @@ class Interpreter(Executions):
         self.batches = BatchDesk(journal, self.run_id, say=self._say_batch, budget=self.spend)
         self.env.batches = self.batches
         self.scheduler = Scheduler(plan, self.options.jobs)
-        self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)
+        hasher = self.options.hasher or FileHasher(journal)
+        self.reuse = Reuse(plan, journal, objects, hasher, self.recorder)
         self.recorded = RecordedReads(journal, plan.name)  # what bodies read, as recorded
         self.progress = Progress(plan)
         self.outcomes = self.scheduler.outcomes
