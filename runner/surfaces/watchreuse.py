@@ -90,8 +90,7 @@ class HoldCheck:
         root = str(plan.root)
 
         def holds(outcome: StepOutcome) -> bool:
-            keys = [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
-            for key in keys:
+            for key in (outcome.key,) if outcome.elements is None else _keys(outcome):
                 written = None if key is None else files.get((outcome.id, key))
                 if written is None:
                     return False
@@ -119,10 +118,14 @@ class HoldCheck:
         if version != self._version:  # another connection wrote: nothing known holds
             self._version, self._files = version, {}
         files = self._files
-        asked = [
+        asked = [  # (a plain step's one key without a list and a generator: ~1 ms of 500)
             sid
             for sid, o in done.items()
-            if any(k is not None and (sid, k) not in files for k in _keys(o))
+            if (
+                o.key is not None and (sid, o.key) not in files
+                if o.elements is None
+                else any(k is not None and (sid, k) not in files for k in _keys(o))
+            )
         ]
         if asked:
             found: dict[tuple[str, str], dict[str, str]] = {}
