@@ -40,6 +40,23 @@ def inside_text(root: Path, rel: str, *, where: Location | None = None) -> str:
     return _checked(root, rel, where)  # (raises for one that escapes, saying why)
 
 
+class InsideRoot:
+    """``inside_text`` for many paths below one root (a check of every step's outputs): the
+    root's own tests and real path are taken once, not for each path (~1 us of ~5 each)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._base = _real_dir(_absolute(root)) if os.path.isabs(root) else None
+
+    def text(self, rel: str, *, where: Location | None = None) -> str:
+        """``inside_text(root, rel, where=where)``."""
+        if self._base is not None and rel.isascii() and _SIMPLE.fullmatch(rel):
+            below = _below(self._base, rel)
+            if below is not None:
+                return below
+        return _checked(self.root, rel, where)
+
+
 def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None:
     """``inside`` for a check only (validating a step): the same refusals, no Path built. A
     pair that passed is not checked again until ``forget`` (a chain names each file twice: as

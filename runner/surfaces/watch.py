@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +30,7 @@ from ..engine.run.options import ApplyOptions
 from ..engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
 from ..errors import RunnerError
 from ..pipeline.compiler import Plan, compile_pipeline
+from .watchreuse import HoldCheck, Readers
 from .watchset import DirResolver, WatchSet, norm_path, sha256_or_none, watch_set_for
 
 _MAX_SETTLE = 10  # a file written non-stop still triggers after this many debounce periods
@@ -122,54 +122,9 @@ def work_counts(report: RunReport) -> str:
     return tally_text(report_tally(report), COUNTED) or "nothing to do"
 
 
-def _no_longer_hold(
-    state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str, hasher: FileHasher
-) -> set[str]:
-    """Steps whose last-cycle outcome a fresh apply would not find as it was: a `runner edit`
-    of the step (made or set aside since), a result gc deleted, an output file deleted or
-    edited by hand (an apply restores it). ``run_id`` is the last cycle's run, which names
-    every result its outcomes stand on. ``hasher`` is left holding the signatures of the files
-    it had to read (whose flush lets the next check stat them instead)."""
-    from ..state.overrides import any_active
-    from ..state.records import loads
-
-    edited = any_active(state.journal, plan.name)
-    # Only each result's files are needed: reading whole results (outputs, reports) was most
-    # of a 1,000-step cycle's start. A pair not found does not hold (the step runs again).
-    named = json.dumps(list(done))  # the steps asked about: half the rows, when half are
-    rows = state.journal.conn.execute(
-        _RESULT_FILES, (state.journal.rows_run(run_id), named, plan.name)
-    )
-    files: dict[tuple[str, str], str | None] = {(sid, key): text for sid, key, text in rows}
-
-    def holds(outcome: StepOutcome) -> bool:
-        keys = [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
-        for key in keys:
-            if key is None or (outcome.id, key) not in files:
-                return False
-            text = files[(outcome.id, key)]
-            if text is None or text == "{}":  # most steps write no file: nothing to parse
-                continue
-            for rel, digest in loads(text).items():
-                try:
-                    if hasher.hash(plan.root / rel) != digest:
-                        return False
-                except OSError:
-                    return False
-        return True
-
-    return {sid for sid, o in done.items() if sid in edited or not holds(o)}
-
-
-# The files of the completed (or partial) results of the (step, key) pairs a run named, of the
-# steps named (a JSON list).
-_RESULT_FILES = (
-    "SELECT e.step_id, e.key, e.files FROM executions AS e "
-    "JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=? "
-    "AND step_id IN (SELECT value FROM json_each(?))) AS r "
-    "ON e.step_id = r.step_id AND e.key = r.key "
-    "WHERE e.pipeline=? AND e.status IN ('completed','partial') ORDER BY e.id"
-)
+def _done(report: RunReport) -> dict[str, StepOutcome]:
+    """The steps of ``report`` that completed (ran or were cached)."""
+    return {o.id: o for o in report.steps if o.status in (StepStatus.RAN, StepStatus.CACHED)}
 
 
 class _RanCollector:
@@ -233,6 +188,9 @@ class Watcher:
         # The table of known file signatures, read as a change's first batch arrives (during
         # the quiet period, not after it): a cache, each entry still checked against a stat.
         self._warm: FileHasher | None = None
+        self._readers: Readers | None = None  # the last report's reads, by file name
+        self._holds = HoldCheck()
+        self._reused: set[str] = set()  # the steps the running cycle reuses
 
     # -- what counts as a change ---------------------------------------------------------------
 
@@ -355,7 +313,9 @@ class Watcher:
         reporters: list[Reporter] = [collector]
         if self.reporter is not None:
             reporters.append(self.reporter)
-        options = ApplyOptions(reuse=reuse or {})
+        # A cycle that reuses steps hands its check's file signatures on (the table's, read
+        # during the quiet period, and those it hashed): the apply need not read them again.
+        options = ApplyOptions(reuse=reuse or {}, hasher=self._hasher if reuse else None)
         if self.options.jobs:
             options.jobs = self.options.jobs
         run_ids: list[str] = []
@@ -404,17 +364,14 @@ class Watcher:
         if not paths <= ws.data_files:
             return None
         plan = self.plan
-        done = {o.id: o for o in last.steps if o.status in (StepStatus.RAN, StepStatus.CACHED)}
+        done = _done(last)
         # A step is touched when the last run read a changed file for it (its reads can only
         # differ if its arguments did, i.e. an upstream or the pipeline changed), or when it
         # did not complete last time.
-        changed = {str(p) for p in paths}
-        norm = DirResolver(plan.root)
-        touched = {
-            sid
-            for sid in plan.order
-            if sid not in done or any(norm.text(rel) in changed for rel in done[sid].reads)
-        }
+        if self._readers is None:
+            self._readers = Readers(last, done)
+        touched = {sid for sid in plan.order if sid not in done}
+        touched |= self._readers.reaching({str(p) for p in paths}, DirResolver(plan.root))
         affected = plan.downstream(touched)
         # Only the steps the change does not reach need their results checked: the others run
         # again whether their results still hold or not.
@@ -422,7 +379,8 @@ class Watcher:
         assert self._state is not None
         hasher = self._warm or FileHasher(self._state.journal)
         self._hasher, self._warm = hasher, None
-        affected |= plan.downstream(_no_longer_hold(self._state, plan, kept, last.run_id, hasher))
+        gone = self._holds.no_longer_hold(self._state, plan, kept, last.run_id, hasher)
+        affected |= plan.downstream(gone)
         return {sid: o for sid, o in kept.items() if sid not in affected}
 
     def _start(self, changed: list[str], *, poll: bool = False) -> asyncio.Task[Cycle] | None:
@@ -437,6 +395,7 @@ class Watcher:
         started = time.perf_counter()
         reuse = self._incremental()
         self._changed_paths = set()
+        self._reused = set(reuse or ())
         if reuse is not None and self.plan is not None:
             self.awaiting = False
             return asyncio.create_task(
@@ -468,6 +427,10 @@ class Watcher:
             self._hasher = None
         # Only a finished run can stand in for the steps a later change does not reach.
         self._last_report = cycle.report if cycle.exit_code != 130 else None
+        self._holds.keep(self._reused)  # (the others' results may be new: read them again)
+        self._readers = None
+        if self._last_report is not None:
+            self._readers = Readers(self._last_report, _done(self._last_report))
         if cycle.report is not None:
             self.produced = produced_files(cycle.report)
             self.awaiting = cycle.report.status is RunStatus.AWAITING_HUMAN

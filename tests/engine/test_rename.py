@@ -3,6 +3,11 @@ not name its step, and a step runs only when no completed execution has its key 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from runner.engine.run.apply import State, apply_plan
+from runner.engine.run.options import ApplyOptions
+from runner.pipeline.compiler import compile_pipeline
 from tests.conftest import Project, statuses
 
 BEFORE = """\
@@ -67,3 +72,46 @@ def test_a_renamed_step_with_other_arguments_runs(project: Project) -> None:
     doc = project.apply()
     assert statuses(doc) == {"build": "ran", "shout": "cached"}, doc
     assert (project.root / "out/a.txt").read_text() == "bye\n"
+
+
+# -- one long-lived journal (watch, serve): the step ids it knows, kept between applies -----------
+
+CHAIN = """\
+runner: 1
+name: renamed
+steps:
+  {first}: {{uses: shell, with: {{run: "cat in.txt > one.txt", inputs: [in.txt], outputs: [one.txt]}}}}
+  {second}: {{uses: shell, needs: [{first}], with: {{run: "cat one.txt > two.txt", inputs: [one.txt], outputs: [two.txt]}}}}
+"""
+
+
+def _apply_chain(root: Path, state: State, first: str, second: str) -> dict[str, str]:
+    (root / "pipeline.yaml").write_text(CHAIN.format(first=first, second=second))
+    plan = compile_pipeline(root / "pipeline.yaml", {})
+    report = apply_plan(plan, state, ApplyOptions(jobs=1))
+    return {o.id: o.status.value for o in report.steps}
+
+
+def test_renames_seen_by_a_journal_kept_open_across_applies(tmp_path: Path) -> None:
+    """The step ids a journal knows (Journal.step_ids) follow its own applies' rows and, once
+    another connection wrote, are read again: a rename is found as by a fresh process."""
+    (tmp_path / "in.txt").write_text("1\n")
+    state = State.open(tmp_path / ".runner")
+    other = State.open(tmp_path / ".runner")  # another process's connection, as it were
+    try:
+        assert _apply_chain(tmp_path, state, "a", "b") == {"a": "ran", "b": "ran"}
+        (tmp_path / "in.txt").write_text("2\n")  # a miss: the step ids are read, and kept
+        assert _apply_chain(tmp_path, state, "a", "b") == {"a": "ran", "b": "ran"}
+        assert state.journal.step_ids("renamed") == {"a", "b"}
+        # this connection's own rows: c and d complete keys that a and b then take
+        (tmp_path / "in.txt").write_text("3\n")
+        assert _apply_chain(tmp_path, state, "c", "d") == {"c": "ran", "d": "ran"}
+        assert _apply_chain(tmp_path, state, "a", "b") == {"a": "cached", "b": "cached"}
+        # another connection's rows (e, f) are seen by this one once it wrote
+        (tmp_path / "in.txt").write_text("4\n")
+        assert _apply_chain(tmp_path, other, "e", "f") == {"e": "ran", "f": "ran"}
+        assert _apply_chain(tmp_path, state, "a", "b") == {"a": "cached", "b": "cached"}
+        assert {"e", "f"} <= state.journal.step_ids("renamed")
+    finally:
+        other.close()
+        state.close()

@@ -106,3 +106,20 @@ def test_a_directory_many_paths_name_refuses_its_symlinks_as_one_path_alone(root
             check_inside(root, "many/z_out", where=WHERE)
     finally:
         os.chmod(many, 0o700)
+
+
+@pytest.mark.parametrize("rel", GOOD + BAD)
+def test_inside_root_answers_as_inside_text(root: Path, rel: str) -> None:
+    """InsideRoot (a check of many paths below one root) gives inside_text's answer, or its
+    refusal with the same message."""
+    from runner.source.paths import InsideRoot, inside_text
+
+    try:
+        expected: str | None = inside_text(root, rel, where=WHERE)
+    except InvalidPipeline as exc:
+        expected = None
+        with pytest.raises(InvalidPipeline) as refused:
+            InsideRoot(root).text(rel, where=WHERE)
+        assert str(refused.value) == str(exc) and refused.value.where == WHERE
+    if expected is not None:
+        assert InsideRoot(root).text(rel, where=WHERE) == expected

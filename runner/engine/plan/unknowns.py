@@ -74,7 +74,7 @@ class PlanHasher(FileHasher):
         self.overlay: dict[str, str] = {}  # path -> digest after restores
         self.pending: dict[str, str] = {}  # path -> step that would rewrite it
 
-    def hash(self, path: Path, *, root: Path | None = None, used: bool = True) -> str:
+    def hash(self, path: Path | str, *, root: Path | None = None, used: bool = True) -> str:
         key = str(path)
         if key in self.pending:
             raise Touched(self.pending[key])

@@ -64,7 +64,7 @@ class FileHasher:
         # digests settled within this run only (see _RACY_FINE_NS), never journaled
         self.settled: dict[str, tuple[int, int, int, int, str]] = {}
 
-    def hash(self, path: Path, *, root: Path | None = None, used: bool = True) -> str:
+    def hash(self, path: Path | str, *, root: Path | None = None, used: bool = True) -> str:
         """sha256 of the file at ``path``; raises FileNotFoundError when it is missing. With
         ``root`` (``path`` lies beneath it), the bytes hashed are those of the file as opened
         now, refused (source.beneath.OutsideRoot, NotRegularFile: OSErrors) when a directory
@@ -82,7 +82,7 @@ class FileHasher:
             if used:
                 self.used[key] = (*sig, cached[4])
             return cached[4]
-        digest = sha256_file(path) if root is None else _sha256_beneath(root, path)
+        digest = sha256_file(path) if root is None else _sha256_beneath(root, Path(path))
         if used:
             self.used[key] = (*sig, digest)
         # A file modified within the clock's granularity of now could change again without its

@@ -121,7 +121,8 @@ class Interpreter(Executions):
         self.batches = BatchDesk(journal, self.run_id, say=self._say_batch, budget=self.spend)
         self.env.batches = self.batches
         self.scheduler = Scheduler(plan, self.options.jobs)
-        self.reuse = Reuse(plan, journal, objects, FileHasher(journal), self.recorder)
+        hasher = self.options.hasher or FileHasher(journal)
+        self.reuse = Reuse(plan, journal, objects, hasher, self.recorder)
         self.recorded = RecordedReads(journal, plan.name)  # what bodies read, as recorded
         self.progress = Progress(plan)
         self.outcomes = self.scheduler.outcomes
@@ -267,6 +268,8 @@ class Interpreter(Executions):
                 settle=self.recorder.flush_deferred,
                 now=self._step_now,
                 only=self._only,
+                owed=self._owed(),
+                answer=self._answer_reused,
             )
         )
         watcher = asyncio.create_task(
@@ -295,6 +298,37 @@ class Interpreter(Executions):
         finally:
             watcher.cancel()
         return None
+
+    def _owed(self) -> frozenset[str]:
+        """The steps the caller's outcomes answer whatever else happens (see Scheduler.run):
+        plain steps reused whose every ancestor is one too (so none is ever blocked). A later
+        pass (its carried outcomes first) or a first pass of gates has none."""
+        reuse = self.options.reuse
+        if not reuse or self._carried or self._only is not None:
+            return frozenset()
+        owed: set[str] = set()
+        for sid in self.plan.order:
+            step = self.plan.steps[sid]
+            if (
+                sid in reuse
+                and step.when is None
+                and step.for_each is None
+                and sid not in self._gates
+                and all(d in owed for d in step.deps)
+            ):
+                owed.add(sid)
+        return frozenset(owed)
+
+    def _answer_reused(self, steps: list[CompiledStep]) -> list[StepOutcome]:
+        """``_step_now`` of each of ``steps`` (owed: reused, never blocked), in one pass."""
+        out = []
+        for step in steps:
+            reused = self.options.reuse[step.id]
+            self.recorder.emit(
+                EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True
+            )
+            out.append(self._record_outcome(self._journal_reused(as_cached(reused))))
+        return out
 
     def _next_pass(self, *, follow: bool) -> None:
         """Start the steps again with the reviews this run now holds: only what the gates read

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .outcomes import StepOutcome
+
+if TYPE_CHECKING:
+    from .files import FileHasher
 
 
 @dataclass
@@ -43,3 +47,6 @@ class ApplyOptions:
     jobs_given: bool = False
     # Outcomes known to hold (watch: steps no changed file reaches), used without resolving.
     reuse: dict[str, StepOutcome] = field(default_factory=dict)
+    # File signatures already read (watch: the table, and the files its check hashed), else
+    # the journal's table is read as the run starts. Each is checked against a stat as used.
+    hasher: FileHasher | None = None

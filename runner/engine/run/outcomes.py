@@ -5,7 +5,6 @@ Plain data shared by the scheduler, the recorder and the CLI; nothing here touch
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import enum
 from dataclasses import dataclass, field
@@ -248,8 +247,9 @@ def as_cached(outcome: StepOutcome) -> StepOutcome:
             dataclasses.replace(e, status=StepStatus.CACHED) if e.status is StepStatus.RAN else e
             for e in outcome.elements
         ]
-    # A copy with three fields set: dataclasses.replace (~5 µs) ran for each of a watch
-    # cycle's reused steps before the first changed one could start.
-    cached = copy.copy(outcome)
+    # A copy with three fields set: dataclasses.replace (~5 µs), then copy.copy (~2 µs) ran
+    # for each of a watch cycle's reused steps before the first changed one could start.
+    cached = object.__new__(type(outcome))
+    cached.__dict__.update(outcome.__dict__)
     cached.status, cached.duration_s, cached.elements = StepStatus.CACHED, 0.0, elements
     return cached

@@ -18,11 +18,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from ... import expr as ex
 from ...errors import InvalidPipeline, RunnerError
+
+if TYPE_CHECKING:
+    from ...source.paths import InsideRoot
 
 KNOWN_ROOTS = frozenset({"params"})
 # A plan without any of these has nothing costly to protect and no one to ask: checking it
@@ -66,9 +69,12 @@ def check_plan(
     ``keys`` False: an API key missing from the environment is not one of them."""
     if not any(s.uses in WORTH_IT for s in plan.steps.values()):
         return
+    from ...source.paths import InsideRoot
+
     env = os.environ if environ is None else environ
     providers: Any = None
     folders = _Folders()
+    inside = InsideRoot(plan.root)
     for sid in plan.order:
         step = plan.steps[sid]
         check = _CHECKS.get(step.uses)
@@ -86,7 +92,7 @@ def check_plan(
                 where = _arg_where(plan, sid, "provider")
                 _provider(plan, step, args, providers, None if keys is False else env, where)
             elif step.uses == "shell":
-                _outputs(plan, step, args, folders)
+                _outputs(step, args, folders, inside)
             else:
                 check(plan, step, args, state_dir)
         except RunnerError as exc:
@@ -226,16 +232,14 @@ def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) 
             )
 
 
-def _outputs(plan: Any, step: Any, args: dict[str, Any], folders: _Folders) -> None:
+def _outputs(step: Any, args: dict[str, Any], folders: _Folders, inside: InsideRoot) -> None:
     outputs = args.get("outputs")
     if not isinstance(outputs, list):
         return
-    from ...source.paths import inside_text
-
     for rel in outputs:
         if not isinstance(rel, str):
             continue
-        if folders.is_folder(inside_text(plan.root, rel, where=step.where)):
+        if folders.is_folder(inside.text(rel, where=step.where)):
             _fail(step, f"output '{rel}' is a folder; outputs name files")
 
 

@@ -249,10 +249,14 @@ class Recorder:
 
     def _hold(self, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
         self._held.append((columns, values))
-        # Written with the events held so far once there are enough, or once the first is old:
-        # a for_each of slow elements that never wait shows its progress as others do.
-        if len(self._held) >= GROUP_ROWS or time.monotonic() - self._grouped_since > GROUP_S:
+        # Written with the events held so far once the first is old (a for_each of slow
+        # elements that never wait shows its progress as others do), alone once there are
+        # enough: their events follow at the next settle (the rows of a watch cycle's 500
+        # reused steps go before the first changed step's row, their events after its start).
+        if time.monotonic() - self._grouped_since > GROUP_S:
             self.flush_events()
+        elif len(self._held) >= GROUP_ROWS:
+            self.write_held()
 
     def _finish(self, exec_id: int, fields: dict[str, Any]) -> None:
         """An execution's end: its row rewritten, or written whole if it was held."""

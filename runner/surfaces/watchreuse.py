@@ -1,0 +1,157 @@
+"""Which of the last watch cycle's outcomes the next cycle may reuse.
+
+A step is reached by a change when the last run read a changed file for it (``Readers``), or
+when it did not complete; the steps a change does not reach are reused if their results still
+hold (``HoldCheck``): not edited with `runner edit`, not deleted by gc, every output file as
+the result recorded it. Both are asked on the way from a save to its first command, so each
+keeps what the cycle before it learnt, only where that is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from ..engine.run.outcomes import RunReport, StepOutcome
+
+if TYPE_CHECKING:
+    from ..engine.run.apply import State
+    from ..engine.run.files import FileHasher
+    from ..pipeline.compiler import Plan
+    from .watchset import DirResolver
+
+
+class Readers:
+    """The reads of a finished run's steps, by the name of the file read: a change to
+    ``dir/name`` can only reach the steps that read a path ending in ``name``, so a cycle
+    resolves those paths alone (resolving every step's every read was ~5 ms of a 1,000-step
+    cycle's start). Made once the run has ended, off the way to the next cycle."""
+
+    def __init__(self, report: RunReport, done: Iterable[str]) -> None:
+        self.by_name: dict[str, list[tuple[str, str]]] = {}
+        self.odd: list[tuple[str, str]] = []  # paths not ending in a name (".", ".."): any change
+        steps = {o.id: o for o in report.steps}
+        for sid in done:
+            for rel in steps[sid].reads:
+                name = os.path.split(rel)[1]
+                if name in ("", ".", ".."):
+                    self.odd.append((sid, rel))
+                else:
+                    self.by_name.setdefault(name, []).append((sid, rel))
+
+    def reaching(self, changed: set[str], norm: DirResolver) -> set[str]:
+        """The steps that read one of ``changed`` (absolute paths, as ``norm.text`` gives),
+        each read resolved as the check over every read did (``DirResolver.text``)."""
+        out: set[str] = set()
+        for path in changed:
+            for sid, rel in self.by_name.get(os.path.basename(path), ()):
+                if norm.text(rel) == path:
+                    out.add(sid)
+        out.update(sid for sid, rel in self.odd if norm.text(rel) in changed)
+        return out
+
+
+class HoldCheck:
+    """Whether the last cycle's outcomes still hold (see ``no_longer_hold``). The files of the
+    results it read are kept for the next cycle while no other connection wrote the journal
+    (SQLite's ``PRAGMA data_version``: a gc, an edit, another apply) and this process wrote no
+    result for them (``keep``: only the steps a cycle reused, which record no result)."""
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        # (step id, key) -> its latest completed (or partial) result's files (None: none)
+        self._files: dict[tuple[str, str], dict[str, str] | None] = {}
+
+    def keep(self, steps: Iterable[str]) -> None:
+        """After a cycle: forget every result but those of ``steps`` (the ones it reused)."""
+        kept = set(steps)
+        self._files = {k: v for k, v in self._files.items() if k[0] in kept}
+
+    def no_longer_hold(
+        self,
+        state: State,
+        plan: Plan,
+        done: Mapping[str, StepOutcome],
+        run_id: str,
+        hasher: FileHasher,
+    ) -> set[str]:
+        """Steps whose last-cycle outcome a fresh apply would not find as it was: a `runner
+        edit` of the step (made or set aside since), a result gc deleted, an output file
+        deleted or edited by hand (an apply restores it). ``run_id`` is the last cycle's run,
+        which names every result its outcomes stand on. ``hasher`` is left holding the
+        signatures of the files it had to read (whose flush lets the next check stat them
+        instead)."""
+        from ..state.overrides import any_active
+
+        edited = any_active(state.journal, plan.name)
+        files = self._read(state, plan, done, run_id)
+        root = str(plan.root)
+
+        def holds(outcome: StepOutcome) -> bool:
+            for key in (outcome.key,) if outcome.elements is None else _keys(outcome):
+                written = None if key is None else files.get((outcome.id, key))
+                if written is None:
+                    return False
+                for rel, digest in written.items():
+                    try:
+                        # (a path as text: a Path each was a third of this check's stats)
+                        if hasher.hash(os.path.join(root, rel), used=False) != digest:
+                            return False
+                    except OSError:
+                        return False
+            return True
+
+        return {sid for sid, o in done.items() if sid in edited or not holds(o)}
+
+    def _read(
+        self, state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str
+    ) -> dict[tuple[str, str], dict[str, str] | None]:
+        """The files of each result ``done`` stands on; only each result's files (reading
+        whole results was most of a 1,000-step cycle's start), and only those not known from
+        the cycle before. A pair not found does not hold (the step runs again)."""
+        from ..state.records import loads
+
+        conn = state.journal.conn
+        (version,) = conn.execute("PRAGMA data_version").fetchone()
+        if version != self._version:  # another connection wrote: nothing known holds
+            self._version, self._files = version, {}
+        files = self._files
+        asked = [  # (a plain step's one key without a list and a generator: ~1 ms of 500)
+            sid
+            for sid, o in done.items()
+            if (
+                o.key is not None and (sid, o.key) not in files
+                if o.elements is None
+                else any(k is not None and (sid, k) not in files for k in _keys(o))
+            )
+        ]
+        if asked:
+            found: dict[tuple[str, str], dict[str, str]] = {}
+            rows = conn.execute(
+                _RESULT_FILES, (state.journal.rows_run(run_id), json.dumps(asked), plan.name)
+            )
+            for sid, key, text in rows:  # (the latest of a pair last)
+                # most steps write no file: nothing to parse
+                found[(sid, key)] = {} if text is None or text == "{}" else loads(text)
+            for sid in asked:
+                for key in _keys(done[sid]):
+                    if key is not None:
+                        files[(sid, key)] = found.get((sid, key))
+        return files
+
+
+def _keys(outcome: StepOutcome) -> list[str | None]:
+    return [outcome.key] if outcome.elements is None else [e.key for e in outcome.elements]
+
+
+# The files of the completed (or partial) results of the (step, key) pairs a run named, of the
+# steps named (a JSON list).
+_RESULT_FILES = (
+    "SELECT e.step_id, e.key, e.files FROM executions AS e "
+    "JOIN (SELECT DISTINCT step_id, key FROM executions WHERE run_id=? "
+    "AND step_id IN (SELECT value FROM json_each(?))) AS r "
+    "ON e.step_id = r.step_id AND e.key = r.key "
+    "WHERE e.pipeline=? AND e.status IN ('completed','partial') ORDER BY e.id"
+)
