@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import expr as ex
-from ...errors import DiskFull, ExpressionError, ProviderError, RunnerError, StepFailure
+from ...errors import DiskFull, ExpressionError, RunnerError, StepFailure
 from ...expr.commandscope import runs_commands, scoped
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
-from ...providers.batchapi import batch_api_of
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
 from ...state import overrides
@@ -33,6 +32,7 @@ from ...state.canonical import CanonicalError
 from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...steps.base import ProviderAccess, StepEnv
+from . import batchrounds, reusedsteps
 from .batchdesk import BatchDesk
 from .events import EventType, NullReporter, Reporter
 from .execution import Executions
@@ -64,16 +64,6 @@ if TYPE_CHECKING:
 _Ready = tuple[dict[str, Any], int, dict[str, Any], KeyParts, str, str | None]
 
 
-def _waiting(outcome: StepOutcome, where: str) -> StepOutcome:
-    """``outcome`` of a step whose calls wait in batches, its reason saying where they stand
-    (its elements said only "queued" before the batches were made)."""
-    if outcome.status is StepStatus.AWAITING_BATCH and where:
-        waiting = sum(e.status is StepStatus.AWAITING_BATCH for e in outcome.elements or [])
-        total = len(outcome.elements or [])
-        outcome.reason = f"{waiting} of {total} elements wait: {where}" if total else where
-    return outcome
-
-
 def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
     return StepOutcome(
         step.id, el.status, el.key, el.output, el.reason, check_failure=el.check_failure
@@ -82,8 +72,6 @@ def _plain(step: CompiledStep, el: ElementOutcome) -> StepOutcome:
 
 # A run goes round again for each revision remembered from another run, at most this often.
 MAX_PASSES = 32
-# Batches an apply makes and waits for per step (a first one, then follow-ups for failed checks)
-MAX_BATCH_ROUNDS = 8
 
 
 class Interpreter(Executions):
@@ -261,6 +249,9 @@ class Interpreter(Executions):
 
     async def _pass(self, started: float) -> RunReport | None:
         """Run the steps once; a report only when the run was cancelled from elsewhere."""
+        # (a later pass, its carried outcomes first, or a first pass of gates owes none)
+        first = not self._carried and self._only is None
+        owed = reusedsteps.owed(self.plan, self.options.reuse, self._gates) if first else None
         main = asyncio.create_task(
             self.scheduler.run(
                 self._step,
@@ -268,7 +259,7 @@ class Interpreter(Executions):
                 settle=self.recorder.flush_deferred,
                 now=self._step_now,
                 only=self._only,
-                owed=self._owed(),
+                owed=owed or frozenset(),
                 answer=self._answer_reused,
             )
         )
@@ -290,7 +281,7 @@ class Interpreter(Executions):
             self.batches.stop()  # (a batch's poll is shielded from its elements' cancel)
             if self.scheduler.cancel_requested and (current is None or not current.cancelling()):
                 # `runner runs cancel` from elsewhere: a normal end with exit 130
-                await self._cancel_batches()
+                await batchrounds.cancel(self.batches, self.recorder, self.env.providers)
                 return self._finish(status, started, "cancelled with runner runs cancel")
             main.cancel()
             self._finish(status, started, "cancelled by the user")
@@ -298,26 +289,6 @@ class Interpreter(Executions):
         finally:
             watcher.cancel()
         return None
-
-    def _owed(self) -> frozenset[str]:
-        """The steps the caller's outcomes answer whatever else happens (see Scheduler.run):
-        plain steps reused whose every ancestor is one too (so none is ever blocked). A later
-        pass (its carried outcomes first) or a first pass of gates has none."""
-        reuse = self.options.reuse
-        if not reuse or self._carried or self._only is not None:
-            return frozenset()
-        owed: set[str] = set()
-        for sid in self.plan.order:
-            step = self.plan.steps[sid]
-            if (
-                sid in reuse
-                and step.when is None
-                and step.for_each is None
-                and sid not in self._gates
-                and all(d in owed for d in step.deps)
-            ):
-                owed.add(sid)
-        return frozenset(owed)
 
     def _answer_reused(self, steps: list[CompiledStep]) -> list[StepOutcome]:
         """``_step_now`` of each of ``steps`` (owed: reused, never blocked), in one pass."""
@@ -327,7 +298,7 @@ class Interpreter(Executions):
             self.recorder.emit(
                 EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True
             )
-            out.append(self._record_outcome(self._journal_reused(as_cached(reused))))
+            out.append(self._record_outcome(reusedsteps.journal(self.recorder, as_cached(reused))))
         return out
 
     def _next_pass(self, *, follow: bool) -> None:
@@ -411,7 +382,7 @@ class Interpreter(Executions):
         reused = self.options.reuse.get(step.id)
         if reused is not None and not self.scheduler.blocked(step):
             emit(EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True)
-            return self._record_outcome(self._journal_reused(as_cached(reused)))
+            return self._record_outcome(reusedsteps.journal(self.recorder, as_cached(reused)))
         blocked = self.scheduler.blocked(step)
         if blocked is not None:
             emit(EventType.STEP_SKIPPED, step.id, reason=blocked)
@@ -442,12 +413,12 @@ class Interpreter(Executions):
                 from . import gatestep
 
                 outcome = gatestep.run(self, step)
-            elif step.for_each is not None:
-                outcome = await self._for_each(step)
             else:
-                outcome = _plain(step, await self._execution(step, None, None, has_item=False))
+                outcome = await self._body(step)
             if self.batches.waiting(step.id):  # its elements have all asked: send them
-                outcome = await self._send_batches(step, outcome)
+                outcome = await batchrounds.send(
+                    self.batches, self.recorder, step, outcome, again=lambda: self._body(step)
+                )
         except DiskFull:  # not this step's failure: the run stops (apply marks it interrupted)
             raise
         except (RunnerError, StepFailure) as exc:  # an expression that failed on real data
@@ -455,64 +426,14 @@ class Interpreter(Executions):
         outcome.duration_s = time.perf_counter() - started
         return self._record_outcome(outcome)
 
-    async def _send_batches(self, step: CompiledStep, outcome: StepOutcome) -> StepOutcome:
-        """Make the batches ``step``'s elements queued; a service that refuses fails the step
-        (its batch rows stay: the next apply goes on from them, nothing made twice). With the
-        provider's ``batch_wait``, wait for them and run the elements again once they ended
-        (a follow-up batch, for checks failed with feedback, goes round again)."""
-        for _ in range(MAX_BATCH_ROUNDS):
-            try:
-                await self.batches.flush(step.id)
-            except ProviderError as exc:
-                reason = f"its batch could not be sent: {exc.message}"
-                self.recorder.emit(EventType.STEP_FAILED, step.id, reason=reason)
-                return StepOutcome(
-                    step.id, StepStatus.FAILED, reason=reason, elements=outcome.elements
-                )
-            if not await self.batches.settle(step.id):
-                return _waiting(outcome, self.batches.progress(step.id))
-            if step.for_each is not None:
-                outcome = await self._for_each(step)
-            else:
-                outcome = _plain(step, await self._execution(step, None, None, has_item=False))
-            if not self.batches.waiting(step.id):
-                return outcome
-        return outcome
-
-    async def _cancel_batches(self) -> None:
-        """`runner runs cancel` of a run waiting on its batches cancels them at the service
-        too (a Ctrl-C does not: the batches go on, and the next apply collects them)."""
-        access = self.env.providers
-        if access is None:
-            return
-
-        def api(name: str) -> tuple[Any, Any]:
-            provider = access.get(name)
-            return provider, batch_api_of(provider)
-
-        try:
-            asked = await self.batches.cancel(api)
-        except ProviderError as exc:
-            self.recorder.emit_warning(f"the run's batches could not be cancelled: {exc.message}")
-            return
-        if asked:
-            self.recorder.emit_warning(f"cancelled {asked} batch(es) at the provider")
+    async def _body(self, step: CompiledStep) -> StepOutcome:
+        """The step's execution, or its for_each's: what a batch's answers run again."""
+        if step.for_each is not None:
+            return await self._for_each(step)
+        return _plain(step, await self._execution(step, None, None, has_item=False))
 
     def _say_batch(self, step_id: str, text: str) -> None:
         self.recorder.emit(EventType.STEP_WAITING, step_id, None, where=text)
-
-    def _journal_reused(self, outcome: StepOutcome) -> StepOutcome:
-        """A step answered by the caller's earlier outcome (watch's last cycle) is journaled in
-        this run as a cached one is: its rows name each result's key, so the run shows it and
-        gc keeps what it used."""
-        why = "cached (unchanged since the last cycle)"
-        if outcome.elements is not None:
-            for e in outcome.elements:
-                if e.key is not None and e.status is StepStatus.CACHED:
-                    self.recorder.reused(outcome.id, e.index, e.key, e.output, why)
-        elif outcome.key is not None:
-            self.recorder.reused(outcome.id, -1, outcome.key, outcome.output, why)
-        return outcome
 
     def _failed(self, step: CompiledStep, exc: RunnerError | StepFailure) -> StepOutcome:
         reason = exc.reason if isinstance(exc, StepFailure) else str(exc)
@@ -536,7 +457,7 @@ class Interpreter(Executions):
             self.recorder.emit(
                 EventType.STEP_SKIPPED, step.id, reason="cached", key=reused.key, reused=True
             )
-            return self._record_outcome(self._journal_reused(as_cached(reused)))
+            return self._record_outcome(reusedsteps.journal(self.recorder, as_cached(reused)))
         self._set_phase(step)
         started = time.perf_counter()
         try:
@@ -694,9 +615,7 @@ class Interpreter(Executions):
             return ElementOutcome(el_index, StepStatus.FAILED, reason=reason)
         contract = self._contract(step, extra, key)
         if step.id in self.edited_steps:
-            edited = self.reuse.override(
-                step, index, el_index, key, contract, parts.identity()
-            )
+            edited = self.reuse.override(step, index, el_index, key, contract, parts.identity())
             if edited is not None:
                 return edited
         if step.cache is CachePolicy.USE and step.id not in self.options.force:
