@@ -24,6 +24,7 @@ pytestmark = needs_browser
 webdriver = pytest.importorskip("selenium.webdriver")
 
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 
 CITIES = """\
     runner: 1
@@ -378,6 +379,8 @@ def test_collections_are_listed_and_searched(runs: Runs, served: Any, browser: A
     box.clear()
     box.send_keys("lighthouses")
     box.submit()
+    # (the last search's rows stand until the new page replaces them: wait for that first)
+    wait(browser, staleness_of(hits[0]))
     hits = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#hits tr[data-doc]"))
     assert "<script>window.__pwned=3</script>" in hits[0].text  # text, never markup
     assert browser.execute_script("return window.__pwned") is None
