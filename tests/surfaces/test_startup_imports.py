@@ -165,17 +165,23 @@ with open("modules.json", "w") as f:
 """
 
 
+def _applied_modules(root: Path) -> list[str]:
+    """The modules `runner apply pipeline.yaml -q` in ``root`` has loaded when it ends (it must
+    end well)."""
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    found = json.loads((root / "modules.json").read_text())
+    assert found["code"] in (0, None), res.stderr
+    return list(found["modules"])
+
+
 def test_a_one_step_apply_imports_only_what_it_uses(tmp_path: Path) -> None:
     (tmp_path / "pipeline.yaml").write_text(PIPELINE)
     (tmp_path / "runner.toml").write_text("# marks the project root\n")
-    res = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stderr
-    found = json.loads((tmp_path / "modules.json").read_text())
-    assert found["code"] in (0, None), res.stderr
+    modules = _applied_modules(tmp_path)
     assert (tmp_path / "out.txt").read_text() == "hi\n"
-    modules = found["modules"]
     unused = sorted(m for m in modules if m.split(".")[0] == "runner" and m not in APPLY)
     assert unused == [], f"a one-step apply imports modules it does not use: {unused}"
     heavy = sorted({m.split(".")[0] for m in modules} & set(NEVER))
@@ -200,13 +206,8 @@ def test_plain_lookups_import_no_jinja(tmp_path: Path) -> None:
     (tmp_path / "pipeline.yaml").write_text(LOOKUPS)
     (tmp_path / "in.txt").write_text("hi\n")
     (tmp_path / "runner.toml").write_text("# marks the project root\n")
-    res = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stderr
-    found = json.loads((tmp_path / "modules.json").read_text())
-    assert found["code"] in (0, None), res.stderr
-    assert not {"jinja2", "markupsafe", "click"} & set(found["modules"])
+    modules = _applied_modules(tmp_path)
+    assert not {"jinja2", "markupsafe", "click"} & set(modules)
 
 
 # The llm row of issue 43: a for_each of llm calls whose check is a comparison over a filter,
@@ -233,10 +234,5 @@ def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
 ) -> None:  # (nor tomllib: its runner.toml is of the plain form)
     (tmp_path / "pipeline.yaml").write_text(LLM)
     (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
-    res = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-    assert res.returncode == 0, res.stderr
-    found = json.loads((tmp_path / "modules.json").read_text())
-    assert found["code"] in (0, None), res.stderr
-    assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(found["modules"])
+    modules = _applied_modules(tmp_path)
+    assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(modules)
