@@ -14,6 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+# A `runner apply` the tests start runs in its own process, not in a warm server's child
+# (runner/warm): tests/surfaces/test_warm_server.py runs both and compares them.
+os.environ["RUNNER_SERVER"] = "0"
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 

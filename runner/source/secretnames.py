@@ -6,6 +6,7 @@ secretmask (what is masked); imports neither.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -49,6 +50,17 @@ def _all_names_in(path: str, _mtime_ns: int, _size: int) -> frozenset[str]:
     return frozenset(names)
 
 
+# Set in a warm server's child (runner/warm/child.py): its environment was given to it after it
+# started, so the C library's variables are the given ones, not the initial block's.
+_adopted = False
+
+
+def environ_adopted() -> None:
+    """This process's environment was set after start-up (putenv) from another process's."""
+    global _adopted
+    _adopted = True
+
+
 def wipe_initial_environ(names: Iterable[str]) -> int:
     """Overwrite the values of ``names`` in the process's initial environment block, the
     memory ``/proc/<pid>/environ`` reads (Linux). Returns how many were wiped.
@@ -59,6 +71,11 @@ def wipe_initial_environ(names: Iterable[str]) -> int:
     overwrites the same region). ``os.environ`` is Python's own copy, made at start-up and
     unchanged: runner still reads the secrets there. C code that reads the variable later
     (getenv) and children started without an explicit environment see it empty."""
+    names = list(names)
+    if _adopted:  # as a wiped block entry reads: set, and empty
+        for name in names:
+            if name in os.environ:
+                os.putenv(name, "")
     wanted = {n.encode("utf-8", "surrogateescape") + b"=" for n in names}
     region = _environ_region() if wanted else None
     if region is None:

@@ -60,6 +60,7 @@ OPTIONAL_COMMAND_MODULES = (
     "commands_providers",
     "commands_serve",
     "commands_cache",
+    "commands_server",
 )
 
 
