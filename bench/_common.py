@@ -14,6 +14,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "RUNNER_STATE")}
+ENV["RUNNER_SERVER"] = "0"  # each process does its own work (see bench_core.ENV)
 
 
 def compile_tree(tree: Path | None = None) -> None:

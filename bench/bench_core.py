@@ -64,7 +64,11 @@ class Row:
 # every dependency's) at install time, while an editable runner compiles its own on first import,
 # unless PYTHONDONTWRITEBYTECODE forbids the cache (set on some machines, this one included), in
 # which case each runner process would compile ~60 ms of source that doit never does.
+# RUNNER_SERVER=0: each runner process does its whole work itself (no warm server, runner/warm),
+# so its CPU is all in the kernel's accounting of the process; bench_startup.py and
+# bench_providers.py --warm add a column with the server, its CPU counted.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+ENV["RUNNER_SERVER"] = "0"
 
 
 def cache_bytecode() -> None:

@@ -134,6 +134,7 @@ CASES: dict[str, Setup] = {
 
 def run_case(src: Path, name: str, cap_mb: int, timeout: float) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["RUNNER_SERVER"] = "0"  # each process does its own work (see bench_core.ENV)
     env["PYTHONPATH"] = str(src)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -204,6 +204,7 @@ def compile_comparison(samples: int) -> None:
         for label, file in files.items():
             file.write_text(pipeline(STEPS, label == "with"))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["RUNNER_SERVER"] = "0"  # each process does its own work (see bench_core.ENV)
         env["PYTHONPYCACHEPREFIX"] = str(base / "pycache")
         for file in files.values():
             validate_seconds(file, env)  # writes the bytecode cache

@@ -7,7 +7,10 @@ sandbox grants a project's neighbours one by one, and /tmp holds many):
   noop     the same pipeline applied again with nothing changed (doit: the task's `uptodate`
            is [True], so its existing target keeps it from running, as runner's result does)
 
-Tools run in turn, round by round, the order rotated each round: `runner` (this tree), `before`
+Tools run in turn, round by round, the order rotated each round: `runner` (this tree, each
+process doing its whole work: RUNNER_SERVER=0), `warm` (this tree through its warm server,
+runner/warm: the command forks from a server that has imported runner; its CPU is the command's
+own plus what the server and its forked child spent meanwhile, from `runner server status`), `before`
 (another tree put first on PYTHONPATH, with --before), `doit` (plain doit from its own venv, as
 bench_core finds it). Every process has its bytecode cached (PYTHONDONTWRITEBYTECODE is dropped).
 CPU is user + system of the finished process and its children (the sandbox's spawner included),
@@ -39,6 +42,9 @@ import time
 from pathlib import Path
 
 from bench_core import ENV, cache_bytecode, doit_cmd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from runner.warm import control  # this tree's, whatever the interpreter's path
 
 PIPELINE = """runner: 1
 name: one
@@ -118,6 +124,7 @@ class Tool:
     ):
         self.name, self.root, self.cmd, self.env, self.doit = name, root, cmd, env, doit
         self.floor = floor
+        self.servers: str | None = env.get("RUNNER_SERVER_DIR") if name == "warm" else None
         root.mkdir(parents=True)
         if doit:
             (root / "dodo.py").write_text(DODO)
@@ -125,6 +132,13 @@ class Tool:
             (root / "pipeline.yaml").write_text(PIPELINE)
 
     def run(self, row: str) -> tuple[float, float]:
+        if self.servers is not None:
+            before = _server_cpu(self.servers)
+            wall, cpu = self._run(row)
+            return wall, cpu + _server_cpu(self.servers) - before
+        return self._run(row)
+
+    def _run(self, row: str) -> tuple[float, float]:
         if self.floor:
             return timed(self.cmd, self.root, self.env)
         if row == "fresh":
@@ -152,6 +166,9 @@ def main() -> None:
     top = Path(tempfile.mkdtemp(prefix="startup-", dir=base))
     apply = [python, "-m", "runner", "apply", "pipeline.yaml", "-q"]
     tools = [Tool("runner", top / "runner", apply, dict(ENV), doit=False)]
+    servers = top / "servers"
+    warm_env = dict(ENV, RUNNER_SERVER="1", RUNNER_SERVER_DIR=str(servers))
+    tools.append(Tool("warm", top / "warm", apply, warm_env, doit=False))
     if args.before:
         tree = args.before.resolve()
         subprocess.run([python, "-m", "compileall", "-q", str(tree / "runner")], check=True)
@@ -173,6 +190,7 @@ def main() -> None:
         for tool in tools:  # one warm-up each: caches, the page cache
             for row in rows:
                 tool.run(row)
+        _server_started(servers)
         for r in range(args.rounds):
             loads.append(os.getloadavg()[0])
             order = tools[r % len(tools) :] + tools[: r % len(tools)]
@@ -183,8 +201,31 @@ def main() -> None:
                     got.setdefault((row, tool.name), []).append(tool.run(row))
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
     finally:
+        control.stop_all(str(servers))
         shutil.rmtree(top, ignore_errors=True)
     report(rows, [t.name for t in tools], got, loads)
+
+
+def _server_cpu(folder: str) -> float:
+    """The CPU the warm server and the applies it forked have spent so far."""
+    found = control.statuses(folder)
+    return sum(s["cpu_seconds"] + s["children_cpu_seconds"] for s in found)
+
+
+def _server_started(folder: Path) -> None:
+    """Wait for the server the warm-up started (it imports in the background), and say what
+    starting it cost: paid once, by the first apply of a set-up (not in the rows)."""
+    deadline = time.monotonic() + 60
+    while not control.statuses(str(folder)):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no warm server came up in {folder}")
+        time.sleep(0.05)
+    (first,) = control.statuses(str(folder))
+    print(
+        f"warm server: started once in {first['cpu_seconds']:.3f} s of CPU "
+        f"(served {first['served']} warm-up applies, {first['children_cpu_seconds']:.3f} s)",
+        file=sys.stderr,
+    )
 
 
 def _floors(python: str, top: Path) -> list[Tool]:
@@ -230,6 +271,12 @@ def report(
             if name != "runner":
                 line += f"   runner / {name}: {_ratio(mine, runs, 0)}, {_ratio(mine, runs, 1)}"
             print(line)
+        warm, doit = got.get((row, "warm")), got.get((row, "doit"))
+        if warm and doit:
+            print(
+                f"{row:<7} {'':<7} {'':>7} {'':>7}   warm / doit: "
+                f"{_ratio(warm, doit, 0)}, {_ratio(warm, doit, 1)}"
+            )
 
 
 def _ratio(a: list[tuple[float, float]], b: list[tuple[float, float]], i: int) -> str:

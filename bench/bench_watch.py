@@ -203,6 +203,7 @@ def main() -> int:
     opts = ap.parse_args()
     write = write_shell_chain if opts.shape == "shell" else write_hash_chain
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["RUNNER_SERVER"] = "0"  # each process does its own work (see bench_core.ENV)
 
     with tempfile.TemporaryDirectory(prefix="bench-watch-") as tmp:
         root, floor_root = Path(tmp) / "runner", Path(tmp) / "floor"
