@@ -68,7 +68,11 @@ def main(path: str) -> None:
     if lock is None:
         return  # another server holds the socket
     ident = fit.identity()
-    if ident is None or fit.socket_path(os.path.dirname(path), ident) != path:
+    if (
+        ident is None
+        or fit.socket_path(os.path.dirname(path), ident) != path
+        or not hasattr(os, "pidfd_open")  # Linux 5.3: how the server waits for its children
+    ):
         # started with options that do not reproduce the command's identity: say so once, so
         # commands stop starting servers for it
         with open(path[: -len(".sock")] + ".off", "w") as f:
@@ -260,7 +264,11 @@ class Server:
         self.children[pidfd] = (pid, conn)
         self.selector.register(pidfd, selectors.EVENT_READ, "child")
         conn.settimeout(None)
-        wire.send(conn, {"pid": pid})
+        try:
+            wire.send(conn, {"pid": pid})
+        except OSError:
+            _kill(pid, signal.SIGTERM)  # the command left before its apply began
+            raise
         self.selector.register(conn, selectors.EVENT_READ, "command")
 
     def _close_in_child(self, conn: socket.socket) -> None:

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
 import urllib.request
 import venv
 import zipfile
@@ -88,10 +90,27 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(wheel, sdist)
 
 
+# The installed command's warm servers (runner/warm: on, as for a user) keep their sockets in a
+# folder of the module's, and are stopped when its tests end.
+SERVERS: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_servers() -> Iterator[None]:
+    SERVERS.append(tempfile.mkdtemp(prefix="rs-wheel-", dir="/tmp"))  # a socket path: <108 bytes
+    yield
+    from runner.warm import control
+
+    folder = SERVERS.pop()
+    control.stop_all(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _clean_env() -> dict[str, str]:
     """The environment without anything that would put this tree or its state on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNNER_", "PYTHON"))}
     env.pop("VIRTUAL_ENV", None)
+    env["RUNNER_SERVER_DIR"] = SERVERS[-1]
     return env
 
 
@@ -239,6 +258,21 @@ def test_a_fresh_venv_with_the_wheel_alone_runs_the_first_hour(
     again = _run(installed, demo, "apply", "pipeline.yaml", "--json")
     assert again.returncode == 0, again.stderr
     assert {s["status"] for s in json.loads(again.stdout)["steps"]} == {"cached"}
+
+    # the first apply started a warm server: once it is up, an apply forks from it
+    def served() -> list[int]:
+        status = _run(installed, outside, "server", "status", "--json")
+        return [s["served"] for s in json.loads(status.stdout)["servers"]]
+
+    deadline = time.monotonic() + 60
+    while not served():
+        assert time.monotonic() < deadline, "the installed command started no warm server"
+        time.sleep(0.1)
+    (before,) = served()
+    forced = _run(installed, demo, "apply", "pipeline.yaml", "--json", "--force", "greet")
+    assert forced.returncode == 0, forced.stderr
+    assert {s["id"]: s["status"] for s in json.loads(forced.stdout)["steps"]}["greet"] == "ran"
+    assert served() == [before + 1]
 
 
 @pytest.fixture()

@@ -135,6 +135,7 @@ def scratch(tmp: Path) -> Path:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_")}
     env["NO_COLOR"] = "1"
+    env["RUNNER_SERVER"] = "0"  # no warm server outlives the test (test_warm_server.py has them)
     return env
 
 
