@@ -6,6 +6,8 @@ sandbox grants a project's neighbours one by one, and /tmp holds many):
            output removed before each run); doit: one task, its database and output removed
   noop     the same pipeline applied again with nothing changed (doit: the task's `uptodate`
            is [True], so its existing target keeps it from running, as runner's result does)
+  hash     bench_core's 1,000 in-process hash steps, cold (`--jobs 2`; doit: its python-action
+           dodo.py), state removed before each run: not in the default rows
 
 Tools run in turn, round by round, the order rotated each round: `runner` (this tree, each
 process doing its whole work: RUNNER_SERVER=0), `warm` (this tree through its warm server,
@@ -23,7 +25,7 @@ and click the apply loads); `lean` is `stdlib` without asyncio and what only it 
 concurrent.futures, logging) and without click (with uuid and platform): what an apply that
 neither awaits nor parses with click would still load from the standard library.
 
-Run: python bench/bench_startup.py [--rounds 20] [--rows fresh,noop] [--before DIR] [--floors]
+Run: python bench/bench_startup.py [--rounds 20] [--rows fresh,noop,hash] [--before DIR] [--floors]
          [--python ~/.cache/runner-bench/runner/bin/python]
 """
 
@@ -41,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_core import ENV, cache_bytecode, doit_cmd
+from bench_core import ENV, cache_bytecode, doit_cmd, write_hash
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from runner.warm import control  # this tree's, whatever the interpreter's path
@@ -130,6 +132,8 @@ class Tool:
             (root / "dodo.py").write_text(DODO)
         else:
             (root / "pipeline.yaml").write_text(PIPELINE)
+        if not floor:
+            write_hash(root / "hash", 1000)
 
     def run(self, row: str) -> tuple[float, float]:
         if self.servers is not None:
@@ -141,6 +145,10 @@ class Tool:
     def _run(self, row: str) -> tuple[float, float]:
         if self.floor:
             return timed(self.cmd, self.root, self.env)
+        if row == "hash":
+            where = self.root / "hash"
+            _clear(where, ".runner", *(p.name for p in where.glob(".doit.db*")))
+            return timed(self.cmd if self.doit else [*self.cmd, "--jobs", "2"], where, self.env)
         if row == "fresh":
             if self.doit:
                 _clear(self.root, *(p.name for p in self.root.glob(".doit.db*")), "out.txt")

@@ -372,3 +372,42 @@ def test_a_step_reading_its_runners_environment_finds_no_secret(warm: Warm, tmp_
     assert res.returncode == 0, res.stderr
     assert warm.served() == before + 1
     assert (tmp_path / "found.txt").read_text().strip() == "0"
+
+
+def test_a_server_stopped_mid_apply_finishes_it_then_leaves(warm: Warm, tmp_path: Path) -> None:
+    proc = _start_slow(warm, tmp_path / "slow", server=True)
+    (pid,) = (s["pid"] for s in control.statuses(warm.folder))
+    stop = warm.run(tmp_path, "server", "stop", "--json")
+    assert stop.returncode == 0, stop.stderr
+    assert '"stopping": 1' in stop.stdout
+    assert control.statuses(warm.folder) == []  # it takes no new command
+    assert _alive(pid)  # while the apply it runs goes on
+    for sleeper in _sleepers():
+        os.kill(sleeper, signal.SIGTERM)  # the step ends (failed), so does the apply
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, (out, err)  # a step failed (docs/commands.md)
+    assert "FAILED  a: command exited with -15" in err
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_an_idle_server_leaves_and_takes_its_socket(tmp_path: Path) -> None:
+    w = Warm(tmp_path)
+    w.env["RUNNER_SERVER_IDLE"] = "1"
+    (tmp_path / "p.yaml").write_text(
+        "runner: 1\nname: w\nsteps:\n  a: {uses: hash, with: {value: 1}}\n"
+    )
+    try:
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        (status,) = w.wait_for_server()
+        deadline = time.monotonic() + 30
+        while _alive(status["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(status["pid"])
+        assert not Path(str(status["socket"])).exists()
+        shown = w.run(tmp_path, "server", "status")
+        assert shown.stdout == "no warm server is running\n"
+    finally:
+        w.stop()
