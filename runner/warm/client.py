@@ -10,6 +10,7 @@ import _signal  # type: ignore[import-not-found]  # (signal imports enum)
 import _socket
 import os
 import sys
+import time
 from typing import Any, NoReturn
 
 from . import fit, wire
@@ -19,8 +20,7 @@ from . import fit, wire
 # is relayed too, by _Relay; faults (SIGSEGV ...) and SIGCHLD are the command's own.
 RELAYED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGWINCH")
 
-_STOP_SOON = "stop-soon"
-
+OFF_SECONDS = 3600  # how long a server's "cannot serve this set-up" holds
 
 def run(argv: list[str]) -> int | None:
     """Run ``runner <argv>`` in a warm server's child and return its exit status (or end this
@@ -175,9 +175,12 @@ def _die_by(signum: int) -> NoReturn:
 def start(path: str) -> None:
     """Start a server for this process's set-up in the background, in a session of its own, its
     standard streams /dev/null (never this command's pipes). Nothing when one said it cannot
-    serve this set-up (``<socket>.off``)."""
-    if os.path.exists(path[: -len(".sock")] + ".off"):
-        return
+    serve this set-up (``<socket>.off``, in the last hour)."""
+    try:
+        if os.stat(path[: -len(".sock")] + ".off").st_mtime > time.time() - OFF_SECONDS:
+            return
+    except OSError:
+        pass
     code = (
         "import sys, marshal; sys.path[:] = marshal.loads(bytes.fromhex(sys.argv[2])); "
         "from runner.warm.server import main; main(sys.argv[1])"

@@ -10,12 +10,13 @@ import os
 import sys
 import zlib
 
-# The variables the interpreter itself reads at start-up or that decide how it decodes and
-# encodes text (its streams, file names): a server started with other values would differ in
-# what no later setting changes. Everything else a server's imports read is recorded by it
-# (server.recording_reads) and compared per command.
-_START_UP_PREFIXES = ("PYTHON", "LC_")
-_START_UP_NAMES = ("LANG", "LANGUAGE")
+# The variables read before any Python code runs, by the interpreter (PYTHON*, the locale that
+# decides how it decodes and encodes text), the dynamic loader (LD_LIBRARY_PATH, LD_PRELOAD: which
+# libraries an extension module loads) and the C library's allocator: a server started with other
+# values would differ in what no later setting changes. Everything else a server's imports read
+# is recorded by it (server.preload) and compared per command.
+_START_UP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
+_START_UP_NAMES = ("LANG", "LANGUAGE", "GLIBC_TUNABLES")
 
 # The namespaces a process lives in: another mount namespace sees other files, another pid or
 # network namespace other processes and hosts.

@@ -62,7 +62,7 @@ _ACCEPT_TIMEOUT = 5.0  # a command that connects and sends nothing is dropped af
 
 def main(path: str) -> None:
     """Serve the commands whose identity names ``path``; returns when idle, stale or stopped."""
-    os.closerange(3, 1 << 16)  # the starting command's inherited descriptors (its pipes)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the starting command's inherited ones (pipes)
     os.chdir("/")
     lock = _lock(path)
     if lock is None:
@@ -73,15 +73,25 @@ def main(path: str) -> None:
         or fit.socket_path(os.path.dirname(path), ident) != path
         or not hasattr(os, "pidfd_open")  # Linux 5.3: how the server waits for its children
     ):
-        # started with options that do not reproduce the command's identity: say so once, so
-        # commands stop starting servers for it
-        with open(path[: -len(".sock")] + ".off", "w") as f:
-            f.write("this set-up cannot be served\n")
+        # started with options that do not reproduce the command's identity
+        _off(path, "this set-up cannot be served (its identity is not the command's)")
         return
-    idle = _idle_seconds(os.environ.get("RUNNER_SERVER_IDLE"))
-    reads = preload()
-    _forget_environment()
-    Server(path, lock, ident, reads, Imported(), idle).serve()
+    try:
+        idle = _idle_seconds(os.environ.get("RUNNER_SERVER_IDLE"))
+        reads = preload()
+        _forget_environment()
+        server = Server(path, lock, ident, reads, Imported(), idle)
+    except Exception as exc:
+        _off(path, f"the server could not start: {type(exc).__name__}: {exc}")
+        return
+    server.serve()
+
+
+def _off(path: str, why: str) -> None:
+    """Say why no server serves this set-up, so commands stop starting one (for an hour:
+    client.start)."""
+    with open(path[: -len(".sock")] + ".off", "w") as f:
+        f.write(why + "\n")
 
 
 def _lock(path: str) -> int | None:

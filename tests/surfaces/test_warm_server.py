@@ -411,3 +411,28 @@ def test_an_idle_server_leaves_and_takes_its_socket(tmp_path: Path) -> None:
         assert shown.stdout == "no warm server is running\n"
     finally:
         w.stop()
+
+
+def test_a_set_up_a_server_said_it_cannot_serve_starts_none_for_an_hour(tmp_path: Path) -> None:
+    from runner.warm import client
+
+    w = Warm(tmp_path)
+    (tmp_path / "p.yaml").write_text(
+        "runner: 1\nname: w\nsteps:\n  a: {uses: hash, with: {value: 1}}\n"
+    )
+    try:
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        (status,) = w.wait_for_server()
+        w.stop()
+        Path(w.folder).mkdir(mode=0o700)
+        off = Path(str(status["socket"])).with_suffix(".off")
+        off.write_text("the server could not start: ...\n")
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        time.sleep(1.0)  # a server started would have its lock by now
+        assert not list(Path(w.folder).glob("*.lock")) and control.statuses(w.folder) == []
+        old = time.time() - client.OFF_SECONDS - 5
+        os.utime(off, (old, old))  # an hour on, it is tried again
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        assert w.wait_for_server()
+    finally:
+        w.stop()
