@@ -59,7 +59,11 @@ class Imported:
         if folder == origin:
             return False  # the module's own file is compared by its signature
         path = os.path.join(folder, entry)
-        if not (entry.endswith(_SOURCES) or os.path.isdir(path)):
+        if os.path.isdir(path):
+            # a package only with its __init__: a plain folder named like a module (a project's
+            # `http/`) is at most a namespace portion, which any module found later wins over
+            return any(os.path.exists(os.path.join(path, "__init__" + s)) for s in _SOURCES)
+        if not entry.endswith(_SOURCES):
             return False  # a script named like a module (venv/bin/httpx) is not importable
         if origin not in sys.path:
             return True  # found by a finder of its own (editable): anything may come first

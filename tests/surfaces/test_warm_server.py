@@ -436,3 +436,50 @@ def test_a_set_up_a_server_said_it_cannot_serve_starts_none_for_an_hour(tmp_path
         assert w.wait_for_server()
     finally:
         w.stop()
+
+
+def test_only_what_a_fresh_interpreter_would_import_otherwise_makes_a_server_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.warm.imported import Imported
+
+    first, last = tmp_path / "first", tmp_path / "last"
+    first.mkdir()
+    last.mkdir()
+    (last / "warm_probe_pkg.py").write_text("")
+    monkeypatch.syspath_prepend(str(last))
+    monkeypatch.syspath_prepend(str(first))  # first, then last, then the rest of the path
+    import warm_probe_pkg  # noqa: F401 - imported from `last`
+
+    try:
+        snapshot = Imported()
+
+        times = iter(range(1, 100))
+
+        def touched(folder: Path) -> str | None:
+            at = next(times)
+            os.utime(folder, ns=(at, at))  # the folder changed, whatever the clock's grain
+            return snapshot.changed()
+
+        (first / "json").mkdir()  # a plain folder: a namespace portion at most
+        assert touched(first) is None
+        (first / "httpx").write_text("")  # no module suffix: not importable
+        assert touched(first) is None
+        (last / "other.py").write_text("")  # a module no one imported
+        assert touched(last) is None
+        (tmp_path / "later").mkdir()
+        assert snapshot.changed() is None
+        (first / "warm_probe_pkg.py").write_text("")  # found before the imported one
+        assert touched(first) == str(first / "warm_probe_pkg.py")
+        (first / "warm_probe_pkg.py").unlink()
+        (first / "json" / "__init__.py").write_text("")  # now a package, before the stdlib's
+        assert touched(first) == str(first / "json")
+        (first / "json" / "__init__.py").unlink()
+        (first / "extra.pth").write_text("/nowhere\n")  # site's start-up files
+        assert touched(first) == str(first)
+        (first / "extra.pth").unlink()
+        assert touched(first) is None
+        (last / "warm_probe_pkg.py").write_text("VALUE = 1\n")  # the imported file itself
+        assert snapshot.changed() == str(last / "warm_probe_pkg.py")
+    finally:
+        sys.modules.pop("warm_probe_pkg", None)
