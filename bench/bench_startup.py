@@ -221,19 +221,22 @@ def _server_cpu(folder: str) -> float:
 
 
 def _server_started(folder: Path) -> None:
-    """Wait for the server the warm-up started (it imports in the background), and say what
-    starting it cost: paid once, by the first apply of a set-up (not in the rows)."""
+    """Wait for the servers the warm-up started (they import in the background: one per row's
+    directory, as `python -m runner` puts the directory on the import path), and say what
+    starting each cost: paid once, by the first apply of a set-up (not in the rows)."""
     deadline = time.monotonic() + 60
-    while not control.statuses(str(folder)):
+    while len(control.statuses(str(folder))) < len(list(folder.glob("*.lock"))) or not list(
+        folder.glob("*.lock")
+    ):
         if time.monotonic() > deadline:
             raise SystemExit(f"no warm server came up in {folder}")
         time.sleep(0.05)
-    (first,) = control.statuses(str(folder))
-    print(
-        f"warm server: started once in {first['cpu_seconds']:.3f} s of CPU "
-        f"(served {first['served']} warm-up applies, {first['children_cpu_seconds']:.3f} s)",
-        file=sys.stderr,
-    )
+    for s in control.statuses(str(folder)):
+        print(
+            f"warm server: started once in {s['cpu_seconds']:.3f} s of CPU "
+            f"(served {s['served']} warm-up applies, {s['children_cpu_seconds']:.3f} s)",
+            file=sys.stderr,
+        )
 
 
 def _floors(python: str, top: Path) -> list[Tool]:
