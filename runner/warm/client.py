@@ -54,18 +54,25 @@ def _handed_over(sock: _socket.socket, path: str, request: dict[str, Any]) -> in
         cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None  # a deleted directory: the command itself says so
+    # The signals to relay wait (blocked) until the child's pid is known and they can be sent
+    # on; the request holds the mask as it was, which is the child's.
+    held = {getattr(_signal, name) for name in (*RELAYED, "SIGTSTP", "SIGCONT")}
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, held)
     try:
-        wire.send(sock, request, [0, 1, 2, cwd])
-        answer = wire.receive(sock)
-    except (OSError, ValueError, EOFError):
-        return None
+        try:
+            wire.send(sock, request, [0, 1, 2, cwd])
+            answer = wire.receive(sock)
+        except (OSError, ValueError, EOFError):
+            answer = None
+        finally:
+            os.close(cwd)
+        if answer is None or "pid" not in answer[0]:
+            if answer is not None and answer[0].get("refused") == "stale":
+                start(path)  # the old one is leaving: the next command finds a new one
+            return None
+        relay = _Relay(answer[0]["pid"])
     finally:
-        os.close(cwd)
-    if answer is None or "pid" not in answer[0]:
-        if answer is not None and answer[0].get("refused") == "stale":
-            start(path)  # the old one is leaving: the next command finds a new one
-        return None
-    relay = _Relay(answer[0]["pid"])
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, request["blocked"])
     try:
         ended = wire.receive(sock)
     except (OSError, ValueError, EOFError):
@@ -142,8 +149,9 @@ class _Relay:
 
     def _stop(self, _signum: int, _frame: object) -> None:
         """Ctrl-Z: the child stops, then this command (as a terminal stops its foreground
-        group); the shell's `fg` continues this command, which continues the child."""
-        self._send(_signal.SIGTSTP)
+        group); the shell's `fg` continues this command, which continues the child. SIGSTOP:
+        the child's group is in a session without a terminal, where SIGTSTP is discarded."""
+        self._send(_signal.SIGSTOP)
         _signal.signal(_signal.SIGTSTP, _signal.SIG_DFL)
         os.kill(os.getpid(), _signal.SIGTSTP)
         _signal.signal(_signal.SIGTSTP, self._stop)

@@ -483,3 +483,40 @@ def test_only_what_a_fresh_interpreter_would_import_otherwise_makes_a_server_sta
         assert snapshot.changed() == str(last / "warm_probe_pkg.py")
     finally:
         sys.modules.pop("warm_probe_pkg", None)
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _wait_state(pid: int, letter: str) -> None:
+    deadline = time.monotonic() + 20
+    while not _state(pid).strip().startswith(letter):
+        assert time.monotonic() < deadline, (pid, _state(pid))
+        time.sleep(0.02)
+
+
+def test_ctrl_z_stops_the_apply_with_its_command_and_fg_continues_both(
+    warm: Warm, tmp_path: Path
+) -> None:
+    proc = _start_slow(warm, tmp_path / "slow", server=True)
+    server = next(s["pid"] for s in control.statuses(warm.folder) if s["running"])
+    (apply,) = _children_of(server)
+    proc.send_signal(signal.SIGTSTP)
+    _wait_state(apply, "T")  # the apply stops first, then its command
+    _wait_state(proc.pid, "T")
+    proc.send_signal(signal.SIGCONT)  # what a shell's `fg` sends
+    _wait_state(proc.pid, "S")
+    _wait_state(apply, "S")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0 and _sleepers() == []
