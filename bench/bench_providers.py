@@ -66,6 +66,7 @@ from runner.state.journal import Journal
 from runner.state.objects import ObjectStore
 from runner.steps.base import StepContext, StepEnv, StepResult
 from runner.steps.image import ImageStep
+from runner.warm import control
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -269,11 +270,13 @@ def llm_process(
     before: Path | None,
     peer_python: str | None = None,
     runner_python: str | None = None,
+    warm: bool = False,
 ) -> None:
     """Section 3a: the llm fan-out as a whole process against plain httpx (and, with ``before``,
     the same apply from another source tree, interleaved in the same runs). ``runner_python``:
     runner's interpreter (default: this one; a venv like the peer's gives a user's start-up,
-    without this machine's .pth files)."""
+    without this machine's .pth files). ``warm``: a row more, this tree's apply through its warm
+    server (runner/warm), its CPU the command's own plus what the server and its child spent."""
     peer = httpx_python(peer_python)
     loaded = subprocess.run(
         [peer, "-c", "import httpx, sys; print(len(sys.modules), 'rich' in sys.modules)"],
@@ -287,6 +290,9 @@ def llm_process(
     if before is not None:
         compile_tree(before)
         runners = {"before": before, "runner": None}
+    servers = root / "servers"
+    if warm:
+        runners["warm"] = None
     conc, delay = 16, 0.2
     ideal = math.ceil(calls / conc) * delay
     work = root / "fan"
@@ -312,6 +318,11 @@ def llm_process(
         apply = [python, "-m", "runner", "apply", "pipeline.yaml", "--json", "-q"]
         rows: dict[str, list[tuple[float, float]]] = {name: [] for name in [*runners, "httpx"]}
         peaks: dict[str, int] = {}
+        warm_env = {"RUNNER_SERVER": "1", "RUNNER_SERVER_DIR": str(servers)}
+        if warm:  # start the server (the first apply runs itself) and wait for it
+            timed([*apply, "-p", 'items=["warm-up"]'], work, warm_env)
+            while not control.statuses(str(servers)):
+                time.sleep(0.05)
         for r in range(repeat):
             # new prompts each time: the ledger would answer calls it has seen (never paid twice)
             for name in rows:
@@ -321,12 +332,19 @@ def llm_process(
                 if name == "httpx":
                     cmd = [peer, "peer.py", url, str(calls), str(conc)]
                 server.ask("reset")
-                rows[name].append(timed(cmd, work, {"PYTHONPATH": str(tree)} if tree else None))
+                if name == "warm":
+                    spent = _server_cpu(servers)
+                    wall, cpu = timed(cmd, work, warm_env)
+                    rows[name].append((wall, cpu + _server_cpu(servers) - spent))
+                else:
+                    env = {"PYTHONPATH": str(tree)} if tree else None
+                    rows[name].append(timed(cmd, work, env))
                 [[peak, served]] = server.ask("stats")
                 assert served == calls, (name, served)
                 peaks[name] = max(peaks.get(name, 0), peak)
     finally:
         server.close()
+        control.stop_all(str(servers))
 
     def med(name: str, i: int) -> float:
         return statistics.median(r[i] for r in rows[name])
@@ -341,7 +359,12 @@ def llm_process(
         f"process, --jobs default ({os.cpu_count()} cores), median of {repeat}, load average "
         f"{os.getloadavg()[0]:.1f}:"
     )
-    labels = {"before": f"runner {before}", "runner": "runner (this tree)", "httpx": "plain httpx"}
+    labels = {
+        "before": f"runner {before}",
+        "runner": "runner (this tree)",
+        "warm": "runner, warm server",
+        "httpx": "plain httpx",
+    }
     print(
         f"  plain httpx runs on {peer}: `import httpx` loads {loaded[0]} modules"
         f"{', rich among them' if loaded[1] == 'True' else ', not rich'}; runner on "
@@ -364,6 +387,11 @@ def llm_process(
             f"wall {paired('runner', 0, 'before')}"
         )
     print(f"  waiting alone is {ideal:.2f} s")
+
+
+def _server_cpu(folder: Path) -> float:
+    """What the warm servers in ``folder`` and the applies they forked have spent so far."""
+    return sum(s["cpu_seconds"] + s["children_cpu_seconds"] for s in control.statuses(str(folder)))
 
 
 def pool(root: Path, calls: int, repeat: int) -> None:
@@ -503,6 +531,11 @@ def main() -> None:
         help="runner's interpreter in the whole-process llm rows (default: this one; "
         "~/.cache/runner-bench/runner/bin/python is a venv like the peer's, see bench/README.md)",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="the llm row also through this tree's warm server (runner/warm), its CPU counted",
+    )
     opts = parser.parse_args()
     before = opts.before.resolve() if opts.before else None
     wanted = {
@@ -517,7 +550,15 @@ def main() -> None:
                 llm_overhead(Path(tmp), opts.calls, opts.repeat)
     if "llm" in wanted:
         with tempfile.TemporaryDirectory() as tmp:
-            llm_process(Path(tmp), opts.calls, opts.repeat, before, opts.httpx_python, opts.python)
+            llm_process(
+                Path(tmp),
+                opts.calls,
+                opts.repeat,
+                before,
+                opts.httpx_python,
+                opts.python,
+                opts.warm,
+            )
     if "pool" in wanted:
         if before is not None:
             compare("pool", before, opts)
