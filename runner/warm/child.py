@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # (signal imports enum)
 import contextlib
+import importlib
 import io
 import os
 import sys
@@ -18,11 +19,12 @@ from typing import Any, NoReturn
 _SETUP_FAILED = 125  # as `env` and `nice` report they could not run the command
 
 
-def become(request: dict[str, Any], fds: list[int]) -> NoReturn:
-    """Take the command's process state, run ``runner <argv>``, and end with its status."""
+def become(request: dict[str, Any], fds: list[int], entry: str) -> NoReturn:
+    """Take the command's process state, run the command line by ``entry`` ("module:function",
+    the console command's body: it ends the process itself), and end with its status."""
     try:
         _take_over(request, fds)
-    except BaseException as exc:
+    except BaseException as exc:  # whatever it is, nothing returns into the server's loop
         _say(
             f"runner: the warm server could not take this command's process state ({exc}); "
             "RUNNER_SERVER=0 runs applies without it\n"
@@ -30,14 +32,11 @@ def become(request: dict[str, Any], fds: list[int]) -> NoReturn:
         os._exit(_SETUP_FAILED)
     code = 1
     try:
-        from ..surfaces.cli import run_here
-
-        run_here()  # leaves the process itself (cli.leave)
+        module, _, function = entry.partition(":")
+        getattr(importlib.import_module(module), function)()
         code = 0
     except SystemExit as exc:
-        from ..surfaces.cli.leave import status_of
-
-        code = status_of(exc.code)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         import traceback
 

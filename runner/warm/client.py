@@ -22,10 +22,12 @@ RELAYED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGA
 
 OFF_SECONDS = 3600  # how long a server's "cannot serve this set-up" holds
 
-def run(argv: list[str]) -> int | None:
-    """Run ``runner <argv>`` in a warm server's child and return its exit status (or end this
-    process by the signal that ended it); None when this process should run it itself, nothing
-    having been run (no server may answer, none is there yet, or it refused)."""
+
+def run(argv: list[str], entry: str) -> int | None:
+    """Run ``runner <argv>`` in a warm server's child, where ``entry`` ("module:function", the
+    console command's body) runs it, and return its exit status (or end this process by the
+    signal that ended it); None when this process should run it itself, nothing having been run
+    (no server may answer, none is there yet, or it refused)."""
     if not argv or argv[0] != "apply" or not fit.enabled():
         return None
     ident = fit.identity()
@@ -41,15 +43,17 @@ def run(argv: list[str]) -> int | None:
         sock.connect(path)
     except OSError:
         sock.close()
-        start(path)
+        start(path, entry)
         return None
     try:
-        return _handed_over(sock, path, request)
+        return _handed_over(sock, path, request, entry)
     finally:
         sock.close()
 
 
-def _handed_over(sock: _socket.socket, path: str, request: dict[str, Any]) -> int | None:
+def _handed_over(
+    sock: _socket.socket, path: str, request: dict[str, Any], entry: str
+) -> int | None:
     try:
         cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -68,7 +72,7 @@ def _handed_over(sock: _socket.socket, path: str, request: dict[str, Any]) -> in
             os.close(cwd)
         if answer is None or "pid" not in answer[0]:
             if answer is not None and answer[0].get("refused") == "stale":
-                start(path)  # the old one is leaving: the next command finds a new one
+                start(path, entry)  # the old one is leaving: the next command finds a new one
             return None
         relay = _Relay(answer[0]["pid"])
     finally:
@@ -180,7 +184,7 @@ def _die_by(signum: int) -> NoReturn:
     os._exit(128 + signum)
 
 
-def start(path: str) -> None:
+def start(path: str, entry: str) -> None:
     """Start a server for this process's set-up in the background, in a session of its own, its
     standard streams /dev/null (never this command's pipes). Nothing when one said it cannot
     serve this set-up (``<socket>.off``, in the last hour)."""
@@ -191,12 +195,12 @@ def start(path: str) -> None:
         pass
     code = (
         "import sys, marshal; sys.path[:] = marshal.loads(bytes.fromhex(sys.argv[2])); "
-        "from runner.warm.server import main; main(sys.argv[1])"
+        "from runner.warm.server import main; main(sys.argv[1], sys.argv[3])"
     )
     import marshal
 
     argv = [sys.executable, *interpreter_options(sys.orig_argv), "-c", code, path]
-    argv.append(marshal.dumps(list(sys.path)).hex())
+    argv += [marshal.dumps(list(sys.path)).hex(), entry]
     null = os.devnull
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),

@@ -60,8 +60,9 @@ IDLE_SECONDS = 900.0
 _ACCEPT_TIMEOUT = 5.0  # a command that connects and sends nothing is dropped after this
 
 
-def main(path: str) -> None:
-    """Serve the commands whose identity names ``path``; returns when idle, stale or stopped."""
+def main(path: str, entry: str) -> None:
+    """Serve the commands whose identity names ``path``, each child running ``entry`` ("module:
+    function", the console command's body); returns when idle, stale or stopped."""
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the starting command's inherited ones (pipes)
     os.chdir("/")
     lock = _lock(path)
@@ -80,7 +81,7 @@ def main(path: str) -> None:
         idle = _idle_seconds(os.environ.get("RUNNER_SERVER_IDLE"))
         reads = preload()
         _forget_environment()
-        server = Server(path, lock, ident, reads, Imported(), idle)
+        server = Server(path, lock, ident, reads, Imported(), idle, entry)
     except Exception as exc:
         _off(path, f"the server could not start: {type(exc).__name__}: {exc}")
         return
@@ -174,10 +175,11 @@ class Server:
         reads: dict[bytes, bytes | None],
         imported: Imported,
         idle: float,
+        entry: str,
     ) -> None:
         self.path, self.lock, self.ident, self.reads = path, lock, ident, reads
         self.imported = imported
-        self.idle = idle
+        self.idle, self.entry = idle, entry
         self.started = time.time()
         self.served = 0
         self.refused: dict[str, int] = {}  # why commands ran themselves
@@ -268,7 +270,7 @@ class Server:
         pid = os.fork()
         if pid == 0:
             self._close_in_child(conn)
-            become(request, fds)  # never returns
+            become(request, fds, self.entry)  # never returns
         self.served += 1
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = (pid, conn)

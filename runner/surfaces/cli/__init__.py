@@ -10,7 +10,7 @@ def main() -> None:
 
     from ...warm import client
 
-    code = client.run(sys.argv[1:])  # a warm server's child ran it (runner/warm)
+    code = client.run(sys.argv[1:], f"{__name__}:run_here")  # a warm server's child ran it
     if code is not None:
         sys.stdout.flush()
         import os
