@@ -21,6 +21,7 @@ from . import fit, wire
 RELAYED = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGWINCH")
 
 OFF_SECONDS = 3600  # how long a server's "cannot serve this set-up" holds
+MAX_SERVERS = 8  # a user's servers at once (~50 MB each); beyond, commands run themselves
 
 
 def run(argv: list[str], entry: str) -> int | None:
@@ -193,6 +194,12 @@ def start(path: str, entry: str) -> None:
             return
     except OSError:
         pass
+    try:
+        running = [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".sock")]
+    except OSError:
+        running = []
+    if len(running) >= MAX_SERVERS:
+        return  # one per set-up; `python -m runner` in many folders would keep many
     code = (
         "import sys, marshal; sys.path[:] = marshal.loads(bytes.fromhex(sys.argv[2])); "
         "from runner.warm.server import main; main(sys.argv[1], sys.argv[3])"

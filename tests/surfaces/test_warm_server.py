@@ -520,3 +520,23 @@ def test_ctrl_z_stops_the_apply_with_its_command_and_fg_continues_both(
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode != 0 and _sleepers() == []
+
+
+def test_no_server_starts_while_a_user_has_the_most_there_may_be(tmp_path: Path) -> None:
+    from runner.warm import client
+
+    w = Warm(tmp_path)
+    (tmp_path / "p.yaml").write_text(
+        "runner: 1\nname: w\nsteps:\n  a: {uses: hash, with: {value: 1}}\n"
+    )
+    try:
+        for k in range(client.MAX_SERVERS):  # other set-ups' sockets
+            (Path(w.folder) / f"{k:016x}.sock").write_text("")
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        time.sleep(1.0)  # a server started would have its lock by now
+        assert not list(Path(w.folder).glob("*.lock"))
+        (Path(w.folder) / f"{0:016x}.sock").unlink()
+        assert w.run(tmp_path, "apply", "p.yaml", "-q").returncode == 0
+        assert w.wait_for_server()
+    finally:
+        w.stop()
