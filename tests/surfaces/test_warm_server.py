@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -26,31 +25,10 @@ from pathlib import Path
 import pytest
 
 from runner.warm import control
+from tests.surfaces.test_quickapply import _RUN_ID, _SECONDS, INVALID
+from tests.surfaces.test_quickapply import FAILS as PIPELINE
 
 LAUNCHER = "from runner.surfaces.cli import main\nmain()\n"
-
-PIPELINE = """\
-runner: 1
-name: two
-params:
-  n: {type: integer, default: 1}
-steps:
-  a:
-    uses: shell
-    with: {run: "echo made > a.txt", outputs: [a.txt]}
-  b:
-    uses: shell
-    needs: [a]
-    with: {run: "echo 'no \\\\e[31m luck' >&2; exit 3"}
-"""
-INVALID = """\
-runner: 1
-name: bad
-steps:
-  a: {uses: shell, with: {run: "true"}, colour: red}
-"""
-_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
-_SECONDS = re.compile(r"\d+(\.\d+)?s\b|\"duration_s\": [0-9.e-]+")
 
 
 class Warm:
