@@ -23,7 +23,6 @@ without Landlock (an old kernel, macOS) commands run unconfined, and ``status()`
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import functools
@@ -36,6 +35,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from .spawnchannel import Channel
 
 _HERE = str(Path(__file__).parent)
 # The spawner's process: the C loop's program where it was built (setup.py; ~1 ms to start);
@@ -187,7 +188,6 @@ class _Host:
         finally:
             theirs.close()
         self.control = ours
-        self.lock = threading.Lock()
         # which loop answers: "program" (_spawnc_exec), "module" (_spawnc's) or "python"
         self.loop = ""
         self._ready()
@@ -218,16 +218,17 @@ class _Host:
             raise SandboxError(detail.decode(errors="replace").strip() or "it did not start")
         if self.process.stderr is not None:
             self.process.stderr.close()
-
-    def send(self, header: bytes, fds: list[int]) -> None:
-        with self.lock:
-            socket.send_fds(self.control, [header], fds)
+        self.channel = Channel(self.control)
 
     def close(self) -> None:
         """End the spawner: its end of the socket closing ends it (and what runs), so that its
         CPU time is counted as runner's children's; killed if it does not end in 2 s."""
-        with contextlib.suppress(OSError):
-            self.control.close()
+        channel: Channel | None = getattr(self, "channel", None)
+        if channel is not None:
+            channel.close()
+        else:
+            with contextlib.suppress(OSError):
+                self.control.close()
         try:
             self.process.wait(2)
         except subprocess.TimeoutExpired:
@@ -366,8 +367,7 @@ async def _exchange(
     header: bytes, network: bool, streams: list[int], timeout: float | None
 ) -> int | None:
     """Send one request (with the command's three streams) and wait for its answer."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    fds = [theirs.fileno(), *streams]
+    fds = list(streams)
     memo = -1
     try:
         if len(header) > _INLINE_HEADER:
@@ -375,36 +375,20 @@ async def _exchange(
             os.write(memo, header)
             os.lseek(memo, 0, os.SEEK_SET)
             fds.append(memo)
-            header = b"-"
+            header = b""
         for attempt in (1, 2):  # a spawner that ended since it was last used: a new one
             host = _host(network)
             try:
-                host.send(header, fds)
+                said = await host.channel.ask(header, fds, timeout)
                 break
             except (BrokenPipeError, ConnectionResetError):
                 _forget(host)
                 if attempt == 2:
                     raise
     finally:
-        theirs.close()
         if memo >= 0:
             os.close(memo)
-    ours.setblocking(False)
-    try:
-        if timeout is None:
-            said = await _said(ours)
-        else:
-            try:
-                said = await asyncio.wait_for(_said(ours), timeout)
-            except TimeoutError:
-                await _kill(ours)
-                return None
-    except asyncio.CancelledError:
-        await asyncio.shield(_kill(ours))
-        raise
-    finally:
-        ours.close()
-    return _ended(said)
+    return None if said is None else _ended(said)
 
 
 def _header(
@@ -480,30 +464,3 @@ def _ended(said: bytes) -> int:
     if word == b"error":
         raise SandboxError(rest.decode(errors="replace"))
     raise SandboxError("the sandbox's spawner ended without saying how the command ended")
-
-
-async def _said(sock: socket.socket) -> bytes:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(sock.fileno(), wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(sock.fileno())
-    try:
-        return sock.recv(256)
-    except OSError:
-        return b""
-
-
-async def _kill(sock: socket.socket) -> None:
-    """Kill the command's group and wait (briefly) until the spawner saw it end."""
-    with contextlib.suppress(OSError):
-        sock.send(b"kill")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_said(sock), 5.0)
