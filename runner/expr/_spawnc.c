@@ -14,6 +14,7 @@
  *   R project root (Landlock on)  r path to read        w file to write   W directory to write
  *   n network allowed             s scratch directory wanted
  *   p direct start: program path  a its argv, in order  E its environment
+ *   S the PATH to find p along, as dash does (p without a `/`; the child searches)
  *   o a redirection: "FD FLAGS NAME" (opened after the streams, in order)
  *
  * Each command is started by vfork: the child makes its own session, changes directory,
@@ -80,6 +81,7 @@ static int parse(Request *rq, char *header, size_t size) {
         case 'd': rq->cwd = value; break;
         case 'R': rq->root = value; break;
         case 'p': rq->path = value; break;
+        case 'S': rq->search = value; break;
         case 'n': rq->network = 1; break;
         case 's': rq->scratch = 1; break;
         case 'e': push(&rq->env, value); break;
@@ -202,6 +204,29 @@ static void raise_nofile(void) {
     nofile_raised = setrlimit(RLIMIT_NOFILE, &raised) == 0;
 }
 
+/* The file dash would execute for `name` along `search` (an empty entry is the working
+ * directory): the first regular, executable file, put in `found`; NULL when there is none. In
+ * the vfork child (after its chdir and Landlock): system calls and its own buffer only. */
+static const char *find_program(const char *search, const char *name, char *found) {
+    size_t length = strlen(name);
+    for (const char *at = search;; at++) {
+        const char *end = at;
+        while (*end && *end != ':') end++;
+        const char *dir = end == at ? "." : at;
+        size_t size = end == at ? 1 : (size_t)(end - at);
+        if (size + 1 + length < PATH_MAX) {
+            memcpy(found, dir, size);
+            found[size] = '/';
+            memcpy(found + size + 1, name, length + 1);
+            struct stat st;
+            if (stat(found, &st) == 0 && S_ISREG(st.st_mode) && access(found, X_OK) == 0)
+                return found;
+        }
+        if (*end == '\0') return NULL;
+        at = end;
+    }
+}
+
 /* The vfork child: in a frame of its own below start's (it shares start's memory until it
  * execs), making only system calls, then exec or _exit. */
 __attribute__((noinline, noreturn)) static void child(const Request *rq, int ruleset, int in,
@@ -233,7 +258,11 @@ __attribute__((noinline, noreturn)) static void child(const Request *rq, int rul
         goto failed;
     }
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (rq->path != NULL) { /* a simple command, started as dash would */
+    char found[PATH_MAX];
+    const char *program = rq->path;
+    if (program != NULL && rq->search != NULL && strchr(program, '/') == NULL)
+        program = find_program(rq->search, program, found); /* none: the shell says so */
+    if (program != NULL) { /* a simple command, started as dash would */
         size_t i = 0;
         for (; i < rq->nredirects; i++) {
             const Redirect *r = &rq->redirects[i];
@@ -246,7 +275,7 @@ __attribute__((noinline, noreturn)) static void child(const Request *rq, int rul
             }
         }
         if (i == rq->nredirects)
-            execve(rq->path, (char *const *)rq->argv.items, (char *const *)rq->direct_env.items);
+            execve(program, (char *const *)rq->argv.items, (char *const *)rq->direct_env.items);
         /* dash does it again, and says why it fails in its own words */
         for (size_t j = 0; j < i; j++)
             if (rq->redirects[j].fd > 2) close(rq->redirects[j].fd);

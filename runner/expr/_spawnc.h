@@ -44,7 +44,7 @@ typedef struct {
 
 typedef struct {
     char *header; /* owns the strings below */
-    const char *command, *cwd, *root, *path;
+    const char *command, *cwd, *root, *path, *search;
     int network, scratch;
     Strings env, read, write, write_dirs, argv, direct_env;
     Redirect *redirects;

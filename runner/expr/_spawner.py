@@ -328,8 +328,9 @@ def parse(header: bytes) -> dict[str, Any]:
         elif tag == "o":
             fd, flags, name = value.split(" ", 2)
             request["redirects"].append((int(fd), name, int(flags)))
-        elif tag in "cdRp":
-            request[{"c": "command", "d": "cwd", "R": "root", "p": "path"}[tag]] = value
+        elif tag in "cdRpS":
+            names = {"c": "command", "d": "cwd", "R": "root", "p": "path", "S": "search"}
+            request[names[tag]] = value
         elif tag in "ns":
             request[{"n": "network", "s": "scratch"}[tag]] = True
         else:
@@ -342,6 +343,7 @@ def parse(header: bytes) -> dict[str, Any]:
             "argv": lists["argv"],
             "env": dict(v.split("=", 1) for v in lists["direct_env"]),
             "redirects": request.pop("redirects"),
+            "search": request.pop("search", None),
         }
     return request
 
@@ -398,11 +400,28 @@ def _restricted_spawn(
         opens = [
             (os.POSIX_SPAWN_OPEN, fd, name, flags, 0o666) for fd, name, flags in direct["redirects"]
         ]
+        path = direct["path"]
+        if direct["search"] is not None and "/" not in path:
+            path = _find_program(direct["search"], path)  # none: the shell says so
         try:
-            return _spawn(direct["path"], direct["argv"], exported, streams + opens)
+            if path is not None:
+                return _spawn(path, direct["argv"], exported, streams + opens)
         except OSError:  # dash does it again, and says why it fails in its own words
             pass
     return _spawn("/bin/sh", ["/bin/sh", "-c", request["command"]], env, streams)
+
+
+def _find_program(search: str, name: str) -> str | None:
+    """The file dash would execute for ``name`` along ``search`` (an empty entry is the
+    working directory): the first regular, executable file."""
+    for entry in search.split(":"):
+        path = f"{entry or '.'}/{name}"
+        try:
+            if stat.S_ISREG(os.stat(path).st_mode) and os.access(path, os.X_OK):
+                return path
+        except OSError:
+            continue
+    return None
 
 
 def _spawn(path: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:

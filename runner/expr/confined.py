@@ -421,6 +421,8 @@ def _header(
         fields.append(b"s")
     if direct is not None:
         fields.append(b"p" + os.fsencode(str(direct["path"])))
+        if direct.get("search") is not None:  # (the spawner's child finds it, as dash would)
+            fields.append(b"S" + os.fsencode(str(direct["search"])))
         fields += [b"a" + os.fsencode(str(a)) for a in direct["argv"]]  # type: ignore[attr-defined]
         exported: Mapping[str, str] = direct["env"]  # type: ignore[assignment]
         fields += [b"E" + os.fsencode(f"{k}={v}") for k, v in exported.items()]

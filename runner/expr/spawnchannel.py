@@ -133,29 +133,27 @@ class Channel:
                 await asyncio.wait_for(wait.future, _KILL_WAIT)
 
     def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
-        """(on ``loop``) Every answer there is, each to the loop waiting for it."""
-        while True:
-            try:
-                said = self.sock.recv(_ANSWER, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                said = b""
-            if not said:  # the spawner's end: nothing more will be answered
-                with self._lock:
-                    self._unread(loop)
-                self._end()
-                return
-            word, _, rest = said.partition(b" ")
-            rid, _, why = rest.partition(b" ")
+        """(on ``loop``) One answer, to the loop waiting for it (the selector calls again while
+        more are there: one recv an answer, not a second one told there is none)."""
+        try:
+            said = self.sock.recv(_ANSWER, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):  # (another loop read it)
+            return
+        except OSError:
+            said = b""
+        if not said:  # the spawner's end: nothing more will be answered
             with self._lock:
-                wait = self._waiting.get(int(rid)) if rid.isdigit() else None
-                if wait is not None and wait.said is None:
-                    wait.said = word + b" " + why
-                else:
-                    wait = None
-            if wait is not None:
-                _answer(wait, loop)
+                self._unread(loop)
+            self._end()
+            return
+        word, _, rest = said.partition(b" ")
+        rid, _, why = rest.partition(b" ")
+        with self._lock:
+            wait = self._waiting.get(int(rid)) if rid.isdigit() else None
+            if wait is None or wait.said is not None:
+                return
+            wait.said = word + b" " + why
+        _answer(wait, loop)
 
     def _end(self) -> None:
         with self._lock:

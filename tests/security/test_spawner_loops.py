@@ -155,6 +155,29 @@ def test_a_direct_start_that_cannot_exec_is_run_by_the_shell(loop: str, root: Pa
     assert done.code == 127 and b"not found" in done.stderr
 
 
+def test_a_direct_start_finds_its_program_along_path_as_dash_does(loop: str, root: Path) -> None:
+    """The spawner's child looks a simple command's program up along PATH: the first regular,
+    executable file (an empty entry: the working directory), else the shell says not found."""
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir()
+    (root / "a" / "tool").mkdir()  # a directory of that name: passed over
+    (root / "b" / "tool").write_text("echo not executable\n")  # not executable: passed over
+    found = root / "c" / "tool"
+    found.write_text("#!/bin/sh\necho from c > out/t.txt\n")
+    found.chmod(0o755)
+    search = f"{root}/a:{root}/b:{root}/c:{os.environ['PATH']}"
+    done = _run("tool", root, read=("a", "b", "c"), write=("out/t.txt",), env={"PATH": search})
+    assert done.code == 0, done
+    assert (root / "out/t.txt").read_text() == "from c\n"
+    here = root / "here"
+    here.write_text("#!/bin/sh\necho from the working directory\n")
+    here.chmod(0o755)
+    done = _run("here", root, read=("here",), env={"PATH": f"/nonexistent::{search}"})
+    assert (done.code, done.stdout) == (0, b"from the working directory\n"), done
+    done = _run("no-such-tool-anywhere", root, env={"PATH": search})
+    assert done.code == 127 and b"not found" in done.stderr
+
+
 def test_the_network_is_reached_only_when_allowed(loop: str, root: Path) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(10)
