@@ -404,37 +404,40 @@ def _header(
     """A request as the spawner reads it: fields of a tag byte, a value and a NUL
     (runner/expr/_spawnc.c's comment lists the tags). A value holding a NUL cannot reach a
     command (exec takes C strings): refused, as the shell would."""
-    fields = [b"c" + command.encode(errors="surrogateescape"), b"d" + os.fsencode(cwd)]
-    fields += [b"e" + os.fsencode(f"{k}={v}") for k, v in env.items()]
+    # Built as text and encoded once (os.fsencode of each field cost half the header's time);
+    # the command alone is UTF-8, as the shell reads it, whatever the filesystem's encoding.
+    fields = ["d" + cwd]
+    fields += ["e" + k + "=" + v for k, v in env.items()]
     if confine.root:
-        fields.append(b"R" + os.fsencode(confine.root))
-        fields += [b"r" + os.fsencode(p) for p in read]
+        fields.append("R" + confine.root)
+        fields += ["r" + p for p in read]
         # A file in one of write_dirs needs no rule of its own (its directory's grants all it
         # would): without one, the requests of a fan-out's leaves re-run over their outputs
         # are alike, and the spawner restricts them with the ruleset it keeps (_spawnc_rules.c).
         dirs = set(confine.write_dirs)
-        fields += [b"w" + os.fsencode(p) for p in confine.write if os.path.dirname(p) not in dirs]
-        fields += [b"W" + os.fsencode(p) for p in confine.write_dirs]
+        fields += ["w" + p for p in confine.write if os.path.dirname(p) not in dirs]
+        fields += ["W" + p for p in confine.write_dirs]
     if confine.network:
-        fields.append(b"n")
+        fields.append("n")
     if scratch:
-        fields.append(b"s")
+        fields.append("s")
     if direct is not None:
-        fields.append(b"p" + os.fsencode(str(direct["path"])))
+        fields.append("p" + str(direct["path"]))
         if direct.get("search") is not None:  # (the spawner's child finds it, as dash would)
-            fields.append(b"S" + os.fsencode(str(direct["search"])))
-        fields += [b"a" + os.fsencode(str(a)) for a in direct["argv"]]  # type: ignore[attr-defined]
+            fields.append("S" + str(direct["search"]))
+        fields += ["a" + str(a) for a in direct["argv"]]  # type: ignore[attr-defined]
         exported: Mapping[str, str] = direct["env"]  # type: ignore[assignment]
-        fields += [b"E" + os.fsencode(f"{k}={v}") for k, v in exported.items()]
+        fields += ["E" + k + "=" + v for k, v in exported.items()]
         for fd, name, flags in direct["redirects"]:  # type: ignore[attr-defined]
-            fields.append(b"o" + f"{fd} {flags} ".encode() + os.fsencode(name))
-    if any(b"\0" in f for f in fields):
+            fields.append(f"o{fd} {flags} {name}")
+    text = "\0".join(fields)
+    if "\0" in command or text.count("\0") != len(fields) - 1:
         raise SandboxError("a command, its environment or a path holds a NUL byte")
     names = [*env, *(direct["env"] if direct is not None else ())]  # type: ignore[misc]
     illegal = [k for k in names if not k or "=" in k]  # (exec would read A=B=C as A)
     if illegal:
         raise SandboxError(f"illegal environment variable name: {illegal[0]!r}")
-    return b"\0".join(fields) + b"\0"
+    return b"c" + command.encode(errors="surrogateescape") + b"\0" + os.fsencode(text) + b"\0"
 
 
 @functools.lru_cache(maxsize=64)

@@ -59,10 +59,8 @@ class Channel:
         before anything waits."""
         loop = asyncio.get_running_loop()
         rid = next(_ids)
-        wait = self._expect(rid, loop)
+        wait = self._expect(rid, loop)  # (before the send: another loop may read the answer)
         try:
-            if self._closing:  # (closed by another thread since it was handed out)
-                raise BrokenPipeError("the spawner's channel is closed")
             socket.send_fds(self.sock, [b"i%d\0" % rid + header], fds)
             try:
                 if timeout is None:
@@ -92,12 +90,11 @@ class Channel:
     def _expect(self, rid: int, loop: asyncio.AbstractEventLoop) -> _Wait:
         wait = _Wait(loop)
         with self._lock:
-            if self._ended:
-                wait.said = b""
-                wait.future.set_result(b"")
+            if self._ended or self._closing:  # (ended since it was handed out: a new one)
+                raise BrokenPipeError("the sandbox's spawner has ended")
             self._waiting[rid] = wait
             self._pending[loop] = self._pending.get(loop, 0) + 1
-            if loop not in self._reading and not self._ended:
+            if loop not in self._reading:
                 loop.add_reader(self._fd, self._readable, loop)
                 self._reading.add(loop)
         return wait
