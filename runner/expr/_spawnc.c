@@ -4,7 +4,7 @@
  *
  * spawnc_serve(FD) is the spawner: its program (_spawnc_main.c) or its Python module
  * (_spawnc_module.c), both built by setup.py where there is a C compiler, call it. It says
- * "ready ABI c", answers runner's requests on the SOCK_SEQPACKET socket FD until runner's end
+ * "ready ABI c PROTOCOL", answers runner's requests on the SOCK_SEQPACKET socket FD until runner's end
  * closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
  * docstring): every message is a list of fields, each a tag byte, a value and a NUL. The first
  * field is "iID" (a request, ID runner's number for it, in decimal) or "kID" (kill the group of
@@ -523,7 +523,7 @@ int spawnc_serve(int control) {
     raise_nofile();
     spawnc_abi = (int)spawnc_probe_abi();
     char hello[32];
-    snprintf(hello, sizeof hello, "ready %d c", spawnc_abi);
+    snprintf(hello, sizeof hello, "ready %d c %d", spawnc_abi, SPAWNC_PROTOCOL);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

@@ -32,6 +32,10 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
+/* The protocol's version, said in the spawner's first word (confined.PROTOCOL, _spawner.py's):
+ * a loop built before a change of it is told apart, not sent requests it misreads. */
+#define SPAWNC_PROTOCOL 2
+
 typedef struct {
     const char **items;
     size_t n, cap;

@@ -21,7 +21,8 @@ temporary directories writable, then the step's own paths), with its redirection
 runs. The spawner answers ``exit ID STATUS`` (a raw wait status) once the command has ended and
 its process group was killed, or ``error ID WHY``; ``kID`` kills the group at once (its exit is
 then said as any other). Runner's end closing (runner exited, however) kills every group and
-ends it.
+ends it. The spawner's first word is ``ready ABI LOOP PROTOCOL`` (the kernel's Landlock ABI, which
+loop, the protocol's version).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def _load_landlock() -> None:
     _libc = ctypes.CDLL(None, use_errno=True)
 
 
+PROTOCOL = 2  # said in the first word (_spawnc.h's SPAWNC_PROTOCOL; confined.PROTOCOL)
 _MAX_HEADER = 1 << 20
 _CLONE_FS = 0x200
 _BASE_SECONDS = 5.0
@@ -466,7 +468,7 @@ def main(fd: str | None = None) -> None:
     control = socket.socket(fileno=int(fd if fd is not None else sys.argv[1]))
     os.set_inheritable(control.fileno(), False)
     spawner = Spawner(control)
-    control.send(f"ready {spawner.abi} python".encode())
+    control.send(f"ready {spawner.abi} python {PROTOCOL}".encode())
     spawner.serve()
 
 

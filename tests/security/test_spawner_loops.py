@@ -337,6 +337,33 @@ def test_a_program_that_cannot_run_gives_way_to_the_module(
         confined._close_hosts()
 
 
+def test_a_c_loop_built_before_a_change_of_the_protocol_gives_way_to_the_python_loop(
+    root: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A built loop older than its sources (a checkout updated, not yet built again) says
+    another protocol in its first word: it is sent nothing it would misread."""
+    old = tmp_path_factory.mktemp("bin") / "_spawnc_exec"
+    old.write_text(
+        f"#!{sys.executable}\nimport socket, sys\n"
+        "control = socket.socket(fileno=int(sys.argv[1]))\n"
+        'control.send(b"ready 6 c")  # (no protocol: the words before it)\n'
+        "control.recv(1)\n"
+    )
+    old.chmod(0o755)
+    monkeypatch.delenv("RUNNER_SPAWNER", raising=False)
+    monkeypatch.setattr(confined, "_PROGRAM", str(old))
+    monkeypatch.setattr(confined, "_program_failed", False)
+    monkeypatch.setattr(confined, "_c_stale", False)
+    confined._close_hosts()
+    try:
+        done = _run("cat in.txt", root, read=("in.txt",))
+        assert (done.code, done.stdout) == (0, b"declared\n"), done
+        assert {host.loop for host in confined._hosts.values()} == {"python"}
+        assert confined.status().kind == "bubblewrap+landlock", confined.status().note
+    finally:
+        confined._close_hosts()
+
+
 def test_a_malformed_request_is_refused_and_the_spawner_goes_on(loop: str, root: Path) -> None:
     host = confined._host(False)
     control = host.channel.sock
