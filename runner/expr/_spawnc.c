@@ -4,11 +4,11 @@
  *
  * spawnc_serve(FD) is the spawner: its program (_spawnc_main.c) or its Python module
  * (_spawnc_module.c), both built by setup.py where there is a C compiler, call it. It says
- * "ready ABI c PROTOCOL", answers runner's requests on the SOCK_SEQPACKET socket FD until runner's end
- * closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
- * docstring): every message is a list of fields, each a tag byte, a value and a NUL. The first
- * field is "iID" (a request, ID runner's number for it, in decimal) or "kID" (kill the group of
- * request ID's command). A request's other fields are:
+ * "ready ABI c PROTOCOL", answers runner's requests on the SOCK_SEQPACKET socket FD until
+ * runner's end closes, then kills what still runs and exits. The protocol is _spawner.py's (its
+ * module docstring): every message is a list of fields, each a tag byte, a value and a NUL.
+ * The first field is "iID" (a request, ID runner's number for it, in decimal) or "kID" (kill
+ * the group of request ID's command). A request's other fields are:
  *
  *   c command (for /bin/sh -c)    d working directory   e NAME=VALUE (the shell's environment)
  *   R project root (Landlock on)  r path to read        w file to write   W directory to write
