@@ -4,14 +4,17 @@
  *
  * spawnc_serve(FD) is the spawner: its program (_spawnc_main.c) or its Python module
  * (_spawnc_module.c), both built by setup.py where there is a C compiler, call it. It says
- * "ready ABI c", answers runner's requests on the SOCK_SEQPACKET socket FD until runner's end
- * closes, then kills what still runs and exits. The protocol is _spawner.py's (its module
- * docstring); the request header is a list of fields, each a tag byte, a value and a NUL:
+ * "ready ABI c PROTOCOL", answers runner's requests on the SOCK_SEQPACKET socket FD until
+ * runner's end closes, then kills what still runs and exits. The protocol is _spawner.py's (its
+ * module docstring): every message is a list of fields, each a tag byte, a value and a NUL.
+ * The first field is "iID" (a request, ID runner's number for it, in decimal) or "kID" (kill
+ * the group of request ID's command). A request's other fields are:
  *
  *   c command (for /bin/sh -c)    d working directory   e NAME=VALUE (the shell's environment)
  *   R project root (Landlock on)  r path to read        w file to write   W directory to write
  *   n network allowed             s scratch directory wanted
  *   p direct start: program path  a its argv, in order  E its environment
+ *   S the PATH to find p along, as dash does (p without a `/`; the child searches)
  *   o a redirection: "FD FLAGS NAME" (opened after the streams, in order)
  *
  * Each command is started by vfork: the child makes its own session, changes directory,
@@ -78,6 +81,7 @@ static int parse(Request *rq, char *header, size_t size) {
         case 'd': rq->cwd = value; break;
         case 'R': rq->root = value; break;
         case 'p': rq->path = value; break;
+        case 'S': rq->search = value; break;
         case 'n': rq->network = 1; break;
         case 's': rq->scratch = 1; break;
         case 'e': push(&rq->env, value); break;
@@ -200,6 +204,29 @@ static void raise_nofile(void) {
     nofile_raised = setrlimit(RLIMIT_NOFILE, &raised) == 0;
 }
 
+/* The file dash would execute for `name` along `search` (an empty entry is the working
+ * directory): the first regular, executable file, put in `found`; NULL when there is none. In
+ * the vfork child (after its chdir and Landlock): system calls and its own buffer only. */
+static const char *find_program(const char *search, const char *name, char *found) {
+    size_t length = strlen(name);
+    for (const char *at = search;; at++) {
+        const char *end = at;
+        while (*end && *end != ':') end++;
+        const char *dir = end == at ? "." : at;
+        size_t size = end == at ? 1 : (size_t)(end - at);
+        if (size + 1 + length < PATH_MAX) {
+            memcpy(found, dir, size);
+            found[size] = '/';
+            memcpy(found + size + 1, name, length + 1);
+            struct stat st;
+            if (stat(found, &st) == 0 && S_ISREG(st.st_mode) && access(found, X_OK) == 0)
+                return found;
+        }
+        if (*end == '\0') return NULL;
+        at = end;
+    }
+}
+
 /* The vfork child: in a frame of its own below start's (it shares start's memory until it
  * execs), making only system calls, then exec or _exit. */
 __attribute__((noinline, noreturn)) static void child(const Request *rq, int ruleset, int in,
@@ -231,7 +258,11 @@ __attribute__((noinline, noreturn)) static void child(const Request *rq, int rul
         goto failed;
     }
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (rq->path != NULL) { /* a simple command, started as dash would */
+    char found[PATH_MAX];
+    const char *program = rq->path;
+    if (program != NULL && rq->search != NULL && strchr(program, '/') == NULL)
+        program = find_program(rq->search, program, found); /* none: the shell says so */
+    if (program != NULL) { /* a simple command, started as dash would */
         size_t i = 0;
         for (; i < rq->nredirects; i++) {
             const Redirect *r = &rq->redirects[i];
@@ -244,7 +275,7 @@ __attribute__((noinline, noreturn)) static void child(const Request *rq, int rul
             }
         }
         if (i == rq->nredirects)
-            execve(rq->path, (char *const *)rq->argv.items, (char *const *)rq->direct_env.items);
+            execve(program, (char *const *)rq->argv.items, (char *const *)rq->direct_env.items);
         /* dash does it again, and says why it fails in its own words */
         for (size_t j = 0; j < i; j++)
             if (rq->redirects[j].fd > 2) close(rq->redirects[j].fd);
@@ -288,26 +319,35 @@ static pid_t start(const Request *rq, int ruleset, int in, int out, int err) {
 
 typedef struct {
     pid_t pid;
-    int reply; /* -1 once runner stopped listening */
+    unsigned long long id; /* runner's number for the request */
     char *scratch;
 } Job;
 
 static Job *jobs;
 static size_t njobs, capjobs;
-static int epfd;
+static int control_fd;
 
 static void kill_group(pid_t pid) { kill(-pid, SIGKILL); }
 
-static void say(int fd, const char *text) { send(fd, text, strlen(text), MSG_NOSIGNAL); }
+/* One answer on the control socket: "exit ID STATUS" or "error ID WHY". Blocking: runner reads
+ * its answers as they come, and no more of them wait than commands it started. */
+static void answer(const char *text) { send(control_fd, text, strlen(text), MSG_NOSIGNAL); }
 
-static void say_error(int fd, const char *what, int error) {
+static void answer_error(unsigned long long id, const char *what, int error) {
     char text[PATH_MAX + 256];
     if (what != NULL && what[0] == '/')
-        snprintf(text, sizeof text, "error [Errno %d] %s: '%s'", error, strerror(error), what);
+        snprintf(text, sizeof text, "error %llu [Errno %d] %s: '%s'", id, error, strerror(error),
+                 what);
     else
-        snprintf(text, sizeof text, "error [Errno %d] %s%s%s", error, strerror(error),
+        snprintf(text, sizeof text, "error %llu [Errno %d] %s%s%s", id, error, strerror(error),
                  what ? " in " : "", what ? what : "");
-    say(fd, text);
+    answer(text);
+}
+
+static void answer_malformed(unsigned long long id) {
+    char text[64];
+    snprintf(text, sizeof text, "error %llu malformed request", id);
+    answer(text);
 }
 
 static Job *job_of(pid_t pid) {
@@ -316,21 +356,11 @@ static Job *job_of(pid_t pid) {
     return NULL;
 }
 
-static void stop_listening(Job *job) {
-    if (job->reply < 0) return;
-    epoll_ctl(epfd, EPOLL_CTL_DEL, job->reply, NULL);
-    close(job->reply);
-    job->reply = -1;
-}
-
 static void finish(Job *job, int status) {
     kill_group(job->pid); /* what it left running in the background goes with it */
-    if (job->reply >= 0) {
-        char text[32];
-        snprintf(text, sizeof text, "exit %d", status);
-        say(job->reply, text); /* runner goes on first; the spawner tidies after */
-        stop_listening(job);
-    }
+    char text[64];
+    snprintf(text, sizeof text, "exit %llu %d", job->id, status);
+    answer(text); /* runner goes on first; the spawner tidies after */
     give_back(job->scratch);
     *job = jobs[--njobs];
     spawnc_prebuild();
@@ -353,11 +383,32 @@ static void reap(void) {
     }
 }
 
+/* A message's first field, "iID" or "kID": its tag, and the ID and the field's length through
+ * `id` and `used`; 0 when it is neither. */
+static char first_field(const char *message, size_t size, unsigned long long *id, size_t *used) {
+    if (size < 3 || (message[0] != 'i' && message[0] != 'k')) return 0;
+    const char *end = memchr(message, '\0', size);
+    if (end == NULL || end == message + 1) return 0;
+    unsigned long long value = 0;
+    for (const char *at = message + 1; at < end; at++) {
+        if (*at < '0' || *at > '9' || value > (~0ULL - 9) / 10) return 0;
+        value = value * 10 + (unsigned long long)(*at - '0');
+    }
+    *id = value;
+    *used = (size_t)(end - message) + 1;
+    return message[0];
+}
+
+static void kill_request(unsigned long long id) {
+    for (size_t i = 0; i < njobs; i++)
+        if (jobs[i].id == id) kill_group(jobs[i].pid); /* its exit is said when it is reaped */
+}
+
 static void take_request(int control) {
     char *buffer = malloc(INLINE_MAX);
     if (buffer == NULL) _exit(70);
     union {
-        char space[CMSG_SPACE(6 * sizeof(int))];
+        char space[CMSG_SPACE(5 * sizeof(int))];
         struct cmsghdr align;
     } control_data;
     struct iovec iov = {buffer, INLINE_MAX};
@@ -372,43 +423,55 @@ static void take_request(int control) {
         return;
     }
     if (got <= 0) shut_down(); /* runner is gone: nothing it started may outlive it */
-    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) got = -1; /* (runner never sends such) */
-    int fds[6], nfds = 0;
+    int truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0; /* (runner never sends such) */
+    int fds[4], nfds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (size_t i = 0; i < count; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (nfds < 6)
+            if (nfds < 4)
                 fds[nfds++] = fd;
             else
                 close(fd);
         }
     }
-    if (nfds < 4 || got < 0) {
+    unsigned long long id = 0;
+    size_t used = 0;
+    char tag = first_field(buffer, (size_t)got, &id, &used);
+    if (tag == 'k' && !truncated) {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         free(buffer);
+        kill_request(id);
         return;
     }
-    int reply = fds[0];
+    if (tag != 'i' || nfds < 3 || truncated) {
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        free(buffer);
+        answer_malformed(tag == 'i' ? id : 0);
+        return;
+    }
     char *header = buffer;
     size_t size = (size_t)got;
-    if (nfds > 4) { /* a large header travels in a memory file */
+    if (nfds > 3) { /* a large request's fields travel in a memory file */
         struct stat st;
         free(buffer);
         header = NULL;
-        if (fstat(fds[4], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_HEADER) {
+        if (fstat(fds[3], &st) == 0 && st.st_size > 0 && st.st_size <= MAX_HEADER) {
             header = malloc((size_t)st.st_size);
             if (header == NULL) _exit(70);
             size = 0;
             while (size < (size_t)st.st_size) {
-                ssize_t n = pread(fds[4], header + size, (size_t)st.st_size - size, (off_t)size);
+                ssize_t n = pread(fds[3], header + size, (size_t)st.st_size - size, (off_t)size);
                 if (n <= 0) break;
                 size += (size_t)n;
             }
         }
-        for (int i = 4; i < nfds; i++) close(fds[i]);
+        close(fds[3]);
+    } else {
+        memmove(header, header + used, size - used);
+        size -= used;
     }
     Request rq;
     char *scratch = NULL;
@@ -416,13 +479,13 @@ static void take_request(int control) {
     pid_t pid = -1;
     if (header == NULL || parse(&rq, header, size) != 0) {
         if (header == NULL) memset(&rq, 0, sizeof rq);
-        say(reply, "error malformed request");
+        answer_malformed(id);
         goto done;
     }
     if (rq.scratch) {
         scratch = take_scratch();
         if (scratch == NULL) {
-            say_error(reply, "scratch directory", errno);
+            answer_error(id, "scratch directory", errno);
             goto done;
         }
     }
@@ -435,74 +498,59 @@ static void take_request(int control) {
     if (rq.root != NULL && *rq.root && spawnc_abi > 0) {
         ruleset = spawnc_ruleset_for(&rq, scratch);
         if (ruleset < 0) {
-            say_error(reply, "landlock", errno);
+            answer_error(id, "landlock", errno);
             goto done;
         }
     }
-    pid = start(&rq, ruleset, fds[1], fds[2], fds[3]);
-    if (pid < 0) say_error(reply, (const char *)child_at, errno);
+    pid = start(&rq, ruleset, fds[0], fds[1], fds[2]);
+    if (pid < 0) answer_error(id, (const char *)child_at, errno);
 done:
     if (ruleset >= 0) close(ruleset);
-    for (int i = 1; i < 4; i++) close(fds[i]);
+    for (int i = 0; i < 3; i++) close(fds[i]);
     request_free(&rq);
     if (pid < 0) {
-        close(reply);
         give_back(scratch);
         return;
     }
     jobs = spawnc_grow(jobs, &capjobs, njobs + 1, sizeof(Job));
-    jobs[njobs++] = (Job){pid, reply, scratch};
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uint32_t)pid << 2 | 2};
-    if (epoll_ctl(epfd, EPOLL_CTL_ADD, reply, &ev) != 0) stop_listening(&jobs[njobs - 1]);
-}
-
-static void told(pid_t pid) {
-    Job *job = job_of(pid);
-    if (job == NULL || job->reply < 0) return;
-    char said[64];
-    ssize_t n = recv(job->reply, said, sizeof said, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n <= 0 || (n == 4 && memcmp(said, "kill", 4) == 0)) kill_group(pid);
-    if (n <= 0) stop_listening(job); /* runner will not read the status */
+    jobs[njobs++] = (Job){pid, id, scratch};
 }
 
 int spawnc_serve(int control) {
     signal(SIGINT, SIG_IGN); /* runner's ^C is runner's to handle */
     fcntl(control, F_SETFD, FD_CLOEXEC);
+    control_fd = control;
     raise_nofile();
     spawnc_abi = (int)spawnc_probe_abi();
     char hello[32];
-    snprintf(hello, sizeof hello, "ready %d c", spawnc_abi);
+    snprintf(hello, sizeof hello, "ready %d c %d", spawnc_abi, SPAWNC_PROTOCOL);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int children = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    epfd = epoll_create1(EPOLL_CLOEXEC);
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
     if (children < 0 || epfd < 0) return -1;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 0};
     epoll_ctl(epfd, EPOLL_CTL_ADD, control, &ev);
     ev.data.u64 = 1;
     epoll_ctl(epfd, EPOLL_CTL_ADD, children, &ev);
-    say(control, hello);
-    struct epoll_event ready[16];
+    answer(hello);
+    struct epoll_event ready[4];
     for (;;) {
-        int n = epoll_wait(epfd, ready, 16, -1);
+        int n = epoll_wait(epfd, ready, 4, -1);
         if (n < 0) {
             if (errno == EINTR) continue;
             _exit(71);
         }
         for (int i = 0; i < n; i++) {
-            uint64_t what = ready[i].data.u64;
-            if (what == 0) {
+            if (ready[i].data.u64 == 0) {
                 take_request(control);
-            } else if (what == 1) {
+            } else {
                 struct signalfd_siginfo info;
                 while (read(children, &info, sizeof info) > 0) {
                 }
                 reap();
-            } else {
-                told((pid_t)(what >> 2));
             }
         }
     }

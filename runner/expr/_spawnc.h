@@ -32,6 +32,10 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
+/* The protocol's version, said in the spawner's first word (confined.PROTOCOL, _spawner.py's):
+ * a loop built before a change of it is told apart, not sent requests it misreads. */
+#define SPAWNC_PROTOCOL 2
+
 typedef struct {
     const char **items;
     size_t n, cap;
@@ -44,7 +48,7 @@ typedef struct {
 
 typedef struct {
     char *header; /* owns the strings below */
-    const char *command, *cwd, *root, *path;
+    const char *command, *cwd, *root, *path, *search;
     int network, scratch;
     Strings env, read, write, write_dirs, argv, direct_env;
     Redirect *redirects;

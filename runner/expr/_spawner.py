@@ -10,16 +10,19 @@ journal, no environment of runner's, no other step's environment but the request
 
 Two loops answer the same requests: the C one (_spawnc.c, _spawnc_rules.c; built at install
 where there is a C compiler: ~0.1 ms a command) and, where it was not built, the Python one
-below (~0.6 ms a command more: the cost issue 40 measured). Each request arrives on descriptor
-FD (a SOCK_SEQPACKET socket) as one message: a header of tagged fields (``parse``; _spawnc.c's
-comment lists the tags), and descriptors -- the reply socket, stdin, stdout, stderr, and the
-header itself in a memory file when it is large. The command starts in a new session,
-restricted by the request's Landlock rules (all of / but the project readable, the temporary
-directories writable, then the step's own paths), with its redirections opened, and runs. The
-spawner answers on the reply socket with ``exit STATUS`` (a raw wait status) once the command
-has ended and its process group was killed, or ``error WHY``; ``kill`` on the reply socket, or
-its closing, kills the group at once. Runner's end closing (runner exited, however) kills every
-group and ends it.
+below (~0.6 ms a command more: the cost issue 40 measured). Runner and the spawner talk over one
+SOCK_SEQPACKET socket (descriptor FD), one message each way per event. Every message from
+runner is a list of tagged fields (``parse``; _spawnc.c's comment lists the tags), the first
+``iID`` (a request; ID is runner's number for it) or ``kID`` (kill request ID's command). A
+request's message carries three descriptors, stdin, stdout and stderr, and a fourth, a memory
+file holding the fields after the ID, when the request is large. The command starts in a new
+session, restricted by the request's Landlock rules (all of / but the project readable, the
+temporary directories writable, then the step's own paths), with its redirections opened, and
+runs. The spawner answers ``exit ID STATUS`` (a raw wait status) once the command has ended and
+its process group was killed, or ``error ID WHY``; ``kID`` kills the group at once (its exit is
+then said as any other). Runner's end closing (runner exited, however) kills every group and
+ends it. The spawner's first word is ``ready ABI LOOP PROTOCOL`` (the kernel's Landlock ABI, which
+loop, the protocol's version).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def _load_landlock() -> None:
     _libc = ctypes.CDLL(None, use_errno=True)
 
 
+PROTOCOL = 2  # said in the first word (_spawnc.h's SPAWNC_PROTOCOL; confined.PROTOCOL)
 _MAX_HEADER = 1 << 20
 _CLONE_FS = 0x200
 _BASE_SECONDS = 5.0
@@ -134,9 +138,7 @@ class Spawner:
         self.bases: dict[str, _Base] = {}
         self.selector = selectors.DefaultSelector()
         self.selector.register(control, selectors.EVENT_READ, self._request)
-        self.running: dict[
-            int, tuple[socket.socket, int, str | None]
-        ] = {}  # pid: reply, pidfd, scratch
+        self.running: dict[int, tuple[int, int, str | None]] = {}  # pid: request id, pidfd, scratch
         self.scratches: str | None = None  # the directory each command's TMPDIR is made in
         self.prebuilt: tuple[str, bool, Any] | None = None  # (root, network, landlock.Ruleset)
         self.wanted: tuple[str, bool] | None = None
@@ -148,14 +150,18 @@ class Spawner:
             for key, _events in self.selector.select():
                 key.data(key.fileobj)
 
+    def _answer(self, text: str) -> None:
+        with contextlib.suppress(OSError):  # (runner gone: the next read ends the spawner)
+            self.control.send(text.encode(errors="surrogateescape"))
+
     def _request(self, control: socket.socket) -> None:
         try:
-            header, fds, _flags, _addr = socket.recv_fds(
-                control, _MAX_HEADER, 6, socket.MSG_CMSG_CLOEXEC
+            message, fds, flags, _addr = socket.recv_fds(
+                control, _MAX_HEADER, 5, socket.MSG_CMSG_CLOEXEC
             )
         except OSError:
-            header, fds = b"", []
-        if not header:  # runner is gone: nothing it started may outlive it
+            message, fds, flags = b"", [], 0
+        if not message:  # runner is gone: nothing it started may outlive it
             for pid in list(self.running):
                 _kill(pid)
                 with contextlib.suppress(ChildProcessError):
@@ -163,35 +169,37 @@ class Spawner:
             if self.scratches is not None:
                 _rmtree(self.scratches, ignore_errors=True)
             os._exit(0)
-        reply = socket.socket(fileno=fds[0])
+        tag, rid, header = _first_field(message)
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            tag = ""
+        if tag == "k":
+            for fd in fds:
+                os.close(fd)
+            for pid, (running, _pidfd, _scratch) in self.running.items():
+                if running == rid:
+                    _kill(pid)  # its exit is said when it is reaped
+            return
+        if tag != "i" or len(fds) < 3:
+            for fd in fds:
+                os.close(fd)
+            self._answer(f"error {rid if tag == 'i' else 0} malformed request")
+            return
         try:
-            if len(fds) > 4:  # a large header travels in a memory file
-                with os.fdopen(fds[4], "rb") as f:
+            if len(fds) > 3:  # a large request's fields travel in a memory file
+                with os.fdopen(fds[3], "rb") as f:
                     header = f.read()
             request = parse(header)
             scratch = self._scratch() if request.get("scratch") else None
-            pid = self._fork(request, fds[1], fds[2], fds[3], scratch)
+            pid = self._fork(request, fds[0], fds[1], fds[2], scratch)
         except Exception as exc:
-            reply.send(f"error {exc}".encode())
-            reply.close()
+            self._answer(f"error {rid} {exc}")
             return
         finally:
-            for fd in fds[1:4]:
+            for fd in fds[:3]:
                 os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self.running[pid] = (reply, pidfd, scratch)
+        self.running[pid] = (rid, pidfd, scratch)
         self.selector.register(pidfd, selectors.EVENT_READ, lambda _f, p=pid: self._exited(p))
-        self.selector.register(reply, selectors.EVENT_READ, lambda r, p=pid: self._told(r, p))
-
-    def _told(self, reply: socket.socket, pid: int) -> None:
-        try:
-            said = reply.recv(64)
-        except OSError:
-            said = b""
-        if said == b"kill" or not said:
-            _kill(pid)
-        if not said:  # runner will not read the status: forget it once the command ends
-            self.selector.unregister(reply)
 
     def _exited(self, _pid: int) -> None:
         """A command ended: reap every child that has (in its bwrap the spawner is pid 1, so a
@@ -208,14 +216,10 @@ class Spawner:
 
     def _finish(self, pid: int, status: int) -> None:
         _kill(pid)  # what it left running in the background goes with it
-        reply, pidfd, scratch = self.running.pop(pid)
-        with contextlib.suppress(OSError):  # runner goes on first; the spawner tidies after
-            reply.send(f"exit {status}".encode())
+        rid, pidfd, scratch = self.running.pop(pid)
+        self._answer(f"exit {rid} {status}")  # runner goes on first; the spawner tidies after
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(reply)
-        reply.close()
         if scratch is not None:
             try:
                 empty = not os.listdir(scratch)
@@ -299,6 +303,16 @@ class Spawner:
         return base.ruleset(network)
 
 
+def _first_field(message: bytes) -> tuple[str, int, bytes]:
+    """A message's first field, ``iID`` or ``kID``: its tag, the ID, and the fields after it;
+    ("", 0, b"") when it is neither."""
+    first, nul, rest = message.partition(b"\0")
+    digits = first[1:]
+    if not nul or first[:1] not in (b"i", b"k") or not digits.isdigit():
+        return "", 0, b""
+    return chr(first[0]), int(digits), rest
+
+
 _LISTS = {"e": "env", "r": "read", "w": "write", "W": "write_dirs", "a": "argv", "E": "direct_env"}
 
 
@@ -316,8 +330,9 @@ def parse(header: bytes) -> dict[str, Any]:
         elif tag == "o":
             fd, flags, name = value.split(" ", 2)
             request["redirects"].append((int(fd), name, int(flags)))
-        elif tag in "cdRp":
-            request[{"c": "command", "d": "cwd", "R": "root", "p": "path"}[tag]] = value
+        elif tag in "cdRpS":
+            names = {"c": "command", "d": "cwd", "R": "root", "p": "path", "S": "search"}
+            request[names[tag]] = value
         elif tag in "ns":
             request[{"n": "network", "s": "scratch"}[tag]] = True
         else:
@@ -330,6 +345,7 @@ def parse(header: bytes) -> dict[str, Any]:
             "argv": lists["argv"],
             "env": dict(v.split("=", 1) for v in lists["direct_env"]),
             "redirects": request.pop("redirects"),
+            "search": request.pop("search", None),
         }
     return request
 
@@ -386,11 +402,28 @@ def _restricted_spawn(
         opens = [
             (os.POSIX_SPAWN_OPEN, fd, name, flags, 0o666) for fd, name, flags in direct["redirects"]
         ]
+        path = direct["path"]
+        if direct["search"] is not None and "/" not in path:
+            path = _find_program(direct["search"], path)  # none: the shell says so
         try:
-            return _spawn(direct["path"], direct["argv"], exported, streams + opens)
+            if path is not None:
+                return _spawn(path, direct["argv"], exported, streams + opens)
         except OSError:  # dash does it again, and says why it fails in its own words
             pass
     return _spawn("/bin/sh", ["/bin/sh", "-c", request["command"]], env, streams)
+
+
+def _find_program(search: str, name: str) -> str | None:
+    """The file dash would execute for ``name`` along ``search`` (an empty entry is the
+    working directory): the first regular, executable file."""
+    for entry in search.split(":"):
+        path = f"{entry or '.'}/{name}"
+        try:
+            if stat.S_ISREG(os.stat(path).st_mode) and os.access(path, os.X_OK):
+                return path
+        except OSError:
+            continue
+    return None
 
 
 def _spawn(path: str, argv: list[str], env: dict[str, str], actions: list[Any]) -> int:
@@ -435,7 +468,7 @@ def main(fd: str | None = None) -> None:
     control = socket.socket(fileno=int(fd if fd is not None else sys.argv[1]))
     os.set_inheritable(control.fileno(), False)
     spawner = Spawner(control)
-    control.send(f"ready {spawner.abi} python".encode())
+    control.send(f"ready {spawner.abi} python {PROTOCOL}".encode())
     spawner.serve()
 
 

@@ -11,6 +11,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -151,6 +152,29 @@ def test_a_direct_start_that_cannot_exec_is_run_by_the_shell(loop: str, root: Pa
     assert done.code == 0, done
     assert (root / "out/s.txt").read_text() == "from the script\n"
     done = _run("./missing", root)
+    assert done.code == 127 and b"not found" in done.stderr
+
+
+def test_a_direct_start_finds_its_program_along_path_as_dash_does(loop: str, root: Path) -> None:
+    """The spawner's child looks a simple command's program up along PATH: the first regular,
+    executable file (an empty entry: the working directory), else the shell says not found."""
+    for folder in ("a", "b", "c"):
+        (root / folder).mkdir()
+    (root / "a" / "tool").mkdir()  # a directory of that name: passed over
+    (root / "b" / "tool").write_text("echo not executable\n")  # not executable: passed over
+    found = root / "c" / "tool"
+    found.write_text("#!/bin/sh\necho from c > out/t.txt\n")
+    found.chmod(0o755)
+    search = f"{root}/a:{root}/b:{root}/c:{os.environ['PATH']}"
+    done = _run("tool", root, read=("a", "b", "c"), write=("out/t.txt",), env={"PATH": search})
+    assert done.code == 0, done
+    assert (root / "out/t.txt").read_text() == "from c\n"
+    here = root / "here"
+    here.write_text("#!/bin/sh\necho from the working directory\n")
+    here.chmod(0o755)
+    done = _run("here", root, read=("here",), env={"PATH": f"/nonexistent::{search}"})
+    assert (done.code, done.stdout) == (0, b"from the working directory\n"), done
+    done = _run("no-such-tool-anywhere", root, env={"PATH": search})
     assert done.code == 127 and b"not found" in done.stderr
 
 
@@ -313,26 +337,144 @@ def test_a_program_that_cannot_run_gives_way_to_the_module(
         confined._close_hosts()
 
 
+def test_a_c_loop_built_before_a_change_of_the_protocol_gives_way_to_the_python_loop(
+    root: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A built loop older than its sources (a checkout updated, not yet built again) says
+    another protocol in its first word: it is sent nothing it would misread."""
+    old = tmp_path_factory.mktemp("bin") / "_spawnc_exec"
+    old.write_text(
+        f"#!{sys.executable}\nimport socket, sys\n"
+        "control = socket.socket(fileno=int(sys.argv[1]))\n"
+        'control.send(b"ready 6 c")  # (no protocol: the words before it)\n'
+        "control.recv(1)\n"
+    )
+    old.chmod(0o755)
+    monkeypatch.delenv("RUNNER_SPAWNER", raising=False)
+    monkeypatch.setattr(confined, "_PROGRAM", str(old))
+    monkeypatch.setattr(confined, "_program_failed", False)
+    monkeypatch.setattr(confined, "_c_stale", False)
+    confined._close_hosts()
+    try:
+        done = _run("cat in.txt", root, read=("in.txt",))
+        assert (done.code, done.stdout) == (0, b"declared\n"), done
+        assert {host.loop for host in confined._hosts.values()} == {"python"}
+        assert confined.status().kind == "bubblewrap+landlock", confined.status().note
+    finally:
+        confined._close_hosts()
+
+
 def test_a_malformed_request_is_refused_and_the_spawner_goes_on(loop: str, root: Path) -> None:
     host = confined._host(False)
-    for header in (b"cfoo\x00\x00", b"c", b"zbad\x00", b"cx\x00dy\x00o1 2\x00"):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        read, write = os.pipe()
-        try:
-            host.send(header, [theirs.fileno(), read, write, write])
-            theirs.close()
-            ours.settimeout(10)
-            assert ours.recv(200).startswith(b"error"), header
-        finally:
-            ours.close()
-            os.close(read)
-            os.close(write)
+    control = host.channel.sock
+    read, write = os.pipe()
+    control.settimeout(10)
+    try:
+        for message, fds, answer in (
+            (b"i7\x00cfoo\x00\x00", 3, b"error 7 "),
+            (b"i8\x00c", 3, b"error 8 "),
+            (b"i9\x00zbad\x00", 3, b"error 9 "),
+            (b"i10\x00cx\x00dy\x00o1 2\x00", 3, b"error 10 "),
+            (b"i11\x00cx\x00dy\x00", 2, b"error 11 malformed"),  # a stream missing
+            (b"cx\x00dy\x00", 3, b"error 0 malformed"),  # no request number
+            (b"ix\x00cx\x00dy\x00", 3, b"error 0 malformed"),
+        ):
+            socket.send_fds(control, [message], [read, write, write][:fds])
+            assert control.recv(200).startswith(answer), message
+        control.send(b"k12345\x00")  # a kill for no command it runs: nothing to answer
+    finally:
+        control.settimeout(None)
+        os.close(read)
+        os.close(write)
     assert host.process.poll() is None
     assert _run("cat in.txt", root, read=("in.txt",)).stdout == b"declared\n"
 
 
+def test_commands_of_several_threads_loops_share_one_spawner_each_answered_its_own(
+    loop: str, root: Path
+) -> None:
+    """watch and serve run applies from threads of their own, each its own event loop: their
+    commands' answers come on one channel and each reaches the loop that waits for it."""
+    import threading
+
+    results: dict[int, list[bytes]] = {}
+
+    def lane(n: int) -> None:
+        async def both() -> list[bytes]:
+            done = await asyncio.gather(
+                *(
+                    run_shell(f"sleep 0.0{k}; echo {n}-{k}", cwd=root, env=env, confine=confine)
+                    for k in range(4)
+                )
+            )
+            return [d.stdout for d in done]
+
+        results[n] = asyncio.run(both())
+
+    env = {"PATH": os.environ["PATH"]}
+    confine = Confinement(str(root))
+    threads = [threading.Thread(target=lane, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert results == {n: [f"{n}-{k}\n".encode() for k in range(4)] for n in range(3)}
+    assert len({id(host) for host in confined._hosts.values()}) == 1
+
+
+def test_a_cancelled_command_has_its_group_killed_and_the_spawner_goes_on(
+    loop: str, root: Path
+) -> None:
+    marker = f"53.{os.getpid()}1"
+    confine = Confinement(str(root))
+    env = {"PATH": os.environ["PATH"]}
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(
+            run_shell(f"sleep {marker} & sleep {marker}", cwd=root, env=env, confine=confine)
+        )
+        deadline = time.monotonic() + 10
+        while not _running(marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert _running(marker), "the command never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    deadline = time.monotonic() + 10
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(marker), "a cancelled command's group outlived it"
+    assert _run("cat in.txt", root, read=("in.txt",)).stdout == b"declared\n"
+
+
+def test_a_spawner_dying_mid_command_is_said_as_the_commands_failure(loop: str, root: Path) -> None:
+    marker = f"59.{os.getpid()}3"
+    confine = Confinement(str(root))
+    env = {"PATH": os.environ["PATH"]}
+
+    async def killed_under_it() -> None:
+        task = asyncio.ensure_future(
+            run_shell(f"sleep {marker}", cwd=root, env=env, confine=confine)
+        )
+        deadline = time.monotonic() + 10
+        while not _running(marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for host in list(confined._hosts.values()):  # the spawner itself (bwrap's child)
+            pid = host.process.pid
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            for spawner in [int(c) for c in children] or [pid]:
+                os.kill(spawner, signal.SIGKILL)
+        with pytest.raises(SandboxError, match="spawner ended without saying"):
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(killed_under_it())
+    assert _run("cat in.txt", root, read=("in.txt",)).stdout == b"declared\n"
+
+
 HOSTILE = [
-    "it's \"quoted\" $HOME `id` $(touch PWNED) ;|&<>",
+    'it\'s "quoted" $HOME `id` $(touch PWNED) ;|&<>',
     "line one\nEOF\nline three",
     "-n --help",
     "tab\tbell\x07escape\x1b[31m del\x7f",

@@ -67,6 +67,7 @@ APPLY = frozenset(
         "runner.expr.confined",  # a shell step's command runs sandboxed, through the spawner
         "runner.expr.shellenv",  # a shell step renders its command through it (values as env)
         "runner.expr.shellrun",
+        "runner.expr.spawnchannel",  # the spawner's one channel: requests out, answers back
         "runner.expr.unquotable",  # (the shell's grammar and scanner load with a first value)
         "runner.expr.values",
         "runner.pipeline",
