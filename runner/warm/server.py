@@ -46,6 +46,7 @@ PRELOAD = (
     "runner.pipeline.prompt_lock",
     "runner.state._schema",
     "runner.state.itemlock",
+    "runner.state.written",
     "runner.surfaces.cli.console",
     "runner.expr.alone",
     "runner.expr.confined",
