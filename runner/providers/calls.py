@@ -26,7 +26,7 @@ from ..errors import CallStatus, DiskFull, ProviderError
 from ..source.redact import Redactor
 from ..source.secretmask import mask
 from .base import Provider
-from .limits import gated_call, waiting
+from .limits import calling, gated_call, waiting
 from .pool import tell
 from .retry import call_with_retries
 from .spendguard import admitted
@@ -139,7 +139,9 @@ async def with_provider_retries(
         await admitted()
         return await fn()
 
-    async with waiting():
+    # The element's turn (calling) is given back before the CPU slot is taken again (waiting):
+    # the next element's call goes out before this one waits for a slot to record its reply.
+    async with waiting(), calling():
         return await call_with_retries(
             lambda: gated_call(provider, admitted_then),
             attempts=policy.attempts,

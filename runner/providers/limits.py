@@ -3,7 +3,8 @@
 The engine lends each execution one of its ``--jobs`` slots for CPU work. Waiting on a provider is
 not CPU work, so ``waiting()`` hands the slot back for as long as the call (and its backoff)
 lasts; the engine installs how that is done with ``LendSlots``. What does bound the calls is the
-step's ``concurrency`` and ``ProviderGate``: one per provider instance, so a provider's
+step's ``concurrency`` (a for_each element holds its turn while its calls are out:
+``calling()``) and ``ProviderGate``: one per provider instance, so a provider's
 ``max_concurrency`` holds across every step and element of a run. On Dask workers (a step type
 that runs anywhere and calls a provider) each provider's gate is a ``ClusterGate`` instead: one
 ``distributed.Semaphore`` per provider name, so the cap holds across the whole cluster.
@@ -50,6 +51,37 @@ def waiting() -> AbstractAsyncContextManager[None]:
     """Enter around a wait on a provider: the caller's CPU slot is free meanwhile."""
     release = _release.get()
     return release() if release is not None else contextlib.nullcontext()
+
+
+# Set by a for_each for each of its elements (engine/run/foreach.py); tasks it starts inherit it.
+_turn: ContextVar[AbstractAsyncContextManager[None] | None] = ContextVar(
+    "runner_element_turn", default=None
+)
+
+
+class HoldTurn:
+    """``with HoldTurn(turn):`` within it, ``calling()`` is ``turn``: a for_each element's turn
+    among its step's ``concurrency``, held while its provider calls are out."""
+
+    def __init__(self, turn: AbstractAsyncContextManager[None]) -> None:
+        self._turn = turn
+        self._token: Token[AbstractAsyncContextManager[None] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _turn.set(self._turn)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _turn.reset(self._token)
+            self._token = None
+
+
+def calling() -> AbstractAsyncContextManager[None]:
+    """Enter around one provider call, all its attempts: a for_each element holds its turn
+    meanwhile (taking one again first if it gave it back), and gives it back when its last call
+    out ends, so the next element's call goes out before this one records its reply."""
+    turn = _turn.get()
+    return turn if turn is not None else contextlib.nullcontext()
 
 
 class ProviderGate:
