@@ -26,10 +26,9 @@ from ..errors import CallStatus, DiskFull, ProviderError
 from ..source.redact import Redactor
 from ..source.secretmask import mask
 from .base import Provider
-from .limits import calling, gated_call, waiting
+from .limits import admitted, calling, gated_call, waiting
 from .pool import tell
 from .retry import call_with_retries
-from .spendguard import admitted
 from .tracking import CallTracker
 
 T = TypeVar("T")

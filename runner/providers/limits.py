@@ -84,6 +84,28 @@ def calling() -> AbstractAsyncContextManager[None]:
     return turn if turn is not None else contextlib.nullcontext()
 
 
+# Set (by the engine's ledger, engine/run/spend.py) when a call is journaled under a budget, in
+# the call's own task: what the call awaits once it holds its provider's permit, before its
+# request goes out (providers/spendguard.py).
+_admission: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "runner_spend_admission", default=None
+)
+
+
+def expect_admission(admit: Callable[[], Awaitable[None]] | None) -> None:
+    """The next call sent from this task awaits ``admit()`` first (None: no budget)."""
+    _admission.set(admit)
+
+
+async def admitted() -> None:
+    """Await this task's pending admission, once (calls.with_provider_retries, inside the
+    provider's gate, so a call counts as in flight only once it is out)."""
+    admit = _admission.get()
+    if admit is not None:
+        _admission.set(None)  # a retry of the same call is admitted already
+        await admit()
+
+
 class ProviderGate:
     """At most ``limit`` calls in flight, over every event loop the provider is used from.
 

@@ -234,10 +234,12 @@ def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
     (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
     modules = _applied_modules(tmp_path)
     assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(modules)
-    # nor the batch desk and batch API (no `batch: true`), nor checks its rules do not name
+    # nor the batch desk and batch API (no `batch: true`), the spend guard (no budget), nor
+    # checks its rules do not name
     unused = {
         "runner.engine.run.batchdesk",
         "runner.providers.batchapi",
+        "runner.providers.spendguard",
         *(f"runner.expr.checks.{m}" for m in ("choice_in", "exec", "fail", "matches")),
         *(f"runner.expr.checks.{m}" for m in ("collection_has", "file_nonempty", "json_schema")),
     }
