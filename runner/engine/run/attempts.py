@@ -15,9 +15,8 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...pipeline.compiler import CompiledStep
 from ...steps.base import StepContext, StepResult
@@ -33,9 +32,9 @@ if TYPE_CHECKING:
     from ...providers.batchapi import BatchPending
 
 
-@dataclass
-class Passed:
-    """A step body's result that passed its checks, with the attempt that made it."""
+class Passed(NamedTuple):
+    """A step body's result that passed its checks, with the attempt that made it. (A
+    NamedTuple: a dataclass cost ~0.2 ms of every start-up to make.)"""
 
     result: StepResult
     attempt: int
