@@ -125,6 +125,7 @@ async def run_elements(
         while running:
             await turn()
     except BaseException:
+        waiting.clear()  # a turn the cancelled ones give back starts no other element
         for task in running:
             task.cancel()
         if running:
