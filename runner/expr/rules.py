@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Location
-from .checks import CHECKS, CollectionQuery, Rule, Scope, Verdict, register_check
+from .checks import CHECKS, Rule, Scope, Verdict, register_check
 from .checks.base import MESSAGE_SCHEMA, CheckType, Path_
 
 if TYPE_CHECKING:
     from jinja2 import nodes
+
+    from .checks.collection_has import CollectionQuery
 
 __all__ = [
     "CheckType",
@@ -56,6 +58,14 @@ def compile_rule(
     ExpressionError (an expression that does not parse), each located.
     """
     return Scope(where_of, patterns, named, root).compile(raw, path)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CollectionQuery":  # (its module is imported when a collection_has is used)
+        from .checks.collection_has import CollectionQuery
+
+        return CollectionQuery
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -3,7 +3,8 @@
 The engine lends each execution one of its ``--jobs`` slots for CPU work. Waiting on a provider is
 not CPU work, so ``waiting()`` hands the slot back for as long as the call (and its backoff)
 lasts; the engine installs how that is done with ``LendSlots``. What does bound the calls is the
-step's ``concurrency`` and ``ProviderGate``: one per provider instance, so a provider's
+step's ``concurrency`` (a for_each element holds its turn while its calls are out:
+``calling()``) and ``ProviderGate``: one per provider instance, so a provider's
 ``max_concurrency`` holds across every step and element of a run. On Dask workers (a step type
 that runs anywhere and calls a provider) each provider's gate is a ``ClusterGate`` instead: one
 ``distributed.Semaphore`` per provider name, so the cap holds across the whole cluster.
@@ -16,7 +17,6 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 from ..errors import ProviderError
@@ -50,6 +50,59 @@ def waiting() -> AbstractAsyncContextManager[None]:
     """Enter around a wait on a provider: the caller's CPU slot is free meanwhile."""
     release = _release.get()
     return release() if release is not None else contextlib.nullcontext()
+
+
+# Set by a for_each for each of its elements (engine/run/foreach.py); tasks it starts inherit it.
+_turn: ContextVar[AbstractAsyncContextManager[None] | None] = ContextVar(
+    "runner_element_turn", default=None
+)
+
+
+class HoldTurn:
+    """``with HoldTurn(turn):`` within it, ``calling()`` is ``turn``: a for_each element's turn
+    among its step's ``concurrency``, held while its provider calls are out."""
+
+    def __init__(self, turn: AbstractAsyncContextManager[None]) -> None:
+        self._turn = turn
+        self._token: Token[AbstractAsyncContextManager[None] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _turn.set(self._turn)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _turn.reset(self._token)
+            self._token = None
+
+
+def calling() -> AbstractAsyncContextManager[None]:
+    """Enter around one provider call, all its attempts: a for_each element holds its turn
+    meanwhile (taking one again first if it gave it back), and gives it back when its last call
+    out ends, so the next element's call goes out before this one records its reply."""
+    turn = _turn.get()
+    return turn if turn is not None else contextlib.nullcontext()
+
+
+# Set (by the engine's ledger, engine/run/spend.py) when a call is journaled under a budget, in
+# the call's own task: what the call awaits once it holds its provider's permit, before its
+# request goes out (providers/spendguard.py).
+_admission: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "runner_spend_admission", default=None
+)
+
+
+def expect_admission(admit: Callable[[], Awaitable[None]] | None) -> None:
+    """The next call sent from this task awaits ``admit()`` first (None: no budget)."""
+    _admission.set(admit)
+
+
+async def admitted() -> None:
+    """Await this task's pending admission, once (calls.with_provider_retries, inside the
+    provider's gate, so a call counts as in flight only once it is out)."""
+    admit = _admission.get()
+    if admit is not None:
+        _admission.set(None)  # a retry of the same call is admitted already
+        await admit()
 
 
 class ProviderGate:
@@ -141,13 +194,16 @@ def make_gate(provider: str, limit: int) -> Gate:
     return ClusterGate(provider, limit) if _cluster_gates else ProviderGate(limit)
 
 
-@dataclass
 class CallRoute:
-    """Where one attempt of a call went: set by a pooled provider while the attempt runs."""
+    """Where one attempt of a call went: set by a pooled provider while the attempt runs. (A
+    plain class: a dataclass cost ~0.25 ms to make, at every start-up.)"""
 
-    backend: str | None = None  # the URL of the backend that took it
-    pinned: bool = False  # the call must go to that backend (a remote job lives there)
-    refused: bool = False  # that backend refused the connection: nothing was sent
+    __slots__ = ("backend", "pinned", "refused")
+
+    def __init__(self) -> None:
+        self.backend: str | None = None  # the URL of the backend that took it
+        self.pinned = False  # the call must go to that backend (a remote job lives there)
+        self.refused = False  # that backend refused the connection: nothing was sent
 
 
 _route: ContextVar[CallRoute | None] = ContextVar("runner_call_route", default=None)

@@ -4,14 +4,15 @@ spent plus the worst case of every call in flight, itself included, stays within
 The engine makes one ``SpendGuard`` per run (engine/run/spend.py: the budgets of ``--max-cost``,
 the pipeline's ``limits.max_cost`` and runner.toml's ``[budget]``, with what the day and the month
 had spent before the run). Each call is admitted (``admit``) as it goes out, holding its
-provider's permit (calls.with_provider_retries awaits ``admitted()``, which the engine's ledger
-set up when it journaled the call), and its hold is settled with the call's real cost when it is
-back. A call over a budget only because of the calls in flight waits for them to end; one whose
-worst case is over a budget on what was spent alone is not sent: ``OverSpend``, and the guard
-tells the engine once (``on_stop``), which stops the run ``interrupted`` (exit 9). Each line of
-a batch about to be made is held the same way (``reserve(batch=True)``, at the batch price,
-engine/run/batchdesk.py) until its answer is back; no call waits for those (a batch may take
-hours): one that does not fit beside them is not sent.
+provider's permit (calls.with_provider_retries awaits ``limits.admitted()``, which the
+engine's ledger set up when it journaled the call), and its hold is settled with the call's
+real cost when it is back. A call over a budget only because of the calls in flight waits for
+them to end; one whose worst case is over a budget on what was spent alone is not sent:
+``OverSpend``, and the guard tells the engine once (``on_stop``), which stops the run
+``interrupted`` (exit 9). Each line of a batch about to be made is held the same way
+(``reserve(batch=True)``, at the batch price, engine/run/batchdesk.py) until its answer is back;
+no call waits for those (a batch may take hours): one that does not fit beside them is not sent.
+A run without a budget makes no guard (engine/run/spend.py): nothing is held, no call waits.
 
 A call's worst case is the plan's estimate of it (providers/prices.py ``estimate_call``: input
 characters / 4, ``max_tokens`` or ``assumed_output_tokens``). A call whose reply was lost (maybe
@@ -22,37 +23,18 @@ with no price known is not bounded by any budget (the plan lists it as "no price
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import admitted, expect_admission  # (each call's admission: set, awaited)
 from .prices import BATCH_FACTOR, Prices, estimate_call, spend_cost
+
+__all__ = ["Budget", "Hold", "OverSpend", "SpendGuard", "admitted", "expect_admission"]
 
 
 class OverSpend(Exception):
     """The call would take spend over a budget: it is not sent."""
-
-
-# Set (by the engine's ledger, engine/run/spend.py) when a call is journaled, in the call's own
-# task: what the call awaits once it holds its provider's permit, before its request goes out.
-_admission: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
-    "runner_spend_admission", default=None
-)
-
-
-def expect_admission(admit: Callable[[], Awaitable[None]] | None) -> None:
-    """The next call sent from this task awaits ``admit()`` first (None: no budget)."""
-    _admission.set(admit)
-
-
-async def admitted() -> None:
-    """Await this task's pending admission, once (calls.with_provider_retries, inside the
-    provider's gate, so a call counts as in flight only once it is out)."""
-    admit = _admission.get()
-    if admit is not None:
-        _admission.set(None)  # a retry of the same call is admitted already
-        await admit()
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ def batch(journal: BatchedJournal, batch_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
+def holds_any(journal: BatchedJournal) -> bool:
+    """Whether any batch request is journaled (``where_keys`` has anything to say)."""
+    return journal.conn.execute("SELECT 1 FROM batch_items LIMIT 1").fetchone() is not None
+
+
 def where_keys(journal: BatchedJournal) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """Each key's latest batch and its item's status there, and each batch's status."""
     where: dict[str, tuple[str, str]] = {}

@@ -6,12 +6,14 @@ one a direct call would have made."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StepFailure
 from ..providers.base import ImageRequest, ImageResult, Provider
-from ..providers.batchapi import BatchAPI, LineResult, batch_api_of
 from .base import StepContext
+
+if TYPE_CHECKING:  # (imported where a call goes by batch: a run without one never loads it)
+    from ..providers.batchapi import BatchAPI, LineResult
 
 
 def batching(ctx: StepContext, provider: Provider, asked: Any, key: str | None = None) -> bool:
@@ -23,8 +25,13 @@ def batching(ctx: StepContext, provider: Provider, asked: Any, key: str | None =
     when not asked (``batch: true`` taken off while it runs): sent directly, it would be paid
     twice."""
     if not asked:
-        held = key is not None and ctx.env.batches is not None and ctx.env.batches.holds(key)
-        return held and batch_api_of(provider) is not None
+        batches = ctx.env.batches
+        if key is None or batches is None or not batches.holds(key):
+            return False  # (most calls: the batch API's module is never loaded for them)
+    from ..providers.batchapi import batch_api_of
+
+    if not asked:  # a batch holds it
+        return batch_api_of(provider) is not None
     if batch_api_of(provider) is None or ctx.env.batches is None:
         ctx.log(f"{provider.name} has no batch API: its calls go directly")
         return False
@@ -40,6 +47,8 @@ async def asked_in_batch(
     """The provider's batch API and the answer its batch gave call ``key`` (``body_of(api)``:
     its endpoint and request body). Raises BatchPending while the call waits in a batch (or is
     queued for one), StepFailure when the provider has no batch API (``batching`` said so)."""
+    from ..providers.batchapi import batch_api_of
+
     api = batch_api_of(provider)
     if api is None or ctx.env.batches is None:
         raise StepFailure(f"{provider.name}: this provider has no batch API (batch: true)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from tests.conftest import Project
+from tests.providers.loadserver import LoadServer
 
 PIPELINE = """\
 runner: 1
@@ -61,3 +62,49 @@ def test_concurrency_still_bounds_the_elements_that_run(project: Project) -> Non
     # concurrency 1: each element that runs starts only after the one before it passed
     order = [(kind, el) for kind, el in events if kind in ("StepStarted", "StepPassed")]
     assert order == [(k, el) for el in range(4) for k in ("StepStarted", "StepPassed")], order
+
+
+ASKING = """\
+runner: 1
+name: asking
+steps:
+  each:
+    uses: llm
+    for_each: ["a", "b", "c", "d", "e", "f"]
+    concurrency: 2
+    retries: 1
+    with: {prompt: "say ${{ item }}"}
+    check:
+      - "${{ item != 'b' or 'Previous attempt' in output.text }}"
+"""
+
+
+def test_an_element_gives_its_turn_when_its_reply_lands(project: Project) -> None:
+    # The next element's call goes out before the element that got its reply has recorded it;
+    # element b fails its check once and takes a turn again before any new element does.
+    with LoadServer(delay=0.2) as server:
+        project.write(
+            "runner.toml",
+            f"""\
+            [general]
+            default_provider = "openai"
+
+            [providers.openai]
+            base_url = "{server.url}/v1"
+            model = "test-chat"
+            max_concurrency = 16
+            """,
+        )
+        project.write("pipeline.yaml", ASKING)
+        doc = project.apply("--state", ".runner")
+    assert doc["_exit"] == 0, doc["_stderr"]
+    assert doc["steps"][0]["elements"] == {"total": 6, "ran": 6}
+    assert server.served == 7 and server.max_in_flight == 2  # the step's concurrency holds
+    events = _events(project, doc["run"]["id"])
+    first_passed = events.index(next(e for e in events if e[0] == "StepPassed"))
+    started = [el for kind, el in events[:first_passed] if kind == "StepStarted"]
+    assert started[:2] == [0, 1] and 2 in started, events
+    # b's second attempt started before e: a turn given back goes to an element calling again
+    assert events.index(("StepStarted", 1), events.index(("StepStarted", 1)) + 1) < events.index(
+        ("StepStarted", 4)
+    ), events

@@ -23,8 +23,7 @@ steps:
 """
 
 # Every runner module a fresh apply of PIPELINE (with a runner.toml naming no budget) imports.
-# (The interpreter makes a batch desk for every run: batchdesk, batchapi and batchbook load, not
-# the providers' request classes.)
+# (No batch desk: it is made when a step first asks a batch; batchrounds.RunBatches.)
 APPLY = frozenset(
     {
         "runner",
@@ -37,7 +36,6 @@ APPLY = frozenset(
         "runner.engine.run",
         "runner.engine.run.apply",
         "runner.engine.run.attempts",
-        "runner.engine.run.batchdesk",
         "runner.engine.run.batchrounds",
         "runner.engine.run.events",
         "runner.engine.run.execution",
@@ -237,3 +235,13 @@ def test_an_llm_for_each_with_a_plain_check_imports_neither_jinja_nor_click(
     (tmp_path / "runner.toml").write_text('[general]\ndefault_provider = "fake"\n')
     modules = _applied_modules(tmp_path)
     assert not {"jinja2", "markupsafe", "click", "tomllib"} & set(modules)
+    # nor the batch desk and batch API (no `batch: true`), the spend guard (no budget), nor
+    # checks its rules do not name
+    unused = {
+        "runner.engine.run.batchdesk",
+        "runner.providers.batchapi",
+        "runner.providers.spendguard",
+        *(f"runner.expr.checks.{m}" for m in ("choice_in", "exec", "fail", "matches")),
+        *(f"runner.expr.checks.{m}" for m in ("collection_has", "file_nonempty", "json_schema")),
+    }
+    assert not unused & set(modules), sorted(unused & set(modules))

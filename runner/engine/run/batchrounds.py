@@ -6,14 +6,70 @@ keeps the batches."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ProviderError
 from ...pipeline.compiler import CompiledStep
-from .batchdesk import BatchDesk
+from ...state.journal import Journal
 from .events import EventType
 from .outcomes import StepOutcome, StepStatus
 from .recorder import Recorder
+
+if TYPE_CHECKING:
+    from .batchdesk import BatchDesk, LineBudget
+
+
+class RunBatches:
+    """The run's batches as its steps see them (steps.base.BatchAccess): the desk is made when a
+    step first asks a batch for an answer, or asks whether one holds a call while the journal
+    holds batch requests. A run without batch mode never makes it, nor loads batchdesk.py and
+    the providers' batch API (~2 ms of a start-up when every run made one)."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        run_id: str,
+        *,
+        say: Callable[[str, str], None],
+        budget: Callable[[], LineBudget],
+    ) -> None:
+        self._journal, self._run_id, self._say, self._budget = journal, run_id, say, budget
+        self.desk: BatchDesk | None = None
+        self._none_held: bool | None = None  # the journal held no batch request at first look
+
+    def open(self) -> BatchDesk:
+        """The desk (batchdesk.BatchDesk), made now if it was not."""
+        if self.desk is None:
+            from .batchdesk import BatchDesk
+
+            self.desk = BatchDesk(self._journal, self._run_id, say=self._say, budget=self._budget)
+        return self.desk
+
+    async def answer(
+        self, *, step_id: str, provider: Any, api: Any, key: str, endpoint: str, body: Any
+    ) -> Any:
+        return await self.open().answer(
+            step_id=step_id, provider=provider, api=api, key=key, endpoint=endpoint, body=body
+        )
+
+    def holds(self, key: str) -> bool:
+        if self.desk is None:
+            if self._none_held is None:  # (the desk reads what it holds once too)
+                from ...state.batchbook import holds_any
+
+                self._none_held = not holds_any(self._journal)
+            if self._none_held:
+                return False
+        return self.open().holds(key)
+
+    def waiting(self, step_id: str) -> bool:
+        """Whether ``step_id`` left requests to send or batches to finish making."""
+        return self.desk is not None and self.desk.waiting(step_id)
+
+    def stop(self) -> None:
+        if self.desk is not None:
+            self.desk.stop()
+
 
 # Batches an apply makes and waits for per step (a first one, then follow-ups for failed checks)
 MAX_BATCH_ROUNDS = 8

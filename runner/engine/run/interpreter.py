@@ -33,7 +33,6 @@ from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...steps.base import ProviderAccess, StepEnv
 from . import batchrounds, reusedsteps
-from .batchdesk import BatchDesk
 from .events import EventType, NullReporter, Reporter
 from .execution import Executions
 from .executors import Executor
@@ -106,7 +105,9 @@ class Interpreter(Executions):
         )
         self.run_id = self.options.resume_run_id or self.options.run_id or new_run_id()
         self.recorder = Recorder(journal, reporter or NullReporter(), self.run_id, plan.name)
-        self.batches = BatchDesk(journal, self.run_id, say=self._say_batch, budget=self.spend)
+        self.batches = batchrounds.RunBatches(
+            journal, self.run_id, say=self._say_batch, budget=self.spend
+        )
         self.env.batches = self.batches
         self.scheduler = Scheduler(plan, self.options.jobs)
         hasher = self.options.hasher or FileHasher(journal)
@@ -281,7 +282,7 @@ class Interpreter(Executions):
             self.batches.stop()  # (a batch's poll is shielded from its elements' cancel)
             if self.scheduler.cancel_requested and (current is None or not current.cancelling()):
                 # `runner runs cancel` from elsewhere: a normal end with exit 130
-                await batchrounds.cancel(self.batches, self.recorder, self.env.providers)
+                await batchrounds.cancel(self.batches.open(), self.recorder, self.env.providers)
                 return self._finish(status, started, "cancelled with runner runs cancel")
             main.cancel()
             self._finish(status, started, "cancelled by the user")
@@ -417,7 +418,11 @@ class Interpreter(Executions):
                 outcome = await self._body(step)
             if self.batches.waiting(step.id):  # its elements have all asked: send them
                 outcome = await batchrounds.send(
-                    self.batches, self.recorder, step, outcome, again=lambda: self._body(step)
+                    self.batches.open(),
+                    self.recorder,
+                    step,
+                    outcome,
+                    again=lambda: self._body(step),
                 )
         except DiskFull:  # not this step's failure: the run stops (apply marks it interrupted)
             raise

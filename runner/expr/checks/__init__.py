@@ -1,24 +1,15 @@
 """Named rule checks, one module each, registered by name in ``CHECKS``.
 
-Importing this package registers the built-in ones: all, any, not, rule, expr, fail,
-file_nonempty, choice_in, matches, json_schema, exec and collection_has.
+The built-in ones (all, any, not, rule, expr, fail, file_nonempty, choice_in, matches,
+json_schema, exec and collection_has) are in ``CHECKS`` from the start; each module is imported,
+and registers its check, when the check is first looked up (base.CheckRegistry).
 """
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (imported to register)
-    choice_in,
-    collection_has,
-    compose,
-    exec,
-    expr,
-    fail,
-    file_nonempty,
-    json_schema,
-    matches,
-)
+from typing import Any
+
 from .base import CHECKS, CheckType, Rule, Scope, Verdict, register_check
-from .collection_has import CollectionQuery, set_collection_backend
 
 __all__ = [
     "CHECKS",
@@ -30,3 +21,12 @@ __all__ = [
     "register_check",
     "set_collection_backend",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # collection_has's own names, from its module when asked for (state/collections.py)
+    if name in ("CollectionQuery", "set_collection_backend"):
+        from . import collection_has
+
+        return getattr(collection_has, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
