@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -316,6 +317,8 @@ class Watcher:
         # A cycle that reuses steps hands its check's file signatures on (the table's, read
         # during the quiet period, and those it hashed): the apply need not read them again.
         options = ApplyOptions(reuse=reuse or {}, hasher=self._hasher if reuse else None)
+        if reuse:  # (and whose outputs it found below the root: check_plan need not look)
+            options.outputs_found = frozenset(self._holds.outputs_found)
         if self.options.jobs:
             options.jobs = self.options.jobs
         run_ids: list[str] = []
@@ -498,6 +501,10 @@ class Watcher:
                 if running is not None and running in done:
                     self._finished(running.result())
                     running = None
+                    # The cycle's young objects are collected now, while nothing waits: the
+                    # count starts again from zero, so a collection seldom falls on the next
+                    # change's way to its first command (one there was 30-40 ms of an edit).
+                    gc.collect(0)
                 if getter in done:
                     arrived = loop.time()
                     if not buffer:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..engine.run.outcomes import RunReport, StepOutcome
+from ..source.paths import plain_relative
 
 if TYPE_CHECKING:
     from ..engine.run.apply import State
@@ -63,6 +65,13 @@ class HoldCheck:
         self._version: int | None = None
         # (step id, key) -> its latest completed (or partial) result's files (None: none)
         self._files: dict[tuple[str, str], dict[str, str] | None] = {}
+        # The shell steps of the last ``no_longer_hold`` whose every output check_plan looks
+        # at it found as a regular file below the root (see ``_below``): their check holds.
+        self.outputs_found: set[str] = set()
+        self._outputs: tuple[Plan | None, dict[str, tuple[frozenset[str], frozenset[str]]]] = (
+            None,
+            {},
+        )
 
     def keep(self, steps: Iterable[str]) -> None:
         """After a cycle: forget every result but those of ``steps`` (the ones it reused)."""
@@ -88,8 +97,12 @@ class HoldCheck:
         edited = any_active(state.journal, plan.name)
         files = self._read(state, plan, done, run_id)
         root = str(plan.root)
+        outputs = self._shell_outputs(plan)
+        self.outputs_found = found = set()
+        directories: dict[str, bool] = {}
 
         def holds(outcome: StepOutcome) -> bool:
+            regular = True  # every file a regular one, none a symlink
             for key in (outcome.key,) if outcome.elements is None else _keys(outcome):
                 written = None if key is None else files.get((outcome.id, key))
                 if written is None:
@@ -97,13 +110,43 @@ class HoldCheck:
                 for rel, digest in written.items():
                     try:
                         # (a path as text: a Path each was a third of this check's stats)
-                        if hasher.hash(os.path.join(root, rel), used=False) != digest:
-                            return False
+                        got, plain = hasher.hash_regular(os.path.join(root, rel), used=False)
                     except OSError:
                         return False
+                    if got != digest:
+                        return False
+                    regular = regular and plain
+            provable = outputs.get(outcome.id)
+            if regular and provable is not None and outcome.elements is None:
+                checked, heads = provable
+                below = (files[(outcome.id, outcome.key)] or {}).keys() >= checked
+                for head in heads:
+                    if not below:
+                        break
+                    below = directories.get(head) or _directory(root, head, directories)
+                if below:
+                    found.add(outcome.id)
             return True
 
         return {sid for sid, o in done.items() if sid in edited or not holds(o)}
+
+    def _shell_outputs(self, plan: Plan) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+        """For each shell step whose outputs check_plan looks at are all made of plain names
+        (``paths.plain_relative``): those outputs and the directories on their way. Once per
+        plan (its params are fixed)."""
+        if self._outputs[0] is not plan:
+            from ..engine.run.preflight import shell_outputs
+
+            found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+            for sid, step in plan.steps.items():
+                if step.uses != "shell":
+                    continue
+                checked = shell_outputs(step, plan.params)
+                if all(plain_relative(rel) for rel in checked):
+                    heads = frozenset(h for rel in checked for h in _heads(rel))
+                    found[sid] = (frozenset(checked), heads)
+            self._outputs = (plan, found)
+        return self._outputs[1]
 
     def _read(
         self, state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str
@@ -140,6 +183,27 @@ class HoldCheck:
                     if key is not None:
                         files[(sid, key)] = found.get((sid, key))
         return files
+
+
+def _heads(rel: str) -> list[str]:
+    """The directories on the way to ``rel`` below the root: ``a``, ``a/b`` for ``a/b/c``."""
+    parts = rel.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def _directory(root: str, head: str, directories: dict[str, bool]) -> bool:
+    """Whether ``root/head`` is a directory itself, not a symlink: an lstat, once per check.
+    Each directory on the way to an output of plain names one, and the output a regular file,
+    its real path is the root's followed by the output's: below the root, not a folder (what
+    check_plan's test finds, from the disk as it is, not from resolutions remembered)."""
+    ok = directories.get(head)
+    if ok is None:
+        try:
+            ok = stat.S_ISDIR(os.lstat(os.path.join(root, head)).st_mode)
+        except OSError:
+            ok = False
+        directories[head] = ok
+    return ok
 
 
 def _keys(outcome: StepOutcome) -> list[str | None]:

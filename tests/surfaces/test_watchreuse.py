@@ -9,10 +9,13 @@ import sqlite3
 from pathlib import Path
 
 from runner.engine.run.apply import State, apply_plan
+from runner.engine.run.preflight import check_plan
 from runner.engine.run.files import FileHasher
 from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
-from runner.pipeline.compiler import compile_pipeline
+from runner.errors import InvalidPipeline
+from runner.pipeline.compiler import Plan, compile_pipeline
+from runner.source.paths import forget
 from runner.surfaces.watchreuse import HoldCheck, Readers
 from runner.surfaces.watchset import DirResolver
 
@@ -117,5 +120,66 @@ def test_a_cycle_keeps_the_results_of_the_steps_it_reused_only(tmp_path: Path) -
         assert check.no_longer_hold(state, plan, done, last.run_id, hasher) == set()  # (known)
         check.keep({"b", "c"})  # a cycle that reused b and c (a ran)
         assert check.no_longer_hold(state, plan, done, last.run_id, hasher) == {"a"}
+    finally:
+        state.close()
+
+
+def _verdict(plan: Plan, found: frozenset[str] = frozenset()) -> str | None:
+    """check_plan's answer from the disk as it is now (no resolution remembered)."""
+    forget()
+    try:
+        check_plan(plan, outputs_found=found)
+    except InvalidPipeline as exc:
+        return exc.message
+    return None
+
+
+def test_the_outputs_found_below_the_root_spare_check_plan_only_where_it_would_pass(
+    tmp_path: Path,
+) -> None:
+    """A reused shell step whose outputs the hold check found as regular files below the root
+    (no part a symlink) skips check_plan's look at them: check_plan then answers as the full
+    check does, whatever became of the outputs' directory or the outputs themselves."""
+    root = tmp_path / "p"
+    root.mkdir()
+    state, last = _applied(root)
+    try:
+        plan = compile_pipeline(root / "pipeline.yaml", {})
+        done = {o.id: o for o in last.steps}
+        check = HoldCheck()
+
+        def found() -> tuple[set[str], frozenset[str]]:
+            gone = check.no_longer_hold(state, plan, done, last.run_id, FileHasher(state.journal))
+            return gone, frozenset(check.outputs_found)
+
+        def same_verdict(found: frozenset[str]) -> None:
+            assert _verdict(plan, found) == _verdict(plan)
+
+        assert found() == (set(), {"a", "b", "c"})  # (c declares no output)
+        same_verdict(frozenset({"a", "b", "c"}))
+        # b's output a symlink to a file of the same bytes: still holding, not found
+        os.rename(root / "out/b.txt", root / "b-real.txt")
+        (root / "out/b.txt").symlink_to(root / "b-real.txt")
+        assert found() == (set(), {"a", "c"})
+        same_verdict(frozenset({"a", "c"}))
+        os.unlink(root / "out/b.txt")
+        os.rename(root / "b-real.txt", root / "out/b.txt")
+        # the outputs' directory moved inside the root, a symlink in its place: not found
+        os.rename(root / "out", root / "elsewhere")
+        (root / "out").symlink_to(root / "elsewhere")
+        assert found() == (set(), {"c"})
+        same_verdict(frozenset({"c"}))
+        # ... moved out of the root: the full check refuses the plan, and so does this one
+        os.unlink(root / "out")
+        os.rename(root / "elsewhere", tmp_path / "outside")
+        (root / "out").symlink_to(tmp_path / "outside")
+        assert found() == (set(), {"c"})
+        assert _verdict(plan) is not None
+        same_verdict(frozenset({"c"}))
+        # back as it was: found again
+        os.unlink(root / "out")
+        os.rename(tmp_path / "outside", root / "out")
+        assert found() == (set(), {"a", "b", "c"})
+        same_verdict(frozenset({"a", "b", "c"}))
     finally:
         state.close()
