@@ -103,6 +103,7 @@ class HoldCheck:
 
         def holds(outcome: StepOutcome) -> bool:
             regular = True  # every file a regular one, none a symlink
+            written: dict[str, str] | None = None
             for key in (outcome.key,) if outcome.elements is None else _keys(outcome):
                 written = None if key is None else files.get((outcome.id, key))
                 if written is None:
@@ -116,10 +117,10 @@ class HoldCheck:
                     if got != digest:
                         return False
                     regular = regular and plain
-            provable = outputs.get(outcome.id)
-            if regular and provable is not None and outcome.elements is None:
-                checked, heads = provable
-                below = (files[(outcome.id, outcome.key)] or {}).keys() >= checked
+            provable = outputs.get(outcome.id) if outcome.elements is None else None
+            if regular and provable is not None and written is not None:
+                checked, heads = provable  # (``written``: a plain step's one result's files)
+                below = written.keys() >= checked
                 for head in heads:
                     if not below:
                         break

@@ -9,10 +9,10 @@ import sqlite3
 from pathlib import Path
 
 from runner.engine.run.apply import State, apply_plan
-from runner.engine.run.preflight import check_plan
 from runner.engine.run.files import FileHasher
 from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
+from runner.engine.run.preflight import check_plan
 from runner.errors import InvalidPipeline
 from runner.pipeline.compiler import Plan, compile_pipeline
 from runner.source.paths import forget
