@@ -426,12 +426,10 @@ class Journal(CallLedger):
         return self._insert_execution(row)
 
     def start_execution_after(self, row: Mapping[str, Any], held: int) -> int | None:
-        """``start_execution`` of ``row`` leaving the ``held`` ids before its own to rows the
-        caller writes later (``add_executions`` with ``first_id``): every id is the one they
-        would have had, written first. Returns the first of those ids. Only inside a write
-        transaction (a batch, BEGIN IMMEDIATE: no other connection writes until it commits,
-        and SQLite never gives a new row an id below the table's largest, so none is taken
-        afterwards either); else None, and nothing is written."""
+        """``start_execution`` of ``row``, the ``held`` ids before its own left to rows written
+        later (``add_executions``, ``first_id``: the one returned), as written first. Only in
+        a write transaction (a batch: no other connection writes until it commits, and SQLite
+        never gives a new row an id below the largest); else None, nothing written."""
         self._write()
         if not self.conn.in_transaction:
             return None

@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # (spend.py is imported at a run's first provider call)
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
 # Held execution rows (cached ones, and those of elements run start to end without a wait) and
 # events are written in groups, at least this often (the journal commits its batch at the same
-# pace, so a reader elsewhere sees them about as soon) and before any other execution row
-# (their ids stay in the order the executions finished).
+# pace, so a reader elsewhere sees them about as soon), their ids before any later execution's
+# (in the order the executions finished: see Recorder.started).
 GROUP_S = 0.05
 GROUP_ROWS = 1000  # (a pass of owed steps, scheduler.PAY_EVERY: written after the next start)
 _CACHED_COLUMNS = (
@@ -229,8 +229,7 @@ class Recorder:
         self._held.append((columns, values))
         # Written with the events held so far once the first is old (a for_each of slow
         # elements that never wait shows its progress as others do), alone once there are
-        # enough: their events follow at the next settle (the rows of a watch cycle's 500
-        # reused steps go before the first changed step's row, their events after its start).
+        # enough: their events follow at the next settle.
         if time.monotonic() - self._grouped_since > GROUP_S:
             self.flush_events()
         elif len(self._held) >= GROUP_ROWS:
