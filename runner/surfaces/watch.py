@@ -317,7 +317,7 @@ class Watcher:
         # A cycle that reuses steps hands its check's file signatures on (the table's, read
         # during the quiet period, and those it hashed): the apply need not read them again.
         options = ApplyOptions(reuse=reuse or {}, hasher=self._hasher if reuse else None)
-        if reuse:  # (and whose outputs it found below the root: check_plan need not look)
+        if reuse:  # (and the steps whose outputs it found below the root: see check_plan)
             options.outputs_found = frozenset(self._holds.outputs_found)
         if self.options.jobs:
             options.jobs = self.options.jobs
@@ -384,6 +384,8 @@ class Watcher:
         self._hasher, self._warm = hasher, None
         gone = self._holds.no_longer_hold(self._state, plan, kept, last.run_id, hasher)
         affected |= plan.downstream(gone)
+        # (and whether the outputs of those about to run are below the root, for check_plan)
+        self._holds.find_outputs(plan, affected - self._holds.outputs_found)
         return {sid: o for sid, o in kept.items() if sid not in affected}
 
     def _start(self, changed: list[str], *, poll: bool = False) -> asyncio.Task[Cycle] | None:

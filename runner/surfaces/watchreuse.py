@@ -4,7 +4,9 @@ A step is reached by a change when the last run read a changed file for it (``Re
 when it did not complete; the steps a change does not reach are reused if their results still
 hold (``HoldCheck``): not edited with `runner edit`, not deleted by gc, every output file as
 the result recorded it. Both are asked on the way from a save to its first command, so each
-keeps what the cycle before it learnt, only where that is exact.
+keeps what the cycle before it learnt, only where that is exact. The same look (an lstat of
+each output) tells which shell steps' outputs are regular files below the root, which the
+apply's check_plan then need not look at again.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ class HoldCheck:
         self._version: int | None = None
         # (step id, key) -> its latest completed (or partial) result's files (None: none)
         self._files: dict[tuple[str, str], dict[str, str] | None] = {}
-        # The shell steps of the last ``no_longer_hold`` whose every output check_plan looks
-        # at it found as a regular file below the root (see ``_below``): their check holds.
+        # The shell steps of the last check (``no_longer_hold``, then ``find_outputs``) whose
+        # every output check_plan looks at it found as a regular file below the root, no part
+        # a symlink (see ``_directory``): check_plan would pass them.
         self.outputs_found: set[str] = set()
         self._outputs: tuple[Plan | None, dict[str, tuple[frozenset[str], frozenset[str]]]] = (
             None,
@@ -131,6 +134,23 @@ class HoldCheck:
 
         return {sid for sid, o in done.items() if sid in edited or not holds(o)}
 
+    def find_outputs(self, plan: Plan, steps: Iterable[str]) -> None:
+        """Add to ``outputs_found`` those of ``steps`` (the ones about to run) whose outputs
+        check_plan looks at are each a regular file below the root as the disk is now: an
+        lstat each, as ``no_longer_hold`` takes of a reused step's files."""
+        outputs = self._shell_outputs(plan)
+        root = str(plan.root)
+        directories: dict[str, bool] = {}
+        for sid in steps:
+            provable = outputs.get(sid)
+            if provable is None:
+                continue
+            checked, heads = provable
+            if all(_regular(os.path.join(root, rel)) for rel in checked) and all(
+                _directory(root, head, directories) for head in heads
+            ):
+                self.outputs_found.add(sid)
+
     def _shell_outputs(self, plan: Plan) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
         """For each shell step whose outputs check_plan looks at are all made of plain names
         (``paths.plain_relative``): those outputs and the directories on their way. Once per
@@ -190,6 +210,13 @@ def _heads(rel: str) -> list[str]:
     """The directories on the way to ``rel`` below the root: ``a``, ``a/b`` for ``a/b/c``."""
     parts = rel.split("/")
     return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _directory(root: str, head: str, directories: dict[str, bool]) -> bool:

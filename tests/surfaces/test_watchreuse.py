@@ -183,3 +183,27 @@ def test_the_outputs_found_below_the_root_spare_check_plan_only_where_it_would_p
         same_verdict(frozenset({"a", "b", "c"}))
     finally:
         state.close()
+
+
+def test_the_outputs_of_steps_about_to_run_are_found_as_check_plan_would(tmp_path: Path) -> None:
+    """The steps a cycle runs again: found only while each output is a regular file below the
+    root, so check_plan answers as the full check does (a folder in an output's place fails)."""
+    state, _ = _applied(tmp_path)
+    state.close()
+    plan = compile_pipeline(tmp_path / "pipeline.yaml", {})
+    check = HoldCheck()
+
+    def found() -> frozenset[str]:
+        check.outputs_found = set()
+        check.find_outputs(plan, ["a", "b", "c"])
+        return frozenset(check.outputs_found)
+
+    assert found() == {"a", "b", "c"}
+    assert _verdict(plan, found()) is None
+    os.unlink(tmp_path / "out/a.txt")  # not made yet: not found, and nothing to refuse
+    assert found() == {"b", "c"}
+    assert _verdict(plan, found()) is None
+    (tmp_path / "out/a.txt").mkdir()  # a folder where an output goes: the plan is refused
+    assert found() == {"b", "c"}
+    assert _verdict(plan) is not None
+    assert _verdict(plan, found()) == _verdict(plan)
