@@ -141,15 +141,24 @@ class HoldCheck:
         outputs = self._shell_outputs(plan)
         root = str(plan.root)
         directories: dict[str, bool] = {}
+        regular = _Regular(root)
+        found = self.outputs_found
         for sid in steps:
             provable = outputs.get(sid)
             if provable is None:
                 continue
             checked, heads = provable
-            if all(_regular(os.path.join(root, rel)) for rel in checked) and all(
-                _directory(root, head, directories) for head in heads
-            ):
-                self.outputs_found.add(sid)
+            below = True  # (loops, not all() over generators: ~1 us a step of 500)
+            for head in heads:
+                if not (directories.get(head) or _directory(root, head, directories)):
+                    below = False
+                    break
+            for rel in checked if below else ():
+                if not regular.file(rel):
+                    below = False
+                    break
+            if below:
+                found.add(sid)
 
     def _shell_outputs(self, plan: Plan) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
         """For each shell step whose outputs check_plan looks at are all made of plain names
@@ -212,11 +221,37 @@ def _heads(rel: str) -> list[str]:
     return ["/".join(parts[:end]) for end in range(1, len(parts))]
 
 
-def _regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
+class _Regular:
+    """Whether ``root/rel`` is a regular file itself (not a symlink), its directory a real one
+    (asked first): an lstat, or for a directory many outputs are in one listing of its
+    regular files (a system call each cost ~5 us in the watch process, beside its watcher's
+    thread: 500 of them were more than check_plan's look they spare)."""
+
+    LIST_AFTER = 16
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._asked: dict[str, int] = {}
+        self._listed: dict[str, frozenset[str]] = {}
+
+    def file(self, rel: str) -> bool:
+        head, _, leaf = rel.rpartition("/")
+        names = self._listed.get(head)
+        if names is None:
+            asked = self._asked[head] = self._asked.get(head, 0) + 1
+            directory = os.path.join(self.root, head) if head else self.root
+            if asked < self.LIST_AFTER:
+                try:
+                    return stat.S_ISREG(os.lstat(os.path.join(directory, leaf)).st_mode)
+                except OSError:
+                    return False
+            try:
+                with os.scandir(directory) as entries:
+                    names = frozenset(e.name for e in entries if e.is_file(follow_symlinks=False))
+            except OSError:
+                names = frozenset()
+            self._listed[head] = names
+        return leaf in names
 
 
 def _directory(root: str, head: str, directories: dict[str, bool]) -> bool:
