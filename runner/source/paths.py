@@ -81,6 +81,12 @@ def check_inside(root: Path, rel: str, *, where: Location | None = None) -> None
 _SIMPLE = re.compile(r"(?!\.\.?(?:/|$))[^/\x00]+(?:/(?!\.\.?(?:/|$))[^/\x00]+)*")
 
 
+def plain_relative(rel: str) -> bool:
+    """Whether ``rel`` is a relative path of plain names (no empty, "." or ".." part, no NUL),
+    in ASCII: below a root whenever none of its parts is a symlink."""
+    return rel.isascii() and _SIMPLE.fullmatch(rel) is not None
+
+
 def _below(base: str, rel: str) -> str | None:
     """``_resolved(base, rel)`` for a real directory ``base`` and a ``_SIMPLE`` ``rel``."""
     head, _, leaf = rel.rpartition("/")

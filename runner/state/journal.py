@@ -422,9 +422,25 @@ class Journal(CallLedger):
     # -- executions ----------------------------------------------------------------------------
 
     def start_execution(self, row: Mapping[str, Any]) -> int:
+        self._write()
+        return self._insert_execution(row)
+
+    def start_execution_after(self, row: Mapping[str, Any], held: int) -> int | None:
+        """``start_execution`` of ``row``, the ``held`` ids before its own left to rows written
+        later (``add_executions``, ``first_id``: the one returned), as written first. Only in
+        a write transaction (a batch: no other connection writes until it commits, and SQLite
+        never gives a new row an id below the largest); else None, nothing written."""
+        self._write()
+        if not self.conn.in_transaction:
+            return None
+        (top,) = self.conn.execute("SELECT max(id) FROM executions").fetchone()
+        first = int(top or 0) + 1
+        self._insert_execution({"id": first + held, **row})
+        return first
+
+    def _insert_execution(self, row: Mapping[str, Any]) -> int:
         cols = ",".join(row)
         marks = ",".join("?" for _ in row)
-        self._write()
         values = list(row.values())
         cur = self._do(
             lambda: self.conn.execute(f"INSERT INTO executions ({cols}) VALUES ({marks})", values)
@@ -434,9 +450,19 @@ class Journal(CallLedger):
             known[1].add(row["step_id"])
         return int(cur.lastrowid or 0)
 
-    def add_executions(self, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+    def add_executions(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+        *,
+        first_id: int | None = None,
+    ) -> None:
         """Execution rows of one shape (``columns``, the engine's own names) in one statement;
-        their ids are in the order of ``rows``, as one start_execution each would give."""
+        their ids are in the order of ``rows``, as one start_execution each would give (from
+        ``first_id`` on, when given: ids ``start_execution_after`` left)."""
+        if first_id is not None:
+            columns = ("id", *columns)
+            rows = [(first_id + i, *row) for i, row in enumerate(rows)]
         cols, marks = ",".join(columns), ",".join("?" for _ in columns)
         self._many(f"INSERT INTO executions ({cols}) VALUES ({marks})", rows)
         if self._step_ids and "pipeline" in columns:

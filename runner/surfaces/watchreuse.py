@@ -4,17 +4,21 @@ A step is reached by a change when the last run read a changed file for it (``Re
 when it did not complete; the steps a change does not reach are reused if their results still
 hold (``HoldCheck``): not edited with `runner edit`, not deleted by gc, every output file as
 the result recorded it. Both are asked on the way from a save to its first command, so each
-keeps what the cycle before it learnt, only where that is exact.
+keeps what the cycle before it learnt, only where that is exact. The same look (an lstat of
+each output) tells which shell steps' outputs are regular files below the root, which the
+apply's check_plan then need not look at again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..engine.run.outcomes import RunReport, StepOutcome
+from ..source.paths import plain_relative
 
 if TYPE_CHECKING:
     from ..engine.run.apply import State
@@ -63,6 +67,14 @@ class HoldCheck:
         self._version: int | None = None
         # (step id, key) -> its latest completed (or partial) result's files (None: none)
         self._files: dict[tuple[str, str], dict[str, str] | None] = {}
+        # The shell steps of the last check (``no_longer_hold``, then ``find_outputs``) whose
+        # every output check_plan looks at it found as a regular file below the root, no part
+        # a symlink (see ``_directory``): check_plan would pass them.
+        self.outputs_found: set[str] = set()
+        self._outputs: tuple[Plan | None, dict[str, tuple[frozenset[str], frozenset[str]]]] = (
+            None,
+            {},
+        )
 
     def keep(self, steps: Iterable[str]) -> None:
         """After a cycle: forget every result but those of ``steps`` (the ones it reused)."""
@@ -88,8 +100,13 @@ class HoldCheck:
         edited = any_active(state.journal, plan.name)
         files = self._read(state, plan, done, run_id)
         root = str(plan.root)
+        outputs = self._shell_outputs(plan)
+        self.outputs_found = found = set()
+        directories: dict[str, bool] = {}
 
         def holds(outcome: StepOutcome) -> bool:
+            regular = True  # every file a regular one, none a symlink
+            written: dict[str, str] | None = None
             for key in (outcome.key,) if outcome.elements is None else _keys(outcome):
                 written = None if key is None else files.get((outcome.id, key))
                 if written is None:
@@ -97,13 +114,69 @@ class HoldCheck:
                 for rel, digest in written.items():
                     try:
                         # (a path as text: a Path each was a third of this check's stats)
-                        if hasher.hash(os.path.join(root, rel), used=False) != digest:
-                            return False
+                        got, plain = hasher.hash_regular(os.path.join(root, rel), used=False)
                     except OSError:
                         return False
+                    if got != digest:
+                        return False
+                    regular = regular and plain
+            provable = outputs.get(outcome.id) if outcome.elements is None else None
+            if regular and provable is not None and written is not None:
+                checked, heads = provable  # (``written``: a plain step's one result's files)
+                below = written.keys() >= checked
+                for head in heads:
+                    if not below:
+                        break
+                    below = directories.get(head) or _directory(root, head, directories)
+                if below:
+                    found.add(outcome.id)
             return True
 
         return {sid for sid, o in done.items() if sid in edited or not holds(o)}
+
+    def find_outputs(self, plan: Plan, steps: Iterable[str]) -> None:
+        """Add to ``outputs_found`` those of ``steps`` (the ones about to run) whose outputs
+        check_plan looks at are each a regular file below the root as the disk is now: an
+        lstat each, as ``no_longer_hold`` takes of a reused step's files."""
+        outputs = self._shell_outputs(plan)
+        root = str(plan.root)
+        directories: dict[str, bool] = {}
+        regular = _Regular(root)
+        found = self.outputs_found
+        for sid in steps:
+            provable = outputs.get(sid)
+            if provable is None:
+                continue
+            checked, heads = provable
+            below = True  # (loops, not all() over generators: ~1 us a step of 500)
+            for head in heads:
+                if not (directories.get(head) or _directory(root, head, directories)):
+                    below = False
+                    break
+            for rel in checked if below else ():
+                if not regular.file(rel):
+                    below = False
+                    break
+            if below:
+                found.add(sid)
+
+    def _shell_outputs(self, plan: Plan) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+        """For each shell step whose outputs check_plan looks at are all made of plain names
+        (``paths.plain_relative``): those outputs and the directories on their way. Once per
+        plan (its params are fixed)."""
+        if self._outputs[0] is not plan:
+            from ..engine.run.preflight import shell_outputs
+
+            found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+            for sid, step in plan.steps.items():
+                if step.uses != "shell":
+                    continue
+                checked = shell_outputs(step, plan.params)
+                if all(plain_relative(rel) for rel in checked):
+                    heads = frozenset(h for rel in checked for h in _heads(rel))
+                    found[sid] = (frozenset(checked), heads)
+            self._outputs = (plan, found)
+        return self._outputs[1]
 
     def _read(
         self, state: State, plan: Plan, done: Mapping[str, StepOutcome], run_id: str
@@ -140,6 +213,60 @@ class HoldCheck:
                     if key is not None:
                         files[(sid, key)] = found.get((sid, key))
         return files
+
+
+def _heads(rel: str) -> list[str]:
+    """The directories on the way to ``rel`` below the root: ``a``, ``a/b`` for ``a/b/c``."""
+    parts = rel.split("/")
+    return ["/".join(parts[:end]) for end in range(1, len(parts))]
+
+
+class _Regular:
+    """Whether ``root/rel`` is a regular file itself (not a symlink), its directory a real one
+    (asked first): an lstat, or for a directory many outputs are in one listing of its
+    regular files (a system call each cost ~5 us in the watch process, beside its watcher's
+    thread: 500 of them were more than check_plan's look they spare)."""
+
+    LIST_AFTER = 16
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._asked: dict[str, int] = {}
+        self._listed: dict[str, frozenset[str]] = {}
+
+    def file(self, rel: str) -> bool:
+        head, _, leaf = rel.rpartition("/")
+        names = self._listed.get(head)
+        if names is None:
+            asked = self._asked[head] = self._asked.get(head, 0) + 1
+            directory = os.path.join(self.root, head) if head else self.root
+            if asked < self.LIST_AFTER:
+                try:
+                    return stat.S_ISREG(os.lstat(os.path.join(directory, leaf)).st_mode)
+                except OSError:
+                    return False
+            try:
+                with os.scandir(directory) as entries:
+                    names = frozenset(e.name for e in entries if e.is_file(follow_symlinks=False))
+            except OSError:
+                names = frozenset()
+            self._listed[head] = names
+        return leaf in names
+
+
+def _directory(root: str, head: str, directories: dict[str, bool]) -> bool:
+    """Whether ``root/head`` is a directory itself, not a symlink: an lstat, once per check.
+    Each directory on the way to an output of plain names one, and the output a regular file,
+    its real path is the root's followed by the output's: below the root, not a folder (what
+    check_plan's test finds, from the disk as it is, not from resolutions remembered)."""
+    ok = directories.get(head)
+    if ok is None:
+        try:
+            ok = stat.S_ISDIR(os.lstat(os.path.join(root, head)).st_mode)
+        except OSError:
+            ok = False
+        directories[head] = ok
+    return ok
 
 
 def _keys(outcome: StepOutcome) -> list[str | None]:

@@ -4,10 +4,12 @@ order a reader (`runner runs show`, the web page, the next apply) depends on."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,8 @@ from runner.engine.run.events import EventType, RecordingReporter
 from runner.engine.run.keys import KeyParts
 from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import RunStatus, StepStatus
-from runner.engine.run.recorder import GROUP_S, Progress, Recorder
+from runner.engine.run.progress import Progress
+from runner.engine.run.recorder import GROUP_S, Recorder
 from runner.pipeline.compiler import Plan, compile_pipeline
 from runner.state.journal import Journal
 from runner.state.records import dumps
@@ -240,3 +243,52 @@ def test_held_rows_and_events_are_written_once_the_first_is_old(
     recorder.reused("each", 1, "k-1", {"n": 1}, why="cached")
     assert [r["element"] for r in journal.executions("run-1")] == [0, 1]
     assert [r["type"] for r in journal.events("run-1")] == [EventType.STEP_SKIPPED.value]
+
+
+def _rows_held_then_started(tmp_path: Path, plan: Plan, *, batch: bool) -> list[tuple[Any, ...]]:
+    """Cached rows held, an execution started, more held and another started, another
+    connection's row between; the executions table as the run leaves it."""
+    journal = Journal.open(tmp_path / ("batched" if batch else "plain"))
+    try:
+        if batch:
+            journal.batch_commits()
+        recorder = Recorder(journal, RecordingReporter(), "run-1", plan.name)
+        recorder.run_started(plan, ApplyOptions(item="x"))
+        recorder.reused("a", -1, "k-a", {"n": 1}, why="cached")
+        recorder.reused("b", -1, "k-b", {"n": 2}, why="cached")
+        first = recorder.started("c", -1, "k-c", _parts(), "k-c")
+        if batch:  # its body runs before the held rows are written, under the ids they keep
+            assert [r["step_id"] for r in journal.executions("run-1")] == ["c"]
+        recorder.reused("a", 0, "k-a0", {"n": 3}, why="cached")
+        second = recorder.started("d", -1, "k-d", _parts(), "k-d")
+        journal.commit()
+        other = sqlite3.connect(tmp_path / ("batched" if batch else "plain") / "journal.db")
+        with other:
+            other.execute("INSERT INTO executions (run_id, step_id) VALUES ('run-2', 'z')")
+        other.close()
+        recorder.flush_deferred()
+        recorder.flush_events()
+        assert (first, second) == (3, 5)
+        return journal.conn.execute(
+            "SELECT id, run_id, step_id, element, key, status, output FROM executions ORDER BY id"
+        ).fetchall()
+    finally:
+        journal.close()
+
+
+def test_rows_held_as_an_execution_starts_are_written_after_it_with_the_ids_they_had(
+    tmp_path: Path, plan: Plan
+) -> None:
+    """In a batch (an apply), the rows held when an execution starts are written once its body
+    has begun, not on its way: every id is the one writing them first gave (outside a batch,
+    as before), whatever another connection wrote meanwhile."""
+    rows = _rows_held_then_started(tmp_path, plan, batch=True)
+    assert rows == _rows_held_then_started(tmp_path, plan, batch=False)
+    assert [(r[0], r[2], r[5]) for r in rows] == [
+        (1, "a", "cached"),
+        (2, "b", "cached"),
+        (3, "c", "running"),
+        (4, "a", "cached"),
+        (5, "d", "running"),
+        (6, "z", None),
+    ]

@@ -50,6 +50,7 @@ APPLY = frozenset(
         "runner.engine.run.options",
         "runner.engine.run.outcomes",
         "runner.engine.run.preflight",
+        "runner.engine.run.progress",
         "runner.engine.run.recorded",
         "runner.engine.run.recorder",
         "runner.engine.run.reuse",

@@ -12,7 +12,10 @@ from runner.engine.run.apply import State, apply_plan
 from runner.engine.run.files import FileHasher
 from runner.engine.run.options import ApplyOptions
 from runner.engine.run.outcomes import RunReport, RunStatus, StepOutcome, StepStatus
-from runner.pipeline.compiler import compile_pipeline
+from runner.engine.run.preflight import check_plan
+from runner.errors import InvalidPipeline
+from runner.pipeline.compiler import Plan, compile_pipeline
+from runner.source.paths import forget
 from runner.surfaces.watchreuse import HoldCheck, Readers
 from runner.surfaces.watchset import DirResolver
 
@@ -119,3 +122,88 @@ def test_a_cycle_keeps_the_results_of_the_steps_it_reused_only(tmp_path: Path) -
         assert check.no_longer_hold(state, plan, done, last.run_id, hasher) == {"a"}
     finally:
         state.close()
+
+
+def _verdict(plan: Plan, found: frozenset[str] = frozenset()) -> str | None:
+    """check_plan's answer from the disk as it is now (no resolution remembered)."""
+    forget()
+    try:
+        check_plan(plan, outputs_found=found)
+    except InvalidPipeline as exc:
+        return exc.message
+    return None
+
+
+def test_the_outputs_found_below_the_root_spare_check_plan_only_where_it_would_pass(
+    tmp_path: Path,
+) -> None:
+    """A reused shell step whose outputs the hold check found as regular files below the root
+    (no part a symlink) skips check_plan's look at them: check_plan then answers as the full
+    check does, whatever became of the outputs' directory or the outputs themselves."""
+    root = tmp_path / "p"
+    root.mkdir()
+    state, last = _applied(root)
+    try:
+        plan = compile_pipeline(root / "pipeline.yaml", {})
+        done = {o.id: o for o in last.steps}
+        check = HoldCheck()
+
+        def found() -> tuple[set[str], frozenset[str]]:
+            gone = check.no_longer_hold(state, plan, done, last.run_id, FileHasher(state.journal))
+            return gone, frozenset(check.outputs_found)
+
+        def same_verdict(found: frozenset[str]) -> None:
+            assert _verdict(plan, found) == _verdict(plan)
+
+        assert found() == (set(), {"a", "b", "c"})  # (c declares no output)
+        same_verdict(frozenset({"a", "b", "c"}))
+        # b's output a symlink to a file of the same bytes: still holding, not found
+        os.rename(root / "out/b.txt", root / "b-real.txt")
+        (root / "out/b.txt").symlink_to(root / "b-real.txt")
+        assert found() == (set(), {"a", "c"})
+        same_verdict(frozenset({"a", "c"}))
+        os.unlink(root / "out/b.txt")
+        os.rename(root / "b-real.txt", root / "out/b.txt")
+        # the outputs' directory moved inside the root, a symlink in its place: not found
+        os.rename(root / "out", root / "elsewhere")
+        (root / "out").symlink_to(root / "elsewhere")
+        assert found() == (set(), {"c"})
+        same_verdict(frozenset({"c"}))
+        # ... moved out of the root: the full check refuses the plan, and so does this one
+        os.unlink(root / "out")
+        os.rename(root / "elsewhere", tmp_path / "outside")
+        (root / "out").symlink_to(tmp_path / "outside")
+        assert found() == (set(), {"c"})
+        assert _verdict(plan) is not None
+        same_verdict(frozenset({"c"}))
+        # back as it was: found again
+        os.unlink(root / "out")
+        os.rename(tmp_path / "outside", root / "out")
+        assert found() == (set(), {"a", "b", "c"})
+        same_verdict(frozenset({"a", "b", "c"}))
+    finally:
+        state.close()
+
+
+def test_the_outputs_of_steps_about_to_run_are_found_as_check_plan_would(tmp_path: Path) -> None:
+    """The steps a cycle runs again: found only while each output is a regular file below the
+    root, so check_plan answers as the full check does (a folder in an output's place fails)."""
+    state, _ = _applied(tmp_path)
+    state.close()
+    plan = compile_pipeline(tmp_path / "pipeline.yaml", {})
+    check = HoldCheck()
+
+    def found() -> frozenset[str]:
+        check.outputs_found = set()
+        check.find_outputs(plan, ["a", "b", "c"])
+        return frozenset(check.outputs_found)
+
+    assert found() == {"a", "b", "c"}
+    assert _verdict(plan, found()) is None
+    os.unlink(tmp_path / "out/a.txt")  # not made yet: not found, and nothing to refuse
+    assert found() == {"b", "c"}
+    assert _verdict(plan, found()) is None
+    (tmp_path / "out/a.txt").mkdir()  # a folder where an output goes: the plan is refused
+    assert found() == {"b", "c"}
+    assert _verdict(plan) is not None
+    assert _verdict(plan, found()) == _verdict(plan)

@@ -136,7 +136,8 @@ async def apply_plan_async(
 
     options = options or ApplyOptions()
     options.item = resolve_item(plan, options.item)
-    check_plan(plan, state_dir=state.dir)  # before anything runs or a person is asked
+    # before anything runs or a person is asked
+    check_plan(plan, state_dir=state.dir, outputs_found=options.outputs_found)
     # Where bodies run: runner.toml's [executor] under what the caller gave (a bad table or a
     # cluster option without dask is refused here, before anything runs).
     where = read_executor_settings(plan.root).overridden(

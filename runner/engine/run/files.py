@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -72,7 +73,21 @@ class FileHasher:
         a look at bytes about to be rewritten, which no key or fingerprint depends on (their
         signature would be stale by the time the run's fingerprint is recorded)."""
         began = time.time_ns()  # (before the stat: a write after it moves the ctime past)
-        st = os.stat(path)
+        return self._hash(path, os.stat(path), began, root, used)
+
+    def hash_regular(self, path: str, *, used: bool = True) -> tuple[str, bool]:
+        """``hash(path, used=used)``, and whether ``path`` is a regular file itself, not a
+        symlink (watch's check that an output is still below the root): an lstat, which for
+        a regular file is the stat ``hash`` takes, so the answer costs no system call more."""
+        began = time.time_ns()
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            return self._hash(path, st, began, None, used), True
+        return self._hash(path, os.stat(path), began, None, used), False
+
+    def _hash(
+        self, path: Path | str, st: os.stat_result, began: int, root: Path | None, used: bool
+    ) -> str:
         key = str(path)
         sig = signature(st)
         cached = self.known.get(key)

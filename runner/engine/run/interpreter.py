@@ -51,8 +51,9 @@ from .outcomes import (
     run_status,
     settle,
 )
+from .progress import Progress
 from .recorded import RecordedReads
-from .recorder import Progress, Recorder, new_run_id
+from .recorder import Recorder, new_run_id
 from .reuse import Reuse
 from .scheduler import Scheduler
 

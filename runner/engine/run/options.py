@@ -50,3 +50,6 @@ class ApplyOptions:
     # File signatures already read (watch: the table, and the files its check hashed), else
     # the journal's table is read as the run starts. Each is checked against a stat as used.
     hasher: FileHasher | None = None
+    # Shell steps whose outputs the caller just found as regular files below the root, no part
+    # a symlink (watch: surfaces/watchreuse.py): preflight.check_plan need not look at them.
+    outputs_found: frozenset[str] = frozenset()

@@ -16,7 +16,7 @@ A failure raises InvalidPipeline (exit 2) at the step's file:line:column; nothin
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
@@ -64,9 +64,14 @@ def check_plan(
     state_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
     keys: bool = True,
+    outputs_found: Collection[str] = frozenset(),
 ) -> None:
     """Raise InvalidPipeline for the first thing that cannot work; see the module docstring.
-    ``keys`` False: an API key missing from the environment is not one of them."""
+    ``keys`` False: an API key missing from the environment is not one of them.
+    ``outputs_found``: shell steps whose every output ``shell_outputs`` names the caller has
+    just found as a regular file below the root, each of its directories one too (no part a
+    symlink): their check would pass, so it is not made (watch's reused steps, whose check
+    of their outputs found that: surfaces/watchreuse.py)."""
     if not any(s.uses in WORTH_IT for s in plan.steps.values()):
         return
     from ...source.paths import InsideRoot
@@ -78,7 +83,7 @@ def check_plan(
     for sid in plan.order:
         step = plan.steps[sid]
         check = _CHECKS.get(step.uses)
-        if check is None:
+        if check is None or (sid in outputs_found and step.uses == "shell"):
             continue
         args = known_args(step, plan.params, _READS.get(step.uses))
         if not args:
@@ -232,13 +237,20 @@ def _ingest(plan: Any, step: Any, args: dict[str, Any], state_dir: Path | None) 
             )
 
 
-def _outputs(step: Any, args: dict[str, Any], folders: _Folders, inside: InsideRoot) -> None:
+def shell_outputs(step: Any, params: Mapping[str, Any]) -> list[str]:
+    """The output paths check_plan looks at for a shell ``step``: those known from params."""
+    return _checked_outputs(known_args(step, params, _READS["shell"]))
+
+
+def _checked_outputs(args: dict[str, Any]) -> list[str]:
     outputs = args.get("outputs")
     if not isinstance(outputs, list):
-        return
-    for rel in outputs:
-        if not isinstance(rel, str):
-            continue
+        return []
+    return [rel for rel in outputs if isinstance(rel, str)]
+
+
+def _outputs(step: Any, args: dict[str, Any], folders: _Folders, inside: InsideRoot) -> None:
+    for rel in _checked_outputs(args):
         if folders.is_folder(inside.text(rel, where=step.where)):
             _fail(step, f"output '{rel}' is a folder; outputs name files")
 

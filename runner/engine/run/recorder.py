@@ -24,6 +24,7 @@ from .events import Event, EventType, Reporter
 from .keys import KeyParts
 from .options import ApplyOptions
 from .outcomes import RunStatus, StepOutcome, StepStatus
+from .progress import Progress
 
 if TYPE_CHECKING:  # (spend.py is imported at a run's first provider call)
     from .spend import RunSpend
@@ -31,14 +32,24 @@ if TYPE_CHECKING:  # (spend.py is imported at a run's first provider call)
 PROGRESS_WRITE_S = 0.2  # the run's progress row is rewritten at most this often mid-run
 # Held execution rows (cached ones, and those of elements run start to end without a wait) and
 # events are written in groups, at least this often (the journal commits its batch at the same
-# pace, so a reader elsewhere sees them about as soon) and before any other execution row
-# (their ids stay in the order the executions finished).
+# pace, so a reader elsewhere sees them about as soon), their ids before any later execution's
+# (in the order the executions finished: see Recorder.started).
 GROUP_S = 0.05
-GROUP_ROWS = 500
+GROUP_ROWS = 1000  # (a pass of owed steps, scheduler.PAY_EVERY: written after the next start)
 _CACHED_COLUMNS = (
     "run_id", "step_id", "element", "key", "status", "pipeline", "output",
     "started_at", "finished_at", "attempts", "contract", "why", "report",
 )  # fmt: skip
+
+
+def _shapes(held: list[tuple[tuple[str, ...], tuple[Any, ...]]]) -> list[tuple[int, int]]:
+    """The runs of rows of one shape (their columns) in ``held``: (start, end) each."""
+    runs, start = [], 0
+    for end in range(1, len(held) + 1):
+        if end == len(held) or held[end][0] != held[start][0]:
+            runs.append((start, end))
+            start = end
+    return runs
 
 
 def new_run_id() -> str:
@@ -107,49 +118,6 @@ class JournalLedger:
         self.journal.note_call_job(key, job)
 
 
-class Progress:
-    """Per phase (steps without one under "default"): total, done, skipped, failed, waiting.
-
-    Kept incrementally: recomputing it per finished step was quadratic.
-    """
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.finished: dict[str, StepStatus] = {}  # step id -> status
-        self._counts: dict[str, dict[str, int]] | None = None
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        if self._counts is None:
-            self._counts = {}
-            for sid in self.plan.order:
-                phase = self.plan.steps[sid].phase or "default"
-                entry = self._counts.setdefault(
-                    phase, {"total": 0, "done": 0, "skipped": 0, "failed": 0, "waiting": 0}
-                )
-                entry["total"] += 1
-            for sid, status in self.finished.items():
-                self._count(sid, status)
-        return self._counts
-
-    def _count(self, sid: str, status: StepStatus) -> None:
-        entry = self.counts()[self.plan.steps[sid].phase or "default"]
-        if status.succeeded:
-            entry["done"] += 1
-        elif status is StepStatus.SKIPPED:
-            entry["skipped"] += 1
-        elif status in (StepStatus.AWAITING_HUMAN, StepStatus.AWAITING_BATCH):
-            entry["waiting"] += 1
-        else:  # failed, partial, rejected
-            entry["failed"] += 1
-
-    def mark(self, sid: str, status: StepStatus) -> None:
-        if sid in self.finished:
-            return
-        self.finished[sid] = status
-        if self._counts is not None:
-            self._count(sid, status)
-
-
 class Recorder:
     """Writes one run's rows and events into ``journal``, reporting events to ``reporter``."""
 
@@ -172,6 +140,9 @@ class Recorder:
         # runs could be read; writing it and then rewriting it cost two statements an element.
         self._unstarted: dict[int, dict[str, Any]] = {}
         self._last_held_id = 0
+        # Rows held as an execution started, written after it (see ``started``) under the ids
+        # they would have had before it: (the first of those ids, the rows).
+        self._gapped: list[tuple[int, list[tuple[tuple[str, ...], tuple[Any, ...]]]]] = []
         self._grouped_since = time.monotonic()
 
     # -- events --------------------------------------------------------------------------------
@@ -222,6 +193,8 @@ class Recorder:
                     shapes.setdefault(tuple(row), []).append((*row.values(), exec_id))
             for columns, rows in shapes.items():
                 self.journal.finish_executions(columns, rows)
+        if self._gapped:  # (once the execution they wait for has started its body)
+            self._write_gapped()
         if (
             time.monotonic() - self._grouped_since > GROUP_S
             or len(self._pending_events) + len(self._held) > GROUP_ROWS
@@ -238,21 +211,25 @@ class Recorder:
 
     def write_held(self) -> None:
         """Write the execution rows held so far, one statement for each run of one shape."""
+        self._write_gapped()
         if not self._held:
             return
         held, self._held = self._held, []
-        start = 0
-        for end in range(1, len(held) + 1):
-            if end == len(held) or held[end][0] != held[start][0]:
-                self.journal.add_executions(held[start][0], [v for _, v in held[start:end]])
-                start = end
+        for start, end in _shapes(held):
+            self.journal.add_executions(held[start][0], [v for _, v in held[start:end]])
+
+    def _write_gapped(self) -> None:
+        gapped, self._gapped = self._gapped, []
+        for first, held in gapped:
+            for start, end in _shapes(held):
+                rows = [v for _, v in held[start:end]]
+                self.journal.add_executions(held[start][0], rows, first_id=first + start)
 
     def _hold(self, columns: tuple[str, ...], values: tuple[Any, ...]) -> None:
         self._held.append((columns, values))
         # Written with the events held so far once the first is old (a for_each of slow
         # elements that never wait shows its progress as others do), alone once there are
-        # enough: their events follow at the next settle (the rows of a watch cycle's 500
-        # reused steps go before the first changed step's row, their events after its start).
+        # enough: their events follow at the next settle.
         if time.monotonic() - self._grouped_since > GROUP_S:
             self.flush_events()
         elif len(self._held) >= GROUP_ROWS:
@@ -478,6 +455,15 @@ class Recorder:
             self._last_held_id -= 1
             self._unstarted[self._last_held_id] = row
             return self._last_held_id
+        if self._held:
+            # The rows held go before this one (ids in the order the executions ended), but
+            # are written once its body has started (the next settle): a watch cycle's 500
+            # reused steps' rows were ~10% of its way from a save to the first command.
+            first = self.journal.start_execution_after(row, len(self._held))
+            if first is not None:
+                self._gapped.append((first, self._held))
+                self._held = []
+                return first + len(self._gapped[-1][1])
         self.write_held()
         return self.journal.start_execution(row)
 
