@@ -11,9 +11,12 @@ import _socket
 import os
 import sys
 import time
-from typing import Any, NoReturn
 
 from . import fit, wire
+
+TYPE_CHECKING = False  # typing itself is ~5 ms of a command's start (it imports re)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 # Signals a command relays to the server's child: what a terminal, `timeout`, `kill` or a
 # supervisor sends to stop, hang up, resize or poke a process. Job control (SIGTSTP, SIGCONT)

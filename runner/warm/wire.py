@@ -10,7 +10,10 @@ from __future__ import annotations
 import _socket
 import marshal
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is ~5 ms of a command's start (it imports re)
+if TYPE_CHECKING:
+    from typing import Any
 
 _MAX = 16 << 20  # an environment and argv far beyond any real one
 _INT = 4
