@@ -56,6 +56,7 @@ APPLY = frozenset(
         "runner.engine.run.reuse",
         "runner.engine.run.reusedsteps",
         "runner.engine.run.runloop",
+        "runner.engine.run.sandboxstart",
         "runner.engine.run.scheduler",
         "runner.engine.run.slots",
         "runner.engine.run.stepbody",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import expr as ex
 from ...errors import DiskFull, ExpressionError, RunnerError, StepFailure
-from ...expr.commandscope import runs_commands, scoped
+from ...expr.commandscope import scoped
 from ...pipeline.compiler import CachePolicy, CompiledStep, Plan
 from ...providers.pool import notices as pool_notices
 from ...source import secretmask
@@ -32,7 +32,7 @@ from ...state.canonical import CanonicalError
 from ...state.journal import CachedResults, Journal
 from ...state.objects import ObjectStore
 from ...steps.base import ProviderAccess, StepEnv
-from . import batchrounds, reusedsteps
+from . import batchrounds, reusedsteps, sandboxstart
 from .events import EventType, NullReporter, Reporter
 from .execution import Executions
 from .executors import Executor
@@ -152,28 +152,6 @@ class Interpreter(Executions):
         """A warning for the user (consoles show it; the run goes on)."""
         self.recorder.emit_warning(message)
 
-    def _say_sandbox(self) -> None:
-        """Where commands cannot be confined as the docs say (no bubblewrap, no Landlock), say
-        so once in this process, when a step would run a command sandboxed."""
-        if not any(s.sandbox and runs_commands(s) for s in self.plan.steps.values()):
-            return
-        from ...expr.confined import note_once
-
-        said = note_once()
-        if said is not None:
-            self.emit_warning(said)
-
-    def _warm_sandbox(self) -> None:
-        """On a pipeline's first run, start the sandbox's spawners beside the work before the
-        first command (a later run starts one at its first command: it may reuse them all)."""
-        if not self.cached.first_run:
-            return
-        steps = [s for s in self.plan.steps.values() if s.sandbox and runs_commands(s)]
-        if steps:
-            from ...expr.confined import warm
-
-            warm({s.network for s in steps})
-
     # -- the run -------------------------------------------------------------------------------
 
     async def apply(self) -> RunReport:
@@ -186,7 +164,8 @@ class Interpreter(Executions):
             # A backend going down or coming back is told on the console as it happens.
             with pool_notices(self.emit_warning):
                 report = await self._apply()
-            self._say_sandbox()  # bubblewrap found but unable to run is learnt at a command
+            # bubblewrap found but unable to run is learnt at a command
+            sandboxstart.say_unconfined(self.plan, self.emit_warning)
             if self.remote is not None:
                 await self.remote.drain()  # pushes finish before the run is reported done
             return report
@@ -209,13 +188,13 @@ class Interpreter(Executions):
             from . import gatestep
 
             gatestep.check_gates(plan)
-        self._say_sandbox()
+        sandboxstart.say_unconfined(plan, self.emit_warning)
         # Steps a watch cycle reuses ask for no result: the rest are looked up one by one.
         self.cached = self.journal.cached_results(
             plan.name, preload=not self.options.reuse, steps=plan.steps.keys()
         )
         self.edited_steps = overrides.any_active(self.journal, plan.name)
-        self._warm_sandbox()
+        sandboxstart.warm(plan, self.cached.first_run)
         started = time.time()
         item = self.options.item
         if plan.uses_collections:
